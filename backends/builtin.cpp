@@ -1,0 +1,21 @@
+// The backends compiled into this build, in the order "auto" prefers them. The DING_HAVE_*
+// definitions come from CMake options; the reference backend is always present.
+#include "ding/device.h"
+
+namespace ding {
+
+void register_reference_backend();
+void register_cpu_backend();
+#ifdef DING_HAVE_CUDA
+void register_cuda_backend();
+#endif
+
+void register_builtin_backends() {
+#ifdef DING_HAVE_CUDA
+  register_cuda_backend();
+#endif
+  register_cpu_backend();
+  register_reference_backend();
+}
+
+}  // namespace ding

@@ -1,0 +1,41 @@
+#include "ding/ops/activation.h"
+
+#include "ding/ops/check.h"
+#include "ding/ops/dispatch.h"
+
+namespace ding::ops {
+
+namespace {
+
+void validate_pointwise(const Check& c, const Tensor& out, std::initializer_list<std::pair<const char*, const Tensor*>> inputs) {
+  c.tensor("out", out, 1, kMaxRank);
+  c.float_dtype("out", out);
+  c.contiguous("out", out);
+  for (auto [name, t] : inputs) {
+    c.tensor(name, *t, 1, kMaxRank);
+    c.float_dtype(name, *t);
+    c.contiguous(name, *t);
+    c.same_shape(name, *t, "out", out);
+    c.same_or_disjoint("out", out, name, *t);
+  }
+}
+
+}  // namespace
+
+void validate(const Device& device, const GeluArgs& a) { validate_pointwise(Check("gelu", device), a.out, {{"x", &a.x}}); }
+void validate(const Device& device, const SiluArgs& a) { validate_pointwise(Check("silu", device), a.out, {{"x", &a.x}}); }
+void validate(const Device& device, const SwigluArgs& a) {
+  validate_pointwise(Check("swiglu", device), a.out, {{"gate", &a.gate}, {"up", &a.up}});
+}
+
+Cost cost(const GeluArgs& a) { return {8.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
+Cost cost(const SiluArgs& a) { return {4.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
+Cost cost(const SwigluArgs& a) {
+  return {5.0 * double(a.out.numel()), double(a.gate.nbytes() + a.up.nbytes() + a.out.nbytes())};
+}
+
+void gelu(Stream& stream, Tensor out, Tensor x) { dispatch(stream, GeluArgs{out, x}); }
+void silu(Stream& stream, Tensor out, Tensor x) { dispatch(stream, SiluArgs{out, x}); }
+void swiglu(Stream& stream, Tensor out, Tensor gate, Tensor up) { dispatch(stream, SwigluArgs{out, gate, up}); }
+
+}  // namespace ding::ops

@@ -1,0 +1,37 @@
+// Pointwise activations (out may be the input itself):
+//   gelu   y = ½x(1 + tanh(√(2/π)(x + 0.044715x³)))   (the tanh form GPT-2 uses)
+//   silu   y = x·σ(x)
+//   swiglu y = silu(gate) · up                          (the Llama FFN gate)
+#pragma once
+#include "ding/device.h"
+#include "ding/profile.h"
+
+namespace ding::ops {
+
+struct GeluArgs {
+  Tensor out;  // any shape, f32/f16/bf16, contiguous
+  Tensor x;    // same shape
+};
+
+struct SiluArgs {
+  Tensor out;  // any shape, f32/f16/bf16, contiguous
+  Tensor x;    // same shape
+};
+
+struct SwigluArgs {
+  Tensor out;   // any shape, f32/f16/bf16, contiguous
+  Tensor gate;  // same shape
+  Tensor up;    // same shape
+};
+
+void validate(const Device& device, const GeluArgs& a);
+void validate(const Device& device, const SiluArgs& a);
+void validate(const Device& device, const SwigluArgs& a);
+Cost cost(const GeluArgs& a);
+Cost cost(const SiluArgs& a);
+Cost cost(const SwigluArgs& a);
+void gelu(Stream& stream, Tensor out, Tensor x);
+void silu(Stream& stream, Tensor out, Tensor x);
+void swiglu(Stream& stream, Tensor out, Tensor gate, Tensor up);
+
+}  // namespace ding::ops

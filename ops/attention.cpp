@@ -1,0 +1,99 @@
+#include "ding/ops/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ding/ops/check.h"
+#include "ding/ops/dispatch.h"
+
+namespace ding::ops {
+
+float attention_scale(const AttentionParams& p, int64_t head_dim) {
+  return p.scale > 0 ? p.scale : float(1.0 / std::sqrt(double(head_dim)));
+}
+
+namespace {
+
+// The head-grouping rule shared by prefill and decode: H query heads over Hkv kv heads.
+void validate_heads(const Check& c, const Tensor& q, const Tensor& k, int head_axis) {
+  const int64_t H = q.dim(-2), Hkv = k.dim(head_axis);
+  if (H % Hkv != 0)
+    c.fail(ErrorCode::shape_mismatch, fmt::format("{} query heads cannot be grouped over {} kv heads (q {}, k {})", H,
+                                                  Hkv, shape_of(q), shape_of(k)));
+}
+
+void validate_scale(const Check& c, const AttentionParams& p) {
+  if (!(p.scale >= 0) || !std::isfinite(p.scale))
+    c.fail(ErrorCode::invalid_argument, fmt::format("scale must be ≥ 0 (0 = 1/√D), got {}", p.scale));
+}
+
+}  // namespace
+
+void validate(const Device& device, const AttentionPrefillArgs& a) {
+  Check c("attention_prefill", device);
+  for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}}) {
+    c.tensor(name, *t, 4, 4);
+    c.float_dtype(name, *t);
+    c.last_dim_contiguous(name, *t);
+  }
+  c.same_shape("out", a.out, "q", a.q);
+  c.same_shape("v", a.v, "k", a.k);
+  c.dim("k", a.k, 0, a.q.dim(0), "B (from q)");
+  c.dim("k", a.k, 3, a.q.dim(3), "D (from q)");
+  validate_heads(c, a.q, a.k, 2);
+  if (a.params.causal && a.k.dim(1) < a.q.dim(1))
+    c.fail(ErrorCode::shape_mismatch, fmt::format("causal needs Tk ≥ Tq, got Tq = {} (q {}), Tk = {} (k {})", a.q.dim(1),
+                                                  shape_of(a.q), a.k.dim(1), shape_of(a.k)));
+  validate_scale(c, a.params);
+  for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}}) c.disjoint("out", a.out, name, *t);
+}
+
+void validate(const Device& device, const AttentionDecodeArgs& a) {
+  Check c("attention_decode", device);
+  c.tensor("q", a.q, 3, 3);
+  c.tensor("out", a.out, 3, 3);
+  c.tensor("k_cache", a.k_cache, 4, 4);
+  c.tensor("v_cache", a.v_cache, 4, 4);
+  for (auto [name, t] : {std::pair{"q", &a.q}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}, {"out", &a.out}}) {
+    c.float_dtype(name, *t);
+    c.last_dim_contiguous(name, *t);
+  }
+  c.same_shape("out", a.out, "q", a.q);
+  c.same_shape("v_cache", a.v_cache, "k_cache", a.k_cache);
+  c.dim("k_cache", a.k_cache, 0, a.q.dim(0), "B (from q)");
+  c.dim("k_cache", a.k_cache, 3, a.q.dim(2), "D (from q)");
+  validate_heads(c, a.q, a.k_cache, 2);
+  c.tensor("seq_lens", a.seq_lens, 1, 1);
+  c.dtype_in("seq_lens", a.seq_lens, {DType::i32});
+  c.contiguous("seq_lens", a.seq_lens);
+  c.dim("seq_lens", a.seq_lens, 0, a.q.dim(0), "B (from q)");
+  validate_scale(c, a.params);
+  for (auto [name, t] : {std::pair{"q", &a.q}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}, {"seq_lens", &a.seq_lens}})
+    c.disjoint("out", a.out, name, *t);
+}
+
+Cost cost(const AttentionPrefillArgs& a) {
+  const double B = double(a.q.dim(0)), Tq = double(a.q.dim(1)), H = double(a.q.dim(2)), D = double(a.q.dim(3));
+  const double Tk = double(a.k.dim(1));
+  // Pairs (i, j) actually scored: all of them, or the causal band.
+  const double pairs = a.params.causal ? Tq * (Tk - Tq) + Tq * (Tq + 1) / 2 : Tq * Tk;
+  return {4.0 * B * H * D * pairs, double(a.q.nbytes() + a.k.nbytes() + a.v.nbytes() + a.out.nbytes())};
+}
+
+Cost cost(const AttentionDecodeArgs& a) {
+  // The cache lengths live on the device; cost assumes full caches (an upper bound).
+  const double B = double(a.q.dim(0)), H = double(a.q.dim(1)), D = double(a.q.dim(2)), S = double(a.k_cache.dim(1));
+  return {4.0 * B * H * D * S, double(a.q.nbytes() + a.k_cache.nbytes() + a.v_cache.nbytes() + a.out.nbytes())};
+}
+
+void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params) {
+  dispatch(stream, AttentionPrefillArgs{out, q, k, v, params});
+}
+
+void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
+                      const AttentionParams& params) {
+  dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params});
+}
+
+}  // namespace ding::ops

@@ -1,0 +1,50 @@
+// Scaled dot-product attention, o = softmax(s · q·kᵀ + mask) · v, per query head.
+// Grouped heads: H query heads share Hkv key/value heads, query head h reads kv head
+// h / (H / Hkv). Hkv = H is MHA, 1 < Hkv < H is GQA, Hkv = 1 is MQA.
+//
+// attention_prefill: a block of Tq queries against Tk ≥ Tq keys of the same sequence; the
+//   queries are the last Tq positions, so with the causal mask query i sees keys j ≤ i + Tk - Tq.
+// attention_decode: one query per sequence against its KV cache; sequence b sees the first
+//   seq_lens[b] cached positions (which include the current token).
+// Only the last dimension must be contiguous: k/v may be views into a larger KV cache.
+#pragma once
+#include <cstdint>
+
+#include "ding/device.h"
+#include "ding/profile.h"
+
+namespace ding::ops {
+
+struct AttentionParams {
+  float scale = 0.0f;  // s; 0 = 1/√D
+  bool causal = true;  // prefill only
+};
+
+struct AttentionPrefillArgs {
+  Tensor out;  // [B, Tq, H, D], f32/f16/bf16
+  Tensor q;    // [B, Tq, H, D]
+  Tensor k;    // [B, Tk, Hkv, D]
+  Tensor v;    // [B, Tk, Hkv, D]
+  AttentionParams params;
+};
+
+struct AttentionDecodeArgs {
+  Tensor out;       // [B, H, D], f32/f16/bf16
+  Tensor q;         // [B, H, D]
+  Tensor k_cache;   // [B, S, Hkv, D]
+  Tensor v_cache;   // [B, S, Hkv, D]
+  Tensor seq_lens;  // i32 [B], each in [1, S]; a host backend raises Error for any other value
+  AttentionParams params;
+};
+
+float attention_scale(const AttentionParams& p, int64_t head_dim);
+
+void validate(const Device& device, const AttentionPrefillArgs& a);
+void validate(const Device& device, const AttentionDecodeArgs& a);
+Cost cost(const AttentionPrefillArgs& a);
+Cost cost(const AttentionDecodeArgs& a);
+void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params = {});
+void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
+                      const AttentionParams& params = {});
+
+}  // namespace ding::ops

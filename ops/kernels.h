@@ -1,0 +1,48 @@
+// Kernels: the table a backend fills, one entry per op of op_list.h. An entry left null means
+// "not implemented here": dispatch raises Error(not_implemented), never a silent fallback.
+#pragma once
+#include <string>
+#include <vector>
+#include "ding/ops/activation.h"
+#include "ding/ops/attention.h"
+#include "ding/ops/embedding.h"
+#include "ding/ops/matmul.h"
+#include "ding/ops/moe.h"
+#include "ding/ops/norm.h"
+#include "ding/ops/op_list.h"
+#include "ding/ops/rope.h"
+#include "ding/ops/sampling.h"
+#include "ding/ops/softmax.h"
+
+namespace ding::ops {
+
+template <class Args>
+using KernelFn = void (*)(Stream&, const Args&);
+
+struct Kernels {
+#define DING_KERNEL_SLOT(name, Args) KernelFn<Args> name = nullptr;
+  DING_OP_LIST(DING_KERNEL_SLOT)
+#undef DING_KERNEL_SLOT
+};
+
+// Static facts about each op, keyed by its argument type.
+template <class Args> struct OpInfo;
+#define DING_OP_INFO(op, Args)                                  \
+  template <> struct OpInfo<Args> {                             \
+    static constexpr const char* name = #op;                    \
+    static constexpr KernelFn<Args> Kernels::*slot = &Kernels::op; \
+  };
+DING_OP_LIST(DING_OP_INFO)
+#undef DING_OP_INFO
+
+// Names of every op, in table order.
+inline constexpr const char* kOpNames[] = {
+#define DING_OP_NAME(op, Args) #op,
+    DING_OP_LIST(DING_OP_NAME)
+#undef DING_OP_NAME
+};
+
+// Names of the ops whose slot is null in `k`.
+std::vector<std::string> missing_kernels(const Kernels& k);
+
+}  // namespace ding::ops

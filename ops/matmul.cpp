@@ -1,0 +1,145 @@
+#include "ding/ops/matmul.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ding/ops/check.h"
+#include "ding/ops/dispatch.h"
+
+namespace ding::ops {
+
+namespace {
+constexpr auto kFloat = {DType::f32, DType::f16, DType::bf16};
+}
+
+void validate(const Device& device, const MatmulArgs& a) {
+  Check c("matmul", device);
+  c.tensor("x", a.x, 2, 3);
+  c.tensor("w", a.w, 2, 3);
+  c.tensor("out", a.out, a.x.rank, a.x.rank);
+  c.float_dtype("x", a.x);
+  c.dtype_in("w", a.w, kFloat);
+  c.float_dtype("out", a.out);
+  c.contiguous("x", a.x);
+  c.contiguous("w", a.w);
+  c.contiguous("out", a.out);
+  const int64_t K = a.x.dim(-1), M = a.x.dim(-2), N = a.w.dim(-2);
+  c.dim("w", a.w, -1, K, "K (the reduced dimension, from x)");
+  c.dim("out", a.out, -2, M, "M (rows, from x)");
+  c.dim("out", a.out, -1, N, "N (output channels, from w)");
+  if (a.x.rank == 3) c.dim("out", a.out, 0, a.x.dim(0), "the batch (from x)");
+  if (a.w.rank == 3) {
+    if (a.x.rank != 3) c.fail(ErrorCode::shape_mismatch, fmt::format("w is batched {} but x {} is not", shape_of(a.w), shape_of(a.x)));
+    c.dim("w", a.w, 0, a.x.dim(0), "the batch (from x)");
+  }
+  if (a.params.bias.defined()) {
+    c.tensor("bias", a.params.bias, 1, 1);
+    c.float_dtype("bias", a.params.bias);
+    c.dim("bias", a.params.bias, 0, N, "N (from w)");
+    c.disjoint("out", a.out, "bias", a.params.bias);
+  }
+  if (a.params.residual.defined()) {
+    c.tensor("residual", a.params.residual, a.out.rank, a.out.rank);
+    c.float_dtype("residual", a.params.residual);
+    c.contiguous("residual", a.params.residual);
+    c.same_shape("residual", a.params.residual, "out", a.out);
+    c.same_or_disjoint("out", a.out, "residual", a.params.residual);
+  }
+  c.disjoint("out", a.out, "x", a.x);
+  c.disjoint("out", a.out, "w", a.w);
+}
+
+Cost cost(const MatmulArgs& a) {
+  const double batch = a.x.rank == 3 ? double(a.x.dim(0)) : 1.0;
+  const double M = double(a.x.dim(-2)), N = double(a.w.dim(-2)), K = double(a.x.dim(-1));
+  Cost c;
+  c.flops = 2.0 * batch * M * N * K;
+  c.bytes = double(a.x.nbytes() + a.w.nbytes() + a.out.nbytes());
+  if (a.params.bias.defined()) c.bytes += double(a.params.bias.nbytes());
+  if (a.params.residual.defined()) c.bytes += double(a.params.residual.nbytes());
+  return c;
+}
+
+void matmul(Stream& stream, Tensor out, Tensor x, Tensor w, const MatmulParams& params) {
+  dispatch(stream, MatmulArgs{out, x, w, params});
+}
+
+// ---- matmul_chain ----
+
+void validate(const Device& device, const MatmulChainArgs& a) {
+  Check c("matmul_chain", device);
+  if (a.count < 2 || a.count > kMaxChainFactors)
+    c.fail(ErrorCode::invalid_argument, fmt::format("needs 2 to {} factors, got {}", kMaxChainFactors, a.count));
+  for (int i = 0; i < a.count; ++i) {
+    const std::string name = fmt::format("factor {}", i);
+    c.tensor(name.c_str(), a.factors[i], 2, 2);
+    c.float_dtype(name.c_str(), a.factors[i]);
+    c.contiguous(name.c_str(), a.factors[i]);
+    if (i > 0 && a.factors[i].dim(0) != a.factors[i - 1].dim(1))
+      c.fail(ErrorCode::shape_mismatch, fmt::format("factor {} {} does not chain onto factor {} {}: {} rows vs {} columns",
+                                                    i, shape_of(a.factors[i]), i - 1, shape_of(a.factors[i - 1]),
+                                                    a.factors[i].dim(0), a.factors[i - 1].dim(1)));
+  }
+  c.tensor("out", a.out, 2, 2);
+  c.float_dtype("out", a.out);
+  c.contiguous("out", a.out);
+  c.dim("out", a.out, 0, a.factors[0].dim(0), "rows (from factor 0)");
+  c.dim("out", a.out, 1, a.factors[a.count - 1].dim(1), "columns (from the last factor)");
+  for (int i = 0; i < a.count; ++i) c.disjoint("out", a.out, "a factor", a.factors[i]);
+  if (a.chunk_rows < 1) c.fail(ErrorCode::invalid_argument, fmt::format("chunk_rows must be ≥ 1, got {}", a.chunk_rows));
+  c.tensor("scratch", a.scratch, 1, 3);
+  c.dtype_in("scratch", a.scratch, {DType::f32});
+  if (a.scratch.nbytes() < matmul_chain_scratch_bytes(a, a.chunk_rows))
+    c.fail(ErrorCode::invalid_argument, fmt::format("scratch {} is smaller than the {} bytes needed for {} rows per chunk",
+                                                    shape_of(a.scratch), matmul_chain_scratch_bytes(a, a.chunk_rows), a.chunk_rows));
+}
+
+static int64_t widest_intermediate(const MatmulChainArgs& a) {
+  int64_t widest = 1;
+  for (int i = 0; i + 1 < a.count; ++i) widest = std::max(widest, a.factors[i].dim(1));
+  return widest;
+}
+
+size_t matmul_chain_scratch_bytes(const MatmulChainArgs& a, int64_t chunk_rows) {
+  return size_t(2) * size_t(chunk_rows) * size_t(widest_intermediate(a)) * sizeof(float);
+}
+
+int64_t matmul_chain_chunk_rows(size_t llc_bytes, const MatmulChainArgs& a) {
+  const int64_t R = a.factors[0].dim(0);
+  if (llc_bytes == 0) return std::min<int64_t>(R, 256);
+  // Per row of a chunk: the two f32 intermediates live in cache; the factors are streamed.
+  const double per_row = 2.0 * double(widest_intermediate(a)) * sizeof(float);
+  const int64_t rows = int64_t(0.5 * double(llc_bytes) / per_row);
+  return std::clamp<int64_t>(rows, std::min<int64_t>(R, 16), R);
+}
+
+Cost cost(const MatmulChainArgs& a) {
+  Cost c;
+  const double R = double(a.factors[0].dim(0));
+  for (int i = 1; i < a.count; ++i) c.flops += 2.0 * R * double(a.factors[i].dim(0)) * double(a.factors[i].dim(1));
+  for (int i = 0; i < a.count; ++i) c.bytes += double(a.factors[i].nbytes());
+  c.bytes += double(a.out.nbytes());
+  return c;
+}
+
+void matmul_chain(Stream& stream, Tensor out, const Tensor* factors, int count, Workspace& workspace,
+                  const MatmulChainParams& params) {
+  MatmulChainArgs a;
+  a.out = out;
+  if (count < 2 || count > kMaxChainFactors)
+    throw Error(ErrorCode::invalid_argument, fmt::format("matmul_chain: needs 2 to {} factors, got {}", kMaxChainFactors, count));
+  a.count = count;
+  std::copy(factors, factors + count, a.factors.begin());
+  Check c("matmul_chain", stream.device());
+  c.tensor("factor 0", a.factors[0], 2, 2);
+  for (int i = 1; i < count; ++i) c.tensor("a factor", a.factors[i], 2, 2);
+  if (params.chunk_rows < 0)
+    c.fail(ErrorCode::invalid_argument, fmt::format("chunk_rows must be ≥ 0 (0 = automatic), got {}", params.chunk_rows));
+  a.chunk_rows = params.chunk_rows > 0 ? std::min(params.chunk_rows, a.factors[0].dim(0))
+                                       : matmul_chain_chunk_rows(stream.device().caps().llc_bytes, a);
+  a.scratch = workspace.take(DType::f32, {2, a.chunk_rows, widest_intermediate(a)});
+  dispatch(stream, a);
+}
+
+}  // namespace ding::ops

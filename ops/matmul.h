@@ -1,0 +1,60 @@
+// matmul:       y = act(x · Wᵀ + bias) + residual            (the linear layer, weights row-major [N, K])
+// matmul_chain: y = A0 · A1 · … · An   computed in row chunks of A0 sized to the last-level cache,
+//               so each chunk's intermediates stay in cache ("split W_E·W_V·W_O·W_U by rows of W_E").
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "ding/device.h"
+#include "ding/profile.h"
+#include "ding/workspace.h"
+
+namespace ding::ops {
+
+enum class Activation : uint8_t { none, gelu_tanh };
+
+struct MatmulParams {
+  Tensor bias;                              // [N], optional, any float dtype
+  Activation activation = Activation::none; // applied after the bias, before the residual
+  Tensor residual;                          // shaped like out, optional; may be out itself (in place)
+};
+
+// x and w: f32/f16/bf16 (fp8/int8 weights with per-row scales come with quantization).
+// Accumulation is f32 in kernels, f64 in the reference. All tensors contiguous.
+struct MatmulArgs {
+  Tensor out;  // [M, N] or [B, M, N], f32/f16/bf16
+  Tensor x;    // [M, K] or [B, M, K]
+  Tensor w;    // [N, K] shared by every batch, or [B, N, K]
+  MatmulParams params;
+};
+
+void validate(const Device& device, const MatmulArgs& a);
+Cost cost(const MatmulArgs& a);
+void matmul(Stream& stream, Tensor out, Tensor x, Tensor w, const MatmulParams& params = {});
+
+constexpr int kMaxChainFactors = 8;
+
+struct MatmulChainParams {
+  int64_t chunk_rows = 0;  // rows of A0 per chunk; 0 = chosen from the device's last-level cache
+};
+
+struct MatmulChainArgs {
+  Tensor out;                                       // [R, Dn], f32/f16/bf16
+  std::array<Tensor, kMaxChainFactors> factors{};   // A0 [R, D0], A1 [D0, D1], …, 2 ≤ count ≤ 8
+  int count = 0;
+  int64_t chunk_rows = 0;  // resolved by the front end (≥ 1)
+  Tensor scratch;          // f32 [2, chunk_rows, max(D0..Dn-1)]: ping-pong intermediates
+};
+
+void validate(const Device& device, const MatmulChainArgs& a);
+Cost cost(const MatmulChainArgs& a);
+// Rows per chunk such that one chunk's two intermediates (f32) and the next factor's streamed
+// panel fit in half of `llc_bytes`; at least 16 rows, at most R.
+int64_t matmul_chain_chunk_rows(size_t llc_bytes, const MatmulChainArgs& a);
+// Scratch the chain needs from a workspace for a given chunk size, in bytes.
+size_t matmul_chain_scratch_bytes(const MatmulChainArgs& a, int64_t chunk_rows);
+// factors: A0..An; scratch comes from `workspace` (on the stream's device).
+void matmul_chain(Stream& stream, Tensor out, const Tensor* factors, int count, Workspace& workspace,
+                  const MatmulChainParams& params = {});
+
+}  // namespace ding::ops

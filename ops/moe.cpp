@@ -1,0 +1,113 @@
+#include "ding/ops/moe.h"
+
+#include <fmt/format.h>
+
+#include "ding/ops/check.h"
+#include "ding/ops/dispatch.h"
+
+namespace ding::ops {
+
+void validate(const Device& device, const MoeRouteArgs& a) {
+  Check c("moe_route", device);
+  c.tensor("logits", a.logits, 2, 2);
+  c.float_dtype("logits", a.logits);
+  c.contiguous("logits", a.logits);
+  const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
+  if (k < 1 || k > E) c.fail(ErrorCode::invalid_argument, fmt::format("k must be in [1, E = {}], got {}", E, k));
+  c.positive("routed_scaling", a.params.routed_scaling);
+  c.tensor("weights", a.weights, 2, 2);
+  c.dtype_in("weights", a.weights, {DType::f32});
+  c.contiguous("weights", a.weights);
+  c.tensor("experts", a.experts, 2, 2);
+  c.dtype_in("experts", a.experts, {DType::i32});
+  c.contiguous("experts", a.experts);
+  for (auto [name, t] : {std::pair{"weights", &a.weights}, {"experts", &a.experts}}) {
+    c.dim(name, *t, 0, T, "T (from logits)");
+    c.dim(name, *t, 1, k, "k");
+    c.disjoint(name, *t, "logits", a.logits);
+  }
+  c.disjoint("weights", a.weights, "experts", a.experts);
+}
+
+void validate(const Device& device, const MoeGroupArgs& a) {
+  Check c("moe_group", device);
+  c.tensor("experts", a.experts, 2, 2);
+  const int64_t slots = a.experts.dim(0) * a.experts.dim(1);
+  for (auto [name, t] : {std::pair{"experts", &a.experts}, {"offsets", &a.offsets}, {"slots", &a.slots}, {"positions", &a.positions}}) {
+    if (t != &a.experts) c.tensor(name, *t, 1, 1);
+    c.dtype_in(name, *t, {DType::i32});
+    c.contiguous(name, *t);
+  }
+  if (a.offsets.dim(0) < 2) c.fail(ErrorCode::shape_mismatch, fmt::format("offsets {} must hold E + 1 ≥ 2 entries", shape_of(a.offsets)));
+  c.dim("slots", a.slots, 0, slots, "T·k (from experts)");
+  c.dim("positions", a.positions, 0, slots, "T·k (from experts)");
+  for (auto [name, t] : {std::pair{"offsets", &a.offsets}, {"slots", &a.slots}, {"positions", &a.positions}}) {
+    c.disjoint(name, *t, "experts", a.experts);
+    if (t != &a.offsets) c.disjoint(name, *t, "offsets", a.offsets);
+  }
+  c.disjoint("slots", a.slots, "positions", a.positions);
+  if (a.x.defined() != a.x_grouped.defined())
+    c.fail(ErrorCode::invalid_argument, "x and x_grouped must be given together");
+  if (a.x.defined()) {
+    c.tensor("x", a.x, 2, 2);
+    c.tensor("x_grouped", a.x_grouped, 2, 2);
+    c.float_dtype("x", a.x);
+    c.float_dtype("x_grouped", a.x_grouped);
+    c.contiguous("x", a.x);
+    c.contiguous("x_grouped", a.x_grouped);
+    c.dim("x", a.x, 0, a.experts.dim(0), "T (from experts)");
+    c.dim("x_grouped", a.x_grouped, 0, slots, "T·k (from experts)");
+    c.dim("x_grouped", a.x_grouped, 1, a.x.dim(1), "C (from x)");
+    c.disjoint("x_grouped", a.x_grouped, "x", a.x);
+  }
+}
+
+void validate(const Device& device, const MoeCombineArgs& a) {
+  Check c("moe_combine", device);
+  c.tensor("weights", a.weights, 2, 2);
+  c.dtype_in("weights", a.weights, {DType::f32});
+  c.contiguous("weights", a.weights);
+  const int64_t T = a.weights.dim(0), k = a.weights.dim(1);
+  c.tensor("out", a.out, 2, 2);
+  c.tensor("y_grouped", a.y_grouped, 2, 2);
+  c.tensor("positions", a.positions, 1, 1);
+  c.float_dtype("out", a.out);
+  c.float_dtype("y_grouped", a.y_grouped);
+  c.dtype_in("positions", a.positions, {DType::i32});
+  for (auto [name, t] : {std::pair{"out", &a.out}, {"y_grouped", &a.y_grouped}, {"positions", &a.positions}}) c.contiguous(name, *t);
+  c.dim("out", a.out, 0, T, "T (from weights)");
+  c.dim("y_grouped", a.y_grouped, 0, T * k, "T·k (from weights)");
+  c.dim("y_grouped", a.y_grouped, 1, a.out.dim(1), "C (from out)");
+  c.dim("positions", a.positions, 0, T * k, "T·k (from weights)");
+  for (auto [name, t] : {std::pair{"y_grouped", &a.y_grouped}, {"weights", &a.weights}, {"positions", &a.positions}})
+    c.disjoint("out", a.out, name, *t);
+}
+
+Cost cost(const MoeRouteArgs& a) {
+  return {4.0 * double(a.logits.numel()), double(a.logits.nbytes() + a.weights.nbytes() + a.experts.nbytes())};
+}
+
+Cost cost(const MoeGroupArgs& a) {
+  Cost c{0, double(a.experts.nbytes() + a.offsets.nbytes() + a.slots.nbytes() + a.positions.nbytes())};
+  if (a.x.defined()) c.bytes += double(a.x_grouped.nbytes()) * (1.0 + double(dtype_size(a.x.dtype)) / double(dtype_size(a.x_grouped.dtype)));
+  return c;
+}
+
+Cost cost(const MoeCombineArgs& a) {
+  return {2.0 * double(a.y_grouped.numel()),
+          double(a.out.nbytes() + a.y_grouped.nbytes() + a.weights.nbytes() + a.positions.nbytes())};
+}
+
+void moe_route(Stream& stream, Tensor weights, Tensor experts, Tensor logits, const MoeRouteParams& params) {
+  dispatch(stream, MoeRouteArgs{weights, experts, logits, params});
+}
+
+void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, Tensor experts, Tensor x, Tensor x_grouped) {
+  dispatch(stream, MoeGroupArgs{offsets, slots, positions, experts, x, x_grouped});
+}
+
+void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions) {
+  dispatch(stream, MoeCombineArgs{out, y_grouped, weights, positions});
+}
+
+}  // namespace ding::ops

@@ -1,0 +1,45 @@
+// layer_norm: y = (h - mean(h)) / sqrt(var(h) + eps) · weight + bias     (var is the biased variance)
+// rms_norm:   y = h / sqrt(mean(h²) + eps) · weight
+// where h = x, or h = x + residual when a residual is given (the pre-norm residual stream);
+// `sum_out`, if given, receives h so the block can carry it forward without a second pass.
+#pragma once
+#include "ding/device.h"
+#include "ding/profile.h"
+
+namespace ding::ops {
+
+struct LayerNormParams {
+  float eps = 1e-5f;
+  Tensor bias;      // [C], optional
+  Tensor residual;  // like x, optional
+  Tensor sum_out;   // like x, optional (needs residual); may be x or residual itself
+};
+
+struct LayerNormArgs {
+  Tensor out;     // [..., C], f32/f16/bf16, must not overlap x/residual
+  Tensor x;       // [..., C]
+  Tensor weight;  // [C]
+  LayerNormParams params;
+};
+
+struct RmsNormParams {
+  float eps = 1e-6f;
+  Tensor residual;  // like x, optional
+  Tensor sum_out;   // like x, optional (needs residual); may be x or residual itself
+};
+
+struct RmsNormArgs {
+  Tensor out;     // [..., C], f32/f16/bf16, must not overlap x/residual
+  Tensor x;       // [..., C]
+  Tensor weight;  // [C]
+  RmsNormParams params;
+};
+
+void validate(const Device& device, const LayerNormArgs& a);
+void validate(const Device& device, const RmsNormArgs& a);
+Cost cost(const LayerNormArgs& a);
+Cost cost(const RmsNormArgs& a);
+void layer_norm(Stream& stream, Tensor out, Tensor x, Tensor weight, const LayerNormParams& params = {});
+void rms_norm(Stream& stream, Tensor out, Tensor x, Tensor weight, const RmsNormParams& params = {});
+
+}  // namespace ding::ops

@@ -1,0 +1,20 @@
+// The reference implementation of every op: plain loops over the math, double accumulation,
+// each function beside the formula it implements. The oracle of the parity tests; never optimised.
+#pragma once
+#include <cstdint>
+
+#include "ding/ops/kernels.h"
+
+namespace ding::reference {
+
+#define DING_REFERENCE_DECL(op, Args) void op(Stream& stream, const ops::Args& args);
+DING_OP_LIST(DING_REFERENCE_DECL)
+#undef DING_REFERENCE_DECL
+
+// Element access by logical index through the strides, converting to and from double.
+double load(const Tensor& t, int64_t element_offset);
+void store(const Tensor& t, int64_t element_offset, double value);
+// Element offset of a multi-index (i0, i1, …) through t's strides.
+int64_t offset(const Tensor& t, std::initializer_list<int64_t> index);
+
+}  // namespace ding::reference

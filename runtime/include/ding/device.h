@@ -1,0 +1,106 @@
+// The device layer, split by lifetime: registry (process) -> Device (enumerated backend instance)
+// -> Stream (ordered queue of launches) -> Buffer (owned memory).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ding/tensor.h"
+
+namespace ding {
+
+namespace ops { struct Kernels; }  // the op table, defined in ops/kernels.h
+class Profiler;
+
+// What a device can do. Zero means unknown; ding-bench measures bandwidth and FLOP/s itself.
+struct Caps {
+  std::string name;                // "AMD EPYC 7B13 (2 threads)", "NVIDIA H100 80GB HBM3"
+  std::string backend;             // "cpu", "ref", "cuda", ...
+  size_t memory_bytes = 0;         // total device memory
+  int compute_units = 0;           // CPU threads, GPU SMs / CUs
+  size_t llc_bytes = 0;            // last-level cache (L3 on CPUs, L2 on GPUs)
+  double peak_bandwidth_gbs = 0;   // DRAM/HBM bandwidth, if known
+  double peak_gflops = 0;          // dense f32 (CPU) or bf16 tensor-core (GPU), if known
+  bool host_accessible = false;    // device memory is ordinary host memory
+};
+
+class Device;
+
+// Owned device memory. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Device* device, void* data, size_t bytes) : device_(device), data_(data), bytes_(bytes) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  Device* device() const { return device_; }
+  // A contiguous tensor over the start of the buffer; throws if it does not fit.
+  Tensor as(DType dtype, std::initializer_list<int64_t> shape) const;
+
+ private:
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// An ordered queue of work on one device. Host backends run synchronously.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Device& device() = 0;
+  virtual void synchronize() = 0;
+  // Optional per-op profiler; ops record time, FLOPs and bytes into it when set.
+  Profiler* profiler = nullptr;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // "auto", "cpu", "ref", "cuda", "cuda:0", ... The registry owns the instance.
+  static Device& open(std::string_view spec);
+
+  virtual const Caps& caps() const = 0;
+  virtual const ops::Kernels& kernels() const = 0;
+  virtual Stream& default_stream() = 0;
+
+  // Allocation throws Error(out_of_memory) naming requested and free bytes.
+  virtual Buffer alloc(size_t bytes) = 0;
+  virtual void free(void* data, size_t bytes) = 0;
+
+  // Copies ordered on `stream`; for host-accessible devices both sides are host memory.
+  virtual void copy_to_device(Stream& stream, void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void copy_to_host(Stream& stream, void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void copy_within(Stream& stream, void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_bytes(Stream& stream, void* dst, uint8_t value, size_t bytes) = 0;
+
+  const std::string& name() const { return caps().backend; }
+};
+
+// Backends register a factory under a name; `Device::open` finds them here.
+struct BackendInfo {
+  std::string name;                       // "cpu"
+  std::function<bool()> available;        // false when compiled in but no device is present
+  std::function<std::unique_ptr<Device>(int index)> create;
+};
+
+namespace registry {
+void add(BackendInfo info);
+std::vector<std::string> compiled_backends();  // in preference order for "auto"
+bool is_available(std::string_view backend);
+}  // namespace registry
+
+// Copies between host vectors and tensors (synchronous; for tools and tests, not hot paths).
+void upload(Stream& stream, const Tensor& dst, const void* host, size_t bytes);
+void download(Stream& stream, void* host, const Tensor& src, size_t bytes);
+
+}  // namespace ding

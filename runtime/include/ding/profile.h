@@ -1,0 +1,51 @@
+// Profiler: per-op call count, time, FLOPs and bytes. Attach one to a Stream to record.
+// Timing synchronizes the stream around each op, so it measures the op alone and is meant for
+// benchmarks and diagnosis, not for production serving.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace ding {
+
+class Stream;
+
+struct Cost {
+  double flops = 0;  // floating-point operations (a fused multiply-add counts 2)
+  double bytes = 0;  // bytes that must cross the memory bus at least once
+};
+
+struct OpStats {
+  int64_t calls = 0;
+  double seconds = 0;
+  double flops = 0;
+  double bytes = 0;
+};
+
+class Profiler {
+ public:
+  void record(const std::string& op, double seconds, const Cost& cost);
+  const std::map<std::string, OpStats>& stats() const { return stats_; }
+  void clear() { stats_.clear(); }
+  std::string report() const;  // a table: op, calls, ms, GFLOP/s, GB/s
+
+ private:
+  std::map<std::string, OpStats> stats_;
+};
+
+// Records one op into stream.profiler (when set) for the scope's lifetime.
+class ProfileScope {
+ public:
+  ProfileScope(Stream& stream, const char* op, const Cost& cost);
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  Stream& stream_;
+  const char* op_;
+  Cost cost_;
+  int64_t start_ns_ = 0;
+};
+
+}  // namespace ding

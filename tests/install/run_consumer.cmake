@@ -1,0 +1,15 @@
+# Installs the built ding into a scratch prefix and builds + runs a consumer project with
+# find_package(ding). Run by ctest as install.find_package_consumer.
+file(REMOVE_RECURSE ${DING_SCRATCH})
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message("${out}")
+endfunction()
+run(${CMAKE_COMMAND} --install ${DING_BUILD_DIR} --prefix ${DING_SCRATCH}/prefix)
+run(${CMAKE_COMMAND} -S ${DING_CONSUMER_SOURCE} -B ${DING_SCRATCH}/build -G ${DING_GENERATOR}
+    "-DCMAKE_PREFIX_PATH=${DING_SCRATCH}/prefix;${DING_PREFIX_PATH}" -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build ${DING_SCRATCH}/build)
+run(${DING_SCRATCH}/build/consumer)

@@ -1,0 +1,166 @@
+#include "op_cases.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace ding::testing {
+
+CaseRun::CaseRun(Device& device_, uint64_t seed) : device(device_), stream(device_.default_stream()), rng(seed) {}
+
+namespace {
+
+void to_bytes(DType dtype, const std::vector<double>& v, std::vector<uint8_t>& bytes) {
+  bytes.resize(v.size() * dtype_size(dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint8_t* p = bytes.data() + i * dtype_size(dtype);
+    switch (dtype) {
+      case DType::f32: { float f = float(v[i]); std::memcpy(p, &f, 4); break; }
+      case DType::f16: { f16 h = f32_to_f16(float(v[i])); std::memcpy(p, &h, 2); break; }
+      case DType::bf16: { bf16 h = f32_to_bf16(float(v[i])); std::memcpy(p, &h, 2); break; }
+      case DType::f8e4m3: { f8e4m3 q = f32_to_f8e4m3(float(v[i])); std::memcpy(p, &q, 1); break; }
+      case DType::i8: { int8_t q = int8_t(std::lround(v[i])); std::memcpy(p, &q, 1); break; }
+      case DType::i32: { int32_t q = int32_t(std::llround(v[i])); std::memcpy(p, &q, 4); break; }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor CaseRun::upload_values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<double>& v) {
+  Tensor t = Tensor::view(nullptr, &device, dtype, shape);
+  if (size_t(t.numel()) != v.size())
+    throw Error(ErrorCode::internal, "case builds " + t.shape_str() + " from " + std::to_string(v.size()) + " values");
+  buffers_.push_back(device.alloc(t.nbytes()));
+  t.data = buffers_.back().data();
+  std::vector<uint8_t> bytes;
+  to_bytes(dtype, v, bytes);
+  upload(stream, t, bytes.data(), bytes.size());
+  return t;
+}
+
+Tensor CaseRun::uniform(DType dtype, std::initializer_list<int64_t> shape, double lo, double hi) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = dist(rng);
+  return upload_values(dtype, shape, v);
+}
+
+Tensor CaseRun::normal(DType dtype, std::initializer_list<int64_t> shape, double stddev) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::normal_distribution<double> dist(0.0, stddev);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = dist(rng);
+  return upload_values(dtype, shape, v);
+}
+
+Tensor CaseRun::values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<double>& v) {
+  return upload_values(dtype, shape, v);
+}
+
+Tensor CaseRun::ints(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v) {
+  return upload_values(DType::i32, shape, std::vector<double>(v.begin(), v.end()));
+}
+
+Tensor CaseRun::random_ints(std::initializer_list<int64_t> shape, int32_t lo, int32_t hi_inclusive) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::uniform_int_distribution<int32_t> dist(lo, hi_inclusive);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t& x : v) x = dist(rng);
+  return ints(shape, v);
+}
+
+Tensor CaseRun::output(const char* name, DType dtype, std::initializer_list<int64_t> shape, Compare compare) {
+  Tensor t = Tensor::view(nullptr, &device, dtype, shape);
+  buffers_.push_back(device.alloc(t.nbytes()));
+  t.data = buffers_.back().data();
+  outputs_.push_back({name, t, compare});
+  return t;
+}
+
+Tensor CaseRun::inout(const char* name, DType dtype, std::initializer_list<int64_t> shape, double stddev) {
+  Tensor t = normal(dtype, shape, stddev);
+  inouts_.push_back({t, read(t)});
+  outputs_.push_back({name, t, {}});
+  return t;
+}
+
+Workspace& CaseRun::workspace(size_t bytes) {
+  workspace_ = std::make_unique<Workspace>(device, bytes);
+  return *workspace_;
+}
+
+void CaseRun::poison_outputs() {
+  for (const CaseOutput& o : outputs_) {
+    // 0xff.. is a NaN in f32, f16 and bf16; in i32 it is -1, so use 0x80000000 (INT32_MIN).
+    if (o.tensor.dtype == DType::i32) {
+      std::vector<int32_t> poison(size_t(o.tensor.numel()), INT32_MIN);
+      upload(stream, o.tensor, poison.data(), o.tensor.nbytes());
+    } else {
+      device.fill_bytes(stream, o.tensor.data, 0xff, o.tensor.nbytes());
+    }
+  }
+  for (auto& [t, initial] : inouts_) {
+    std::vector<uint8_t> bytes;
+    to_bytes(t.dtype, initial, bytes);
+    upload(stream, t, bytes.data(), bytes.size());
+  }
+  stream.synchronize();
+}
+
+std::vector<double> CaseRun::read(const Tensor& t) const {
+  std::vector<uint8_t> bytes(t.nbytes());
+  download(stream, bytes.data(), t, bytes.size());
+  std::vector<double> v(size_t(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint8_t* p = bytes.data() + i * dtype_size(t.dtype);
+    switch (t.dtype) {
+      case DType::f32: { float f; std::memcpy(&f, p, 4); v[i] = f; break; }
+      case DType::f16: { f16 h; std::memcpy(&h, p, 2); v[i] = f16_to_f32(h); break; }
+      case DType::bf16: { bf16 h; std::memcpy(&h, p, 2); v[i] = bf16_to_f32(h); break; }
+      case DType::f8e4m3: { f8e4m3 q; std::memcpy(&q, p, 1); v[i] = f8e4m3_to_f32(q); break; }
+      case DType::i8: { int8_t q; std::memcpy(&q, p, 1); v[i] = q; break; }
+      case DType::i32: { int32_t q; std::memcpy(&q, p, 4); v[i] = q; break; }
+    }
+  }
+  return v;
+}
+
+double nmse(const std::vector<double>& actual, const std::vector<double>& reference) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double d = actual[i] - reference[i];
+    err += d * d;
+    ref += reference[i] * reference[i];
+  }
+  return ref > 0 ? err / ref : err;
+}
+
+double rounding_nmse(DType dtype) {
+  // Relative rounding error is uniform in ±ulp/2 with ulp = 2^-(mantissa bits): variance ulp²/12.
+  switch (dtype) {
+    case DType::f32: return std::ldexp(1.0, -46) / 12;
+    case DType::f16: return std::ldexp(1.0, -20) / 12;
+    case DType::bf16: return std::ldexp(1.0, -14) / 12;
+    case DType::f8e4m3: return std::ldexp(1.0, -6) / 12;
+    default: return 0;
+  }
+}
+
+const std::vector<OpCase>& all_op_cases() {
+  static const std::vector<OpCase> cases = [] {
+    std::vector<OpCase> all;
+    for (auto family : {matmul_cases, softmax_cases, norm_cases, activation_cases, embedding_cases, rope_cases,
+                        attention_cases, moe_cases, sampling_cases}) {
+      auto more = family();
+      all.insert(all.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    }
+    return all;
+  }();
+  return cases;
+}
+
+}  // namespace ding::testing

@@ -1,0 +1,101 @@
+// Op cases: the shapes and parameters every op is exercised with. The parity tests run each
+// case on the reference backend and on every other backend and compare; ding-bench runs the
+// same cases in perf mode. A case builds its tensors on whatever device it is given from a
+// seeded generator, so two devices given the same seed see identical inputs.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ding/ding.h"
+
+namespace ding::testing {
+
+// How a case's output is judged against the reference.
+struct Compare {
+  enum Kind { nmse, exact } kind = nmse;
+  int64_t allowed_mismatches = 0;  // exact only: elements that may differ (with the reason in the case)
+};
+
+// One output of a case, read back to the host for comparison.
+struct CaseOutput {
+  std::string name;
+  Tensor tensor;
+  Compare compare;
+};
+
+// A case instantiated on one device: owns its buffers, knows how to run the op.
+class CaseRun {
+ public:
+  CaseRun(Device& device, uint64_t seed);
+
+  Device& device;
+  Stream& stream;
+  std::mt19937_64 rng;
+
+  // Inputs. Values are generated on the host in double, rounded to `dtype` and uploaded.
+  Tensor uniform(DType dtype, std::initializer_list<int64_t> shape, double lo = -1.0, double hi = 1.0);
+  Tensor normal(DType dtype, std::initializer_list<int64_t> shape, double stddev = 1.0);
+  Tensor values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<double>& v);
+  Tensor ints(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v);
+  Tensor random_ints(std::initializer_list<int64_t> shape, int32_t lo, int32_t hi_inclusive);
+  // Outputs: poisoned (NaN for floats, 0x80000000 for i32) before each run; compared after.
+  Tensor output(const char* name, DType dtype, std::initializer_list<int64_t> shape, Compare compare = {});
+  // An input that the op also writes (in-place ops): filled like `normal`, compared after, and
+  // restored to its initial values before each run so runs are repeatable.
+  Tensor inout(const char* name, DType dtype, std::initializer_list<int64_t> shape, double stddev = 1.0);
+  // Device scratch that is neither compared nor initialised (e.g. a workspace).
+  Workspace& workspace(size_t bytes);
+
+  // Set by the case: launches the op once on `stream`; and the op's cost for the bench.
+  std::function<void(Stream&)> launch;
+  Cost cost;
+
+  void poison_outputs();  // poison outputs, restore in-out tensors
+  void run() {
+    launch(stream);
+    stream.synchronize();
+  }
+  const std::vector<CaseOutput>& outputs() const { return outputs_; }
+  std::vector<double> read(const Tensor& t) const;  // any dtype → f64 on the host
+
+ private:
+  Tensor upload_values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<double>& v);
+  std::vector<Buffer> buffers_;
+  std::vector<CaseOutput> outputs_;
+  std::vector<std::pair<Tensor, std::vector<double>>> inouts_;
+  std::unique_ptr<Workspace> workspace_;
+};
+
+struct OpCase {
+  std::string op;        // the op's name in op_list.h
+  std::string name;      // op + parameters, unique: "matmul/M17_N33_K64_xbf16_wbf16_bias"
+  double tolerance = 0;  // NMSE bound against the reference
+  std::string reason;    // why this tolerance (precision of the dtype, accumulation order, ...)
+  std::function<void(CaseRun&)> build;  // make tensors on run.device, set run.launch and run.cost
+  bool in_tests = true;                 // small enough for the parity suite on the reference
+  bool in_bench = true;                 // worth timing in ding-bench
+};
+
+// Per-family case lists (tests/ops/<family>_cases.cpp) and all of them in op_list order.
+std::vector<OpCase> matmul_cases();
+std::vector<OpCase> norm_cases();
+std::vector<OpCase> activation_cases();
+std::vector<OpCase> softmax_cases();
+std::vector<OpCase> embedding_cases();
+std::vector<OpCase> rope_cases();
+std::vector<OpCase> attention_cases();
+std::vector<OpCase> moe_cases();
+std::vector<OpCase> sampling_cases();
+const std::vector<OpCase>& all_op_cases();
+
+// Normalised mean squared error Σ(a-b)² / Σb², with b the reference (Σb² = 0 → Σ(a-b)²).
+double nmse(const std::vector<double>& actual, const std::vector<double>& reference);
+
+// The NMSE a dtype's rounding alone produces on unit-scale data: ≈ ulp²/12 relative.
+double rounding_nmse(DType dtype);
+
+}  // namespace ding::testing
