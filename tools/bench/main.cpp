@@ -1,1 +1,103 @@
-int main() { return 0; }
+// ding-bench: op benchmarks with a roofline column.
+//   ding-bench ops [--backend cpu] [--op matmul] [--filter TEXT] [--all] [--threads N]
+// runs the op cases of tests/ops in perf mode: median time per case, achieved GB/s and GFLOP/s
+// from the op's cost model, and the share of the roofline min(peak FLOP/s, AI × bandwidth)
+// reached, with both ceilings measured in this process and printed with how they were measured.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "ceilings.h"
+#include "op_cases.h"
+
+namespace ding::bench {
+namespace {
+
+struct OpsOptions {
+  std::string backend = "cpu";
+  std::string op;
+  std::string filter;
+  bool all = false;
+  double min_time = 0.3;
+};
+
+std::string human_bytes(size_t bytes) {
+  if (bytes >= (size_t(1) << 30)) return fmt::format("{:.1f} GiB", double(bytes) / double(1 << 30));
+  return fmt::format("{} MiB", bytes >> 20);
+}
+
+int run_ops(const OpsOptions& o) {
+  Device& device = Device::open(o.backend);
+  const Caps& caps = device.caps();
+  fmt::print("ding-bench ops: backend {} — {}, last-level cache {}\n", caps.backend, caps.name, human_bytes(caps.llc_bytes));
+  const Ceilings ceil = measure_ceilings(device);
+  fmt::print("ceilings (measured now): bandwidth {:.1f} GB/s ({}); compute {:.1f} GFLOP/s ({})\n", ceil.bandwidth_gbs,
+             ceil.bandwidth_how, ceil.gflops, ceil.gflops_how);
+  fmt::print("roof% = time the roofline allows (max of bytes/bandwidth, FLOPs/compute) / measured time\n\n");
+  fmt::print("{:<60} {:>10} {:>9} {:>9} {:>8} {:>5} {:>6}\n", "case", "median ms", "GB/s", "GFLOP/s", "FLOP/B", "bound",
+             "roof%");
+  int ran = 0;
+  for (const testing::OpCase& c : testing::all_op_cases()) {
+    if (!o.op.empty() && c.op != o.op) continue;
+    if (!o.filter.empty() && c.name.find(o.filter) == std::string::npos) continue;
+    if (!c.in_bench || (c.in_tests && !o.all)) continue;
+    testing::CaseRun run(device, 1234);
+    try {
+      c.build(run);
+      run.poison_outputs();
+    } catch (const Error& e) {
+      fmt::print("{:<60} skipped: {}\n", c.name, e.what());
+      continue;
+    }
+    const double seconds = median_seconds([&] { run.run(); }, 2, 5, o.min_time);
+    const Cost& cost = run.cost;
+    const double gbs = cost.bytes / seconds * 1e-9, gflops = cost.flops / seconds * 1e-9;
+    const double memory_time = cost.bytes / (ceil.bandwidth_gbs * 1e9), compute_time = cost.flops / (ceil.gflops * 1e9);
+    const double roof_time = std::max(memory_time, compute_time);
+    fmt::print("{:<60} {:>10.4f} {:>9.2f} {:>9.2f} {:>8.2f} {:>5} {:>5.0f}%\n", c.name, seconds * 1e3, gbs, gflops,
+               cost.bytes > 0 ? cost.flops / cost.bytes : 0.0, memory_time >= compute_time ? "mem" : "flop",
+               roof_time / seconds * 100.0);
+    std::fflush(stdout);
+    ++ran;
+  }
+  if (ran == 0) {
+    fmt::print(stderr, "ding-bench: no case matched (op '{}', filter '{}'{})\n", o.op, o.filter, o.all ? "" : ", try --all");
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ding::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"ding-bench: op and model benchmarks with a roofline column"};
+  app.require_subcommand(1);
+  ding::bench::OpsOptions ops;
+  int threads = 0;
+  CLI::App* ops_cmd = app.add_subcommand("ops", "time every op case on a backend against measured ceilings");
+  ops_cmd->add_option("--backend", ops.backend, "backend: cpu, ref, cuda, ... (default cpu)");
+  ops_cmd->add_option("--op", ops.op, "only this op (a name from ops/op_list.h)");
+  ops_cmd->add_option("--filter", ops.filter, "only cases whose name contains this text");
+  ops_cmd->add_flag("--all", ops.all, "also time the small parity-test cases, not only the benchmark shapes");
+  ops_cmd->add_option("--min-time", ops.min_time, "seconds to spend timing each case (default 0.3)")->check(CLI::PositiveNumber);
+  ops_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  if (threads > 0) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  if (!ops.op.empty()) {
+    bool known = false;
+    for (const char* name : ding::ops::kOpNames) known |= ops.op == name;
+    if (!known) {
+      std::cerr << "ding-bench: unknown op '" << ops.op << "' (see ops/op_list.h)\n";
+      return 2;
+    }
+  }
+  try {
+    return ding::bench::run_ops(ops);
+  } catch (const ding::Error& e) {
+    std::cerr << "ding-bench: " << e.what() << "\n";
+    return 1;
+  }
+}
