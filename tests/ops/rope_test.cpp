@@ -66,7 +66,6 @@ TEST(RopeSanity, FirstPairTurnsByPosition_pos1_and_pos2_inplace) {
       std::vector<double> v(2 * 8, 0.0);
       auto [p, q] = pair_of(layout, 0, 8);
       v[p] = 1.0, v[8 + p] = 1.0;
-      (void)q;
       Tensor x = run.values(DType::f32, {2, 1, 1, 8}, v), positions = run.ints({2, 1}, {1, 2});
       ops::rope(run.stream, x, x, {.layout = layout, .positions = positions});
       const auto r = run.read(x);
