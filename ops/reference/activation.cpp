@@ -1,11 +1,39 @@
-// STUB (replaced by the activation family work)
-#include "ding/error.h"
+// Reference activations: the formulas of ops/activation.h evaluated in double, element by element.
+//   gelu: the tanh approximation of Hendrycks & Gimpel, "Gaussian Error Linear Units" (2016), eq. in
+//         §2, as GPT-2 uses it (HF transformers: NewGELUActivation, "gelu_new").
+//   silu: Elfwing et al., "Sigmoid-Weighted Linear Units" (2017) (HF: nn.SiLU).
+//   swiglu: Shazeer, "GLU Variants Improve Transformer" (2020), SwiGLU with β = 1 (HF: LlamaMLP,
+//           act_fn(gate_proj(x)) * up_proj(x)).
+// Tensors are contiguous (checked by the front end), so element i sits at offset i in each; reading
+// each element before writing it keeps in-place use (out == x) correct.
+#include <cmath>
+#include <numbers>
+
 #include "reference.h"
 
 namespace ding::reference {
 
-void gelu(Stream&, const ops::GeluArgs&) { throw Error(ErrorCode::not_implemented, "reference gelu: stub"); }
-void silu(Stream&, const ops::SiluArgs&) { throw Error(ErrorCode::not_implemented, "reference silu: stub"); }
-void swiglu(Stream&, const ops::SwigluArgs&) { throw Error(ErrorCode::not_implemented, "reference swiglu: stub"); }
+namespace {
+
+double gelu_tanh(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+double silu_value(double x) { return x / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+void gelu(Stream&, const ops::GeluArgs& a) {
+  for (int64_t i = 0; i < a.x.numel(); ++i) store(a.out, i, gelu_tanh(load(a.x, i)));
+}
+
+void silu(Stream&, const ops::SiluArgs& a) {
+  for (int64_t i = 0; i < a.x.numel(); ++i) store(a.out, i, silu_value(load(a.x, i)));
+}
+
+void swiglu(Stream&, const ops::SwigluArgs& a) {
+  for (int64_t i = 0; i < a.out.numel(); ++i) store(a.out, i, silu_value(load(a.gate, i)) * load(a.up, i));
+}
 
 }  // namespace ding::reference

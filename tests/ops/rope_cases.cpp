@@ -1,8 +1,91 @@
-// STUB
+// rope cases: head dims 6 (all scalar tail), 64, 80 (R/2 = 40: vector + tail for interleaved)
+// and 128; 1, 3 and 25 heads; 1 and 17 tokens; batch 1 and 2; both layouts; partial rotation
+// (R < D, the rest copied); positions from a tensor (up to 8000, where f32 angles would fail)
+// or an offset; theta 10⁴ and 5·10⁵; every dtype, mixed in/out, in place.
+#include <string>
+
 #include "op_cases.h"
 
 namespace ding::testing {
 
-std::vector<OpCase> rope_cases() { return {}; }
+namespace {
+
+std::string dt(DType d) { return std::string(dtype_name(d)); }
+
+struct RopeShape {
+  int64_t B, T, H, D;
+  DType in, out;
+  ops::RopeLayout layout = ops::RopeLayout::neox;
+  int64_t rotary_dim = 0;
+  bool positions_tensor = false;  // else position_offset
+  int64_t offset = 0;
+  float theta = 10000.0f;
+  bool in_place = false;
+  bool in_tests = true;
+};
+
+// Measured worst NMSE over 15 seeds of every case: f32 3.2·10⁻¹⁵, f16 0.0056 × and bf16
+// 0.0007 × rounding_nmse. Bounds ~15× above.
+double tolerance(DType out) {
+  switch (out) {
+    case DType::f32: return 5e-14;
+    case DType::f16: return 0.1 * rounding_nmse(out);
+    default: return 0.01 * rounding_nmse(out);
+  }
+}
+const char* kReason =
+    "f32: cos/sin of double angles rounded to f32 and one f32 rotation (measured ≤ 3.2e-15); f16/bf16: the "
+    "output is rounded once in both, and the f32 kernel lands on the other neighbour only within ~1 f32 ulp "
+    "of a rounding midpoint (measured ≤ 0.0056 × rounding_nmse)";
+
+OpCase rope_case(RopeShape s) {
+  OpCase c;
+  c.op = "rope";
+  c.name = "rope/B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_H" + std::to_string(s.H) + "_D" +
+           std::to_string(s.D) + (s.rotary_dim ? "_R" + std::to_string(s.rotary_dim) : "") + "_" + dt(s.in) +
+           (s.out != s.in ? "_out" + dt(s.out) : "") +
+           (s.layout == ops::RopeLayout::neox ? "_neox" : "_interleaved") +
+           (s.positions_tensor ? std::string("_positions") : "_offset" + std::to_string(s.offset)) +
+           (s.theta != 10000.0f ? "_theta" + std::to_string(int64_t(s.theta)) : "") + (s.in_place ? "_inplace" : "");
+  c.tolerance = tolerance(s.out);
+  c.reason = kReason;
+  c.in_tests = s.in_tests;
+  c.build = [s](CaseRun& run) {
+    Tensor x = s.in_place ? run.inout("x", s.in, {s.B, s.T, s.H, s.D}) : run.normal(s.in, {s.B, s.T, s.H, s.D});
+    Tensor out = s.in_place ? x : run.output("out", s.out, {s.B, s.T, s.H, s.D});
+    ops::RopeParams p{.layout = s.layout, .theta = s.theta, .rotary_dim = s.rotary_dim};
+    if (s.positions_tensor)
+      p.positions = run.random_ints({s.B, s.T}, 0, 8000);
+    else
+      p.position_offset = s.offset;
+    run.launch = [=](Stream& st) { ops::rope(st, out, x, p); };
+    run.cost = ops::cost(ops::RopeArgs{out, x, p});
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> rope_cases() {
+  using ops::RopeLayout;
+  std::vector<OpCase> cases;
+  for (DType d : {DType::f32, DType::f16, DType::bf16})
+    for (RopeLayout layout : {RopeLayout::neox, RopeLayout::interleaved}) {
+      cases.push_back(rope_case({1, 1, 1, 64, d, d, layout, 0, false, 0}));
+      cases.push_back(rope_case({2, 17, 3, 128, d, d, layout, 0, true}));
+      cases.push_back(rope_case({1, 17, 25, 80, d, d, layout, 0, false, 3000}));
+      cases.push_back(rope_case({2, 1, 3, 6, d, d, layout, 0, true}));
+      cases.push_back(rope_case({1, 17, 3, 80, d, d, layout, 32, false, 100}));  // partial: dims 32..79 copied
+      cases.push_back(rope_case({2, 17, 1, 64, d, d, layout, 0, true, 0, 500000.0f, /*in_place=*/true}));
+      cases.push_back(rope_case({1, 17, 3, 128, d, d, layout, 64, true, 0, 10000.0f, /*in_place=*/true}));
+    }
+  cases.push_back(rope_case({2, 17, 3, 64, DType::bf16, DType::f32, RopeLayout::neox, 0, true}));
+  cases.push_back(rope_case({2, 17, 3, 64, DType::f32, DType::f16, RopeLayout::interleaved, 0, true}));
+  // Bench: a Llama-style 32-head, D = 128 layer over a 256-token prompt and one decode token.
+  for (int64_t T : {256, 1})
+    for (DType d : {DType::f32, DType::bf16})
+      cases.push_back(rope_case({1, T, 32, 128, d, d, RopeLayout::neox, 0, false, T == 1 ? 256 : 0, 10000.0f, true, false}));
+  return cases;
+}
 
 }  // namespace ding::testing

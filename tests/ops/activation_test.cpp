@@ -1,0 +1,138 @@
+// gelu, silu, swiglu: closed-form facts on the reference (and the CPU kernel), and bad input
+// through the public front end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "op_cases.h"
+
+namespace ding::testing {
+namespace {
+
+// Runs `f`, expecting a ding::Error with `code` whose message contains every string of `parts`.
+void expect_error(const std::function<void()>& f, ErrorCode code, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no ding::Error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+  }
+}
+
+const char* const kBackends[] = {"ref", "cpu"};
+const std::vector<double> kPoints = {0.0, 0.3, 1.0, 2.5, 7.0, 30.0, 1e-3, 4.0, 12.0};
+
+std::vector<double> negated(std::vector<double> v) {
+  for (double& x : v) x = -x;
+  return v;
+}
+
+// f(x) − f(−x) = x holds for both: gelu because tanh is odd, silu because σ(x) + σ(−x) = 1.
+template <class Op>
+void check_odd_part_is_identity(Op op, const char* backend) {
+  CaseRun run(Device::open(backend), 1);
+  const int64_t n = int64_t(kPoints.size());
+  Tensor xp = run.values(DType::f32, {n}, kPoints), xn = run.values(DType::f32, {n}, negated(kPoints));
+  Tensor yp = run.output("yp", DType::f32, {n}), yn = run.output("yn", DType::f32, {n});
+  op(run.stream, yp, xp);
+  op(run.stream, yn, xn);
+  const auto a = run.read(yp), b = run.read(yn);
+  for (size_t i = 0; i < kPoints.size(); ++i) EXPECT_NEAR(a[i] - b[i], kPoints[i], 1e-6 * (1 + kPoints[i])) << backend;
+}
+
+TEST(GeluSanity, OddPartIsIdentity_9points) {
+  for (const char* backend : kBackends) check_odd_part_is_identity(ops::gelu, backend);
+}
+
+TEST(SiluSanity, OddPartIsIdentity_9points) {
+  for (const char* backend : kBackends) check_odd_part_is_identity(ops::silu, backend);
+}
+
+TEST(GeluSanity, ZeroAndSaturation_0_pm30) {
+  for (const char* backend : kBackends) {
+    CaseRun run(Device::open(backend), 1);
+    Tensor x = run.values(DType::f32, {3}, {0.0, 30.0, -30.0}), y = run.output("y", DType::f32, {3});
+    ops::gelu(run.stream, y, x);
+    const auto v = run.read(y);
+    EXPECT_EQ(v[0], 0.0) << backend;
+    EXPECT_NEAR(v[1], 30.0, 1e-5) << backend;
+    EXPECT_NEAR(v[2], 0.0, 1e-6) << backend;
+  }
+}
+
+TEST(SiluSanity, AtLn3IsThreeQuartersLn3_inplace) {
+  // σ(ln 3) = 3/4, computed in place (out == x).
+  for (const char* backend : kBackends) {
+    CaseRun run(Device::open(backend), 1);
+    Tensor x = run.values(DType::f32, {1}, {std::log(3.0)});
+    ops::silu(run.stream, x, x);
+    EXPECT_NEAR(run.read(x)[0], 0.75 * std::log(3.0), 1e-7) << backend;
+  }
+}
+
+TEST(SwigluSanity, UpOfTwoDoublesSilu_n9) {
+  for (const char* backend : kBackends) {
+    CaseRun run(Device::open(backend), 1);
+    const int64_t n = int64_t(kPoints.size());
+    Tensor gate = run.values(DType::f32, {n}, negated(kPoints)), up = run.values(DType::f32, {n}, std::vector<double>(n, 2.0));
+    Tensor y = run.output("y", DType::f32, {n}), s = run.output("s", DType::f32, {n});
+    ops::swiglu(run.stream, y, gate, up);
+    ops::silu(run.stream, s, gate);
+    const auto a = run.read(y), b = run.read(s);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(a[i], 2 * b[i]) << backend;
+  }
+}
+
+class ActivationBadInput : public ::testing::Test {
+ protected:
+  Device& cpu = Device::open("cpu");
+  CaseRun run{cpu, 1};
+  Tensor x = run.normal(DType::f32, {4, 6});
+  Tensor y = run.output("y", DType::f32, {4, 6});
+};
+
+TEST_F(ActivationBadInput, ShapeMismatch_out4x5_x4x6) {
+  Tensor y5 = run.output("y5", DType::f32, {4, 5});
+  expect_error([&] { ops::gelu(run.stream, y5, x); }, ErrorCode::shape_mismatch, {"gelu", "x", "[4, 6]", "[4, 5]"});
+  expect_error([&] { ops::silu(run.stream, y5, x); }, ErrorCode::shape_mismatch, {"silu", "[4, 6]", "[4, 5]"});
+}
+
+TEST_F(ActivationBadInput, SwigluUpShape_4x6_vs_4x7) {
+  Tensor up = run.normal(DType::f32, {4, 7});
+  expect_error([&] { ops::swiglu(run.stream, y, x, up); }, ErrorCode::shape_mismatch, {"swiglu", "up", "[4, 7]", "[4, 6]"});
+}
+
+TEST_F(ActivationBadInput, IntegerDtype_i32) {
+  Tensor xi = run.random_ints({4, 6}, 0, 3);
+  expect_error([&] { ops::silu(run.stream, y, xi); }, ErrorCode::dtype_mismatch, {"silu", "x", "i32"});
+  expect_error([&] { ops::swiglu(run.stream, y, x, xi); }, ErrorCode::dtype_mismatch, {"swiglu", "up", "i32"});
+}
+
+TEST_F(ActivationBadInput, OtherDevice_gate_on_ref) {
+  CaseRun other(Device::open("ref"), 1);
+  Tensor g = other.normal(DType::f32, {4, 6});
+  expect_error([&] { ops::swiglu(run.stream, y, g, x); }, ErrorCode::device_mismatch, {"swiglu", "gate", "ref"});
+}
+
+TEST_F(ActivationBadInput, PartialOverlap_out_shifted_by_one_row) {
+  Tensor big = run.normal(DType::f32, {5, 6});
+  Tensor in = big.slice(0, 0, 4), out = big.slice(0, 1, 5);
+  expect_error([&] { ops::gelu(run.stream, out, in); }, ErrorCode::aliasing, {"gelu", "out", "overlaps", "x"});
+}
+
+TEST_F(ActivationBadInput, ZeroSizeDim_4x0) {
+  Tensor empty = Tensor::view(x.data, &cpu, DType::f32, {4, 0});
+  expect_error([&] { ops::gelu(run.stream, empty, empty); }, ErrorCode::invalid_argument, {"gelu", "out", "size 0"});
+}
+
+TEST_F(ActivationBadInput, OverflowShape_2pow31_cubed) {
+  const int64_t n = int64_t(1) << 31;
+  Tensor huge = Tensor::view(x.data, &cpu, DType::f32, {n, n, n});
+  expect_error([&] { ops::silu(run.stream, huge, huge); }, ErrorCode::invalid_argument, {"silu", "64 bits"});
+}
+
+}  // namespace
+}  // namespace ding::testing
