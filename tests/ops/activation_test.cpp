@@ -6,21 +6,13 @@
 #include <functional>
 #include <string>
 
+#include "expect_error.h"
 #include "op_cases.h"
 
 namespace ding::testing {
 namespace {
 
 // Runs `f`, expecting a ding::Error with `code` whose message contains every string of `parts`.
-void expect_error(const std::function<void()>& f, ErrorCode code, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no ding::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
-  }
-}
 
 const char* const kBackends[] = {"ref", "cpu"};
 const std::vector<double> kPoints = {0.0, 0.3, 1.0, 2.5, 7.0, 30.0, 1e-3, 4.0, 12.0};
