@@ -1,10 +1,290 @@
-// STUB (replaced by the attention family work)
+// CPU attention. Online softmax over blocks of keys (FlashAttention, Dao et al. 2022): each query
+// row keeps a running max m, denominator l and unnormalised output acc, rescaled when m grows, so
+// no Tq×Tk score matrix exists. A task gathers every query row that reads one kv head (the
+// group's heads, and for prefill a run of positions) so each K/V row is fetched from memory once
+// and reused from L1 by all of them. Decode splits long caches into fixed chunks of keys whose
+// partial (m, l, acc) are combined afterwards (flash-decoding), so batch 1 still fills every core.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention_math.h"
 #include "ding/error.h"
+#include "ding/ops/attention.h"
 #include "kernels.h"
+#include "simd.h"
 
 namespace ding::cpu {
+namespace {
 
-void attention_prefill(Stream&, const ops::AttentionPrefillArgs&) { throw Error(ErrorCode::not_implemented, "cpu attention_prefill: stub"); }
-void attention_decode(Stream&, const ops::AttentionDecodeArgs&) { throw Error(ErrorCode::not_implemented, "cpu attention_decode: stub"); }
+constexpr int64_t kKeyBlock = 32;       // keys scored per step: every row's block of scores stays in L1
+constexpr int64_t kPrefillRows = 16;    // query rows per prefill task (group heads × positions)
+constexpr int64_t kKeysPerSplit = 512;  // decode chunk; fixed, so results do not depend on the thread count
+
+inline float widen(float x) { return x; }
+inline float widen(f16 x) { return f16_to_f32(x); }
+inline float widen(bf16 x) { return bf16_to_f32(x); }
+
+template <class T>
+float dot(const float* q, const T* k, int64_t D) {
+  int64_t d = 0;
+  float s = 0;
+#ifdef DING_CPU_AVX2
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  for (; d + 16 <= D; d += 16) {
+    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
+    s1 = _mm256_fmadd_ps(load8(q + d + 8), load8(k + d + 8), s1);
+  }
+  if (d + 8 <= D) {
+    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
+    d += 8;
+  }
+  s = hsum(_mm256_add_ps(s0, s1));
+#endif
+  for (; d < D; ++d) s += q[d] * widen(k[d]);
+  return s;
+}
+
+// acc += p · v
+template <class T>
+void axpy(float* acc, float p, const T* v, int64_t D) {
+  int64_t d = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 pv = _mm256_set1_ps(p);
+  for (; d + 8 <= D; d += 8) store8(acc + d, _mm256_fmadd_ps(pv, load8(v + d), load8(acc + d)));
+#endif
+  for (; d < D; ++d) acc[d] += p * widen(v[d]);
+}
+
+void scale_in_place(float* x, float a, int64_t n) {
+  int64_t i = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 av = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8) store8(x + i, _mm256_mul_ps(av, load8(x + i)));
+#endif
+  for (; i < n; ++i) x[i] *= a;
+}
+
+// x[i] = e^(x[i] - shift); returns Σ x[i].
+float exp_shifted_sum(float* x, float shift, int64_t n) {
+  int64_t i = 0;
+  float sum = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 sv = _mm256_set1_ps(shift);
+  __m256 total = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(load8(x + i), sv));
+    store8(x + i, e);
+    total = _mm256_add_ps(total, e);
+  }
+  sum = hsum(total);
+#endif
+  for (; i < n; ++i) sum += x[i] = std::exp(x[i] - shift);
+  return sum;
+}
+
+// The query rows of one task, all reading the same kv head, each with its online-softmax state.
+struct RowBlock {
+  int64_t count = 0, D = 0;
+  float* q = nullptr;       // [count, D], pre-multiplied by the scale
+  int64_t* keys = nullptr;  // [count]: row r sees keys [0, keys[r])
+  float* score = nullptr;   // [count, kKeyBlock]: the current block's scores, then weights
+  float* m = nullptr;       // [count] running max of the scores seen
+  float* l = nullptr;       // [count] Σ e^(s - m)
+  float* acc = nullptr;     // [count, D] Σ e^(s - m) · v
+};
+
+// Per-thread scratch, grown to the largest task seen and then reused: nothing allocated per row.
+struct Scratch {
+  std::vector<float> floats;
+  std::vector<int64_t> keys;
+};
+
+// Carves the q/keys/score arrays (and, unless the caller supplies them, m/l/acc) from `s`.
+RowBlock row_block(Scratch& s, int64_t count, int64_t D, bool own_state) {
+  const size_t need = size_t(count * (D + kKeyBlock) + (own_state ? count * (D + 2) : 0));
+  if (s.floats.size() < need) s.floats.resize(need);
+  if (s.keys.size() < size_t(count)) s.keys.resize(size_t(count));
+  RowBlock rows;
+  rows.count = count;
+  rows.D = D;
+  rows.q = s.floats.data();
+  rows.score = rows.q + count * D;
+  rows.keys = s.keys.data();
+  if (own_state) {
+    rows.m = rows.score + count * kKeyBlock;
+    rows.l = rows.m + count;
+    rows.acc = rows.l + count;
+  }
+  return rows;
+}
+
+void reset_state(RowBlock& rows) {
+  std::fill_n(rows.m, rows.count, -std::numeric_limits<float>::infinity());
+  std::fill_n(rows.l, rows.count, 0.0f);
+  std::fill_n(rows.acc, rows.count * rows.D, 0.0f);
+}
+
+// Row r of `rows` := scale · the query at byte address q_row (dtype `dtype`).
+void load_query(RowBlock& rows, int64_t r, const void* q_row, DType dtype, float scale) {
+  float* dst = rows.q + r * rows.D;
+  load_row(dst, q_row, dtype, rows.D);
+  scale_in_place(dst, scale, rows.D);
+}
+
+// Folds keys [begin, end) (clipped to each row's visible range) into every row's state.
+// k/v point at key 0 of the kv head; k_step/v_step are the element strides between positions.
+template <class KT, class VT>
+void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t begin,
+                 int64_t end) {
+  const int64_t D = rows.D;
+  for (int64_t j0 = begin; j0 < end; j0 += kKeyBlock) {
+    const int64_t j1 = std::min(end, j0 + kKeyBlock);
+    for (int64_t j = j0; j < j1; ++j) {
+      const KT* kj = k + j * k_step;
+      for (int64_t r = 0; r < rows.count; ++r)
+        if (j < rows.keys[r]) rows.score[r * kKeyBlock + (j - j0)] = dot(rows.q + r * D, kj, D);
+    }
+    for (int64_t r = 0; r < rows.count; ++r) {
+      const int64_t n = std::min(j1, rows.keys[r]) - j0;
+      if (n <= 0) continue;
+      float* s = rows.score + r * kKeyBlock;
+      const float m_new = std::max(rows.m[r], *std::max_element(s, s + n));
+      if (m_new > rows.m[r]) {
+        // e^(m_old - m_new) rescales what was summed under the old max (0 on the first block).
+        const float rescale = std::exp(rows.m[r] - m_new);
+        scale_in_place(rows.acc + r * D, rescale, D);
+        rows.l[r] *= rescale;
+        rows.m[r] = m_new;
+      }
+      rows.l[r] += exp_shifted_sum(s, m_new, n);
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      const VT* vj = v + j * v_step;
+      for (int64_t r = 0; r < rows.count; ++r)
+        if (j < rows.keys[r]) axpy(rows.acc + r * D, rows.score[r * kKeyBlock + (j - j0)], vj, D);
+    }
+  }
+}
+
+const char* element(const Tensor& t, std::initializer_list<int64_t> index) {
+  int64_t at = 0, d = 0;
+  for (int64_t i : index) at += i * t.strides[d++];
+  return static_cast<const char*>(t.data) + at * int64_t(dtype_size(t.dtype));
+}
+
+// Calls f(k, v) with the two tensors' data as typed pointers.
+template <class F>
+void with_kv_types(const Tensor& k, const Tensor& v, F&& f) {
+  with_float_type(k.dtype, static_cast<const void*>(k.data), [&](auto* kp) {
+    with_float_type(v.dtype, static_cast<const void*>(v.data), [&](auto* vp) { f(kp, vp); });
+  });
+}
+
+}  // namespace
+
+void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
+  const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
+  const int64_t Tk = a.k.dim(1), Hkv = a.k.dim(2), group = H / Hkv;
+  const float scale = ops::attention_scale(a.params, D);
+  // A task: the `group` heads of one kv head × `positions` consecutive queries.
+  const int64_t positions = std::max<int64_t>(1, kPrefillRows / group);
+  const int64_t position_blocks = (Tq + positions - 1) / positions;
+  const int64_t tasks = B * position_blocks * Hkv;
+  with_kv_types(a.k, a.v, [&](auto* k_data, auto* v_data) {
+    // Round-robin (static, 1): causal tasks grow with the position block, so interleave them.
+#pragma omp parallel for schedule(static, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t hk = t % Hkv, block = (t / Hkv) % position_blocks, b = t / (Hkv * position_blocks);
+      const int64_t i0 = block * positions, i1 = std::min(Tq, i0 + positions);
+      thread_local Scratch scratch;
+      RowBlock rows = row_block(scratch, (i1 - i0) * group, D, true);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t r = (i - i0) * group + g;
+          load_query(rows, r, element(a.q, {b, i, hk * group + g, 0}), a.q.dtype, scale);
+          // Query i sits at position i + Tk - Tq of the keys.
+          rows.keys[r] = a.params.causal ? i + (Tk - Tq) + 1 : Tk;
+        }
+      reset_state(rows);
+      const int64_t kv_end = a.params.causal ? i1 + (Tk - Tq) : Tk;
+      attend_keys(rows, k_data + b * a.k.strides[0] + hk * a.k.strides[2], a.k.strides[1],
+                  v_data + b * a.v.strides[0] + hk * a.v.strides[2], a.v.strides[1], 0, kv_end);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t r = (i - i0) * group + g;
+          float* o = rows.acc + r * D;
+          scale_in_place(o, 1.0f / rows.l[r], D);
+          store_row(const_cast<char*>(element(a.out, {b, i, hk * group + g, 0})), a.out.dtype, o, D);
+        }
+    }
+  });
+}
+
+void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
+  const int64_t B = a.q.dim(0), H = a.q.dim(1), D = a.q.dim(2);
+  const int64_t S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2), group = H / Hkv;
+  const float scale = ops::attention_scale(a.params, D);
+  const int32_t* seq_lens = a.seq_lens.ptr<const int32_t>();
+  for (int64_t b = 0; b < B; ++b)
+    if (seq_lens[b] < 1 || seq_lens[b] > S)
+      throw Error(ErrorCode::invalid_argument, fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})",
+                                                           b, seq_lens[b], S, a.k_cache.shape_str()));
+
+  // Partial states per (b, kv head, split) task, rows = the group's heads: [tasks][group] m and l,
+  // [tasks][group][D] acc. A split past a sequence's length stays empty (l = 0).
+  const int64_t splits = (S + kKeysPerSplit - 1) / kKeysPerSplit;
+  const int64_t tasks = B * Hkv * splits;
+  std::vector<float> partial(size_t(tasks * group * (D + 2)));
+  float* const part_m = partial.data();
+  float* const part_l = part_m + tasks * group;
+  float* const part_acc = part_l + tasks * group;
+
+  with_kv_types(a.k_cache, a.v_cache, [&](auto* k_data, auto* v_data) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t split = t % splits, hk = (t / splits) % Hkv, b = t / (splits * Hkv);
+      thread_local Scratch scratch;
+      RowBlock rows = row_block(scratch, group, D, false);
+      rows.m = part_m + t * group;
+      rows.l = part_l + t * group;
+      rows.acc = part_acc + t * group * D;
+      reset_state(rows);
+      const int64_t begin = split * kKeysPerSplit, end = std::min<int64_t>(seq_lens[b], begin + kKeysPerSplit);
+      if (begin >= end) continue;
+      for (int64_t g = 0; g < group; ++g) {
+        load_query(rows, g, element(a.q, {b, hk * group + g, 0}), a.q.dtype, scale);
+        rows.keys[g] = seq_lens[b];
+      }
+      attend_keys(rows, k_data + b * a.k_cache.strides[0] + hk * a.k_cache.strides[2], a.k_cache.strides[1],
+                  v_data + b * a.v_cache.strides[0] + hk * a.v_cache.strides[2], a.v_cache.strides[1], begin, end);
+    }
+
+    // Combine the splits of each (b, h): o = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s, M = max_s m_s.
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H, hk = h / group, g = h % group;
+      const int64_t first = (b * Hkv + hk) * splits;
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < splits; ++s)
+        if (part_l[(first + s) * group + g] > 0) M = std::max(M, part_m[(first + s) * group + g]);
+      thread_local std::vector<float> o;
+      o.assign(size_t(D), 0.0f);
+      float L = 0;
+      for (int64_t s = 0; s < splits; ++s) {
+        const int64_t state = (first + s) * group + g;
+        if (part_l[state] == 0) continue;
+        const float w = std::exp(part_m[state] - M);
+        L += w * part_l[state];
+        axpy(o.data(), w, part_acc + state * D, D);
+      }
+      scale_in_place(o.data(), 1.0f / L, D);
+      store_row(const_cast<char*>(element(a.out, {b, h, 0})), a.out.dtype, o.data(), D);
+    }
+  });
+}
 
 }  // namespace ding::cpu
