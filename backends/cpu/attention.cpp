@@ -59,6 +59,54 @@ void axpy(float* acc, float p, const T* v, int64_t D) {
   for (; d < D; ++d) acc[d] += p * widen(v[d]);
 }
 
+// Scores of 4 consecutive keys (rows k_step apart): four independent FMA chains hide the FMA
+// latency, and one horizontal reduction serves all four.
+template <class T>
+void dot4(const float* q, const T* k, int64_t k_step, int64_t D, float* score) {
+  const T *k0 = k, *k1 = k + k_step, *k2 = k + 2 * k_step, *k3 = k + 3 * k_step;
+  int64_t d = 0;
+  float s[4] = {0, 0, 0, 0};
+#ifdef DING_CPU_AVX2
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  for (; d + 8 <= D; d += 8) {
+    const __m256 qd = load8(q + d);
+    a0 = _mm256_fmadd_ps(qd, load8(k0 + d), a0);
+    a1 = _mm256_fmadd_ps(qd, load8(k1 + d), a1);
+    a2 = _mm256_fmadd_ps(qd, load8(k2 + d), a2);
+    a3 = _mm256_fmadd_ps(qd, load8(k3 + d), a3);
+  }
+  // [a0 a1 a2 a3] lane sums: two rounds of pairwise adds, then the two 128-bit halves.
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+#endif
+  for (; d < D; ++d) {
+    s[0] += q[d] * widen(k0[d]);
+    s[1] += q[d] * widen(k1[d]);
+    s[2] += q[d] * widen(k2[d]);
+    s[3] += q[d] * widen(k3[d]);
+  }
+  for (int i = 0; i < 4; ++i) score[i] = s[i];
+}
+
+// acc += Σ_i p[i] · v_i over 4 consecutive value rows: acc crosses the load/store ports once.
+template <class T>
+void axpy4(float* acc, const float* p, const T* v, int64_t v_step, int64_t D) {
+  const T *v0 = v, *v1 = v + v_step, *v2 = v + 2 * v_step, *v3 = v + 3 * v_step;
+  int64_t d = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]), p2 = _mm256_set1_ps(p[2]),
+               p3 = _mm256_set1_ps(p[3]);
+  for (; d + 8 <= D; d += 8) {
+    __m256 a = _mm256_fmadd_ps(p0, load8(v0 + d), load8(acc + d));
+    a = _mm256_fmadd_ps(p1, load8(v1 + d), a);
+    a = _mm256_fmadd_ps(p2, load8(v2 + d), a);
+    store8(acc + d, _mm256_fmadd_ps(p3, load8(v3 + d), a));
+  }
+#endif
+  for (; d < D; ++d)
+    acc[d] += p[0] * widen(v0[d]) + p[1] * widen(v1[d]) + p[2] * widen(v2[d]) + p[3] * widen(v3[d]);
+}
+
 void scale_in_place(float* x, float a, int64_t n) {
   int64_t i = 0;
 #ifdef DING_CPU_AVX2
@@ -137,35 +185,35 @@ void load_query(RowBlock& rows, int64_t r, const void* q_row, DType dtype, float
 
 // Folds keys [begin, end) (clipped to each row's visible range) into every row's state.
 // k/v point at key 0 of the kv head; k_step/v_step are the element strides between positions.
+// Rows run inside a block of keys, so the block's K/V rows come from memory for the first row and
+// from L1/L2 for the rest of the group.
 template <class KT, class VT>
 void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t begin,
                  int64_t end) {
   const int64_t D = rows.D;
   for (int64_t j0 = begin; j0 < end; j0 += kKeyBlock) {
-    const int64_t j1 = std::min(end, j0 + kKeyBlock);
-    for (int64_t j = j0; j < j1; ++j) {
-      const KT* kj = k + j * k_step;
-      for (int64_t r = 0; r < rows.count; ++r)
-        if (j < rows.keys[r]) rows.score[r * kKeyBlock + (j - j0)] = dot(rows.q + r * D, kj, D);
-    }
+    const KT* kb = k + j0 * k_step;
+    const VT* vb = v + j0 * v_step;
     for (int64_t r = 0; r < rows.count; ++r) {
-      const int64_t n = std::min(j1, rows.keys[r]) - j0;
+      const int64_t n = std::min({end, j0 + kKeyBlock, rows.keys[r]}) - j0;  // keys of this block row r sees
       if (n <= 0) continue;
+      const float* q = rows.q + r * D;
       float* s = rows.score + r * kKeyBlock;
+      float* acc = rows.acc + r * D;
+      int64_t j = 0;
+      for (; j + 4 <= n; j += 4) dot4(q, kb + j * k_step, k_step, D, s + j);
+      for (; j < n; ++j) s[j] = dot(q, kb + j * k_step, D);
       const float m_new = std::max(rows.m[r], *std::max_element(s, s + n));
       if (m_new > rows.m[r]) {
         // e^(m_old - m_new) rescales what was summed under the old max (0 on the first block).
         const float rescale = std::exp(rows.m[r] - m_new);
-        scale_in_place(rows.acc + r * D, rescale, D);
+        scale_in_place(acc, rescale, D);
         rows.l[r] *= rescale;
         rows.m[r] = m_new;
       }
       rows.l[r] += exp_shifted_sum(s, m_new, n);
-    }
-    for (int64_t j = j0; j < j1; ++j) {
-      const VT* vj = v + j * v_step;
-      for (int64_t r = 0; r < rows.count; ++r)
-        if (j < rows.keys[r]) axpy(rows.acc + r * D, rows.score[r * kKeyBlock + (j - j0)], vj, D);
+      for (j = 0; j + 4 <= n; j += 4) axpy4(acc, s + j, vb + j * v_step, v_step, D);
+      for (; j < n; ++j) axpy(acc, s[j], vb + j * v_step, D);
     }
   }
 }
