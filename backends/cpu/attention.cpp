@@ -1,15 +1,20 @@
 // CPU attention. Online softmax over blocks of keys (FlashAttention, Dao et al. 2022): each query
 // row keeps a running max m, denominator l and unnormalised output acc, rescaled when m grows, so
-// no Tq×Tk score matrix exists. A task gathers every query row that reads one kv head (the
-// group's heads, and for prefill a run of positions) so each K/V row is fetched from memory once
-// and reused from L1 by all of them. Decode splits long caches into fixed chunks of keys whose
-// partial (m, l, acc) are combined afterwards (flash-decoding), so batch 1 still fills every core.
+// no Tq×Tk score matrix exists. Prefill tasks gather the query rows that read one kv head (the
+// group's heads × a run of positions), so a block of K/V rows is fetched from memory once and
+// reused from cache by all of them. Decode tasks take the heads of a run of kv heads over one
+// fixed chunk of keys; the chunks' partial (m, l, acc) are combined afterwards (flash-decoding),
+// so batch 1 still fills every core.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "attention_math.h"
 #include "ding/error.h"
@@ -139,6 +144,8 @@ struct RowBlock {
   int64_t count = 0, D = 0;
   float* q = nullptr;       // [count, D], pre-multiplied by the scale
   int64_t* keys = nullptr;  // [count]: row r sees keys [0, keys[r])
+  int64_t* k_at = nullptr;  // [count]: element offset of row r's kv head from the k passed to attend_keys
+  int64_t* v_at = nullptr;  // [count]: the same into v
   float* score = nullptr;   // [count, kKeyBlock]: the current block's scores, then weights
   float* m = nullptr;       // [count] running max of the scores seen
   float* l = nullptr;       // [count] Σ e^(s - m)
@@ -155,13 +162,15 @@ struct Scratch {
 RowBlock row_block(Scratch& s, int64_t count, int64_t D, bool own_state) {
   const size_t need = size_t(count * (D + kKeyBlock) + (own_state ? count * (D + 2) : 0));
   if (s.floats.size() < need) s.floats.resize(need);
-  if (s.keys.size() < size_t(count)) s.keys.resize(size_t(count));
+  if (s.keys.size() < size_t(3 * count)) s.keys.resize(size_t(3 * count));
   RowBlock rows;
   rows.count = count;
   rows.D = D;
   rows.q = s.floats.data();
   rows.score = rows.q + count * D;
   rows.keys = s.keys.data();
+  rows.k_at = rows.keys + count;
+  rows.v_at = rows.k_at + count;
   if (own_state) {
     rows.m = rows.score + count * kKeyBlock;
     rows.l = rows.m + count;
@@ -192,14 +201,14 @@ void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64
                  int64_t end) {
   const int64_t D = rows.D;
   for (int64_t j0 = begin; j0 < end; j0 += kKeyBlock) {
-    const KT* kb = k + j0 * k_step;
-    const VT* vb = v + j0 * v_step;
     for (int64_t r = 0; r < rows.count; ++r) {
       const int64_t n = std::min({end, j0 + kKeyBlock, rows.keys[r]}) - j0;  // keys of this block row r sees
       if (n <= 0) continue;
       const float* q = rows.q + r * D;
       float* s = rows.score + r * kKeyBlock;
       float* acc = rows.acc + r * D;
+      const KT* kb = k + rows.k_at[r] + j0 * k_step;
+      const VT* vb = v + rows.v_at[r] + j0 * v_step;
       int64_t j = 0;
       for (; j + 4 <= n; j += 4) dot4(q, kb + j * k_step, k_step, D, s + j);
       for (; j < n; ++j) s[j] = dot(q, kb + j * k_step, D);
@@ -256,6 +265,7 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
           load_query(rows, r, element(a.q, {b, i, hk * group + g, 0}), a.q.dtype, scale);
           // Query i sits at position i + Tk - Tq of the keys.
           rows.keys[r] = a.params.causal ? i + (Tk - Tq) + 1 : Tk;
+          rows.k_at[r] = rows.v_at[r] = 0;
         }
       reset_state(rows);
       const int64_t kv_end = a.params.causal ? i1 + (Tk - Tq) : Tk;
@@ -282,48 +292,65 @@ void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
       throw Error(ErrorCode::invalid_argument, fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})",
                                                            b, seq_lens[b], S, a.k_cache.shape_str()));
 
-  // Partial states per (b, kv head, split) task, rows = the group's heads: [tasks][group] m and l,
-  // [tasks][group][D] acc. A split past a sequence's length stays empty (l = 0).
+  // Tasks: (b, split, a run of kv heads); rows = the query heads of those kv heads. Putting many
+  // heads in one task makes a block of keys read whole [Hkv, D] cache rows, contiguous memory,
+  // instead of one head's D-slice a cache row apart. The runs only shape the work: a row's result
+  // depends on the split boundaries alone, which are fixed, so threads never change the output.
   const int64_t splits = (S + kKeysPerSplit - 1) / kKeysPerSplit;
-  const int64_t tasks = B * Hkv * splits;
-  std::vector<float> partial(size_t(tasks * group * (D + 2)));
+#ifdef _OPENMP
+  const int64_t threads = omp_get_max_threads();
+#else
+  const int64_t threads = 1;
+#endif
+  const int64_t head_runs = std::clamp<int64_t>((4 * threads + B * splits - 1) / (B * splits), 1, Hkv);
+  const int64_t kv_per_run = (Hkv + head_runs - 1) / head_runs;
+  const int64_t tasks = B * splits * head_runs;
+  // Partial states [B, splits, H]: m, l and acc [.., D]. A split past a sequence's end stays empty (l = 0).
+  const int64_t states = B * splits * H;
+  std::vector<float> partial(size_t(states * (D + 2)));
   float* const part_m = partial.data();
-  float* const part_l = part_m + tasks * group;
-  float* const part_acc = part_l + tasks * group;
+  float* const part_l = part_m + states;
+  float* const part_acc = part_l + states;
 
   with_kv_types(a.k_cache, a.v_cache, [&](auto* k_data, auto* v_data) {
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t split = t % splits, hk = (t / splits) % Hkv, b = t / (splits * Hkv);
+      const int64_t run = t % head_runs, split = (t / head_runs) % splits, b = t / (head_runs * splits);
+      const int64_t hk0 = run * kv_per_run, hk1 = std::min(Hkv, hk0 + kv_per_run);
+      if (hk0 >= hk1) continue;
+      const int64_t h0 = hk0 * group, first_state = (b * splits + split) * H + h0;
       thread_local Scratch scratch;
-      RowBlock rows = row_block(scratch, group, D, false);
-      rows.m = part_m + t * group;
-      rows.l = part_l + t * group;
-      rows.acc = part_acc + t * group * D;
+      RowBlock rows = row_block(scratch, (hk1 - hk0) * group, D, false);
+      rows.m = part_m + first_state;
+      rows.l = part_l + first_state;
+      rows.acc = part_acc + first_state * D;
       reset_state(rows);
       const int64_t begin = split * kKeysPerSplit, end = std::min<int64_t>(seq_lens[b], begin + kKeysPerSplit);
       if (begin >= end) continue;
-      for (int64_t g = 0; g < group; ++g) {
-        load_query(rows, g, element(a.q, {b, hk * group + g, 0}), a.q.dtype, scale);
-        rows.keys[g] = seq_lens[b];
+      for (int64_t r = 0; r < rows.count; ++r) {
+        const int64_t h = h0 + r;
+        load_query(rows, r, element(a.q, {b, h, 0}), a.q.dtype, scale);
+        rows.keys[r] = seq_lens[b];
+        rows.k_at[r] = (h / group) * a.k_cache.strides[2];
+        rows.v_at[r] = (h / group) * a.v_cache.strides[2];
       }
-      attend_keys(rows, k_data + b * a.k_cache.strides[0] + hk * a.k_cache.strides[2], a.k_cache.strides[1],
-                  v_data + b * a.v_cache.strides[0] + hk * a.v_cache.strides[2], a.v_cache.strides[1], begin, end);
+      attend_keys(rows, k_data + b * a.k_cache.strides[0], a.k_cache.strides[1], v_data + b * a.v_cache.strides[0],
+                  a.v_cache.strides[1], begin, end);
     }
 
     // Combine the splits of each (b, h): o = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s, M = max_s m_s.
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < B * H; ++bh) {
-      const int64_t b = bh / H, h = bh % H, hk = h / group, g = h % group;
-      const int64_t first = (b * Hkv + hk) * splits;
+      const int64_t b = bh / H, h = bh % H;
+      auto state_of = [&](int64_t split) { return (b * splits + split) * H + h; };
       float M = -std::numeric_limits<float>::infinity();
       for (int64_t s = 0; s < splits; ++s)
-        if (part_l[(first + s) * group + g] > 0) M = std::max(M, part_m[(first + s) * group + g]);
+        if (part_l[state_of(s)] > 0) M = std::max(M, part_m[state_of(s)]);
       thread_local std::vector<float> o;
       o.assign(size_t(D), 0.0f);
       float L = 0;
       for (int64_t s = 0; s < splits; ++s) {
-        const int64_t state = (first + s) * group + g;
+        const int64_t state = state_of(s);
         if (part_l[state] == 0) continue;
         const float w = std::exp(part_m[state] - M);
         L += w * part_l[state];
