@@ -1,10 +1,365 @@
-// STUB (replaced by the attention family work)
+// CPU attention. Online softmax over blocks of keys (FlashAttention, Dao et al. 2022): each query
+// row keeps a running max m, denominator l and unnormalised output acc, rescaled when m grows, so
+// no Tq×Tk score matrix exists. Prefill tasks gather the query rows that read one kv head (the
+// group's heads × a run of positions), so a block of K/V rows is fetched from memory once and
+// reused from cache by all of them. Decode tasks take the heads of a run of kv heads over one
+// fixed chunk of keys; the chunks' partial (m, l, acc) are combined afterwards (flash-decoding),
+// so batch 1 still fills every core.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attention_math.h"
 #include "ding/error.h"
+#include "ding/ops/attention.h"
 #include "kernels.h"
+#include "simd.h"
 
 namespace ding::cpu {
+namespace {
 
-void attention_prefill(Stream&, const ops::AttentionPrefillArgs&) { throw Error(ErrorCode::not_implemented, "cpu attention_prefill: stub"); }
-void attention_decode(Stream&, const ops::AttentionDecodeArgs&) { throw Error(ErrorCode::not_implemented, "cpu attention_decode: stub"); }
+constexpr int64_t kKeyBlock = 32;       // keys scored per step: every row's block of scores stays in L1
+constexpr int64_t kPrefillRows = 16;    // query rows per prefill task (group heads × positions)
+constexpr int64_t kKeysPerSplit = 512;  // decode chunk; fixed, so results do not depend on the thread count
+
+inline float widen(float x) { return x; }
+inline float widen(f16 x) { return f16_to_f32(x); }
+inline float widen(bf16 x) { return bf16_to_f32(x); }
+
+template <class T>
+float dot(const float* q, const T* k, int64_t D) {
+  int64_t d = 0;
+  float s = 0;
+#ifdef DING_CPU_AVX2
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  for (; d + 16 <= D; d += 16) {
+    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
+    s1 = _mm256_fmadd_ps(load8(q + d + 8), load8(k + d + 8), s1);
+  }
+  if (d + 8 <= D) {
+    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
+    d += 8;
+  }
+  s = hsum(_mm256_add_ps(s0, s1));
+#endif
+  for (; d < D; ++d) s += q[d] * widen(k[d]);
+  return s;
+}
+
+// acc += p · v
+template <class T>
+void axpy(float* acc, float p, const T* v, int64_t D) {
+  int64_t d = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 pv = _mm256_set1_ps(p);
+  for (; d + 8 <= D; d += 8) store8(acc + d, _mm256_fmadd_ps(pv, load8(v + d), load8(acc + d)));
+#endif
+  for (; d < D; ++d) acc[d] += p * widen(v[d]);
+}
+
+// Scores of 4 consecutive keys (rows k_step apart): four independent FMA chains hide the FMA
+// latency, and one horizontal reduction serves all four.
+template <class T>
+void dot4(const float* q, const T* k, int64_t k_step, int64_t D, float* score) {
+  const T *k0 = k, *k1 = k + k_step, *k2 = k + 2 * k_step, *k3 = k + 3 * k_step;
+  int64_t d = 0;
+  float s[4] = {0, 0, 0, 0};
+#ifdef DING_CPU_AVX2
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  for (; d + 8 <= D; d += 8) {
+    const __m256 qd = load8(q + d);
+    a0 = _mm256_fmadd_ps(qd, load8(k0 + d), a0);
+    a1 = _mm256_fmadd_ps(qd, load8(k1 + d), a1);
+    a2 = _mm256_fmadd_ps(qd, load8(k2 + d), a2);
+    a3 = _mm256_fmadd_ps(qd, load8(k3 + d), a3);
+  }
+  // [a0 a1 a2 a3] lane sums: two rounds of pairwise adds, then the two 128-bit halves.
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+#endif
+  for (; d < D; ++d) {
+    s[0] += q[d] * widen(k0[d]);
+    s[1] += q[d] * widen(k1[d]);
+    s[2] += q[d] * widen(k2[d]);
+    s[3] += q[d] * widen(k3[d]);
+  }
+  for (int i = 0; i < 4; ++i) score[i] = s[i];
+}
+
+// acc += Σ_i p[i] · v_i over 4 consecutive value rows: acc crosses the load/store ports once.
+template <class T>
+void axpy4(float* acc, const float* p, const T* v, int64_t v_step, int64_t D) {
+  const T *v0 = v, *v1 = v + v_step, *v2 = v + 2 * v_step, *v3 = v + 3 * v_step;
+  int64_t d = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]), p2 = _mm256_set1_ps(p[2]),
+               p3 = _mm256_set1_ps(p[3]);
+  for (; d + 8 <= D; d += 8) {
+    __m256 a = _mm256_fmadd_ps(p0, load8(v0 + d), load8(acc + d));
+    a = _mm256_fmadd_ps(p1, load8(v1 + d), a);
+    a = _mm256_fmadd_ps(p2, load8(v2 + d), a);
+    store8(acc + d, _mm256_fmadd_ps(p3, load8(v3 + d), a));
+  }
+#endif
+  for (; d < D; ++d)
+    acc[d] += p[0] * widen(v0[d]) + p[1] * widen(v1[d]) + p[2] * widen(v2[d]) + p[3] * widen(v3[d]);
+}
+
+void scale_in_place(float* x, float a, int64_t n) {
+  int64_t i = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 av = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8) store8(x + i, _mm256_mul_ps(av, load8(x + i)));
+#endif
+  for (; i < n; ++i) x[i] *= a;
+}
+
+// x[i] = e^(x[i] - shift); returns Σ x[i].
+float exp_shifted_sum(float* x, float shift, int64_t n) {
+  int64_t i = 0;
+  float sum = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 sv = _mm256_set1_ps(shift);
+  __m256 total = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(load8(x + i), sv));
+    store8(x + i, e);
+    total = _mm256_add_ps(total, e);
+  }
+  sum = hsum(total);
+#endif
+  for (; i < n; ++i) sum += x[i] = std::exp(x[i] - shift);
+  return sum;
+}
+
+// The query rows of one task, all reading the same kv head, each with its online-softmax state.
+struct RowBlock {
+  int64_t count = 0, D = 0;
+  float* q = nullptr;       // [count, D], pre-multiplied by the scale
+  int64_t* keys = nullptr;  // [count]: row r sees keys [0, keys[r])
+  int64_t* k_at = nullptr;  // [count]: element offset of row r's kv head from the k passed to attend_keys
+  int64_t* v_at = nullptr;  // [count]: the same into v
+  float* score = nullptr;   // [count, kKeyBlock]: the current block's scores, then weights
+  float* m = nullptr;       // [count] running max of the scores seen
+  float* l = nullptr;       // [count] Σ e^(s - m)
+  float* acc = nullptr;     // [count, D] Σ e^(s - m) · v
+};
+
+// Per-thread scratch, grown to the largest task seen and then reused: nothing allocated per row.
+struct Scratch {
+  std::vector<float> floats;
+  std::vector<int64_t> keys;
+};
+
+// Carves the q/keys/score arrays (and, unless the caller supplies them, m/l/acc) from `s`.
+RowBlock row_block(Scratch& s, int64_t count, int64_t D, bool own_state) {
+  const size_t need = size_t(count * (D + kKeyBlock) + (own_state ? count * (D + 2) : 0));
+  if (s.floats.size() < need) s.floats.resize(need);
+  if (s.keys.size() < size_t(3 * count)) s.keys.resize(size_t(3 * count));
+  RowBlock rows;
+  rows.count = count;
+  rows.D = D;
+  rows.q = s.floats.data();
+  rows.score = rows.q + count * D;
+  rows.keys = s.keys.data();
+  rows.k_at = rows.keys + count;
+  rows.v_at = rows.k_at + count;
+  if (own_state) {
+    rows.m = rows.score + count * kKeyBlock;
+    rows.l = rows.m + count;
+    rows.acc = rows.l + count;
+  }
+  return rows;
+}
+
+void reset_state(RowBlock& rows) {
+  std::fill_n(rows.m, rows.count, -std::numeric_limits<float>::infinity());
+  std::fill_n(rows.l, rows.count, 0.0f);
+  std::fill_n(rows.acc, rows.count * rows.D, 0.0f);
+}
+
+// Row r of `rows` := scale · the query at byte address q_row (dtype `dtype`).
+void load_query(RowBlock& rows, int64_t r, const void* q_row, DType dtype, float scale) {
+  float* dst = rows.q + r * rows.D;
+  load_row(dst, q_row, dtype, rows.D);
+  scale_in_place(dst, scale, rows.D);
+}
+
+// Folds keys [begin, end) (clipped to each row's visible range) into every row's state.
+// k/v point at key 0 of the kv head; k_step/v_step are the element strides between positions.
+// Rows run inside a block of keys, so the block's K/V rows come from memory for the first row and
+// from L1/L2 for the rest of the group.
+template <class KT, class VT>
+void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t begin,
+                 int64_t end) {
+  const int64_t D = rows.D;
+  for (int64_t j0 = begin; j0 < end; j0 += kKeyBlock) {
+    for (int64_t r = 0; r < rows.count; ++r) {
+      const int64_t n = std::min({end, j0 + kKeyBlock, rows.keys[r]}) - j0;  // keys of this block row r sees
+      if (n <= 0) continue;
+      const float* q = rows.q + r * D;
+      float* s = rows.score + r * kKeyBlock;
+      float* acc = rows.acc + r * D;
+      const KT* kb = k + rows.k_at[r] + j0 * k_step;
+      const VT* vb = v + rows.v_at[r] + j0 * v_step;
+      int64_t j = 0;
+      for (; j + 4 <= n; j += 4) dot4(q, kb + j * k_step, k_step, D, s + j);
+      for (; j < n; ++j) s[j] = dot(q, kb + j * k_step, D);
+      const float m_new = std::max(rows.m[r], *std::max_element(s, s + n));
+      if (m_new > rows.m[r]) {
+        // e^(m_old - m_new) rescales what was summed under the old max (0 on the first block).
+        const float rescale = std::exp(rows.m[r] - m_new);
+        scale_in_place(acc, rescale, D);
+        rows.l[r] *= rescale;
+        rows.m[r] = m_new;
+      }
+      rows.l[r] += exp_shifted_sum(s, m_new, n);
+      for (j = 0; j + 4 <= n; j += 4) axpy4(acc, s + j, vb + j * v_step, v_step, D);
+      for (; j < n; ++j) axpy(acc, s[j], vb + j * v_step, D);
+    }
+  }
+}
+
+const char* element(const Tensor& t, std::initializer_list<int64_t> index) {
+  int64_t at = 0, d = 0;
+  for (int64_t i : index) at += i * t.strides[d++];
+  return static_cast<const char*>(t.data) + at * int64_t(dtype_size(t.dtype));
+}
+
+// Calls f(k, v) with the two tensors' data as typed pointers.
+template <class F>
+void with_kv_types(const Tensor& k, const Tensor& v, F&& f) {
+  with_float_type(k.dtype, static_cast<const void*>(k.data), [&](auto* kp) {
+    with_float_type(v.dtype, static_cast<const void*>(v.data), [&](auto* vp) { f(kp, vp); });
+  });
+}
+
+}  // namespace
+
+void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
+  const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
+  const int64_t Tk = a.k.dim(1), Hkv = a.k.dim(2), group = H / Hkv;
+  const float scale = ops::attention_scale(a.params, D);
+  // A task: the `group` heads of one kv head × `positions` consecutive queries.
+  const int64_t positions = std::max<int64_t>(1, kPrefillRows / group);
+  const int64_t position_blocks = (Tq + positions - 1) / positions;
+  const int64_t tasks = B * position_blocks * Hkv;
+  with_kv_types(a.k, a.v, [&](auto* k_data, auto* v_data) {
+    // Round-robin (static, 1): causal tasks grow with the position block, so interleave them.
+#pragma omp parallel for schedule(static, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t hk = t % Hkv, block = (t / Hkv) % position_blocks, b = t / (Hkv * position_blocks);
+      const int64_t i0 = block * positions, i1 = std::min(Tq, i0 + positions);
+      thread_local Scratch scratch;
+      RowBlock rows = row_block(scratch, (i1 - i0) * group, D, true);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t r = (i - i0) * group + g;
+          load_query(rows, r, element(a.q, {b, i, hk * group + g, 0}), a.q.dtype, scale);
+          // Query i sits at position i + Tk - Tq of the keys.
+          rows.keys[r] = a.params.causal ? i + (Tk - Tq) + 1 : Tk;
+          rows.k_at[r] = rows.v_at[r] = 0;
+        }
+      reset_state(rows);
+      const int64_t kv_end = a.params.causal ? i1 + (Tk - Tq) : Tk;
+      attend_keys(rows, k_data + b * a.k.strides[0] + hk * a.k.strides[2], a.k.strides[1],
+                  v_data + b * a.v.strides[0] + hk * a.v.strides[2], a.v.strides[1], 0, kv_end);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t r = (i - i0) * group + g;
+          float* o = rows.acc + r * D;
+          scale_in_place(o, 1.0f / rows.l[r], D);
+          store_row(const_cast<char*>(element(a.out, {b, i, hk * group + g, 0})), a.out.dtype, o, D);
+        }
+    }
+  });
+}
+
+void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
+  const int64_t B = a.q.dim(0), H = a.q.dim(1), D = a.q.dim(2);
+  const int64_t S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2), group = H / Hkv;
+  const float scale = ops::attention_scale(a.params, D);
+  const int32_t* seq_lens = a.seq_lens.ptr<const int32_t>();
+  for (int64_t b = 0; b < B; ++b)
+    if (seq_lens[b] < 1 || seq_lens[b] > S)
+      throw Error(ErrorCode::invalid_argument, fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})",
+                                                           b, seq_lens[b], S, a.k_cache.shape_str()));
+
+  // Tasks: (b, split, a run of kv heads); rows = the query heads of those kv heads. Putting many
+  // heads in one task makes a block of keys read whole [Hkv, D] cache rows, contiguous memory,
+  // instead of one head's D-slice a cache row apart. The runs only shape the work: a row's result
+  // depends on the split boundaries alone, which are fixed, so threads never change the output.
+  const int64_t splits = (S + kKeysPerSplit - 1) / kKeysPerSplit;
+#ifdef _OPENMP
+  const int64_t threads = omp_get_max_threads();
+#else
+  const int64_t threads = 1;
+#endif
+  const int64_t head_runs = std::clamp<int64_t>((4 * threads + B * splits - 1) / (B * splits), 1, Hkv);
+  const int64_t kv_per_run = (Hkv + head_runs - 1) / head_runs;
+  const int64_t tasks = B * splits * head_runs;
+  // Partial states [B, splits, H]: m, l and acc [.., D]. A split past a sequence's end stays empty (l = 0).
+  const int64_t states = B * splits * H;
+  std::vector<float> partial(size_t(states * (D + 2)));
+  float* const part_m = partial.data();
+  float* const part_l = part_m + states;
+  float* const part_acc = part_l + states;
+
+  with_kv_types(a.k_cache, a.v_cache, [&](auto* k_data, auto* v_data) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t run = t % head_runs, split = (t / head_runs) % splits, b = t / (head_runs * splits);
+      const int64_t hk0 = run * kv_per_run, hk1 = std::min(Hkv, hk0 + kv_per_run);
+      if (hk0 >= hk1) continue;
+      const int64_t h0 = hk0 * group, first_state = (b * splits + split) * H + h0;
+      thread_local Scratch scratch;
+      RowBlock rows = row_block(scratch, (hk1 - hk0) * group, D, false);
+      rows.m = part_m + first_state;
+      rows.l = part_l + first_state;
+      rows.acc = part_acc + first_state * D;
+      reset_state(rows);
+      const int64_t begin = split * kKeysPerSplit, end = std::min<int64_t>(seq_lens[b], begin + kKeysPerSplit);
+      if (begin >= end) continue;
+      for (int64_t r = 0; r < rows.count; ++r) {
+        const int64_t h = h0 + r;
+        load_query(rows, r, element(a.q, {b, h, 0}), a.q.dtype, scale);
+        rows.keys[r] = seq_lens[b];
+        rows.k_at[r] = (h / group) * a.k_cache.strides[2];
+        rows.v_at[r] = (h / group) * a.v_cache.strides[2];
+      }
+      attend_keys(rows, k_data + b * a.k_cache.strides[0], a.k_cache.strides[1], v_data + b * a.v_cache.strides[0],
+                  a.v_cache.strides[1], begin, end);
+    }
+
+    // Combine the splits of each (b, h): o = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s, M = max_s m_s.
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      auto state_of = [&](int64_t split) { return (b * splits + split) * H + h; };
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < splits; ++s)
+        if (part_l[state_of(s)] > 0) M = std::max(M, part_m[state_of(s)]);
+      thread_local std::vector<float> o;
+      o.assign(size_t(D), 0.0f);
+      float L = 0;
+      for (int64_t s = 0; s < splits; ++s) {
+        const int64_t state = state_of(s);
+        if (part_l[state] == 0) continue;
+        const float w = std::exp(part_m[state] - M);
+        L += w * part_l[state];
+        axpy(o.data(), w, part_acc + state * D, D);
+      }
+      scale_in_place(o.data(), 1.0f / L, D);
+      store_row(const_cast<char*>(element(a.out, {b, h, 0})), a.out.dtype, o.data(), D);
+    }
+  });
+}
 
 }  // namespace ding::cpu

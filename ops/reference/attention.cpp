@@ -1,10 +1,79 @@
-// STUB (replaced by the attention family work)
+// Reference attention: o = softmax(s · q·kᵀ) · v for one query row at a time, in double.
+// Formula: Vaswani et al. 2017, "Attention Is All You Need", eq. 1 (scaled dot-product attention);
+// grouped kv heads: Ainslie et al. 2023, "GQA" (HF transformers: eager_attention_forward with repeat_kv).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "ding/error.h"
+#include "ding/ops/attention.h"
 #include "reference.h"
 
 namespace ding::reference {
+namespace {
 
-void attention_prefill(Stream&, const ops::AttentionPrefillArgs&) { throw Error(ErrorCode::not_implemented, "reference attention_prefill: stub"); }
-void attention_decode(Stream&, const ops::AttentionDecodeArgs&) { throw Error(ErrorCode::not_implemented, "reference attention_decode: stub"); }
+// One output row: out[out_at + d] = Σ_j softmax_j(scale · q·k_j) · v_j[d] over keys j ∈ [0, keys)
+// of kv head `kv_head` in batch entry b. k and v are [B, T, Hkv, D].
+void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at, const Tensor& k, const Tensor& v,
+                int64_t b, int64_t kv_head, int64_t keys, double scale) {
+  const int64_t D = k.dim(3);
+  std::vector<double> score(size_t(keys), 0.0);
+  double max_score = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < keys; ++j) {
+    const int64_t k_at = offset(k, {b, j, kv_head, 0});
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) s += load(q, q_at + d * q.strides[q.rank - 1]) * load(k, k_at + d * k.strides[3]);
+    score[size_t(j)] = scale * s;
+    max_score = std::max(max_score, score[size_t(j)]);
+  }
+  // softmax is shift-invariant; subtracting the max keeps exp from overflowing.
+  double denominator = 0;
+  for (double& s : score) {
+    s = std::exp(s - max_score);
+    denominator += s;
+  }
+  for (int64_t d = 0; d < D; ++d) {
+    double o = 0;
+    for (int64_t j = 0; j < keys; ++j) o += score[size_t(j)] * load(v, offset(v, {b, j, kv_head, d}));
+    store(out, out_at + d * out.strides[out.rank - 1], o / denominator);
+  }
+}
+
+}  // namespace
+
+void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
+  const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), Tk = a.k.dim(1), Hkv = a.k.dim(2);
+  const int64_t group = H / Hkv;
+  const double scale = ops::attention_scale(a.params, a.q.dim(3));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t h = 0; h < H; ++h) {
+        // The queries are the last Tq of Tk positions: query i sits at position i + Tk - Tq.
+        const int64_t keys = a.params.causal ? i + (Tk - Tq) + 1 : Tk;
+        attend_row(a.out, offset(a.out, {b, i, h, 0}), a.q, offset(a.q, {b, i, h, 0}), a.k, a.v, b, h / group, keys,
+                   scale);
+      }
+}
+
+void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
+  const int64_t B = a.q.dim(0), H = a.q.dim(1), S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2);
+  const int64_t group = H / Hkv;
+  const double scale = ops::attention_scale(a.params, a.q.dim(2));
+  // Every length is checked before anything is written.
+  std::vector<int64_t> seq_len(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    seq_len[size_t(b)] = int64_t(load(a.seq_lens, b * a.seq_lens.strides[0]));
+    if (seq_len[size_t(b)] < 1 || seq_len[size_t(b)] > S)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})", b,
+                              seq_len[size_t(b)], S, a.k_cache.shape_str()));
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      attend_row(a.out, offset(a.out, {b, h, 0}), a.q, offset(a.q, {b, h, 0}), a.k_cache, a.v_cache, b, h / group,
+                 seq_len[size_t(b)], scale);
+}
 
 }  // namespace ding::reference

@@ -1,8 +1,172 @@
-// STUB
+// attention_prefill and attention_decode cases: MHA / GQA / MQA, odd head dims, causal and
+// not, chunked prefill (Tk > Tq), explicit and default scale, f32/f16/bf16 and f32 queries over
+// a bf16 cache, and k/v (and q) that are strided views into larger cache / fused-qkv tensors.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ding/ops/attention.h"
 #include "op_cases.h"
 
 namespace ding::testing {
+namespace {
 
-std::vector<OpCase> attention_cases() { return {}; }
+// Both sides read identical rounded inputs, so the gap is the kernel's f32 accumulation (dot
+// products of D terms, sums over Tk weights, a polynomial exp; ~1e-7 relative) plus the final
+// rounding to the output dtype. For f16/bf16 outputs that error only shows where it moves a value
+// across a rounding boundary: a 1-ulp flip costs ulp²/N of NMSE over N elements (12·rounding_nmse/N).
+double tolerance(DType out, int64_t elements) {
+  if (out == DType::f32) return 5e-12;  // measured ≤ 2.2e-13 (S = 1100 decode), ≤ 3e-14 elsewhere
+  // Allow 4 flips plus 0.1% of the elements: measured ≤ 5e-10 (f16), ≤ 7e-11 (bf16) over 5 seeds.
+  return 12 * rounding_nmse(out) * (4.0 / double(elements) + 1e-3);
+}
+
+const char* tolerance_reason(DType out) {
+  switch (out) {
+    case DType::f32: return "f32 accumulation of D-term dots and Tk-term sums with a ~2-ulp exp; measured <= 2.2e-13";
+    case DType::f16: return "f16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
+    default: return "bf16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
+  }
+}
+
+std::string dtype_tag(DType q, DType kv, DType out) {
+  if (q == kv && kv == out) return std::string(dtype_name(q));
+  return fmt::format("q{}_kv{}_out{}", dtype_name(q), dtype_name(kv), dtype_name(out));
+}
+
+struct Prefill {
+  int64_t B = 1, Tq = 17, Tk = 17, H = 4, Hkv = 4, D = 64;
+  bool causal = true;
+  float scale = 0;  // 0 = 1/√D
+  DType q = DType::f32, kv = DType::f32, out = DType::f32;
+  bool views = false;  // q from a fused [B, Tq, H + 2, D]; k/v from a [B, Tk + 5, 2·Hkv, D] cache
+  bool in_tests = true;
+};
+
+OpCase prefill_case(const Prefill& p) {
+  std::string name = fmt::format("attention_prefill/B{}_Tq{}_Tk{}_H{}_Hkv{}_D{}_{}_{}", p.B, p.Tq, p.Tk, p.H, p.Hkv,
+                                 p.D, dtype_tag(p.q, p.kv, p.out), p.causal ? "causal" : "full");
+  if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
+  if (p.views) name += "_views";
+  OpCase c{"attention_prefill", name, tolerance(p.out, p.B * p.Tq * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
+  c.build = [p](CaseRun& run) {
+    Tensor q, k, v;
+    if (p.views) {
+      q = run.normal(p.q, {p.B, p.Tq, p.H + 2, p.D}).slice(2, 1, p.H + 1);
+      const Tensor cache = run.normal(p.kv, {p.B, p.Tk + 5, 2 * p.Hkv, p.D}).slice(1, 0, p.Tk);
+      k = cache.slice(2, 0, p.Hkv);
+      v = cache.slice(2, p.Hkv, 2 * p.Hkv);
+    } else {
+      q = run.normal(p.q, {p.B, p.Tq, p.H, p.D});
+      k = run.normal(p.kv, {p.B, p.Tk, p.Hkv, p.D});
+      v = run.normal(p.kv, {p.B, p.Tk, p.Hkv, p.D});
+    }
+    const Tensor out = run.output("out", p.out, {p.B, p.Tq, p.H, p.D});
+    const ops::AttentionParams params{p.scale, p.causal};
+    run.launch = [=](Stream& s) { ops::attention_prefill(s, out, q, k, v, params); };
+    run.cost = ops::cost(ops::AttentionPrefillArgs{out, q, k, v, params});
+  };
+  return c;
+}
+
+struct Decode {
+  int64_t B = 1, S = 33, H = 4, Hkv = 4, D = 64;
+  float scale = 0;
+  DType q = DType::f32, kv = DType::f32, out = DType::f32;
+  bool views = false;  // q from a fused [B, H + 2, D]; caches from one [B, S + 3, 2·Hkv, D] tensor
+  bool full = false;   // every seq_len = S (bench); otherwise 1, random in [1, S] …, S
+  bool in_tests = true;
+};
+
+OpCase decode_case(const Decode& p) {
+  std::string name = fmt::format("attention_decode/B{}_S{}_H{}_Hkv{}_D{}_{}", p.B, p.S, p.H, p.Hkv, p.D,
+                                 dtype_tag(p.q, p.kv, p.out));
+  if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
+  if (p.views) name += "_views";
+  if (p.full) name += "_full";
+  OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
+  c.build = [p](CaseRun& run) {
+    Tensor q, k, v;
+    if (p.views) {
+      q = run.normal(p.q, {p.B, p.H + 2, p.D}).slice(1, 2, p.H + 2);
+      const Tensor cache = run.normal(p.kv, {p.B, p.S + 3, 2 * p.Hkv, p.D}).slice(1, 0, p.S);
+      k = cache.slice(2, 0, p.Hkv);
+      v = cache.slice(2, p.Hkv, 2 * p.Hkv);
+    } else {
+      q = run.normal(p.q, {p.B, p.H, p.D});
+      k = run.normal(p.kv, {p.B, p.S, p.Hkv, p.D});
+      v = run.normal(p.kv, {p.B, p.S, p.Hkv, p.D});
+    }
+    // Lengths: the extremes 1 and S, and random ones between (drawn from the case's seeded rng,
+    // so every device sees the same).
+    std::vector<int32_t> lens(size_t(p.B), int32_t(p.S));
+    if (!p.full) {
+      std::uniform_int_distribution<int32_t> any(1, int32_t(p.S));
+      for (int32_t& len : lens) len = any(run.rng);
+      if (p.B >= 2) lens[0] = 1;
+      if (p.B >= 3) lens[size_t(p.B - 1)] = int32_t(p.S);
+    }
+    const Tensor seq_lens = run.ints({p.B}, lens);
+    const Tensor out = run.output("out", p.out, {p.B, p.H, p.D});
+    const ops::AttentionParams params{p.scale, true};
+    run.launch = [=](Stream& s) { ops::attention_decode(s, out, q, k, v, seq_lens, params); };
+    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params});
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> attention_cases() {
+  const DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+  std::vector<OpCase> cases;
+  auto prefill = [&](Prefill p) { cases.push_back(prefill_case(p)); };
+  auto decode = [&](Decode p) { cases.push_back(decode_case(p)); };
+
+  // Prefill, Tq = Tk: MHA over the sequence lengths, then GQA / MQA, head dims, dtypes.
+  for (int64_t T : {1, 17, 64}) prefill({.Tq = T, .Tk = T});
+  prefill({.B = 2, .Tq = 17, .Tk = 17, .H = 8, .Hkv = 2, .D = 128});
+  prefill({.Tq = 17, .Tk = 17, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.Tq = 17, .Tk = 17, .H = 8, .Hkv = 2, .D = 128, .q = f16, .kv = f16, .out = f16});
+  prefill({.Tq = 64, .Tk = 64, .H = 4, .Hkv = 1, .D = 80});
+  prefill({.Tq = 17, .Tk = 17, .H = 3, .Hkv = 3, .D = 7});
+  prefill({.Tq = 17, .Tk = 17, .H = 3, .Hkv = 1, .D = 7, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.Tq = 64, .Tk = 64, .H = 2, .Hkv = 2, .D = 64, .q = f16, .kv = f16, .out = f16});
+  prefill({.Tq = 17, .Tk = 17, .H = 8, .Hkv = 2, .D = 64, .scale = 0.3f});
+  prefill({.Tq = 17, .Tk = 17, .H = 4, .Hkv = 4, .D = 64, .causal = false});
+  prefill({.Tq = 17, .Tk = 17, .H = 8, .Hkv = 2, .D = 64, .q = f32, .kv = bf16, .out = f32});
+  // Chunked prefill: a few new queries over a cached prefix, through cache views.
+  prefill({.Tq = 5, .Tk = 37, .H = 8, .Hkv = 2, .D = 64, .views = true});
+  prefill({.B = 2, .Tq = 5, .Tk = 37, .H = 8, .Hkv = 2, .D = 64, .causal = false, .views = true});
+  prefill({.Tq = 17, .Tk = 9, .H = 4, .Hkv = 1, .D = 64, .causal = false});  // non-causal allows Tk < Tq
+  prefill({.B = 2, .Tq = 17, .Tk = 50, .H = 4, .Hkv = 4, .D = 80, .q = bf16, .kv = bf16, .out = bf16, .views = true});
+  prefill({.Tq = 3, .Tk = 40, .H = 8, .Hkv = 1, .D = 128, .scale = 0.05f, .q = f32, .kv = bf16, .out = f32,
+           .views = true});
+  prefill({.Tq = 17, .Tk = 17, .H = 3, .Hkv = 3, .D = 7, .causal = false, .q = f16, .kv = f16, .out = f32,
+           .views = true});
+
+  // Decode: cache sizes 1, 33, 300 and one long enough for several splits, varied lengths.
+  decode({.B = 1, .S = 1});
+  decode({.B = 3, .S = 33});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128});
+  decode({.B = 1, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16});
+  decode({.B = 3, .S = 33, .H = 4, .Hkv = 1, .D = 80, .q = f16, .kv = f16, .out = f16});
+  decode({.B = 3, .S = 33, .H = 3, .Hkv = 3, .D = 7});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 1, .D = 7, .q = bf16, .kv = bf16, .out = bf16, .views = true});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 64, .scale = 0.3f, .views = true});
+  decode({.B = 3, .S = 33, .H = 8, .Hkv = 2, .D = 128, .q = f32, .kv = bf16, .out = f32, .views = true});
+  decode({.B = 3, .S = 1100, .H = 4, .Hkv = 2, .D = 64});
+  decode({.B = 1, .S = 1100, .H = 4, .Hkv = 1, .D = 80, .q = f32, .kv = f16, .out = f32, .full = true});
+
+  // Bench: gpt2-xl (H = 25, D = 64) prefill of 256 tokens and decode at 256 and 4096 cached
+  // tokens; a Llama-like GQA decode (32 heads over 8 kv heads, D = 128) at 4096.
+  for (DType t : {f32, bf16}) {
+    prefill({.Tq = 256, .Tk = 256, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .in_tests = false});
+    decode({.S = 256, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
+    decode({.S = 4096, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
+    decode({.S = 4096, .H = 32, .Hkv = 8, .D = 128, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
+  }
+  return cases;
+}
 
 }  // namespace ding::testing

@@ -1,0 +1,311 @@
+// attention_prefill / attention_decode: the reference against closed-form facts, and bad input
+// through the public front end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "ding/ops/attention.h"
+#include "op_cases.h"
+
+namespace ding::testing {
+namespace {
+
+using ops::AttentionParams;
+
+Device& ref() { return Device::open("ref"); }
+Device& cpu() { return Device::open("cpu"); }
+
+// Element (b, t, h, d) of a contiguous [B, T, H, D] tensor read back as doubles.
+double at4(const std::vector<double>& x, const Tensor& t, int64_t b, int64_t i, int64_t h, int64_t d) {
+  return x[size_t(((b * t.dim(1) + i) * t.dim(2) + h) * t.dim(3) + d)];
+}
+
+// ---- Reference facts ---------------------------------------------------------------------------
+
+// Equal keys give equal scores, so the weights are uniform: a causal query i averages v rows 0..i.
+TEST(AttentionReference, IdenticalKeysAverageTheVisibleValues_B2_T9_H4_Hkv2_D16) {
+  CaseRun run(ref(), 1);
+  const int64_t B = 2, T = 9, H = 4, Hkv = 2, D = 16;
+  const Tensor q = run.normal(DType::f32, {B, T, H, D});
+  std::vector<double> key_values(size_t(B * T * Hkv * D));
+  for (size_t i = 0; i < key_values.size(); ++i) key_values[i] = 0.1 * double(i % size_t(D)) - 0.7;  // same row everywhere
+  const Tensor k = run.values(DType::f32, {B, T, Hkv, D}, key_values);
+  const Tensor v = run.normal(DType::f32, {B, T, Hkv, D});
+  const Tensor out = run.output("out", DType::f32, {B, T, H, D});
+  ops::attention_prefill(run.stream, out, q, k, v);
+  const auto o = run.read(out), vv = run.read(v);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          double mean = 0;
+          for (int64_t j = 0; j <= i; ++j) mean += at4(vv, v, b, j, h / (H / Hkv), d);
+          EXPECT_NEAR(at4(o, out, b, i, h, d), mean / double(i + 1), 1e-6) << b << " " << i << " " << h << " " << d;
+        }
+}
+
+// A single key gets weight 1 whatever q is.
+TEST(AttentionReference, OneKeyReturnsItsValue_B3_H6_Hkv3_D7) {
+  CaseRun run(ref(), 2);
+  const Tensor q = run.normal(DType::f32, {3, 1, 6, 7}, 5.0);
+  const Tensor k = run.normal(DType::f32, {3, 1, 3, 7}, 5.0);
+  const Tensor v = run.normal(DType::f32, {3, 1, 3, 7});
+  const Tensor out = run.output("out", DType::f32, {3, 1, 6, 7});
+  ops::attention_prefill(run.stream, out, q, k, v, {.scale = 2.0f, .causal = false});
+  const auto o = run.read(out), vv = run.read(v);
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t h = 0; h < 6; ++h)
+      for (int64_t d = 0; d < 7; ++d) EXPECT_EQ(at4(o, out, b, 0, h, d), at4(vv, v, b, 0, h / 2, d));
+}
+
+// Causal row 0 of a full prefill sees only key 0.
+TEST(AttentionReference, CausalRow0IsValueRow0_T17_H8_Hkv2_D64) {
+  CaseRun run(ref(), 3);
+  const Tensor q = run.normal(DType::f32, {1, 17, 8, 64});
+  const Tensor k = run.normal(DType::f32, {1, 17, 2, 64});
+  const Tensor v = run.normal(DType::f32, {1, 17, 2, 64});
+  const Tensor out = run.output("out", DType::f32, {1, 17, 8, 64});
+  ops::attention_prefill(run.stream, out, q, k, v);
+  const auto o = run.read(out), vv = run.read(v);
+  for (int64_t h = 0; h < 8; ++h)
+    for (int64_t d = 0; d < 64; ++d) EXPECT_EQ(at4(o, out, 0, 0, h, d), at4(vv, v, 0, 0, h / 4, d));
+}
+
+// A vanishing scale flattens the softmax: a non-causal query averages every value row.
+TEST(AttentionReference, TinyScaleAveragesAllValues_Tq3_Tk11_D8) {
+  CaseRun run(ref(), 4);
+  const Tensor q = run.normal(DType::f32, {1, 3, 1, 8});
+  const Tensor k = run.normal(DType::f32, {1, 11, 1, 8});
+  const Tensor v = run.normal(DType::f32, {1, 11, 1, 8});
+  const Tensor out = run.output("out", DType::f32, {1, 3, 1, 8});
+  ops::attention_prefill(run.stream, out, q, k, v, {.scale = 1e-30f, .causal = false});
+  const auto o = run.read(out), vv = run.read(v);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t d = 0; d < 8; ++d) {
+      double mean = 0;
+      for (int64_t j = 0; j < 11; ++j) mean += at4(vv, v, 0, j, 0, d);
+      EXPECT_NEAR(at4(o, out, 0, i, 0, d), mean / 11, 1e-6);
+    }
+}
+
+// GQA is MHA with each kv head repeated for its group (HF repeat_kv): run both and compare.
+TEST(AttentionReference, GqaEqualsMhaWithRepeatedKvHeads_T13_H8_Hkv2_D32) {
+  const int64_t T = 13, H = 8, Hkv = 2, D = 32, group = H / Hkv;
+  CaseRun run(ref(), 5);
+  const Tensor q = run.normal(DType::f32, {1, T, H, D});
+  const Tensor k = run.normal(DType::f32, {1, T, Hkv, D});
+  const Tensor v = run.normal(DType::f32, {1, T, Hkv, D});
+  const auto kk = run.read(k), vv = run.read(v);
+  std::vector<double> k_rep(size_t(T * H * D)), v_rep(size_t(T * H * D));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        k_rep[size_t((t * H + h) * D + d)] = at4(kk, k, 0, t, h / group, d);
+        v_rep[size_t((t * H + h) * D + d)] = at4(vv, v, 0, t, h / group, d);
+      }
+  const Tensor k_mha = run.values(DType::f32, {1, T, H, D}, k_rep);
+  const Tensor v_mha = run.values(DType::f32, {1, T, H, D}, v_rep);
+  const Tensor out_gqa = run.output("gqa", DType::f32, {1, T, H, D});
+  const Tensor out_mha = run.output("mha", DType::f32, {1, T, H, D});
+  ops::attention_prefill(run.stream, out_gqa, q, k, v);
+  ops::attention_prefill(run.stream, out_mha, q, k_mha, v_mha);
+  EXPECT_EQ(run.read(out_gqa), run.read(out_mha));
+}
+
+// Decode of sequence b is the last row of a causal prefill over its first seq_lens[b] positions,
+// and cache rows past the length are never read (they hold huge values here).
+TEST(AttentionReference, DecodeIsLastPrefillRowAndIgnoresCacheTail_S20_Len11_H4_Hkv2_D16) {
+  const int64_t S = 20, len = 11, H = 4, Hkv = 2, D = 16;
+  CaseRun run(ref(), 6);
+  const Tensor q = run.normal(DType::f32, {1, H, D});
+  std::vector<double> kc(size_t(S * Hkv * D)), vc(size_t(S * Hkv * D));
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal;
+  for (size_t i = 0; i < kc.size(); ++i) {
+    const bool tail = int64_t(i) >= len * Hkv * D;
+    kc[i] = tail ? 1e4 : normal(rng);
+    vc[i] = tail ? 1e6 : normal(rng);
+  }
+  const Tensor k_cache = run.values(DType::f32, {1, S, Hkv, D}, kc);
+  const Tensor v_cache = run.values(DType::f32, {1, S, Hkv, D}, vc);
+  const Tensor seq_lens = run.ints({1}, {int32_t(len)});
+  const Tensor out = run.output("out", DType::f32, {1, H, D});
+  ops::attention_decode(run.stream, out, q, k_cache, v_cache, seq_lens);
+  const Tensor out_prefill = run.output("prefill", DType::f32, {1, 1, H, D});
+  ops::attention_prefill(run.stream, out_prefill, q.reshape({1, 1, H, D}), k_cache.slice(1, 0, len),
+                         v_cache.slice(1, 0, len));
+  EXPECT_EQ(run.read(out), run.read(out_prefill));
+  for (double x : run.read(out)) EXPECT_LT(std::abs(x), 10.0);
+}
+
+// ---- Bad input through the front end ------------------------------------------------------------
+
+template <class F>
+void expect_error(F&& call, ErrorCode code, std::initializer_list<std::string> fragments) {
+  try {
+    call();
+    ADD_FAILURE() << "no ding::Error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "message '" << e.what() << "' lacks '" << f << "'";
+  }
+}
+
+struct PrefillInputs {
+  CaseRun run;
+  Tensor out, q, k, v;
+  PrefillInputs(Device& device, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D, int64_t D_kv = 0)
+      : run(device, 11) {
+    q = run.normal(DType::f32, {2, Tq, H, D});
+    k = run.normal(DType::f32, {2, Tk, Hkv, D_kv ? D_kv : D});
+    v = run.normal(DType::f32, {2, Tk, Hkv, D_kv ? D_kv : D});
+    out = run.output("out", DType::f32, {2, Tq, H, D});
+  }
+};
+
+struct DecodeInputs {
+  CaseRun run;
+  Tensor out, q, k_cache, v_cache, seq_lens;
+  DecodeInputs(Device& device, std::vector<int32_t> lens, int64_t S = 33) : run(device, 12) {
+    const int64_t B = int64_t(lens.size());
+    q = run.normal(DType::f32, {B, 8, 16});
+    k_cache = run.normal(DType::f32, {B, S, 2, 16});
+    v_cache = run.normal(DType::f32, {B, S, 2, 16});
+    seq_lens = run.ints({B}, lens);
+    out = run.output("out", DType::f32, {B, 8, 16});
+  }
+  void call() { ops::attention_decode(run.stream, out, q, k_cache, v_cache, seq_lens); }
+};
+
+TEST(AttentionPrefillBadInput, HeadGrouping25Over2) {
+  PrefillInputs in(cpu(), 4, 4, 25, 2, 64);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v); }, ErrorCode::shape_mismatch,
+               {"attention_prefill", "25 query heads", "2 kv heads"});
+}
+
+TEST(AttentionPrefillBadInput, HeadDim64VsKv32) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 64, 32);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v); }, ErrorCode::shape_mismatch,
+               {"attention_prefill", "D (from q)", "= 32", "expected 64"});
+}
+
+TEST(AttentionPrefillBadInput, CausalTk9BelowTq17) {
+  PrefillInputs in(cpu(), 17, 9, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v); }, ErrorCode::shape_mismatch,
+               {"attention_prefill", "Tq = 17", "Tk = 9"});
+}
+
+TEST(AttentionPrefillBadInput, NegativeScaleMinus1) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.scale = -1.0f}); },
+               ErrorCode::invalid_argument, {"attention_prefill", "scale", "-1"});
+}
+
+TEST(AttentionPrefillBadInput, OutOverlapsQ) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.q, in.q, in.k, in.v); }, ErrorCode::aliasing,
+               {"attention_prefill", "out", "overlaps q"});
+}
+
+TEST(AttentionPrefillBadInput, KOnRefDevice) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
+  CaseRun on_ref(ref(), 13);
+  const Tensor k_ref = on_ref.normal(DType::f32, {2, 4, 4, 16});
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, k_ref, in.v); }, ErrorCode::device_mismatch,
+               {"attention_prefill", "k is on device 'ref'", "'cpu'"});
+}
+
+TEST(AttentionPrefillBadInput, ZeroTq) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
+  const Tensor q0 = Tensor::view(in.q.data, &cpu(), DType::f32, {2, 0, 4, 16});
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, q0, in.k, in.v); }, ErrorCode::invalid_argument,
+               {"attention_prefill", "q has dimension 1 of size 0"});
+}
+
+TEST(AttentionPrefillBadInput, OverflowShape2Pow62) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
+  const int64_t huge = int64_t(1) << 31;
+  const Tensor q_huge = Tensor::view(in.q.data, &cpu(), DType::f32, {huge, huge, 4, 16});
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, q_huge, in.k, in.v); }, ErrorCode::invalid_argument,
+               {"attention_prefill", "q has more elements than fit in 64 bits", "2147483648"});
+}
+
+TEST(AttentionDecodeBadInput, HeadGrouping25Over2) {
+  DecodeInputs in(cpu(), {5});
+  in.q = in.run.normal(DType::f32, {1, 25, 16});
+  in.out = in.run.output("out25", DType::f32, {1, 25, 16});
+  expect_error([&] { in.call(); }, ErrorCode::shape_mismatch, {"attention_decode", "25 query heads", "2 kv heads"});
+}
+
+TEST(AttentionDecodeBadInput, HeadDim16VsCache8) {
+  DecodeInputs in(cpu(), {5});
+  in.k_cache = in.run.normal(DType::f32, {1, 33, 2, 8});
+  in.v_cache = in.run.normal(DType::f32, {1, 33, 2, 8});
+  expect_error([&] { in.call(); }, ErrorCode::shape_mismatch, {"attention_decode", "k_cache", "D (from q)", "= 8"});
+}
+
+TEST(AttentionDecodeBadInput, SeqLensDtypeF32) {
+  DecodeInputs in(cpu(), {5, 6});
+  in.seq_lens = in.run.values(DType::f32, {2}, {5, 6});
+  expect_error([&] { in.call(); }, ErrorCode::dtype_mismatch, {"attention_decode", "seq_lens has dtype f32", "i32"});
+}
+
+TEST(AttentionDecodeBadInput, SeqLensShape3ForB2) {
+  DecodeInputs in(cpu(), {5, 6});
+  in.seq_lens = in.run.ints({3}, {5, 6, 7});
+  expect_error([&] { in.call(); }, ErrorCode::shape_mismatch, {"attention_decode", "seq_lens", "= 3", "expected 2"});
+}
+
+TEST(AttentionDecodeBadInput, SeqLensRank2) {
+  DecodeInputs in(cpu(), {5, 6});
+  in.seq_lens = in.run.ints({2, 1}, {5, 6});
+  expect_error([&] { in.call(); }, ErrorCode::shape_mismatch, {"attention_decode", "seq_lens must have rank 1"});
+}
+
+// The lengths live in device memory, so host backends check them while running.
+void expect_bad_seq_len(const char* backend, int32_t bad) {
+  DecodeInputs in(Device::open(backend), {4, bad, 33});
+  expect_error([&] { in.call(); }, ErrorCode::invalid_argument,
+               {"attention_decode", "seq_lens[1] = " + std::to_string(bad), "[1, 33]"});
+}
+TEST(AttentionDecodeBadInput, SeqLen0AtB1_S33_cpu) { expect_bad_seq_len("cpu", 0); }
+TEST(AttentionDecodeBadInput, SeqLen34AtB1_S33_cpu) { expect_bad_seq_len("cpu", 34); }
+TEST(AttentionDecodeBadInput, SeqLen0AtB1_S33_ref) { expect_bad_seq_len("ref", 0); }
+TEST(AttentionDecodeBadInput, SeqLen34AtB1_S33_ref) { expect_bad_seq_len("ref", 34); }
+
+TEST(AttentionDecodeBadInput, OutOverlapsKCache) {
+  DecodeInputs in(cpu(), {5});
+  in.out = Tensor::view(in.k_cache.data, &cpu(), DType::f32, {1, 8, 16});
+  expect_error([&] { in.call(); }, ErrorCode::aliasing, {"attention_decode", "out", "overlaps k_cache"});
+}
+
+TEST(AttentionDecodeBadInput, NegativeScaleMinus2) {
+  DecodeInputs in(cpu(), {5});
+  expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {.scale = -2.0f}); },
+               ErrorCode::invalid_argument, {"attention_decode", "scale", "-2"});
+}
+
+TEST(AttentionDecodeBadInput, VCacheOnRefDevice) {
+  DecodeInputs in(cpu(), {5});
+  CaseRun on_ref(ref(), 14);
+  in.v_cache = on_ref.normal(DType::f32, {1, 33, 2, 16});
+  expect_error([&] { in.call(); }, ErrorCode::device_mismatch, {"attention_decode", "v_cache is on device 'ref'"});
+}
+
+TEST(AttentionDecodeBadInput, ZeroHeads) {
+  DecodeInputs in(cpu(), {5});
+  in.q = Tensor::view(in.q.data, &cpu(), DType::f32, {1, 0, 16});
+  expect_error([&] { in.call(); }, ErrorCode::invalid_argument, {"attention_decode", "q has dimension 1 of size 0"});
+}
+
+TEST(AttentionDecodeBadInput, OverflowCacheShape2Pow62) {
+  DecodeInputs in(cpu(), {5});
+  const int64_t huge = int64_t(1) << 31;
+  in.k_cache = Tensor::view(in.k_cache.data, &cpu(), DType::f32, {1, huge, huge, 16});
+  expect_error([&] { in.call(); }, ErrorCode::invalid_argument, {"attention_decode", "k_cache has more elements"});
+}
+
+}  // namespace
+}  // namespace ding::testing
