@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ding/ops/attention.h"
+#include "expect_error.h"
 #include "op_cases.h"
 
 namespace ding::testing {
@@ -140,18 +141,6 @@ TEST(AttentionReference, DecodeIsLastPrefillRowAndIgnoresCacheTail_S20_Len11_H4_
 }
 
 // ---- Bad input through the front end ------------------------------------------------------------
-
-template <class F>
-void expect_error(F&& call, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    call();
-    ADD_FAILURE() << "no ding::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const std::string& f : fragments)
-      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "message '" << e.what() << "' lacks '" << f << "'";
-  }
-}
 
 struct PrefillInputs {
   CaseRun run;
