@@ -1,0 +1,212 @@
+#include "safetensors.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ding/error.h"
+
+namespace ding::models {
+
+namespace {
+
+[[noreturn]] void bad_file(const std::string& path, const std::string& what) {
+  throw Error(ErrorCode::parse, fmt::format("safetensors {}: {}", path, what));
+}
+
+// Safetensors dtype names → ding dtypes; the others exist in the format but not in ding.
+bool parse_dtype(const std::string& name, DType& out) {
+  static const std::pair<const char*, DType> known[] = {{"F32", DType::f32},   {"F16", DType::f16},
+                                                        {"BF16", DType::bf16}, {"F8_E4M3", DType::f8e4m3},
+                                                        {"I8", DType::i8},     {"I32", DType::i32}};
+  for (auto [n, d] : known)
+    if (name == n) {
+      out = d;
+      return true;
+    }
+  return false;
+}
+
+// The largest header we accept; real ones are kilobytes to a few megabytes.
+constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
+
+}  // namespace
+
+int64_t StoredTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string StoredTensor::shape_str() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + "] " + std::string(dtype_name(dtype));
+}
+
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorCode::io, fmt::format("safetensors {}: cannot open: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(ErrorCode::io, fmt::format("safetensors {}: not a regular file", path));
+  }
+  f->size_ = size_t(st.st_size);
+  if (f->size_ < 8) {
+    ::close(fd);
+    bad_file(path, fmt::format("truncated: {} bytes, shorter than the 8-byte header length", f->size_));
+  }
+  f->map_ = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (f->map_ == MAP_FAILED) {
+    f->map_ = nullptr;
+    throw Error(ErrorCode::io, fmt::format("safetensors {}: cannot map {} bytes: {}", path, f->size_, std::strerror(errno)));
+  }
+  const auto* bytes = static_cast<const uint8_t*>(f->map_);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian on any host
+  if (header_len > f->size_ - 8)
+    bad_file(path, fmt::format("header length {} runs past the end of the {}-byte file", header_len, f->size_));
+  if (header_len > kMaxHeaderBytes) bad_file(path, fmt::format("header length {} exceeds the 100 MiB limit", header_len));
+  const char* header = reinterpret_cast<const char*>(bytes + 8);
+  const uint8_t* data = bytes + 8 + header_len;
+  const size_t data_size = f->size_ - 8 - size_t(header_len);
+
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(header, header + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    bad_file(path, fmt::format("header is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) bad_file(path, "header is not a JSON object");
+
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // for the overlap check
+  std::vector<std::string> range_names;
+  for (auto& [name, entry] : j.items()) {
+    if (name == "__metadata__") continue;
+    auto field = [&](const char* key) -> const nlohmann::json& {
+      if (!entry.is_object() || !entry.contains(key)) bad_file(path, fmt::format("tensor '{}' has no '{}'", name, key));
+      return entry.at(key);
+    };
+    StoredTensor t;
+    t.name = name;
+    t.file = path;
+    const auto& dtype = field("dtype");
+    if (!dtype.is_string() || !parse_dtype(dtype.get<std::string>(), t.dtype))
+      bad_file(path, fmt::format("tensor '{}' has unsupported dtype {}", name, dtype.dump()));
+    const auto& shape = field("shape");
+    if (!shape.is_array() || shape.size() > 8) bad_file(path, fmt::format("tensor '{}' has a bad shape {}", name, shape.dump()));
+    uint64_t elements = 1;
+    for (const auto& d : shape) {
+      if (!d.is_number_unsigned()) bad_file(path, fmt::format("tensor '{}' has a bad shape {}", name, shape.dump()));
+      const uint64_t v = d.get<uint64_t>();
+      if (v > (uint64_t(1) << 40) || __builtin_mul_overflow(elements, v, &elements))
+        bad_file(path, fmt::format("tensor '{}' shape {} overflows", name, shape.dump()));
+      t.shape.push_back(int64_t(v));
+    }
+    const auto& offsets = field("data_offsets");
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+      bad_file(path, fmt::format("tensor '{}' has bad data_offsets {}", name, offsets.dump()));
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end || end > data_size)
+      bad_file(path, fmt::format("tensor '{}' data_offsets [{}, {}] fall outside the {}-byte data section", name, begin,
+                                 end, data_size));
+    const uint64_t expected = elements * dtype_size(t.dtype);
+    if (end - begin != expected)
+      bad_file(path, fmt::format("tensor '{}' {} needs {} bytes but data_offsets [{}, {}] hold {}", name, t.shape_str(),
+                                 expected, begin, end, end - begin));
+    t.data = data + begin;
+    t.bytes = size_t(expected);
+    ranges.push_back({begin, end});
+    range_names.push_back(name);
+    f->tensors_.emplace(name, std::move(t));
+  }
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const auto& prev = ranges[order[i - 1]];
+    const auto& cur = ranges[order[i]];
+    if (cur.first < prev.second && cur.first != cur.second && prev.first != prev.second)
+      bad_file(path, fmt::format("tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", range_names[order[i - 1]], prev.first,
+                                 prev.second, range_names[order[i]], cur.first, cur.second));
+  }
+  return f;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) munmap(map_, size_);
+}
+
+WeightFiles WeightFiles::open_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  WeightFiles w;
+  w.dir_ = dir;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<std::string> shards;
+  std::map<std::string, std::string> weight_map;
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(ErrorCode::parse, fmt::format("{}: not valid JSON: {}", index.string(), e.what()));
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw Error(ErrorCode::parse, fmt::format("{}: no \"weight_map\" object", index.string()));
+    for (auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string()) throw Error(ErrorCode::parse, fmt::format("{}: weight_map['{}'] is not a file name", index.string(), name));
+      const std::string shard = file.get<std::string>();
+      if (shard.find('/') != std::string::npos || shard == "..")
+        throw Error(ErrorCode::parse, fmt::format("{}: weight_map['{}'] = '{}' leaves the folder", index.string(), name, shard));
+      weight_map[name] = shard;
+      if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+    }
+  } else if (fs::exists(single)) {
+    shards.push_back("model.safetensors");
+  } else {
+    throw Error(ErrorCode::io, fmt::format("{}: no model.safetensors or model.safetensors.index.json", dir));
+  }
+  for (const std::string& shard : shards) {
+    w.files_.push_back(SafetensorsFile::open((fs::path(dir) / shard).string()));
+    for (const auto& [name, t] : w.files_.back()->tensors()) {
+      if (!weight_map.empty()) {
+        auto it = weight_map.find(name);
+        if (it == weight_map.end() || it->second != shard) continue;  // the index names another shard
+      }
+      if (!w.tensors_.emplace(name, &t).second)
+        throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' appears in more than one shard", dir, name));
+    }
+  }
+  for (const auto& [name, shard] : weight_map)
+    if (!w.tensors_.count(name))
+      throw Error(ErrorCode::parse, fmt::format("{}: index names tensor '{}' in {} but that shard does not hold it", dir, name, shard));
+  return w;
+}
+
+const StoredTensor& WeightFiles::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(ErrorCode::parse, fmt::format("{}: missing tensor '{}'", dir_, name));
+  return *it->second;
+}
+
+size_t WeightFiles::total_bytes() const {
+  size_t total = 0;
+  for (const auto& [name, t] : tensors_) total += t->bytes;
+  return total;
+}
+
+}  // namespace ding::models

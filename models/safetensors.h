@@ -1,0 +1,64 @@
+// Safetensors: memory-mapped model weights (https://github.com/huggingface/safetensors format:
+// u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}}, data).
+// Every header field is checked against the file before any byte is used: offsets inside the
+// data section, size = dtype size × shape, no two tensors overlapping.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ding/dtype.h"
+
+namespace ding::models {
+
+struct StoredTensor {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // inside the mapping; valid while the file is open
+  size_t bytes = 0;
+  std::string file;            // for error messages
+
+  int64_t numel() const;
+  std::string shape_str() const;  // "[768, 2304] bf16"
+};
+
+// One mapped .safetensors file.
+class SafetensorsFile {
+ public:
+  static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t size_ = 0;
+  std::map<std::string, StoredTensor> tensors_;
+};
+
+// All weights of a model folder: model.safetensors, or the shards named by
+// model.safetensors.index.json ("weight_map": tensor name → shard file).
+class WeightFiles {
+ public:
+  static WeightFiles open_folder(const std::string& dir);
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Throws Error(parse) naming the tensor and the folder when absent.
+  const StoredTensor& get(const std::string& name) const;
+  const std::map<std::string, const StoredTensor*>& tensors() const { return tensors_; }
+  size_t total_bytes() const;
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const StoredTensor*> tensors_;
+};
+
+}  // namespace ding::models
