@@ -1,6 +1,7 @@
 // CPU sampling: one row per OpenMP iteration. argmax is one vector pass; top_k keeps a k-heap
 // behind a vector threshold test, O(V + k log k · log(V/k)) for random logits; sample never
-// sorts more of the vocabulary than its filters can reach (see sample_row).
+// sorts the vocabulary: it gathers candidates band by band and finds each cut with a quickselect
+// weighted by probability (see sample_row), sorting only the last few dozen tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,9 +21,9 @@ struct Candidate {
 };
 
 // The one order of ops/sampling.h: larger value first, ties by lower index.
-inline bool precedes(const Candidate& a, const Candidate& b) {
+constexpr auto precedes = [](const auto& a, const auto& b) {
   return a.value > b.value || (a.value == b.value && a.index < b.index);
-}
+};
 
 inline float widen(float v) { return v; }
 inline float widen(f16 v) { return f16_to_f32(v); }
@@ -117,27 +118,33 @@ void select_top_k(const Elem* x, int64_t V, int64_t k, std::vector<Candidate>& o
   std::sort_heap(out.begin(), out.end(), precedes);
 }
 
-// Every token with value ≥ threshold, in order: a prefix of the full order.
+// A candidate of sample: a token and its probability p = exp(z − z_max) / Σ.
+struct Weighted {
+  float value;
+  int32_t index;
+  double p;
+};
+
+// Appends every token with lower ≤ value < upper (unordered): one band of the order.
 template <class Elem>
-void gather_at_least(const Elem* x, int64_t V, float threshold, std::vector<Candidate>& out) {
-  out.clear();
+void gather_band(const Elem* x, int64_t V, float lower, float upper, std::vector<Weighted>& out) {
   int64_t i = 0;
 #ifdef DING_CPU_AVX2
+  const __m256 lo = _mm256_set1_ps(lower), hi = _mm256_set1_ps(upper);
   for (; i + 8 <= V; i += 8) {
     const __m256 v = load8(x + i);
-    int mask = _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(threshold), _CMP_GE_OQ));
+    int mask = _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(v, lo, _CMP_GE_OQ), _mm256_cmp_ps(v, hi, _CMP_LT_OQ)));
     if (mask == 0) continue;
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, v);
     for (; mask != 0; mask &= mask - 1) {
       const int l = __builtin_ctz(unsigned(mask));
-      out.push_back({lanes[l], int32_t(i + l)});
+      out.push_back({lanes[l], int32_t(i + l), 0.0});
     }
   }
 #endif
   for (; i < V; ++i)
-    if (widen(x[i]) >= threshold) out.push_back({widen(x[i]), int32_t(i)});
-  std::sort(out.begin(), out.end(), precedes);
+    if (widen(x[i]) >= lower && widen(x[i]) < upper) out.push_back({widen(x[i]), int32_t(i), 0.0});
 }
 
 // Σ_v exp((x_v − x_max) / temperature): the softmax denominator over the whole row. f32 exps
@@ -163,77 +170,106 @@ double total_weight(const Elem* x, int64_t V, float x_max, float temperature) {
   return total;
 }
 
-// One row of sample, given candidates = a prefix of the order (length m), and the softmax
-// denominator over the support (the top_k, or all V). Returns the chosen index, or −1 when the
-// answer may lie past the candidates and a longer prefix is needed. The arithmetic mirrors the
-// reference (double, same operation order) so only `support_weight` can differ from it.
-int64_t choose(const std::vector<Candidate>& candidates, bool whole_support, double support_weight,
-               const ops::SampleParams& params, float u, std::vector<double>& p) {
-  const int64_t m = int64_t(candidates.size());
-  const double z_max = double(candidates[0].value) / params.temperature;
-  p.resize(size_t(m));
-  for (int64_t i = 0; i < m; ++i) p[i] = std::exp(double(candidates[i].value) / params.temperature - z_max) / support_weight;
-  int64_t n = m;
-  bool n_is_final = whole_support;
-  if (params.top_p < 1) {
-    double cumulative = 0;
-    for (int64_t i = 0; i < m; ++i) {
-      cumulative += p[i];
-      if (cumulative >= params.top_p) {
-        n = i + 1, n_is_final = true;
-        break;
-      }
+// The first token, in order, at which the running Σp over [first, last) passes `target`
+// (≥ when inclusive, else >), or `last` if the total does not. A quickselect weighted by p: the
+// mass of the tokens before a pivot is a plain sum, so only the final small range is sorted,
+// O(m) expected instead of O(m log m). On return every token left of the result precedes it.
+Weighted* first_passing(Weighted* first, Weighted* last, double target, bool inclusive) {
+  auto passes = [&](double cumulative) { return inclusive ? cumulative >= target : cumulative > target; };
+  double before = 0;
+  while (last - first > 32) {
+    Weighted a = *first, b = first[(last - first) / 2], c = last[-1];
+    if (precedes(b, a)) std::swap(a, b);
+    if (precedes(c, b)) b = precedes(c, a) ? a : c;  // b = the median of three, in order
+    const Weighted pivot = b;
+    Weighted* split = std::partition(first, last, [&](const Weighted& w) { return precedes(w, pivot); });
+    double mass = 0;
+    for (const Weighted* w = first; w != split; ++w) mass += w->p;
+    if (passes(before + mass)) {
+      last = split;
+      continue;
     }
+    before += mass;
+    std::iter_swap(split, std::find_if(split, last, [&](const Weighted& w) { return w.index == pivot.index; }));
+    before += split->p;
+    if (passes(before)) return split;
+    first = split + 1;
+  }
+  std::sort(first, last, precedes);
+  for (; first != last; ++first)
+    if (passes(before += first->p)) return first;
+  return last;
+}
+
+// One row of sample over candidates = the first m tokens of the order, in any arrangement, with
+// p set from the support's softmax denominator (the top_k's, or all V's). Returns the chosen
+// token, or −1 when the kept set may reach past the candidates. Decisions mirror the reference;
+// only the summation order differs (~1e-16 relative).
+int64_t choose(std::vector<Weighted>& candidates, bool whole_support, double p_max, const ops::SampleParams& params,
+               float u) {
+  Weighted* begin = candidates.data();
+  Weighted* end = begin + candidates.size();
+  Weighted* kept_end = end;
+  bool kept_is_known = whole_support;
+  if (params.top_p < 1) {
+    if (Weighted* cut = first_passing(begin, end, params.top_p, true); cut != end) kept_end = cut + 1, kept_is_known = true;
   }
   if (params.min_p > 0) {
-    int64_t kept = 1;
-    while (kept < n && p[kept] >= params.min_p * p[0]) ++kept;
-    if (kept < m) n_is_final = true;  // a token failed the bound, so every later one does too
-    n = kept;
+    const double bound = params.min_p * p_max;
+    Weighted* kept = std::partition(begin, kept_end, [&](const Weighted& w) { return w.p >= bound; });
+    // p falls along the order, so once one candidate fails, every token past the candidates fails too.
+    if (kept != kept_end) kept_is_known = true;
+    kept_end = kept;
   }
-  double kept_sum;
-  if (n_is_final) {
-    kept_sum = 0;
-    for (int64_t i = 0; i < n; ++i) kept_sum += p[i];
+  double kept_sum = 0;
+  if (kept_is_known) {
+    for (const Weighted* w = begin; w != kept_end; ++w) kept_sum += w->p;
   } else if (params.top_p >= 1 && params.min_p <= 0) {
-    kept_sum = 1;  // no filter: the kept set is the whole support, Σp = 1
+    kept_sum = 1;  // nothing filtered: the kept set is the whole support
   } else {
     return -1;
   }
-  const double target = double(u) * kept_sum;
-  double cumulative = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    cumulative += p[i];
-    if (cumulative > target) return candidates[i].index;
-  }
-  return n_is_final ? candidates[n - 1].index : -1;
+  if (Weighted* chosen = first_passing(begin, kept_end, double(u) * kept_sum, false); chosen != kept_end) return chosen->index;
+  if (!kept_is_known) return -1;
+  return std::max_element(begin, kept_end, precedes)->index;  // none passed (rounding): the last kept
 }
 
 // With top_k set, the support is its k tokens: select them, done. Without, the kept set is a
-// prefix of the order that the filters end; candidates are gathered by a falling threshold
-// z ≥ z_max − δ (δ = 4, 8, 12, 16, 24, 32, then everything) until `choose` can decide, so a
-// peaked row sorts a few tokens and only a flat row with a far-tail draw sorts all V.
+// prefix of the order that the filters end: candidates grow band by band, z ≥ z_max − δ for
+// δ = 4, 8, 12, 16, 24, 32, then everything, until `choose` can decide, so no row is ever fully
+// sorted and a peaked row touches a few tokens past the gathering passes.
 template <class Elem>
 int64_t sample_row(const Elem* x, int64_t V, const ops::SampleParams& params, float u,
-                   std::vector<Candidate>& candidates, std::vector<double>& p) {
+                   std::vector<Candidate>& top, std::vector<Weighted>& candidates) {
   if (params.temperature == 0) return row_argmax(x, V);
   const int64_t support = params.top_k > 0 ? std::min<int64_t>(params.top_k, V) : V;
+  candidates.clear();
   if (support < V) {
-    select_top_k(x, V, support, candidates);
-    const double z_max = double(candidates[0].value) / params.temperature;
-    double weight = 0;
-    for (const Candidate& c : candidates) weight += std::exp(double(c.value) / params.temperature - z_max);
-    return choose(candidates, true, weight, params, u, p);
+    select_top_k(x, V, support, top);
+    const double z_max = double(top[0].value) / params.temperature;
+    double sum = 0;  // in order, as the reference sums
+    for (const Candidate& c : top) {
+      candidates.push_back({c.value, c.index, std::exp(double(c.value) / params.temperature - z_max)});
+      sum += candidates.back().p;
+    }
+    for (Weighted& w : candidates) w.p /= sum;
+    return choose(candidates, true, 1.0 / sum, params, u);
   }
   const float x_max = widen(x[row_argmax(x, V)]);
-  const double weight = total_weight(x, V, x_max, params.temperature);
-  for (float delta : {4.0f, 8.0f, 12.0f, 16.0f, 24.0f, 32.0f}) {
-    gather_at_least(x, V, x_max - delta * params.temperature, candidates);
-    if (int64_t(candidates.size()) == V) break;
-    if (const int64_t chosen = choose(candidates, false, weight, params, u, p); chosen >= 0) return chosen;
+  const double z_max = double(x_max) / params.temperature;
+  const double sum = total_weight(x, V, x_max, params.temperature);
+  float upper = std::numeric_limits<float>::infinity();
+  for (float delta : {4.0f, 8.0f, 12.0f, 16.0f, 24.0f, 32.0f, std::numeric_limits<float>::infinity()}) {
+    const float lower = x_max - delta * params.temperature;
+    const size_t old_size = candidates.size();
+    gather_band(x, V, lower, upper, candidates);
+    upper = lower;
+    for (size_t i = old_size; i < candidates.size(); ++i)
+      candidates[i].p = std::exp(double(candidates[i].value) / params.temperature - z_max) / sum;
+    const bool whole = int64_t(candidates.size()) == V;
+    if (const int64_t chosen = choose(candidates, whole, 1.0 / sum, params, u); chosen >= 0 || whole) return chosen;
   }
-  if (int64_t(candidates.size()) != V) gather_at_least(x, V, -std::numeric_limits<float>::infinity(), candidates);
-  return choose(candidates, true, weight, params, u, p);
+  return -1;  // unreachable: the last band holds every remaining token
 }
 
 template <class F>
@@ -267,9 +303,9 @@ void sample(Stream&, const ops::SampleArgs& a) {
   int32_t* out = a.out.ptr<int32_t>();
   const float* uniforms = a.uniforms.ptr<float>();
   for_each_row(a.logits, [&](int64_t b, const auto* x, int64_t V) {
-    thread_local std::vector<Candidate> candidates;  // scratch that grows once per thread
-    thread_local std::vector<double> p;
-    out[b] = int32_t(sample_row(x, V, a.params, uniforms[b], candidates, p));
+    thread_local std::vector<Candidate> top;  // scratch that grows once per thread
+    thread_local std::vector<Weighted> candidates;
+    out[b] = int32_t(sample_row(x, V, a.params, uniforms[b], top, candidates));
   });
 }
 
