@@ -1,11 +1,139 @@
-// STUB (replaced by the moe family work)
+// CPU MoE routing: tokens in parallel for route and combine; the counting sort of moe_group is
+// one serial O(T·k + E) pass (a few µs at decode and prefill sizes), its row gather parallel.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "ding/error.h"
 #include "kernels.h"
+#include "simd.h"
 
 namespace ding::cpu {
 
-void moe_route(Stream&, const ops::MoeRouteArgs&) { throw Error(ErrorCode::not_implemented, "cpu moe_route: stub"); }
-void moe_group(Stream&, const ops::MoeGroupArgs&) { throw Error(ErrorCode::not_implemented, "cpu moe_group: stub"); }
-void moe_combine(Stream&, const ops::MoeCombineArgs&) { throw Error(ErrorCode::not_implemented, "cpu moe_combine: stub"); }
+void moe_route(Stream&, const ops::MoeRouteArgs& a) {
+  const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
+  const ops::MoeRouteParams params = a.params;
+  float* weights = a.weights.ptr<float>();
+  int32_t* experts = a.experts.ptr<int32_t>();
+  const void* logits = a.logits.data;
+  const DType dtype = a.logits.dtype;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    thread_local std::vector<float> logit, best;  // [E], [k]: grow once per thread
+    logit.resize(size_t(E));
+    best.resize(size_t(k));
+    load_row(logit.data(), static_cast<const char*>(logits) + t * E * int64_t(dtype_size(dtype)), dtype, E);
+    // Insertion into the sorted k best. Scores are increasing in the logit, so ranking logits
+    // ranks scores; strict > keeps the lower expert first among equal logits.
+    int32_t* chosen = experts + t * k;
+    int64_t count = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const float v = logit[e];
+      if (count == k && !(v > best[k - 1])) continue;
+      int64_t j = count < k ? count++ : k - 1;
+      for (; j > 0 && v > best[j - 1]; --j) best[j] = best[j - 1], chosen[j] = chosen[j - 1];
+      best[j] = v, chosen[j] = int32_t(e);
+    }
+    // Per-weight exps in f32 (≤ 1 ulp each); the sums in double, as E-term f32 sums of equal
+    // scores (tied logits) would otherwise drift by ~√E ulp.
+    float* w = weights + t * k;
+    double chosen_sum = 0;
+    if (params.scoring == ops::MoeScoring::softmax) {
+      // exp(logit − max) with max = best[0]; the full denominator is needed only without
+      // renormalisation (with it, it cancels).
+      for (int64_t j = 0; j < k; ++j) chosen_sum += w[j] = std::exp(best[j] - best[0]);
+      double denominator = chosen_sum;
+      if (!params.renormalize) {
+        denominator = 0;
+        for (int64_t e = 0; e < E; ++e) denominator += std::exp(logit[e] - best[0]);
+      }
+      const double scale = params.routed_scaling / denominator;
+      for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] * scale);
+    } else {
+      for (int64_t j = 0; j < k; ++j) chosen_sum += w[j] = 1.0f / (1.0f + std::exp(-best[j]));
+      const double scale = params.renormalize ? params.routed_scaling / chosen_sum : params.routed_scaling;
+      for (int64_t j = 0; j < k; ++j) w[j] = float(w[j] * scale);
+    }
+  }
+}
+
+void moe_group(Stream&, const ops::MoeGroupArgs& a) {
+  const int64_t k = a.experts.dim(1), S = a.experts.dim(0) * k, E = a.offsets.dim(0) - 1;
+  const int32_t* expert = a.experts.ptr<int32_t>();
+  int32_t* offsets = a.offsets.ptr<int32_t>();
+  int32_t* slots = a.slots.ptr<int32_t>();
+  int32_t* positions = a.positions.ptr<int32_t>();
+  // Counting sort, stable in the slot index. Counts go in offsets[e + 1] so the prefix sum
+  // turns them into offsets in place; every id is checked before anything is written.
+  for (int64_t s = 0; s < S; ++s)
+    if (expert[s] < 0 || expert[s] >= E)
+      throw Error(ErrorCode::invalid_argument, fmt::format("moe_group: experts[{}, {}] = {} is outside [0, E = {})",
+                                                           s / k, s % k, expert[s], E));
+  std::memset(offsets, 0, size_t(E + 1) * sizeof(int32_t));
+  for (int64_t s = 0; s < S; ++s) ++offsets[expert[s] + 1];
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  // Each expert's next free grouped row; slot s lands at offsets[e] + (earlier slots of e).
+  std::vector<int32_t> next(offsets, offsets + E);
+  for (int64_t s = 0; s < S; ++s) {
+    const int32_t p = next[size_t(expert[s])]++;
+    slots[p] = int32_t(s);
+    positions[s] = p;
+  }
+  if (!a.x.defined()) return;
+  const int64_t C = a.x.dim(1);
+  const size_t in_row = size_t(C) * dtype_size(a.x.dtype), out_row = size_t(C) * dtype_size(a.x_grouped.dtype);
+  const char* x = static_cast<const char*>(a.x.data);
+  char* x_grouped = static_cast<char*>(a.x_grouped.data);
+  const DType in_type = a.x.dtype, out_type = a.x_grouped.dtype;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < S; ++p) {
+    const char* src = x + size_t(slots[p] / k) * in_row;
+    if (in_type == out_type) {
+      std::memcpy(x_grouped + size_t(p) * out_row, src, in_row);
+    } else {
+      thread_local std::vector<float> row;  // [C]
+      row.resize(size_t(C));
+      load_row(row.data(), src, in_type, C);
+      store_row(x_grouped + size_t(p) * out_row, out_type, row.data(), C);
+    }
+  }
+}
+
+void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
+  const int64_t T = a.weights.dim(0), k = a.weights.dim(1), C = a.out.dim(1);
+  const float* weights = a.weights.ptr<float>();
+  const int32_t* positions = a.positions.ptr<int32_t>();
+  for (int64_t s = 0; s < T * k; ++s)
+    if (positions[s] < 0 || positions[s] >= T * k)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("moe_combine: positions[{}] (token {}, choice {}) = {} is outside [0, T·k = {})", s,
+                              s / k, s % k, positions[s], T * k));
+  const DType out_type = a.out.dtype, y_type = a.y_grouped.dtype;
+  with_float_type(y_type, static_cast<const void*>(a.y_grouped.data), [&](const auto* y) {
+    with_float_type(out_type, a.out.data, [&](auto* out) {
+#pragma omp parallel for schedule(static)
+      for (int64_t t = 0; t < T; ++t) {
+        const float* w = weights + t * k;
+        const int32_t* pos = positions + t * k;
+        auto* o = out + t * C;
+        int64_t c = 0;
+#ifdef DING_CPU_AVX2
+        for (; c + 8 <= C; c += 8) {
+          __m256 sum = _mm256_setzero_ps();
+          for (int64_t j = 0; j < k; ++j) sum = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8(y + pos[j] * C + c), sum);
+          store8(o + c, sum);
+        }
+#endif
+        for (; c < C; ++c) {
+          float sum = 0;
+          for (int64_t j = 0; j < k; ++j) sum = std::fma(w[j], load_scalar(y, y_type, pos[j] * C + c), sum);
+          store_scalar(o, out_type, c, sum);
+        }
+      }
+    });
+  });
+}
 
 }  // namespace ding::cpu

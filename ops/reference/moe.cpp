@@ -1,11 +1,107 @@
-// STUB (replaced by the moe family work)
+// Reference MoE routing, grouping and combining: plain loops in double.
+// Routing follows HF transformers' MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock (softmax,
+// topk, optional renormalisation: `norm_topk_prob`) and DeepseekV3TopkRouter (sigmoid scores,
+// `routed_scaling_factor`); grouping is a stable counting sort by expert id.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
 #include "ding/error.h"
 #include "reference.h"
 
 namespace ding::reference {
 
-void moe_route(Stream&, const ops::MoeRouteArgs&) { throw Error(ErrorCode::not_implemented, "reference moe_route: stub"); }
-void moe_group(Stream&, const ops::MoeGroupArgs&) { throw Error(ErrorCode::not_implemented, "reference moe_group: stub"); }
-void moe_combine(Stream&, const ops::MoeCombineArgs&) { throw Error(ErrorCode::not_implemented, "reference moe_combine: stub"); }
+// scores = softmax(logits[t]) or σ(logits[t]); experts[t] = the k best, weights[t] their scores,
+// renormalised to Σ = 1 if asked, times routed_scaling. Both scorings are strictly increasing
+// in the logit, so the experts are chosen by logit: the order of the exact scores, with no ties
+// invented by rounding (σ(40) and σ(41) are both 1.0 in double).
+void moe_route(Stream&, const ops::MoeRouteArgs& a) {
+  const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> logit(static_cast<size_t>(E)), score(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) logit[e] = load(a.logits, offset(a.logits, {t, e}));
+    if (a.params.scoring == ops::MoeScoring::softmax) {
+      const double max = *std::max_element(logit.begin(), logit.end());
+      double sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += score[e] = std::exp(logit[e] - max);
+      for (double& s : score) s /= sum;
+    } else {
+      for (int64_t e = 0; e < E; ++e) score[e] = 1.0 / (1.0 + std::exp(-logit[e]));
+    }
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](int64_t i, int64_t j) { return logit[i] > logit[j] || (logit[i] == logit[j] && i < j); });
+    double chosen_sum = 0;
+    for (int64_t j = 0; j < k; ++j) chosen_sum += score[order[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      double w = score[order[j]];
+      if (a.params.renormalize) w /= chosen_sum;
+      store(a.weights, offset(a.weights, {t, j}), w * a.params.routed_scaling);
+      store(a.experts, offset(a.experts, {t, j}), double(order[j]));
+    }
+  }
+}
+
+// Counting sort of the T·k slots s = t·k + j by expert id, stable in s:
+//   offsets[e] = Σ_{e' < e} count(e'),  slots[p] = s,  positions[s] = p.
+void moe_group(Stream&, const ops::MoeGroupArgs& a) {
+  const int64_t T = a.experts.dim(0), k = a.experts.dim(1), E = a.offsets.dim(0) - 1;
+  std::vector<int64_t> expert(size_t(T * k)), count(size_t(E), 0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const double e = load(a.experts, offset(a.experts, {t, j}));
+      if (!(e >= 0 && e < double(E)))
+        throw Error(ErrorCode::invalid_argument,
+                    fmt::format("moe_group: experts[{}, {}] = {} is outside [0, E = {})", t, j, e, E));
+      expert[size_t(t * k + j)] = int64_t(e);
+      ++count[size_t(e)];
+    }
+  std::vector<int64_t> next(static_cast<size_t>(E));  // next free grouped row of each expert
+  int64_t total = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    store(a.offsets, offset(a.offsets, {e}), double(total));
+    next[e] = total;
+    total += count[e];
+  }
+  store(a.offsets, offset(a.offsets, {E}), double(total));
+  for (int64_t s = 0; s < T * k; ++s) {
+    const int64_t p = next[expert[s]]++;
+    store(a.slots, offset(a.slots, {p}), double(s));
+    store(a.positions, offset(a.positions, {s}), double(p));
+  }
+  if (!a.x.defined()) return;
+  const int64_t C = a.x.dim(1);
+  for (int64_t p = 0; p < T * k; ++p) {
+    const int64_t t = int64_t(load(a.slots, offset(a.slots, {p}))) / k;
+    for (int64_t c = 0; c < C; ++c)
+      store(a.x_grouped, offset(a.x_grouped, {p, c}), load(a.x, offset(a.x, {t, c})));
+  }
+}
+
+// out[t] = Σ_j weights[t, j] · y_grouped[positions[t·k + j]].
+void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
+  const int64_t T = a.weights.dim(0), k = a.weights.dim(1), C = a.out.dim(1);
+  std::vector<int64_t> position(size_t(T * k));
+  for (int64_t s = 0; s < T * k; ++s) {
+    const double p = load(a.positions, offset(a.positions, {s}));
+    if (!(p >= 0 && p < double(T * k)))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("moe_combine: positions[{}] (token {}, choice {}) = {} is outside [0, T·k = {})", s,
+                              s / k, s % k, p, T * k));
+    position[size_t(s)] = int64_t(p);
+  }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j)
+        sum += load(a.weights, offset(a.weights, {t, j})) *
+               load(a.y_grouped, offset(a.y_grouped, {position[size_t(t * k + j)], c}));
+      store(a.out, offset(a.out, {t, c}), sum);
+    }
+}
 
 }  // namespace ding::reference

@@ -1,8 +1,228 @@
-// STUB
+// Parity cases for moe_route, moe_group and moe_combine.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+
 #include "op_cases.h"
 
 namespace ding::testing {
 
-std::vector<OpCase> moe_cases() { return {}; }
+namespace {
+
+using ops::MoeScoring;
+
+// Router logits drawn from {-1, -0.5, 0, 0.5, 1}: every row has ties, including at the k-th
+// place, so the "lower expert first" rule decides the experts.
+Tensor tied_logits(CaseRun& run, DType dtype, int64_t T, int64_t E) {
+  std::uniform_int_distribution<int> pick(-2, 2);
+  std::vector<double> v(size_t(T * E));
+  for (double& x : v) x = 0.5 * pick(run.rng);
+  return run.values(dtype, {T, E}, v);
+}
+
+// Expert ids as a router makes them: k distinct experts per token, popular ones chosen more
+// often, and the last quarter of the experts never chosen (groups of size zero).
+std::vector<int32_t> routed_experts(CaseRun& run, int64_t T, int64_t E, int64_t k) {
+  const int64_t active = std::max(k, E - E / 4);
+  std::vector<double> popularity(static_cast<size_t>(active));
+  std::lognormal_distribution<double> spread(0.0, 1.0);
+  for (double& p : popularity) p = spread(run.rng);
+  std::discrete_distribution<int32_t> pick(popularity.begin(), popularity.end());
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t first = ids.size();
+    while (int64_t(ids.size() - first) < k) {
+      const int32_t e = pick(run.rng);
+      if (std::find(ids.begin() + first, ids.end(), e) == ids.end()) ids.push_back(e);
+    }
+  }
+  return ids;
+}
+
+// A random permutation of 0..n-1, as moe_group's positions always are.
+std::vector<int32_t> permutation(CaseRun& run, int64_t n) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  std::shuffle(p.begin(), p.end(), run.rng);
+  return p;
+}
+
+struct RouteShape {
+  int64_t E, k;
+};
+
+void add_route_cases(std::vector<OpCase>& cases) {
+  const RouteShape shapes[] = {{3, 1}, {3, 2}, {8, 2}, {8, 8}, {60, 6}, {64, 8}};
+  const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
+  int variant = 0;
+  for (RouteShape s : shapes)
+    for (int64_t T : {1, 17, 300})
+      for (MoeScoring scoring : {MoeScoring::softmax, MoeScoring::sigmoid})
+        for (bool renormalize : {true, false}) {
+          const DType dtype = dtypes[variant % 3];
+          const bool tied = variant % 4 == 1;  // a quarter of the cases route on tied logits
+          const float scaling = variant % 2 ? 2.5f : 1.0f;
+          ++variant;
+          ops::MoeRouteParams params{.k = s.k, .scoring = scoring, .renormalize = renormalize, .routed_scaling = scaling};
+          OpCase c;
+          c.op = "moe_route";
+          c.name = fmt::format("moe_route/T{}_E{}_k{}_{}_{}_scale{}_{}{}", T, s.E, s.k,
+                               scoring == MoeScoring::softmax ? "softmax" : "sigmoid",
+                               renormalize ? "renorm" : "raw", scaling, dtype_name(dtype), tied ? "_ties" : "");
+          // The kernel takes each weight from an f32 exp (sums in double): a few ulp of f32,
+          // measured NMSE ≤ 1.4e-14 over 20 seeds; 3e-13 is ~20× that and far below a wrong expert.
+          c.tolerance = 3e-13;
+          c.reason = "f32 exp per weight, double sums: a few f32 ulp (measured ≤ 1.4e-14)";
+          c.build = [=](CaseRun& run) {
+            Tensor logits = tied ? tied_logits(run, dtype, T, s.E) : run.normal(dtype, {T, s.E}, 2.0);
+            Tensor weights = run.output("weights", DType::f32, {T, s.k});
+            Tensor experts = run.output("experts", DType::i32, {T, s.k}, {Compare::exact});
+            run.launch = [=](Stream& st) { ops::moe_route(st, weights, experts, logits, params); };
+            run.cost = ops::cost(ops::MoeRouteArgs{weights, experts, logits, params});
+          };
+          cases.push_back(c);
+        }
+}
+
+struct GroupShape {
+  int64_t T, k, E;
+};
+
+struct GatherTypes {
+  bool gather;
+  DType x, x_grouped;
+};
+
+void add_group_cases(std::vector<OpCase>& cases) {
+  const GroupShape shapes[] = {{1, 1, 3}, {1, 2, 8}, {17, 2, 8}, {17, 8, 3}, {300, 2, 60}, {300, 8, 64}, {33, 6, 64}};
+  const GatherTypes gathers[] = {{false, DType::f32, DType::f32}, {true, DType::f32, DType::f32},
+                                 {true, DType::bf16, DType::bf16}, {true, DType::f16, DType::f32},
+                                 {true, DType::f32, DType::bf16}};
+  int variant = 0;
+  for (GroupShape s : shapes)
+    for (GatherTypes g : gathers) {
+      // Distinct experts per token when they fit (k ≤ E), else uniform ids with repeats.
+      const bool routed = s.k <= s.E && variant % 3 != 2;
+      const int64_t C = std::array<int64_t, 3>{1, 17, 64}[size_t(variant % 3)];
+      ++variant;
+      OpCase c;
+      c.op = "moe_group";
+      c.name = fmt::format("moe_group/T{}_k{}_E{}_{}", s.T, s.k, s.E, routed ? "routed" : "uniform_ids") +
+               (g.gather ? fmt::format("_C{}_{}_to_{}", C, dtype_name(g.x), dtype_name(g.x_grouped)) : "");
+      c.tolerance = 1e-30;
+      c.reason = "every output is compared exactly: indices, and x_grouped is a copy (conversions round identically)";
+      c.build = [=](CaseRun& run) {
+        Tensor experts = routed ? run.ints({s.T, s.k}, routed_experts(run, s.T, s.E, s.k))
+                                : run.random_ints({s.T, s.k}, 0, int32_t(s.E - 1));
+        Tensor offsets = run.output("offsets", DType::i32, {s.E + 1}, {Compare::exact});
+        Tensor slots = run.output("slots", DType::i32, {s.T * s.k}, {Compare::exact});
+        Tensor positions = run.output("positions", DType::i32, {s.T * s.k}, {Compare::exact});
+        Tensor x, x_grouped;
+        if (g.gather) {
+          x = run.normal(g.x, {s.T, C});
+          x_grouped = run.output("x_grouped", g.x_grouped, {s.T * s.k, C}, {Compare::exact});
+        }
+        run.launch = [=](Stream& st) { ops::moe_group(st, offsets, slots, positions, experts, x, x_grouped); };
+        run.cost = ops::cost(ops::MoeGroupArgs{offsets, slots, positions, experts, x, x_grouped});
+      };
+      cases.push_back(c);
+    }
+}
+
+struct CombineTypes {
+  DType y, out;
+};
+
+void add_combine_cases(std::vector<OpCase>& cases) {
+  struct Shape {
+    int64_t T, k, C;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {1, 2, 17}, {17, 2, 64}, {17, 8, 3}, {300, 2, 17}, {300, 8, 8}, {3, 6, 4097}};
+  const CombineTypes types[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
+                                {DType::bf16, DType::f32}, {DType::f32, DType::bf16}};
+  for (Shape s : shapes)
+    for (CombineTypes ty : types) {
+      OpCase c;
+      c.op = "moe_combine";
+      c.name = fmt::format("moe_combine/T{}_k{}_C{}_y{}_out{}", s.T, s.k, s.C, dtype_name(ty.y), dtype_name(ty.out));
+      // f32 FMA over k ≤ 8 products against a double sum: ≤ ~k ulp of f32; then one rounding to
+      // the output dtype, identical on both sides except for sums on a rounding boundary.
+      if (ty.out == DType::f32) {
+        c.tolerance = 1e-13;
+        c.reason = "f32 FMA accumulation of ≤ 8 terms vs double (measured NMSE ≤ 7.6e-15)";
+      } else {
+        c.tolerance = 0.05 * rounding_nmse(ty.out);
+        // measured ≤ 9e-9 (bf16) and 1.5e-10 (f16): ~1/500 of the dtype's own rounding NMSE.
+        c.reason = "same rounding to the 16-bit output on both sides; only sums within f32 error of a rounding boundary differ, by 1 ulp";
+      }
+      c.build = [=](CaseRun& run) {
+        Tensor y_grouped = run.normal(ty.y, {s.T * s.k, s.C});
+        Tensor weights = run.uniform(DType::f32, {s.T, s.k}, 0.0, 1.0);
+        Tensor positions = run.ints({s.T * s.k}, permutation(run, s.T * s.k));
+        Tensor out = run.output("out", ty.out, {s.T, s.C});
+        run.launch = [=](Stream& st) { ops::moe_combine(st, out, y_grouped, weights, positions); };
+        run.cost = ops::cost(ops::MoeCombineArgs{out, y_grouped, weights, positions});
+      };
+      cases.push_back(c);
+    }
+}
+
+// Realistic sizes for ding-bench (OLMoE/Qwen-MoE-like: 64 experts, top-8, C = 2048).
+void add_bench_cases(std::vector<OpCase>& cases) {
+  const int64_t T = 256, E = 64, k = 8, C = 2048;
+  OpCase route{.op = "moe_route", .name = "moe_route/bench_T256_E64_k8_softmax_bf16", .tolerance = 3e-13,
+               .reason = "as the small moe_route cases"};
+  route.build = [=](CaseRun& run) {
+    Tensor logits = run.normal(DType::bf16, {T, E}, 2.0);
+    Tensor weights = run.output("weights", DType::f32, {T, k});
+    Tensor experts = run.output("experts", DType::i32, {T, k}, {Compare::exact});
+    const ops::MoeRouteParams params{.k = k};
+    run.launch = [=](Stream& st) { ops::moe_route(st, weights, experts, logits, params); };
+    run.cost = ops::cost(ops::MoeRouteArgs{weights, experts, logits, params});
+  };
+  route.in_tests = false;
+  cases.push_back(route);
+
+  OpCase group{.op = "moe_group", .name = "moe_group/bench_T256_k8_E64_C2048_bf16", .tolerance = 1e-30,
+               .reason = "exact outputs"};
+  group.build = [=](CaseRun& run) {
+    Tensor experts = run.ints({T, k}, routed_experts(run, T, E, k));
+    Tensor offsets = run.output("offsets", DType::i32, {E + 1}, {Compare::exact});
+    Tensor slots = run.output("slots", DType::i32, {T * k}, {Compare::exact});
+    Tensor positions = run.output("positions", DType::i32, {T * k}, {Compare::exact});
+    Tensor x = run.normal(DType::bf16, {T, C});
+    Tensor x_grouped = run.output("x_grouped", DType::bf16, {T * k, C}, {Compare::exact});
+    run.launch = [=](Stream& st) { ops::moe_group(st, offsets, slots, positions, experts, x, x_grouped); };
+    run.cost = ops::cost(ops::MoeGroupArgs{offsets, slots, positions, experts, x, x_grouped});
+  };
+  group.in_tests = false;
+  cases.push_back(group);
+
+  OpCase combine{.op = "moe_combine", .name = "moe_combine/bench_T256_k8_C2048_bf16", .tolerance = 0.05 * rounding_nmse(DType::bf16),
+                 .reason = "as the small bf16 moe_combine cases"};
+  combine.build = [=](CaseRun& run) {
+    Tensor y_grouped = run.normal(DType::bf16, {T * k, C});
+    Tensor weights = run.uniform(DType::f32, {T, k}, 0.0, 1.0);
+    Tensor positions = run.ints({T * k}, permutation(run, T * k));
+    Tensor out = run.output("out", DType::bf16, {T, C});
+    run.launch = [=](Stream& st) { ops::moe_combine(st, out, y_grouped, weights, positions); };
+    run.cost = ops::cost(ops::MoeCombineArgs{out, y_grouped, weights, positions});
+  };
+  combine.in_tests = false;
+  cases.push_back(combine);
+}
+
+}  // namespace
+
+std::vector<OpCase> moe_cases() {
+  std::vector<OpCase> cases;
+  add_route_cases(cases);
+  add_group_cases(cases);
+  add_combine_cases(cases);
+  add_bench_cases(cases);
+  return cases;
+}
 
 }  // namespace ding::testing

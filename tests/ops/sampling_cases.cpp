@@ -1,8 +1,140 @@
-// STUB
+// Parity cases for argmax, top_k and sample.
+#include <fmt/format.h>
+
+#include <set>
+
 #include "op_cases.h"
 
 namespace ding::testing {
 
-std::vector<OpCase> sampling_cases() { return {}; }
+namespace {
+
+const DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// Logits drawn from {-2, …, 2}: each row has its maximum (and every rank) many times over, so
+// the "lower index first" rule decides every answer.
+Tensor tied_logits(CaseRun& run, DType dtype, int64_t B, int64_t V) {
+  std::uniform_int_distribution<int> pick(-2, 2);
+  std::vector<double> v(size_t(B * V));
+  for (double& x : v) x = pick(run.rng);
+  return run.values(dtype, {B, V}, v);
+}
+
+// Language-model-like logits: normal with stddev 3 (a few dominant tokens, a long tail).
+Tensor lm_logits(CaseRun& run, DType dtype, int64_t B, int64_t V, bool tied) {
+  return tied ? tied_logits(run, dtype, B, V) : run.normal(dtype, {B, V}, 3.0);
+}
+
+OpCase argmax_case(int64_t B, int64_t V, DType dtype, bool tied, bool in_tests) {
+  OpCase c;
+  c.op = "argmax";
+  c.name = fmt::format("argmax/{}B{}_V{}_{}{}", in_tests ? "" : "bench_", B, V, dtype_name(dtype), tied ? "_ties" : "");
+  c.tolerance = 1e-30;
+  c.reason = "the only output is an index, compared exactly";
+  c.in_tests = in_tests;
+  c.build = [=](CaseRun& run) {
+    Tensor logits = lm_logits(run, dtype, B, V, tied);
+    Tensor out = run.output("out", DType::i32, {B}, {Compare::exact});
+    run.launch = [=](Stream& st) { ops::argmax(st, out, logits); };
+    run.cost = ops::cost(ops::ArgmaxArgs{out, logits});
+  };
+  return c;
+}
+
+OpCase top_k_case(int64_t B, int64_t V, int64_t k, DType dtype, bool tied, bool in_tests) {
+  OpCase c;
+  c.op = "top_k";
+  c.name = fmt::format("top_k/{}B{}_V{}_k{}_{}{}", in_tests ? "" : "bench_", B, V, k, dtype_name(dtype), tied ? "_ties" : "");
+  // values are copies of logits widened to f32 (exact for every input dtype), so once the
+  // indices agree exactly the values are identical: any NMSE above 0 is a wrong element.
+  c.tolerance = 1e-30;
+  c.reason = "values are exact f32 copies of the chosen logits";
+  c.in_tests = in_tests;
+  c.build = [=](CaseRun& run) {
+    Tensor logits = lm_logits(run, dtype, B, V, tied);
+    Tensor values = run.output("values", DType::f32, {B, k});
+    Tensor indices = run.output("indices", DType::i32, {B, k}, {Compare::exact});
+    run.launch = [=](Stream& st) { ops::top_k(st, values, indices, logits); };
+    run.cost = ops::cost(ops::TopKArgs{values, indices, logits});
+  };
+  return c;
+}
+
+OpCase sample_case(int64_t B, int64_t V, const ops::SampleParams& p, DType dtype, bool in_tests) {
+  OpCase c;
+  c.op = "sample";
+  c.name = fmt::format("sample/{}B{}_V{}_temp{}_topk{}_topp{}_minp{}_{}", in_tests ? "" : "bench_", B, V, p.temperature,
+                       p.top_k, p.top_p, p.min_p, dtype_name(dtype));
+  c.tolerance = 1e-30;
+  c.reason = "the only output is a token id, compared exactly";
+  c.in_tests = in_tests;
+  c.build = [=](CaseRun& run) {
+    Tensor logits = lm_logits(run, dtype, B, V, false);
+    Tensor uniforms = run.uniform(DType::f32, {B}, 0.0, 1.0);
+    // The CPU kernel computes every kept probability in double exactly as the reference does;
+    // only the softmax denominator over the whole vocabulary (no top_k) comes from f32 exps,
+    // ~1e-7 relative, which moves a top_p cut or a draw only when it lands within ~1e-7 of a
+    // boundary. Over 8·10^4 rows (every case, 30 seeds) no row differed; allow none.
+    Tensor out = run.output("out", DType::i32, {B}, {Compare::exact, 0});
+    run.launch = [=](Stream& st) { ops::sample(st, out, logits, uniforms, p); };
+    run.cost = ops::cost(ops::SampleArgs{out, logits, uniforms, p});
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> sampling_cases() {
+  std::vector<OpCase> cases;
+  for (int64_t V : {1, 2, 17, 50257})
+    for (DType dtype : kFloatTypes) {
+      const int64_t B = V > 1000 ? 3 : 8;
+      cases.push_back(argmax_case(B, V, dtype, false, true));
+      if (V > 2) cases.push_back(argmax_case(B, V, dtype, true, true));
+    }
+  for (int64_t V : {17, 50257}) cases.push_back(argmax_case(1, V, DType::f32, false, true));
+  int variant = 0;
+  for (int64_t V : {1, 2, 17, 50257})
+    for (int64_t k : std::set<int64_t>{1, 5, 40, V}) {
+      if (k > V) continue;
+      for (DType dtype : kFloatTypes) {
+        const int64_t B = V > 1000 ? 2 : 8;
+        cases.push_back(top_k_case(B, V, k, dtype, variant++ % 2 == 1 && V > 2, true));
+      }
+    }
+
+  // sample: every filter combination at V = 17 (B = 8) and V = 4097 (B = 64), dtypes rotated.
+  variant = 0;
+  for (auto [B, V] : {std::pair<int64_t, int64_t>{8, 17}, {64, 4097}}) {
+    cases.push_back(sample_case(B, V, {.temperature = 0, .top_p = 0.9f}, kFloatTypes[variant++ % 3], true));
+    for (float temperature : {0.7f, 1.5f})
+      for (int64_t top_k : {0, 1, 40})
+        for (float top_p : {1.0f, 0.9f, 0.5f})
+          for (float min_p : {0.0f, 0.05f})
+            cases.push_back(sample_case(B, V, {temperature, top_k, top_p, min_p}, kFloatTypes[variant++ % 3], true));
+  }
+  // The GPT-2 vocabulary, fewer rows: the threshold search without top_k, bf16 ties.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (ops::SampleParams p : {ops::SampleParams{.temperature = 0},
+                                ops::SampleParams{.temperature = 1.0f},
+                                ops::SampleParams{.temperature = 0.7f, .top_p = 0.9f},
+                                ops::SampleParams{.temperature = 1.5f, .top_p = 0.5f, .min_p = 0.05f},
+                                ops::SampleParams{.temperature = 1.0f, .min_p = 0.05f},
+                                ops::SampleParams{.temperature = 0.7f, .top_k = 40, .top_p = 0.9f}})
+      cases.push_back(sample_case(8, 50257, p, dtype, true));
+  }
+  cases.push_back(sample_case(1, 50257, {.temperature = 0.7f, .top_p = 0.9f}, DType::f16, true));
+  cases.push_back(sample_case(1, 17, {.temperature = 1.0f, .top_k = 40}, DType::f32, true));
+
+  // ding-bench: GPT-2's vocabulary at decode batch sizes.
+  for (int64_t B : {1, 8}) {
+    cases.push_back(argmax_case(B, 50257, DType::f32, false, false));
+    cases.push_back(top_k_case(B, 50257, 40, DType::f32, false, false));
+    cases.push_back(sample_case(B, 50257, {.temperature = 0.7f, .top_p = 0.9f}, DType::f32, false));
+    cases.push_back(sample_case(B, 50257, {.temperature = 0.7f, .top_k = 40, .top_p = 0.9f}, DType::f32, false));
+    cases.push_back(sample_case(B, 50257, {.temperature = 1.0f}, DType::bf16, false));
+  }
+  return cases;
+}
 
 }  // namespace ding::testing

@@ -1,0 +1,234 @@
+// moe_route / moe_group / moe_combine: closed-form facts on the reference and CPU backends, and
+// bad input through the public front end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "ding/ding.h"
+#include "ding/ops/moe.h"
+
+namespace ding::testing {
+namespace {
+
+// Owns the buffers of one test's tensors on one device.
+class Tensors {
+ public:
+  explicit Tensors(Device& device) : device_(device) {}
+  Tensor make(DType dtype, std::initializer_list<int64_t> shape) {
+    Tensor t = Tensor::view(nullptr, &device_, dtype, shape);
+    buffers_.push_back(device_.alloc(t.nbytes()));
+    t.data = buffers_.back().data();
+    return t;
+  }
+  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) { return filled(DType::f32, shape, v); }
+  Tensor i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v) { return filled(DType::i32, shape, v); }
+  template <class T>
+  std::vector<T> read(const Tensor& t) {
+    std::vector<T> v(size_t(t.numel()));
+    download(device_.default_stream(), v.data(), t, t.nbytes());
+    return v;
+  }
+  Stream& stream() { return device_.default_stream(); }
+
+ private:
+  template <class T>
+  Tensor filled(DType dtype, std::initializer_list<int64_t> shape, const std::vector<T>& v) {
+    Tensor t = make(dtype, shape);
+    upload(device_.default_stream(), t, v.data(), t.nbytes());
+    return t;
+  }
+  Device& device_;
+  std::vector<Buffer> buffers_;
+};
+
+const char* const kBackends[] = {"ref", "cpu"};
+
+// Runs `f` and checks it throws ding::Error with `code` and a message holding every `parts`.
+template <class F>
+void expect_error(F&& f, ErrorCode code, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no ding::Error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << e.what() << "' lacks '" << part << "'";
+  }
+}
+
+// ---- reference facts (checked on ref and cpu) ----------------------------------------------
+
+TEST(MoeRoute, SoftmaxRenormalizedWeightsSumToOne_T5_E8_k3) {
+  std::vector<float> logits(5 * 8);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(float(i) * 1.7f) * 3;
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor w = ts.make(DType::f32, {5, 3}), e = ts.make(DType::i32, {5, 3});
+    ops::moe_route(ts.stream(), w, e, ts.f32({5, 8}, logits), {.k = 3});
+    const auto weights = ts.read<float>(w);
+    const auto experts = ts.read<int32_t>(e);
+    for (int t = 0; t < 5; ++t) {
+      EXPECT_NEAR(weights[t * 3] + weights[t * 3 + 1] + weights[t * 3 + 2], 1.0, 1e-6) << backend << " token " << t;
+      for (int j = 0; j + 1 < 3; ++j) {
+        EXPECT_GE(weights[t * 3 + j], weights[t * 3 + j + 1]) << backend;  // best first
+        EXPECT_GT(logits[t * 8 + experts[t * 3 + j]], logits[t * 8 + experts[t * 3 + j + 1]]) << backend;
+      }
+    }
+  }
+}
+
+TEST(MoeRoute, EqualLogitsPickTheLowestExpertsWithUniformScores_E6_k4) {
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor w = ts.make(DType::f32, {1, 4}), e = ts.make(DType::i32, {1, 4});
+    ops::moe_route(ts.stream(), w, e, ts.f32({1, 6}, std::vector<float>(6, 0.25f)),
+                   {.k = 4, .renormalize = false, .routed_scaling = 3.0f});
+    EXPECT_EQ(ts.read<int32_t>(e), (std::vector<int32_t>{0, 1, 2, 3})) << backend;
+    for (float x : ts.read<float>(w)) EXPECT_NEAR(x, 3.0 / 6.0, 1e-7) << backend;  // softmax of equal logits: 1/E
+  }
+}
+
+TEST(MoeRoute, SigmoidWeightOfLogitZeroIsOneHalf_E3_k1) {
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor w = ts.make(DType::f32, {1, 1}), e = ts.make(DType::i32, {1, 1});
+    ops::moe_route(ts.stream(), w, e, ts.f32({1, 3}, {-1.0f, 0.0f, -2.0f}),
+                   {.k = 1, .scoring = ops::MoeScoring::sigmoid, .renormalize = false, .routed_scaling = 2.0f});
+    EXPECT_EQ(ts.read<int32_t>(e)[0], 1) << backend;
+    EXPECT_NEAR(ts.read<float>(w)[0], 2.0 * 0.5, 1e-7) << backend;
+  }
+}
+
+TEST(MoeGroup, OffsetsArePrefixSumsOfCountsAndSlotsInvertPositions_T6_k2_E5) {
+  const std::vector<int32_t> ids = {3, 0, 3, 1, 0, 3, 1, 0, 4, 3, 0, 1};  // expert 2 has no token
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor offsets = ts.make(DType::i32, {6}), slots = ts.make(DType::i32, {12}), positions = ts.make(DType::i32, {12});
+    Tensor x = ts.f32({6, 2}, {0, 0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4.5f, 5, 5.5f});
+    Tensor x_grouped = ts.make(DType::f32, {12, 2});
+    ops::moe_group(ts.stream(), offsets, slots, positions, ts.i32({6, 2}, ids), x, x_grouped);
+    const auto off = ts.read<int32_t>(offsets), slot = ts.read<int32_t>(slots), pos = ts.read<int32_t>(positions);
+    std::vector<int32_t> count(5, 0);
+    for (int32_t id : ids) ++count[id];
+    std::vector<int32_t> expected_offsets(6, 0);
+    std::partial_sum(count.begin(), count.end(), expected_offsets.begin() + 1);
+    EXPECT_EQ(off, expected_offsets) << backend;
+    for (int s = 0; s < 12; ++s) {
+      EXPECT_EQ(slot[pos[s]], s) << backend;
+      EXPECT_GE(pos[s], off[ids[s]]) << backend;  // inside its expert's block
+      EXPECT_LT(pos[s], off[ids[s] + 1]) << backend;
+    }
+    for (int p = 0; p + 1 < 12; ++p)  // stable: slots ascend within a block
+      if (ids[slot[p]] == ids[slot[p + 1]]) EXPECT_LT(slot[p], slot[p + 1]) << backend;
+    const auto xg = ts.read<float>(x_grouped);
+    for (int p = 0; p < 12; ++p) EXPECT_EQ(xg[p * 2 + 1], float(slot[p] / 2) + 0.5f) << backend;
+  }
+}
+
+TEST(MoeCombine, OneHotWeightsPickTheRow_T2_k3_C3) {
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    std::vector<float> y(6 * 3);
+    std::iota(y.begin(), y.end(), 1.0f);
+    Tensor out = ts.make(DType::f32, {2, 3});
+    // token 0 takes its choice 1 (position 4), token 1 its choice 2 (position 0)
+    ops::moe_combine(ts.stream(), out, ts.f32({6, 3}, y), ts.f32({2, 3}, {0, 1, 0, 0, 0, 1}),
+                     ts.i32({6}, {2, 4, 5, 1, 3, 0}));
+    EXPECT_EQ(ts.read<float>(out), (std::vector<float>{13, 14, 15, 1, 2, 3})) << backend;
+  }
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+TEST(MoeRoute, RejectsBadInput_T2_E4) {
+  Device& cpu = Device::open("cpu");
+  Tensors ts(cpu), other(Device::open("ref"));
+  Tensor logits = ts.make(DType::f32, {2, 4}), w = ts.make(DType::f32, {2, 2}), e = ts.make(DType::i32, {2, 2});
+  Stream& s = ts.stream();
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 0}); }, ErrorCode::invalid_argument, {"moe_route", "k must be in [1, E = 4], got 0"});
+  expect_error([&] { ops::moe_route(s, ts.make(DType::f32, {2, 5}), ts.make(DType::i32, {2, 5}), logits, {.k = 5}); },
+               ErrorCode::invalid_argument, {"moe_route", "got 5"});
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 2, .routed_scaling = 0.0f}); }, ErrorCode::invalid_argument,
+               {"moe_route", "routed_scaling"});
+  expect_error([&] { ops::moe_route(s, ts.make(DType::f16, {2, 2}), e, logits, {.k = 2}); }, ErrorCode::dtype_mismatch,
+               {"moe_route", "weights", "f16"});
+  expect_error([&] { ops::moe_route(s, w, ts.make(DType::i32, {3, 2}), logits, {.k = 2}); }, ErrorCode::shape_mismatch,
+               {"moe_route", "experts", "3"});
+  expect_error([&] { ops::moe_route(s, w, e, other.make(DType::f32, {2, 4}), {.k = 2}); }, ErrorCode::device_mismatch,
+               {"moe_route", "logits", "ref"});
+  Tensor both = ts.make(DType::f32, {2, 2});
+  Tensor both_i32 = both;
+  both_i32.dtype = DType::i32;
+  expect_error([&] { ops::moe_route(s, both, both_i32, logits, {.k = 2}); }, ErrorCode::aliasing, {"moe_route", "weights"});
+  Tensor empty = logits;
+  empty.shape[0] = 0;
+  expect_error([&] { ops::moe_route(s, w, e, empty, {.k = 2}); }, ErrorCode::invalid_argument, {"moe_route", "logits", "size 0"});
+  Tensor huge = logits;
+  huge.shape[0] = int64_t(1) << 62;
+  expect_error([&] { ops::moe_route(s, w, e, huge, {.k = 2}); }, ErrorCode::invalid_argument, {"moe_route", "logits"});
+}
+
+TEST(MoeGroup, RejectsExpertIdOutOfRange_E4) {
+  for (const char* backend : kBackends) {
+    for (int32_t bad : {4, -1}) {
+      Tensors ts(Device::open(backend));
+      Tensor offsets = ts.make(DType::i32, {5}), slots = ts.make(DType::i32, {6}), positions = ts.make(DType::i32, {6});
+      Tensor experts = ts.i32({3, 2}, {0, 1, 2, 3, bad, 0});
+      expect_error([&] { ops::moe_group(ts.stream(), offsets, slots, positions, experts); }, ErrorCode::invalid_argument,
+                   {"moe_group", "experts[2, 0] = " + std::to_string(bad), "E = 4"});
+    }
+  }
+}
+
+TEST(MoeGroup, RejectsBadShapesDtypesAndAliasing_T3_k2) {
+  Tensors ts(Device::open("cpu"));
+  Stream& s = ts.stream();
+  Tensor offsets = ts.make(DType::i32, {5}), slots = ts.make(DType::i32, {6}), positions = ts.make(DType::i32, {6});
+  Tensor experts = ts.i32({3, 2}, {0, 1, 2, 3, 1, 0});
+  expect_error([&] { ops::moe_group(s, ts.make(DType::i32, {1}), slots, positions, experts); }, ErrorCode::shape_mismatch,
+               {"moe_group", "offsets"});
+  expect_error([&] { ops::moe_group(s, offsets, ts.make(DType::i32, {5}), positions, experts); }, ErrorCode::shape_mismatch,
+               {"moe_group", "slots", "5"});
+  expect_error([&] { ops::moe_group(s, offsets, slots, ts.make(DType::f32, {6}), experts); }, ErrorCode::dtype_mismatch,
+               {"moe_group", "positions", "f32"});
+  expect_error([&] { ops::moe_group(s, offsets, slots, slots, experts); }, ErrorCode::aliasing, {"moe_group", "slots", "positions"});
+  expect_error([&] { ops::moe_group(s, offsets, slots, positions, experts, ts.make(DType::f32, {3, 4})); },
+               ErrorCode::invalid_argument, {"moe_group", "x and x_grouped"});
+  expect_error([&] { ops::moe_group(s, offsets, slots, positions, experts, ts.make(DType::f32, {3, 4}), ts.make(DType::f32, {6, 5})); },
+               ErrorCode::shape_mismatch, {"moe_group", "x_grouped", "5"});
+  expect_error([&] { ops::moe_group(s, offsets, slots, positions, experts, ts.make(DType::i32, {3, 4}), ts.make(DType::f32, {6, 4})); },
+               ErrorCode::dtype_mismatch, {"moe_group", "x", "i32"});
+}
+
+TEST(MoeCombine, RejectsPositionOutOfRange_T2_k2) {
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor out = ts.make(DType::f32, {2, 3});
+    expect_error([&] { ops::moe_combine(ts.stream(), out, ts.make(DType::f32, {4, 3}), ts.f32({2, 2}, {1, 0, 1, 0}),
+                                        ts.i32({4}, {0, 1, 7, 2})); },
+                 ErrorCode::invalid_argument, {"moe_combine", "positions[2]", "= 7", "T·k = 4"});
+  }
+}
+
+TEST(MoeCombine, RejectsBadShapesDtypesDevicesAndAliasing_T2_k2_C3) {
+  Tensors ts(Device::open("cpu")), other(Device::open("ref"));
+  Stream& s = ts.stream();
+  Tensor out = ts.make(DType::f32, {2, 3}), y = ts.make(DType::f32, {4, 3}), w = ts.make(DType::f32, {2, 2});
+  Tensor pos = ts.i32({4}, {0, 1, 2, 3});
+  expect_error([&] { ops::moe_combine(s, out, ts.make(DType::f32, {4, 5}), w, pos); }, ErrorCode::shape_mismatch,
+               {"moe_combine", "y_grouped", "5"});
+  expect_error([&] { ops::moe_combine(s, out, y, ts.make(DType::bf16, {2, 2}), pos); }, ErrorCode::dtype_mismatch,
+               {"moe_combine", "weights", "bf16"});
+  expect_error([&] { ops::moe_combine(s, out, y, w, ts.make(DType::i32, {3})); }, ErrorCode::shape_mismatch,
+               {"moe_combine", "positions", "3"});
+  expect_error([&] { ops::moe_combine(s, out, other.make(DType::f32, {4, 3}), w, pos); }, ErrorCode::device_mismatch,
+               {"moe_combine", "y_grouped", "ref"});
+  expect_error([&] { ops::moe_combine(s, y.reshape({12}).slice(0, 0, 6).reshape({2, 3}), y, w, pos); }, ErrorCode::aliasing,
+               {"moe_combine", "out", "y_grouped"});
+}
+
+}  // namespace
+}  // namespace ding::testing
