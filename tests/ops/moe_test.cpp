@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ding/ding.h"
+#include "expect_error.h"
 #include "ding/ops/moe.h"
 
 namespace ding::testing {
@@ -45,19 +46,6 @@ class Tensors {
 };
 
 const char* const kBackends[] = {"ref", "cpu"};
-
-// Runs `f` and checks it throws ding::Error with `code` and a message holding every `parts`.
-template <class F>
-void expect_error(F&& f, ErrorCode code, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no ding::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << e.what() << "' lacks '" << part << "'";
-  }
-}
 
 // ---- reference facts (checked on ref and cpu) ----------------------------------------------
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ding/ding.h"
+#include "expect_error.h"
 #include "ding/ops/sampling.h"
 
 namespace ding::testing {
@@ -44,18 +45,6 @@ class Tensors {
 };
 
 const char* const kBackends[] = {"ref", "cpu"};
-
-template <class F>
-void expect_error(F&& f, ErrorCode code, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no ding::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << e.what() << "' lacks '" << part << "'";
-  }
-}
 
 // B rows of the same logits, one uniform per row; returns the sampled ids.
 std::vector<int32_t> sample_rows(const char* backend, const std::vector<float>& row, const std::vector<float>& u,
