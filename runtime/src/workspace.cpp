@@ -9,7 +9,9 @@ namespace ding {
 Workspace::Workspace(Device& device, size_t bytes) : buffer_(device.alloc(bytes)) {}
 
 void* Workspace::take_bytes(size_t bytes, size_t align) {
-  const size_t start = (used_ + align - 1) / align * align;
+  // Align the address, not the offset: the buffer itself may be only 64-byte aligned.
+  const auto base = reinterpret_cast<uintptr_t>(buffer_.data());
+  const size_t start = size_t((base + used_ + align - 1) / align * align - base);
   if (buffer_.data() == nullptr || start + bytes > buffer_.size())
     throw Error(ErrorCode::out_of_memory, fmt::format("workspace: {} bytes requested, {} of {} bytes free", bytes,
                                                       buffer_.size() - std::min(used_, buffer_.size()), buffer_.size()));
