@@ -5,6 +5,7 @@
 #include <vector>
 #include "ding/ops/activation.h"
 #include "ding/ops/attention.h"
+#include "ding/ops/copy.h"
 #include "ding/ops/embedding.h"
 #include "ding/ops/matmul.h"
 #include "ding/ops/moe.h"

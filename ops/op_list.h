@@ -4,6 +4,7 @@
 #pragma once
 
 #define DING_OP_LIST(X)                     \
+  X(copy, CopyArgs)                         \
   X(matmul, MatmulArgs)                     \
   X(matmul_chain, MatmulChainArgs)          \
   X(softmax, SoftmaxArgs)                   \

@@ -81,6 +81,7 @@ struct OpCase {
 };
 
 // Per-family case lists (tests/ops/<family>_cases.cpp) and all of them in op_list order.
+std::vector<OpCase> copy_cases();
 std::vector<OpCase> matmul_cases();
 std::vector<OpCase> norm_cases();
 std::vector<OpCase> activation_cases();
