@@ -14,7 +14,7 @@
 
 #include "ding/error.h"
 
-namespace ding::models {
+namespace ding {
 
 namespace {
 
@@ -209,4 +209,4 @@ size_t WeightFiles::total_bytes() const {
   return total;
 }
 
-}  // namespace ding::models
+}  // namespace ding

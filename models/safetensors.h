@@ -11,7 +11,7 @@
 
 #include "ding/dtype.h"
 
-namespace ding::models {
+namespace ding {
 
 struct StoredTensor {
   std::string name;
@@ -61,4 +61,4 @@ class WeightFiles {
   std::map<std::string, const StoredTensor*> tensors_;
 };
 
-}  // namespace ding::models
+}  // namespace ding

@@ -99,6 +99,21 @@ Tensor Tensor::select(int d, int64_t index) const {
   return t;
 }
 
+Tensor Tensor::unsqueeze(int d) const {
+  if (d < 0) d += rank + 1;
+  if (d < 0 || d > rank || rank >= kMaxRank)
+    throw Error(ErrorCode::invalid_argument, fmt::format("unsqueeze: dimension {} of {}", d, shape_str()));
+  Tensor t = *this;
+  for (int i = rank; i > d; --i) {
+    t.shape[i] = shape[i - 1];
+    t.strides[i] = strides[i - 1];
+  }
+  t.shape[d] = 1;
+  t.strides[d] = d < rank ? shape[d] * strides[d] : 1;
+  t.rank = rank + 1;
+  return t;
+}
+
 std::string Tensor::shape_str() const {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);

@@ -32,6 +32,18 @@ TEST(Tensor, SliceKeepsStridesAndSelectDropsADim) {
   EXPECT_TRUE(row.is_contiguous());
 }
 
+TEST(Tensor, UnsqueezeAddsAUnitDimensionKeepingStrides) {
+  float data[24];
+  Tensor t = Tensor::view(data, nullptr, DType::f32, {2, 3, 4}).slice(1, 0, 2);  // strided [2, 2, 4]
+  Tensor u = t.unsqueeze(0);
+  EXPECT_EQ(u.rank, 4);
+  EXPECT_EQ(u.shape[0], 1);
+  EXPECT_EQ(u.strides[1], 12);
+  EXPECT_EQ(u.strides[2], 4);
+  EXPECT_EQ(t.unsqueeze(3).shape[3], 1);
+  EXPECT_THROW(t.unsqueeze(5), Error);
+}
+
 TEST(Tensor, OverlapFollowsTheBytesTouched) {
   float data[24];
   Tensor t = Tensor::view(data, nullptr, DType::f32, {2, 3, 4});

@@ -43,6 +43,7 @@ struct Tensor {
   Tensor reshape(std::initializer_list<int64_t> new_shape) const;  // contiguous only
   Tensor slice(int dim, int64_t begin, int64_t end) const;         // keeps strides
   Tensor select(int dim, int64_t index) const;                     // drops dim
+  Tensor unsqueeze(int dim) const;                                 // a new dim of size 1 before `dim`
 
   template <class T> T* ptr() const { return static_cast<T*>(data); }
 

@@ -1,0 +1,155 @@
+// Model loading: map the safetensors, check every expected tensor against the config, convert
+// to the compute dtype (transposing GPT-2's Conv1D [in, out] weights to [out, in]) and upload.
+#include "model.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "ding/error.h"
+#include "ding/models/safetensors.h"
+
+namespace ding {
+
+namespace {
+
+// One weight as the loader needs it: where it comes from, the shape the config implies, and
+// whether the file stores it transposed.
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;  // as stored in the file
+  bool transpose = false;      // stored [K, N] (Conv1D); ding wants [N, K]
+  Tensor* target;
+};
+
+float stored_value(const StoredTensor& t, int64_t i) {
+  const char* p = static_cast<const char*>(t.data) + i * int64_t(dtype_size(t.dtype));
+  switch (t.dtype) {
+    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::f16: { f16 v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
+    case DType::bf16: { bf16 v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
+    default: return 0;  // rejected before conversion
+  }
+}
+
+void put_value(std::vector<uint8_t>& out, DType dtype, int64_t i, float v) {
+  uint8_t* p = out.data() + i * int64_t(dtype_size(dtype));
+  switch (dtype) {
+    case DType::f32: std::memcpy(p, &v, 4); break;
+    case DType::f16: { f16 h = f32_to_f16(v); std::memcpy(p, &h, 2); break; }
+    case DType::bf16: { bf16 h = f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
+    default: break;
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+// GPT-2's tensor names. Checkpoints saved from GPT2LMHeadModel prefix them with "transformer.";
+// those saved from GPT2Model do not.
+std::vector<WeightSpec> gpt2_weight_specs(const ModelConfig& c, const WeightFiles& files, ModelWeights& w) {
+  const std::string p = files.has("transformer.wte.weight") ? "transformer." : "";
+  const int64_t C = c.d_model, F = c.d_ff, V = c.vocab_size, P = c.n_positions;
+  std::vector<WeightSpec> specs;
+  w.blocks.resize(size_t(c.n_layer));
+  specs.push_back({p + "wte.weight", {V, C}, false, &w.token_embedding});
+  specs.push_back({p + "wpe.weight", {P, C}, false, &w.position_embedding});
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    BlockWeights& b = w.blocks[size_t(l)];
+    const std::string h = fmt::format("{}h.{}.", p, l);
+    specs.push_back({h + "ln_1.weight", {C}, false, &b.attn_norm_w});
+    specs.push_back({h + "ln_1.bias", {C}, false, &b.attn_norm_b});
+    specs.push_back({h + "attn.c_attn.weight", {C, 3 * C}, true, &b.qkv_w});
+    specs.push_back({h + "attn.c_attn.bias", {3 * C}, false, &b.qkv_b});
+    specs.push_back({h + "attn.c_proj.weight", {C, C}, true, &b.out_w});
+    specs.push_back({h + "attn.c_proj.bias", {C}, false, &b.out_b});
+    specs.push_back({h + "ln_2.weight", {C}, false, &b.ffn_norm_w});
+    specs.push_back({h + "ln_2.bias", {C}, false, &b.ffn_norm_b});
+    specs.push_back({h + "mlp.c_fc.weight", {C, F}, true, &b.up_w});
+    specs.push_back({h + "mlp.c_fc.bias", {F}, false, &b.up_b});
+    specs.push_back({h + "mlp.c_proj.weight", {F, C}, true, &b.down_w});
+    specs.push_back({h + "mlp.c_proj.bias", {C}, false, &b.down_b});
+  }
+  specs.push_back({p + "ln_f.weight", {C}, false, &w.final_norm_w});
+  specs.push_back({p + "ln_f.bias", {C}, false, &w.final_norm_b});
+  // An untied head is "lm_head.weight"; tied checkpoints usually omit it (or repeat wte).
+  if (!c.tied_embeddings) specs.push_back({"lm_head.weight", {V, C}, false, &w.lm_head});
+  return specs;
+}
+
+}  // namespace
+
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::load(const std::string& dir, Device& device, const LoadOptions& options) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw Error(ErrorCode::io, fmt::format("model folder {}: not a directory", dir));
+  if (options.dtype != DType::f32 && options.dtype != DType::f16 && options.dtype != DType::bf16)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("Model::load: compute dtype must be f32, f16 or bf16, got {}", dtype_name(options.dtype)));
+  Model m;
+  m.folder_ = dir;
+  m.device_ = &device;
+  m.dtype_ = options.dtype;
+  m.config_ = ModelConfig::from_json_file((fs::path(dir) / "config.json").string());
+  m.tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_folder(dir));
+  if (m.tokenizer_->vocab_size() > m.config_.vocab_size)
+    throw Error(ErrorCode::parse, fmt::format("{}: the tokenizer has {} tokens but config.json vocab_size is {}", dir,
+                                              m.tokenizer_->vocab_size(), m.config_.vocab_size));
+  if (m.config_.eos_token >= 0) m.tokenizer_->set_eos(m.config_.eos_token);
+
+  const WeightFiles files = WeightFiles::open_folder(dir);
+  const std::vector<WeightSpec> specs = gpt2_weight_specs(m.config_, files, m.weights_);
+
+  // Check every tensor before allocating anything.
+  size_t total = 0;
+  const size_t element = dtype_size(m.dtype_);
+  for (const WeightSpec& s : specs) {
+    const StoredTensor& t = files.get(s.name);
+    if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
+      throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has dtype {}, expected f32, f16 or bf16", t.file, s.name,
+                                                dtype_name(t.dtype)));
+    if (t.shape != s.shape)
+      throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has shape {} but config.json implies {}", t.file, s.name,
+                                                shape_text(t.shape), shape_text(s.shape)));
+    total += (size_t(t.numel()) * element + 255) / 256 * 256;
+  }
+
+  m.arena_ = device.alloc(total);
+  Stream& stream = device.default_stream();
+  size_t offset = 0, done = 0;
+  std::vector<uint8_t> staging;
+  for (const WeightSpec& s : specs) {
+    const StoredTensor& t = files.get(s.name);
+    std::vector<int64_t> shape = s.shape;
+    if (s.transpose) std::swap(shape[0], shape[1]);
+    Tensor dst = Tensor::view(static_cast<char*>(m.arena_.data()) + offset, &device, m.dtype_, shape.data(), int(shape.size()));
+    staging.resize(dst.nbytes());
+    const int64_t n = t.numel();
+    if (s.transpose) {
+      const int64_t rows = s.shape[0], cols = s.shape[1];  // stored [rows = K, cols = N]
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) put_value(staging, m.dtype_, c * rows + r, stored_value(t, r * cols + c));
+    } else if (t.dtype == m.dtype_) {
+      std::memcpy(staging.data(), t.data, t.bytes);
+    } else {
+      for (int64_t i = 0; i < n; ++i) put_value(staging, m.dtype_, i, stored_value(t, i));
+    }
+    device.copy_to_device(stream, dst.data, staging.data(), staging.size());
+    stream.synchronize();
+    *s.target = dst;
+    offset += (staging.size() + 255) / 256 * 256;
+    done += t.bytes;
+    if (options.progress) options.progress(done, files.total_bytes());
+  }
+  if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
+  return m;
+}
+
+}  // namespace ding

@@ -1,0 +1,50 @@
+// Session: the per-request state of a model — a static KV cache for a batch of sequences and
+// the activation buffers, all allocated once here, so prefill and decode never allocate.
+//
+//   prefill(b, tokens) appends a prompt (or a chunk of one) to sequence b;
+//   decode(tokens)     appends one token to each of sequences 0..n-1 in one batched step;
+// both return the logits of the positions they were asked for, f32 [rows, V] on the device.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "ding/models/model.h"
+#include "ding/models/tokenizer.h"
+
+namespace ding {
+
+struct SessionOptions {
+  int64_t max_batch = 1;          // sequences decoded together
+  int64_t max_tokens = 0;         // KV-cache positions per sequence; 0 = the model's n_positions
+  int64_t prefill_chunk = 256;    // prompt tokens processed per step (bounds activation memory)
+};
+
+class Session {
+ public:
+  Session(const Model& model, const SessionOptions& options = {});
+  Session(Session&&) noexcept;
+  ~Session();
+
+  // Appends `tokens` to sequence `seq`. Returns the logits of the last position, f32 [1, V];
+  // when `all_logits` is given, the logits of every position are appended to it (host, row-major).
+  // Throws Error(invalid_argument) when the tokens do not fit in the context that is left.
+  Tensor prefill(int64_t seq, std::span<const Token> tokens, std::vector<float>* all_logits = nullptr);
+  // One token for each of sequences 0..tokens.size()-1; returns their logits, f32 [n, V].
+  Tensor decode(std::span<const Token> tokens);
+
+  int64_t length(int64_t seq) const;     // positions held for the sequence
+  void reset(int64_t seq);                // forget a sequence (its cache is reused)
+  int64_t max_tokens() const;
+  int64_t max_batch() const;
+  size_t kv_cache_bytes() const;          // K and V of every layer, all sequences
+  size_t activation_bytes() const;
+  const Model& model() const;
+  Stream& stream() const;
+
+  struct State;  // opaque: buffers and views, defined in session.cpp
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ding
