@@ -8,9 +8,11 @@
 
 namespace ding::cpu {
 
-// Rows up to which streaming W once (gemv) beats the blocked GEMM; measured on the gpt2-xl shapes
-// (M = 8 runs at W-bandwidth in gemv and is still faster than the GEMM's packing overhead).
-constexpr int64_t kGemvMaxRows = 8;
+// Rows up to which streaming W once (gemv) beats the blocked GEMM. Measured on gpt2-xl shapes
+// (N 6400 and 50257, K 1600, 2 threads): gemv is ahead up to M = 6 for f32 and bf16 weights; at
+// M = 8 the GEMM is level for f32 and ~20% ahead for bf16, because gemv then waits on x (M rows
+// reloaded per weight vector) rather than on w.
+constexpr int64_t kGemvMaxRows = 6;
 
 // The fused tail of a linear layer: out = act(acc + bias) + residual, converted to out's dtype.
 struct Epilogue {

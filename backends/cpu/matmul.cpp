@@ -81,11 +81,12 @@ void matmul_chain(Stream&, const ops::MatmulChainArgs& a) {
 
   for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
     const int64_t cr = std::min(chunk_rows, R - r0);
-    const float* src = first.ptr<float>() + r0 * first.dim(1);
-    if (first.dtype != DType::f32) {
+    // A 16-bit A0 chunk is widened into slot 0, which the first product reads and does not write.
+    const float* src = slot[0];
+    if (first.dtype == DType::f32)
+      src = first.ptr<float>() + r0 * first.dim(1);
+    else
       load_row(slot[0], at_element(first, r0 * first.dim(1)), first.dtype, cr * first.dim(1));
-      src = slot[0];
-    }
     for (int i = 1; i < a.count; ++i) {
       const int64_t inner = a.factors[i].dim(0), cols = a.factors[i].dim(1);
       const bool is_last = i + 1 == a.count;

@@ -5,6 +5,7 @@
 //   matmul_chain: y = A0·A1·…·An, a plain product of the factors in order; the kernels' row chunking
 //                 is a cache schedule that must not change the result, so the oracle ignores it.
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "reference.h"
@@ -14,7 +15,7 @@ namespace ding::reference {
 namespace {
 
 double gelu_tanh(double v) {
-  const double sqrt_2_over_pi = std::sqrt(2.0 / M_PI);
+  const double sqrt_2_over_pi = std::sqrt(2.0 / std::numbers::pi);
   return 0.5 * v * (1.0 + std::tanh(sqrt_2_over_pi * (v + 0.044715 * v * v * v)));
 }
 

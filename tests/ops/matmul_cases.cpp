@@ -1,4 +1,4 @@
-// matmul and matmul_chain cases: decode rows (the gemv core, M ≤ 8) and prefill rows (the gemm
+// matmul and matmul_chain cases: decode rows (the gemv core, M ≤ 6) and prefill rows (the gemm
 // core), every dtype mix the contract allows, each optional epilogue part, batched x with shared or
 // batched w, odd sizes around the SIMD width; plus gpt2-xl-shaped bench cases.
 #include <fmt/format.h>
@@ -31,20 +31,23 @@ struct MatmulCase {
 
 // Inputs are identical on both backends (rounded to their dtype before upload), so the only
 // differences are the kernel's f32 sums against the reference's f64 ones, and the rounding of out.
-// f32 out: f32 accumulation error grows like K·ε² in NMSE (ε = 2^-24, random-walk over K terms);
-//   bound 10·K·rounding_nmse(f32); measured 0.005–0.13 × that bound (5 seeds, small K highest).
-// f16/bf16 out: both sides round to the same dtype, so elements differ by at most one step, and
-//   only where the f32 sum straddles a rounding boundary; the bound is rounding_nmse(out), as if
-//   every element were one independent rounding apart; measured 0–0.03 × that bound.
+// f32 out: f32 accumulation error grows like K·ε² in NMSE (ε = 2^-24, random-walk over K terms),
+//   plus a few roundings that do not grow with K (bias add, GELU's exp, residual add, the store);
+//   bound 10·(K + 8)·rounding_nmse(f32); measured ≤ 0.12 × that bound (worst of 300 seeds, K = 7).
+// f16/bf16 out: both sides round to the same dtype, so elements differ by one step at most, and
+//   only where the f32 sum straddles a rounding boundary (~K·ε/ulp of them). Measured ≤ 0.005 ×
+//   rounding_nmse(out) (40 seeds); the bound rounding_nmse(out)/4 still admits a few such
+//   elements in the smallest, 33-element outputs, where one alone costs ~ulp²/33.
 double tolerance(DType out, int64_t K) {
-  if (out == DType::f32) return 10.0 * double(K) * rounding_nmse(DType::f32);
-  return rounding_nmse(out);
+  if (out == DType::f32) return 10.0 * double(K + 8) * rounding_nmse(DType::f32);
+  return rounding_nmse(out) / 4;
 }
 
 std::string reason(DType out, int64_t K) {
   if (out == DType::f32)
-    return fmt::format("f32 sums of K = {} products vs f64: NMSE ~ K·ε²/12, bound 10·K·rounding_nmse(f32)", K);
-  return fmt::format("both sides round the output to {}: at most one rounding step apart, bound rounding_nmse({})",
+    return fmt::format("f32 sums of K = {} products vs f64 (NMSE ~ K·ε²) plus the epilogue's roundings: "
+                       "bound 10·(K + 8)·rounding_nmse(f32)", K);
+  return fmt::format("both sides round the output to {}: a few elements one step apart, bound rounding_nmse({})/4",
                      dtype_name(out), dtype_name(out));
 }
 
@@ -112,7 +115,7 @@ OpCase make_chain_case(const ChainCase& c) {
   for (size_t i = 1; i + 1 < c.dims.size(); ++i) inner += c.dims[i];
   oc.tolerance = tolerance(c.out, inner);
   oc.reason = c.out == DType::f32 ? fmt::format("f32 products through the chain, {} summed terms in all: "
-                                                "bound 10·Σinner·rounding_nmse(f32)", inner)
+                                                "bound 10·(Σinner + 8)·rounding_nmse(f32)", inner)
                                   : reason(c.out, inner);
   oc.in_tests = c.in_tests;
   oc.build = [c](CaseRun& run) {
@@ -144,7 +147,7 @@ std::vector<OpCase> matmul_cases() {
   constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
   constexpr auto sep = Residual::separate, inplace = Residual::in_place;
   std::vector<MatmulCase> list = {
-      // gemv core (M ≤ 8): channel tails (N = 1, 33, 4097), K tails (1, 7, 259).
+      // gemv core (M ≤ 6): channel tails (N = 1, 33, 4097), K tails (1, 7, 259).
       {.M = 1, .N = 1, .K = 1},
       {.M = 1, .N = 33, .K = 7},
       {.M = 1, .N = 4097, .K = 64},
@@ -161,9 +164,9 @@ std::vector<OpCase> matmul_cases() {
       {.M = 3, .N = 33, .K = 64, .x = bf16, .out = f16},
       {.M = 4, .N = 33, .K = 64, .x = bf16, .w = bf16, .out = bf16, .bias = true},
       {.M = 5, .N = 33, .K = 64, .w = bf16},
-      {.M = 7, .N = 33, .K = 7, .residual = inplace},
-      {.M = 8, .N = 33, .K = 259},
-      // gemm core (M > 8).
+      {.M = 6, .N = 33, .K = 7, .residual = inplace},
+      // gemm core (M > 6).
+      {.M = 7, .N = 33, .K = 259},
       {.M = 9, .N = 33, .K = 64},
       {.M = 17, .N = 33, .K = 259},
       {.M = 17, .N = 1, .K = 7},

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -77,7 +78,7 @@ TEST(MatmulReference, BiasGeluResidualInPlace_M1_N4_K1) {
   const Tensor bias = t.f32({4}, {0, 1, 20, -20});
   const Tensor out = t.f32({1, 4}, {10, 10, 10, 10});
   ops::matmul(t.stream, out, x, w, {.bias = bias, .activation = ops::Activation::gelu_tanh, .residual = out});
-  const double gelu1 = 0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * 1.044715));
+  const double gelu1 = 0.5 * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * 1.044715));
   const std::vector<float> got = t.read(out);
   EXPECT_FLOAT_EQ(got[0], 10.0f);
   EXPECT_FLOAT_EQ(got[1], float(10 + gelu1));
@@ -114,7 +115,7 @@ TEST(MatmulChainReference, HandWorkedChain_R1_2x2x1) {
 
 TEST(MatmulCpu, IdentityWeightsReturnX_GemvAndGemmRows) {
   Tensors t(Device::open("cpu"));
-  for (int64_t M : {1, 3, 8, 9, 40}) {
+  for (int64_t M : {1, 3, 6, 7, 40}) {  // both sides of kGemvMaxRows
     const std::vector<float> xs = counting(M * 19, 0.5f);
     const Tensor x = t.f32({M, 19}, xs), w = t.f32({19, 19}, identity(19)), out = t.f32({M, 19});
     ops::matmul(t.stream, out, x, w);
