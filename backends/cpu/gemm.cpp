@@ -1,0 +1,153 @@
+// The many-rows matmul core and the epilogue shared with gemv.
+// out[M, N] = epilogue(x[M, K] · w[N, K]ᵀ). Output channels are split into panels, one thread
+// per panel (static, so results do not depend on timing). A 16-bit panel of w is widened to f32
+// once per call into a thread buffer, then Eigen's single-threaded GEMM multiplies it against
+// row tiles of x; each finished tile goes through the epilogue while it is still in cache.
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gemm.h"
+#include "simd.h"
+
+namespace ding::cpu {
+
+namespace {
+
+using RowMajorF32 = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMatrixMap = Eigen::Map<const RowMajorF32, Eigen::Unaligned, Eigen::OuterStride<>>;
+using MatrixMap = Eigen::Map<RowMajorF32, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+
+// GELU (tanh form) as v·σ(2u), u = √(2/π)(v + 0.044715v³): the same function as 0.5v(1 + tanh u)
+// but needs only exp, and saturates cleanly for large |v| instead of computing 1 - 1.
+float gelu_scalar(float v) {
+  const float u = kSqrt2OverPi * (v + 0.044715f * v * v * v);
+  return v / (1.0f + std::exp(-2.0f * u));
+}
+
+#ifdef DING_CPU_AVX2
+// e^x for x clamped to ±88 (so 2^n stays a normal float): x = n·ln2 + r, |r| ≤ ln2/2, e^r by a
+// degree-6 polynomial (Cephes expf coefficients), 2^n built in the exponent bits. ~1 ulp.
+__m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 split in two so n·ln2 is subtracted without losing r's low bits.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+}
+
+__m256 gelu8(__m256 v) {
+  const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+  const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), v3, v));
+  const __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
+  return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+#endif
+
+// acc[i] += src[i] for a row of any float dtype.
+void add_row(float* acc, const void* src, DType dtype, int64_t count) {
+  with_float_type(dtype, src, [&](auto* p) {
+    int64_t i = 0;
+#ifdef DING_CPU_AVX2
+    for (; i + 8 <= count; i += 8) store8(acc + i, _mm256_add_ps(load8(acc + i), load8(p + i)));
+#endif
+    for (; i < count; ++i) acc[i] += load_scalar(p, dtype, i);
+  });
+}
+
+void gelu_row(float* acc, int64_t count) {
+  int64_t i = 0;
+#ifdef DING_CPU_AVX2
+  for (; i + 8 <= count; i += 8) store8(acc + i, gelu8(load8(acc + i)));
+#endif
+  for (; i < count; ++i) acc[i] = gelu_scalar(acc[i]);
+}
+
+const char* element(const void* base, DType dtype, int64_t i) {
+  return static_cast<const char*>(base) + i * int64_t(dtype_size(dtype));
+}
+
+int thread_count() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+}  // namespace
+
+void Epilogue::apply(int64_t m, int64_t n0, float* acc, int64_t count) const {
+  // Each step is one pass over `count` floats that are already in L1.
+  if (bias) add_row(acc, element(bias, bias_dtype, n0), bias_dtype, count);
+  if (gelu) gelu_row(acc, count);
+  // The residual row is read completely before out's row is written, so residual == out is safe.
+  if (residual) add_row(acc, element(residual, residual_dtype, m * N + n0), residual_dtype, count);
+  store_row(const_cast<char*>(element(out, out_dtype, m * N + n0)), out_dtype, acc, count);
+}
+
+void gemm(const GemmProblem& p) {
+  const int64_t M = p.M, N = p.N, K = p.K;
+  // x widened to f32 once per call; a few MB at prefill sizes, shared read-only by every thread.
+  std::vector<float> x_f32;
+  const float* x = static_cast<const float*>(p.x);
+  if (p.x_dtype != DType::f32) {
+    x_f32.resize(size_t(M * K));
+    load_row(x_f32.data(), p.x, p.x_dtype, M * K);
+    x = x_f32.data();
+  }
+  // Panels of ~256 output channels: a widened panel (256·K floats, 1.6 MB at K = 1600) stays in
+  // the last-level cache while Eigen packs it once per row tile. Widths are multiples of 16 (Eigen's
+  // register blocking) and the panel count a multiple of the thread count, so threads get equal work.
+  const int threads = thread_count();
+  int64_t panels = std::max<int64_t>(1, (N + 255) / 256);
+  panels = (panels + threads - 1) / threads * threads;
+  const int64_t panel_n = std::min(N, (((N + panels - 1) / panels) + 15) / 16 * 16);
+  panels = (N + panel_n - 1) / panel_n;
+  // Row tiles bound the f32 tile the epilogue reads back to ~256 × 256 floats (256 KB).
+  const int64_t tile_m = std::min<int64_t>(M, 256);
+
+#pragma omp parallel
+  {
+    std::vector<float> w_panel(p.w_dtype == DType::f32 ? 0 : size_t(panel_n * K));
+    std::vector<float> tile(size_t(tile_m * panel_n));
+#pragma omp for schedule(static)
+    for (int64_t panel = 0; panel < panels; ++panel) {
+      const int64_t n0 = panel * panel_n, nc = std::min(panel_n, N - n0);
+      const float* w = w_panel.data();
+      if (p.w_dtype == DType::f32)
+        w = static_cast<const float*>(p.w) + n0 * K;
+      else
+        load_row(w_panel.data(), element(p.w, p.w_dtype, n0 * K), p.w_dtype, nc * K);
+      const ConstMatrixMap w_map(w, nc, K, Eigen::OuterStride<>(K));
+      for (int64_t m0 = 0; m0 < M; m0 += tile_m) {
+        const int64_t mc = std::min(tile_m, M - m0);
+        const ConstMatrixMap x_map(x + m0 * K, mc, K, Eigen::OuterStride<>(K));
+        MatrixMap tile_map(tile.data(), mc, nc, Eigen::OuterStride<>(nc));
+        // Inside this parallel region Eigen runs single-threaded; the parallelism is the panels.
+        tile_map.noalias() = x_map * w_map.transpose();
+        for (int64_t i = 0; i < mc; ++i) p.ep.apply(m0 + i, n0, tile.data() + i * nc, nc);
+      }
+    }
+  }
+}
+
+}  // namespace ding::cpu

@@ -1,0 +1,311 @@
+// matmul and matmul_chain: the reference against facts known without running it (identity
+// weights, a product worked by hand, GELU's limits), the chain's chunk-size rule, and every
+// rejected input through the public front end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "ding/ding.h"
+
+namespace ding::testing {
+namespace {
+
+// Owns the buffers of one test's tensors on one device.
+struct Tensors {
+  explicit Tensors(Device& d) : device(d), stream(d.default_stream()) {}
+  Device& device;
+  Stream& stream;
+  std::vector<Buffer> buffers;
+
+  Tensor make(DType dtype, std::initializer_list<int64_t> shape) {
+    Tensor t = Tensor::view(nullptr, &device, dtype, shape);
+    buffers.push_back(device.alloc(std::max<size_t>(t.nbytes(), 1)));
+    t.data = buffers.back().data();
+    return t;
+  }
+  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+    Tensor t = make(DType::f32, shape);
+    upload(stream, t, values.data(), values.size() * sizeof(float));
+    return t;
+  }
+  Tensor f32(std::initializer_list<int64_t> shape) { return make(DType::f32, shape); }
+  std::vector<float> read(const Tensor& t) {
+    std::vector<float> v(size_t(t.numel()));
+    download(stream, v.data(), t, t.nbytes());
+    stream.synchronize();
+    return v;
+  }
+};
+
+std::vector<float> identity(int64_t n) {
+  std::vector<float> v(size_t(n * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) v[size_t(i * n + i)] = 1.0f;
+  return v;
+}
+
+std::vector<float> counting(int64_t n, float scale = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = scale * float(i % 13 - 6);
+  return v;
+}
+
+// ---- reference sanity ----
+
+TEST(MatmulReference, IdentityWeightsReturnX_M3_K5) {
+  Tensors t(Device::open("ref"));
+  const std::vector<float> xs = counting(15, 0.25f);
+  const Tensor x = t.f32({3, 5}, xs), w = t.f32({5, 5}, identity(5)), out = t.f32({3, 5});
+  ops::matmul(t.stream, out, x, w);
+  EXPECT_EQ(t.read(out), xs);
+}
+
+TEST(MatmulReference, HandWorkedProduct_M2_N2_K2) {
+  // [1 2; 3 4] · [5 6; 7 8]ᵀ = [1·5+2·6, 1·7+2·8; 3·5+4·6, 3·7+4·8]
+  Tensors t(Device::open("ref"));
+  const Tensor x = t.f32({2, 2}, {1, 2, 3, 4}), w = t.f32({2, 2}, {5, 6, 7, 8}), out = t.f32({2, 2});
+  ops::matmul(t.stream, out, x, w);
+  EXPECT_EQ(t.read(out), (std::vector<float>{17, 23, 39, 53}));
+}
+
+TEST(MatmulReference, BiasGeluResidualInPlace_M1_N4_K1) {
+  // x·wᵀ = 0, so out = gelu(bias) + out: GELU(0) = 0, GELU(v) → v for large v, → 0 for large -v,
+  // and GELU(1) = 0.5(1 + tanh(√(2/π)·1.044715)) from the tanh formula.
+  Tensors t(Device::open("ref"));
+  const Tensor x = t.f32({1, 1}, {0}), w = t.f32({4, 1}, {1, 1, 1, 1});
+  const Tensor bias = t.f32({4}, {0, 1, 20, -20});
+  const Tensor out = t.f32({1, 4}, {10, 10, 10, 10});
+  ops::matmul(t.stream, out, x, w, {.bias = bias, .activation = ops::Activation::gelu_tanh, .residual = out});
+  const double gelu1 = 0.5 * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * 1.044715));
+  const std::vector<float> got = t.read(out);
+  EXPECT_FLOAT_EQ(got[0], 10.0f);
+  EXPECT_FLOAT_EQ(got[1], float(10 + gelu1));
+  EXPECT_FLOAT_EQ(got[2], 30.0f);
+  EXPECT_FLOAT_EQ(got[3], 10.0f);
+}
+
+TEST(MatmulReference, BatchedWeightsUseTheirOwnBatch_B2_M1_N1_K2) {
+  Tensors t(Device::open("ref"));
+  const Tensor x = t.f32({2, 1, 2}, {1, 1, 1, 1}), w = t.f32({2, 1, 2}, {1, 2, 10, 20}), out = t.f32({2, 1, 1});
+  ops::matmul(t.stream, out, x, w);
+  EXPECT_EQ(t.read(out), (std::vector<float>{3, 30}));
+}
+
+TEST(MatmulChainReference, IdentityFactorsLeaveA0_R4_D3_Chunk1) {
+  Tensors t(Device::open("ref"));
+  const std::vector<float> a = counting(12);
+  const Tensor factors[] = {t.f32({4, 3}, a), t.f32({3, 3}, identity(3)), t.f32({3, 3}, identity(3))};
+  const Tensor out = t.f32({4, 3});
+  Workspace workspace(t.device, 4096);
+  ops::matmul_chain(t.stream, out, factors, 3, workspace, {.chunk_rows = 1});
+  EXPECT_EQ(t.read(out), a);
+}
+
+TEST(MatmulChainReference, HandWorkedChain_R1_2x2x1) {
+  // [1 2] · [1 0; 1 1] · [2; 3] = [3 2] · [2; 3] = 12
+  Tensors t(Device::open("ref"));
+  const Tensor factors[] = {t.f32({1, 2}, {1, 2}), t.f32({2, 2}, {1, 0, 1, 1}), t.f32({2, 1}, {2, 3})};
+  const Tensor out = t.f32({1, 1});
+  Workspace workspace(t.device, 4096);
+  ops::matmul_chain(t.stream, out, factors, 3, workspace);
+  EXPECT_EQ(t.read(out), std::vector<float>{12});
+}
+
+TEST(MatmulCpu, IdentityWeightsReturnX_GemvAndGemmRows) {
+  Tensors t(Device::open("cpu"));
+  for (int64_t M : {1, 3, 6, 7, 40}) {  // both sides of kGemvMaxRows
+    const std::vector<float> xs = counting(M * 19, 0.5f);
+    const Tensor x = t.f32({M, 19}, xs), w = t.f32({19, 19}, identity(19)), out = t.f32({M, 19});
+    ops::matmul(t.stream, out, x, w);
+    EXPECT_EQ(t.read(out), xs) << "M = " << M;
+  }
+}
+
+// ---- chunk size ----
+
+ops::MatmulChainArgs chain_shape(Tensors& t, int64_t R, std::vector<int64_t> dims) {
+  ops::MatmulChainArgs a;
+  int64_t rows = R;
+  for (int64_t d : dims) {
+    a.factors[size_t(a.count++)] = Tensor::view(nullptr, &t.device, DType::f32, {rows, d});
+    rows = d;
+  }
+  return a;
+}
+
+TEST(MatmulChainChunkRows, FitsHalfTheCacheWithinBounds) {
+  Tensors t(Device::open("cpu"));
+  for (size_t llc : {size_t(1) << 20, size_t(32) << 20, size_t(256) << 20}) {
+    for (int64_t R : {5, 100, 50304}) {
+      const ops::MatmulChainArgs a = chain_shape(t, R, {768, 64, 768, 4096});
+      const int64_t rows = ops::matmul_chain_chunk_rows(llc, a);
+      SCOPED_TRACE("llc " + std::to_string(llc) + ", R " + std::to_string(R) + ", chunk " + std::to_string(rows));
+      EXPECT_LE(rows, R);
+      EXPECT_GE(rows, std::min<int64_t>(R, 16));
+      // The largest chunk whose two f32 intermediates (widest 768) fit in half the cache, unless
+      // the 16-row floor or R itself decided.
+      const bool floor_or_all = rows == std::min<int64_t>(R, 16) || rows == R;
+      if (!floor_or_all) {
+        EXPECT_LE(ops::matmul_chain_scratch_bytes(a, rows), llc / 2);
+        EXPECT_GT(ops::matmul_chain_scratch_bytes(a, rows + 1), llc / 2) << "not the largest chunk that fits";
+      }
+    }
+  }
+}
+
+TEST(MatmulChainChunkRows, TinyCacheStillGives16Rows) {
+  Tensors t(Device::open("cpu"));
+  EXPECT_EQ(ops::matmul_chain_chunk_rows(1024, chain_shape(t, 1000, {512, 512, 8})), 16);
+  EXPECT_EQ(ops::matmul_chain_chunk_rows(1024, chain_shape(t, 3, {512, 512, 8})), 3);
+}
+
+// ---- bad input ----
+
+template <class F>
+void expect_error(F&& call, ErrorCode code, std::initializer_list<const char*> mentions) {
+  try {
+    call();
+    ADD_FAILURE() << "no ding::Error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const char* m : mentions)
+      EXPECT_NE(std::string(e.what()).find(m), std::string::npos) << "message lacks '" << m << "': " << e.what();
+  }
+}
+
+struct MatmulBadInput : ::testing::Test {
+  Tensors t{Device::open("cpu")};
+};
+
+TEST_F(MatmulBadInput, KMismatch_x3x17_w8x16) {
+  const Tensor x = t.f32({3, 17}), w = t.f32({8, 16}), out = t.f32({3, 8});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::shape_mismatch, {"matmul", "w", "K", "16", "17"});
+}
+
+TEST_F(MatmulBadInput, OutRowsMismatch_x3x4_out2x5) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({2, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::shape_mismatch, {"matmul", "out", "2", "3"});
+}
+
+TEST_F(MatmulBadInput, BatchMismatch_x2x3x4_w3x5x4) {
+  const Tensor x = t.f32({2, 3, 4}), w = t.f32({3, 5, 4}), out = t.f32({2, 3, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::shape_mismatch, {"matmul", "w", "batch", "3", "2"});
+}
+
+TEST_F(MatmulBadInput, BatchedWeightsWithUnbatchedX_x3x4_w2x5x4) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({2, 5, 4}), out = t.f32({3, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::shape_mismatch, {"matmul", "batched", "[2, 5, 4]"});
+}
+
+TEST_F(MatmulBadInput, BiasLength_N5_bias4) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), bias = t.f32({4});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.bias = bias}); }, ErrorCode::shape_mismatch,
+               {"matmul", "bias", "4", "5"});
+}
+
+TEST_F(MatmulBadInput, ResidualShape_out3x5_residual5x3) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), residual = t.f32({5, 3});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.residual = residual}); }, ErrorCode::shape_mismatch,
+               {"matmul", "residual", "[5, 3]", "[3, 5]"});
+}
+
+TEST_F(MatmulBadInput, ResidualOverlapsOutPartly_out3x4) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({4, 4}), big = t.f32({4, 4});
+  const Tensor out = big.slice(0, 0, 3), residual = big.slice(0, 1, 4);
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.residual = residual}); }, ErrorCode::aliasing,
+               {"matmul", "out", "residual"});
+}
+
+TEST_F(MatmulBadInput, OutOverlapsX_x3x3) {
+  const Tensor x = t.f32({3, 3}), w = t.f32({3, 3});
+  expect_error([&] { ops::matmul(t.stream, x, x, w); }, ErrorCode::aliasing, {"matmul", "out", "x"});
+}
+
+TEST_F(MatmulBadInput, IntegerWeights_wi32) {
+  const Tensor x = t.f32({3, 4}), w = t.make(DType::i32, {5, 4}), out = t.f32({3, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::dtype_mismatch, {"matmul", "w", "i32"});
+}
+
+TEST_F(MatmulBadInput, WeightsOnAnotherDevice_ref) {
+  Tensors other(Device::open("ref"));
+  const Tensor x = t.f32({3, 4}), w = other.f32({5, 4}), out = t.f32({3, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::device_mismatch, {"matmul", "w", "ref", "cpu"});
+}
+
+TEST_F(MatmulBadInput, ZeroSizeDim_x0x4) {
+  Tensor x = t.f32({1, 4});
+  x.shape[0] = 0;
+  const Tensor w = t.f32({5, 4}), out = t.f32({1, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::invalid_argument, {"matmul", "x", "size 0"});
+}
+
+TEST_F(MatmulBadInput, OverflowSize_x2p31x2p31) {
+  Tensor x = t.f32({1, 1});
+  x.shape[0] = x.shape[1] = int64_t(1) << 31;
+  x.strides[0] = int64_t(1) << 31;
+  const Tensor w = t.f32({5, 4}), out = t.f32({1, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::invalid_argument, {"matmul", "x", "2147483648"});
+}
+
+// ---- matmul_chain bad input ----
+
+struct MatmulChainBadInput : ::testing::Test {
+  Tensors t{Device::open("cpu")};
+  Workspace workspace{t.device, 1 << 16};
+};
+
+TEST_F(MatmulChainBadInput, FactorsDoNotChain_4x3_then_5x2) {
+  const Tensor factors[] = {t.f32({4, 3}), t.f32({5, 2})};
+  const Tensor out = t.f32({4, 2});
+  expect_error([&] { ops::matmul_chain(t.stream, out, factors, 2, workspace); }, ErrorCode::shape_mismatch,
+               {"matmul_chain", "factor 1", "[5, 2]", "does not chain"});
+}
+
+TEST_F(MatmulChainBadInput, OneFactor) {
+  const Tensor factors[] = {t.f32({4, 3})};
+  const Tensor out = t.f32({4, 3});
+  expect_error([&] { ops::matmul_chain(t.stream, out, factors, 1, workspace); }, ErrorCode::invalid_argument,
+               {"matmul_chain", "2 to 8", "got 1"});
+}
+
+TEST_F(MatmulChainBadInput, NineFactors) {
+  std::vector<Tensor> factors;
+  for (int i = 0; i < 9; ++i) factors.push_back(t.f32({2, 2}));
+  const Tensor out = t.f32({2, 2});
+  expect_error([&] { ops::matmul_chain(t.stream, out, factors.data(), 9, workspace); }, ErrorCode::invalid_argument,
+               {"matmul_chain", "2 to 8", "got 9"});
+}
+
+TEST_F(MatmulChainBadInput, OutColumnsMismatch_out4x3) {
+  const Tensor factors[] = {t.f32({4, 3}), t.f32({3, 2})};
+  const Tensor out = t.f32({4, 3});
+  expect_error([&] { ops::matmul_chain(t.stream, out, factors, 2, workspace); }, ErrorCode::shape_mismatch,
+               {"matmul_chain", "out", "columns", "2"});
+}
+
+TEST_F(MatmulChainBadInput, OutOverlapsAFactor) {
+  const Tensor a = t.f32({3, 3}), b = t.f32({3, 3});
+  const Tensor factors[] = {a, b};
+  expect_error([&] { ops::matmul_chain(t.stream, a, factors, 2, workspace); }, ErrorCode::aliasing,
+               {"matmul_chain", "out", "factor"});
+}
+
+TEST_F(MatmulChainBadInput, WorkspaceTooSmall_R64_D512) {
+  const Tensor factors[] = {t.f32({64, 512}), t.f32({512, 512}), t.f32({512, 4})};
+  const Tensor out = t.f32({64, 4});
+  Workspace tiny(t.device, 1024);  // needs 2 · 64 · 512 · 4 bytes
+  expect_error([&] { ops::matmul_chain(t.stream, out, factors, 3, tiny, {.chunk_rows = 64}); },
+               ErrorCode::out_of_memory, {"workspace", "262144"});
+}
+
+TEST_F(MatmulChainBadInput, NegativeChunkRows) {
+  const Tensor factors[] = {t.f32({4, 3}), t.f32({3, 2})};
+  const Tensor out = t.f32({4, 2});
+  expect_error([&] { ops::matmul_chain(t.stream, out, factors, 2, workspace, {.chunk_rows = -1}); },
+               ErrorCode::invalid_argument, {"matmul_chain", "chunk_rows", "-1"});
+}
+
+}  // namespace
+}  // namespace ding::testing
