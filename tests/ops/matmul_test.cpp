@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ding/ding.h"
+#include "expect_error.h"
 
 namespace ding::testing {
 namespace {
@@ -162,18 +163,6 @@ TEST(MatmulChainChunkRows, TinyCacheStillGives16Rows) {
 }
 
 // ---- bad input ----
-
-template <class F>
-void expect_error(F&& call, ErrorCode code, std::initializer_list<const char*> mentions) {
-  try {
-    call();
-    ADD_FAILURE() << "no ding::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const char* m : mentions)
-      EXPECT_NE(std::string(e.what()).find(m), std::string::npos) << "message lacks '" << m << "': " << e.what();
-  }
-}
 
 struct MatmulBadInput : ::testing::Test {
   Tensors t{Device::open("cpu")};
