@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <iostream>
 
 #include "ceilings.h"
@@ -20,8 +23,19 @@ struct OpsOptions {
   std::string op;
   std::string filter;
   bool all = false;
+  bool warm = false;
   double min_time = 0.3;
 };
+
+// Copies of a case's tensors to rotate through so that they come from memory, not the
+// last-level cache, as a model's weights do in decode: at least 3 × LLC in all, at most 64
+// copies or 1.5 GiB.
+int cold_copies(const Caps& caps, double case_bytes) {
+  if (case_bytes <= 0) return 1;
+  const double wanted = 3.0 * double(caps.llc_bytes) / case_bytes;
+  const double affordable = 1.5 * double(size_t(1) << 30) / case_bytes;
+  return int(std::clamp(std::ceil(std::min(wanted, affordable)), 1.0, 64.0));
+}
 
 std::string human_bytes(size_t bytes) {
   if (bytes >= (size_t(1) << 30)) return fmt::format("{:.1f} GiB", double(bytes) / double(1 << 30));
@@ -35,7 +49,9 @@ int run_ops(const OpsOptions& o) {
   const Ceilings ceil = measure_ceilings(device);
   fmt::print("ceilings (measured now): bandwidth {:.1f} GB/s ({}); compute {:.1f} GFLOP/s ({})\n", ceil.bandwidth_gbs,
              ceil.bandwidth_how, ceil.gflops, ceil.gflops_how);
-  fmt::print("roof% = time the roofline allows (max of bytes/bandwidth, FLOPs/compute) / measured time\n\n");
+  fmt::print("roof% = time the roofline allows (max of bytes/bandwidth, FLOPs/compute) / measured time\n");
+  fmt::print("{}\n\n", o.warm ? "warm: each case reuses one set of tensors, which may stay in cache"
+                                : "cold: each case rotates through copies of its tensors (≥ 3 × LLC) so they come from memory");
   fmt::print("{:<60} {:>10} {:>9} {:>9} {:>8} {:>5} {:>6}\n", "case", "median ms", "GB/s", "GFLOP/s", "FLOP/B", "bound",
              "roof%");
   int ran = 0;
@@ -43,16 +59,23 @@ int run_ops(const OpsOptions& o) {
     if (!o.op.empty() && c.op != o.op) continue;
     if (!o.filter.empty() && c.name.find(o.filter) == std::string::npos) continue;
     if (!c.in_bench || (c.in_tests && !o.all)) continue;
-    testing::CaseRun run(device, 1234);
+    std::vector<std::unique_ptr<testing::CaseRun>> runs;
     try {
-      c.build(run);
-      run.poison_outputs();
+      runs.push_back(std::make_unique<testing::CaseRun>(device, 1234));
+      c.build(*runs[0]);
+      const int copies = o.warm ? 1 : cold_copies(caps, runs[0]->cost.bytes);
+      while (int(runs.size()) < copies) {
+        runs.push_back(std::make_unique<testing::CaseRun>(device, 1234 + runs.size()));
+        c.build(*runs.back());
+      }
+      for (auto& r : runs) r->poison_outputs();
     } catch (const Error& e) {
       fmt::print("{:<60} skipped: {}\n", c.name, e.what());
       continue;
     }
-    const double seconds = median_seconds([&] { run.run(); }, 2, 5, o.min_time);
-    const Cost& cost = run.cost;
+    size_t next = 0;
+    const double seconds = median_seconds([&] { runs[next++ % runs.size()]->run(); }, 2, 5, o.min_time);
+    const Cost& cost = runs[0]->cost;
     const double gbs = cost.bytes / seconds * 1e-9, gflops = cost.flops / seconds * 1e-9;
     const double memory_time = cost.bytes / (ceil.bandwidth_gbs * 1e9), compute_time = cost.flops / (ceil.gflops * 1e9);
     const double roof_time = std::max(memory_time, compute_time);
@@ -82,6 +105,7 @@ int main(int argc, char** argv) {
   ops_cmd->add_option("--op", ops.op, "only this op (a name from ops/op_list.h)");
   ops_cmd->add_option("--filter", ops.filter, "only cases whose name contains this text");
   ops_cmd->add_flag("--all", ops.all, "also time the small parity-test cases, not only the benchmark shapes");
+  ops_cmd->add_flag("--warm", ops.warm, "reuse one set of tensors (cache-resident) instead of rotating through copies");
   ops_cmd->add_option("--min-time", ops.min_time, "seconds to spend timing each case (default 0.3)")->check(CLI::PositiveNumber);
   ops_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
