@@ -25,6 +25,9 @@ struct ParityParam {
   std::string backend;
 };
 
+// What ctest lists beside each test name, instead of the parameter's raw bytes.
+void PrintTo(const ParityParam& p, std::ostream* os) { *os << p.op_case->name << " on " << p.backend; }
+
 class Parity : public ::testing::TestWithParam<ParityParam> {};
 
 // Runs the case twice on `run` (poisoning before each) so a kernel that skips elements or
