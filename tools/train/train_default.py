@@ -16,7 +16,11 @@ import shutil
 import time
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+import sys
+from transformers import GPT2Config, GPT2LMHeadModel
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures"))
+import hf_gpt2_tokenizer  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GPT2 = ROOT / "tests" / "data" / "gpt2"
@@ -40,9 +44,9 @@ def main():
     torch.manual_seed(args.seed)
     device = "cuda"
 
-    tok = GPT2TokenizerFast(vocab_file=str(GPT2 / "vocab.json"), merges_file=str(GPT2 / "merges.txt"))
+    tok = hf_gpt2_tokenizer.rust(GPT2)
     text = pathlib.Path(args.corpus).read_text(encoding="utf-8")
-    ids = torch.tensor(tok(text)["input_ids"], dtype=torch.long)
+    ids = torch.tensor(tok.encode(text).ids, dtype=torch.long)
     split = int(len(ids) * 0.95)
     train, val = ids[:split].to(device), ids[split:].to(device)
     print(f"corpus {len(text)} chars, {len(ids)} tokens; train {len(train)}, validation {len(val)}")
@@ -114,10 +118,10 @@ def main():
     shutil.copy(GPT2 / "merges.txt", out / "merges.txt")
 
     model.eval()
-    prompt = tok("The jury said", return_tensors="pt").input_ids.to(device)
+    prompt = torch.tensor([tok.encode("The jury said").ids], device=device)
     with torch.no_grad():
         sample = model.generate(prompt, max_new_tokens=40, do_sample=False, pad_token_id=50256)
-    sample_text = tok.decode(sample[0])
+    sample_text = tok.decode(sample[0].tolist())
     print("greedy sample:", sample_text)
     (out / "training.json").write_text(json.dumps({
         "command": "python3 tools/train/train_default.py " + " ".join(
