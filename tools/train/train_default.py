@@ -65,21 +65,19 @@ def main():
             return args.lr * (step + 1) / warmup
         return args.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, args.steps - warmup))))
 
+    # transformers shifts the labels itself (position t predicts t + 1), so labels = inputs.
     def batch(data):
-        starts = torch.randint(0, len(data) - args.seq - 1, (args.batch,), device=device)
-        x = torch.stack([data[s:s + args.seq] for s in starts])
-        y = torch.stack([data[s + 1:s + args.seq + 1] for s in starts])
-        return x, y
+        starts = torch.randint(0, len(data) - args.seq, (args.batch,), device=device)
+        return torch.stack([data[s:s + args.seq] for s in starts])
 
     @torch.no_grad()
     def validation_loss():
         model.eval()
         losses = []
-        for start in range(0, len(val) - args.seq - 1, args.seq):
+        for start in range(0, len(val) - args.seq, args.seq):
             x = val[start:start + args.seq][None]
-            y = val[start + 1:start + args.seq + 1][None]
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                losses.append(model(x, labels=y).loss.float().item())
+                losses.append(model(x, labels=x).loss.float().item())
         model.train()
         return sum(losses) / len(losses)
 
@@ -90,9 +88,9 @@ def main():
     for step in range(args.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        x, y = batch(train)
+        x = batch(train)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, labels=y).loss
+            loss = model(x, labels=x).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
