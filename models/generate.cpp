@@ -42,13 +42,13 @@ GenerateResult generate(Session& session, Sampler& sampler, std::span<const Toke
   result.clamped = result.max_new_tokens < options.max_new_tokens;
   if (result.max_new_tokens == 0) return result;
 
-  const Tokenizer& tokenizer = session.model().tokenizer();
   std::optional<Token> eos;
   if (options.stop_at_eos && session.model().config().eos_token >= 0) eos = session.model().config().eos_token;
   std::vector<Token> history(prompt.begin(), prompt.end());
   std::string text;  // generated text, for stop strings
   size_t longest_stop = 0;
   for (const std::string& s : options.stop_strings) longest_stop = std::max(longest_stop, s.size());
+  const Tokenizer* tokenizer = longest_stop > 0 ? &session.model().tokenizer() : nullptr;  // only stop strings need text
 
   session.reset(0);
   const double t0 = now_seconds();
@@ -70,7 +70,7 @@ GenerateResult generate(Session& session, Sampler& sampler, std::span<const Toke
     }
     if (longest_stop > 0) {
       const size_t before = text.size();
-      text += tokenizer.decode(next);
+      text += tokenizer->decode(next);
       bool stop = false;
       for (const std::string& s : options.stop_strings)  // only matches that end in the new bytes
         if (!s.empty() && text.find(s, before >= s.size() ? before - s.size() + 1 : 0) != std::string::npos) stop = true;

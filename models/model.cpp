@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "ding/error.h"
 #include "ding/models/safetensors.h"
@@ -51,8 +52,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 // GPT-2's tensor names. Checkpoints saved from GPT2LMHeadModel prefix them with "transformer.";
 // those saved from GPT2Model do not.
-std::vector<WeightSpec> gpt2_weight_specs(const ModelConfig& c, const WeightFiles& files, ModelWeights& w) {
-  const std::string p = files.has("transformer.wte.weight") ? "transformer." : "";
+std::vector<WeightSpec> gpt2_weight_specs_for(const ModelConfig& c, const std::string& p, ModelWeights& w) {
   const int64_t C = c.d_model, F = c.d_ff, V = c.vocab_size, P = c.n_positions;
   std::vector<WeightSpec> specs;
   w.blocks.resize(size_t(c.n_layer));
@@ -79,6 +79,43 @@ std::vector<WeightSpec> gpt2_weight_specs(const ModelConfig& c, const WeightFile
   // An untied head is "lm_head.weight"; tied checkpoints usually omit it (or repeat wte).
   if (!c.tied_embeddings) specs.push_back({"lm_head.weight", {V, C}, false, &w.lm_head});
   return specs;
+}
+
+std::vector<WeightSpec> gpt2_weight_specs(const ModelConfig& c, const WeightFiles& files, ModelWeights& w) {
+  return gpt2_weight_specs_for(c, files.has("transformer.wte.weight") ? "transformer." : "", w);
+}
+
+}  // namespace
+
+// Lays the weights out in one device allocation; `fill(spec, staging)` writes each weight's
+// values (already in the compute dtype and orientation) into a host staging vector.
+namespace {
+
+void upload_weights(const std::vector<WeightSpec>& specs, Buffer& arena, Device& device, DType dtype,
+                    const std::function<void(const WeightSpec&, const Tensor&, std::vector<uint8_t>&)>& fill,
+                    const std::function<void(size_t)>& progress) {
+  size_t total = 0;
+  for (const WeightSpec& s : specs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    total += (size_t(n) * dtype_size(dtype) + 255) / 256 * 256;
+  }
+  arena = device.alloc(total);
+  Stream& stream = device.default_stream();
+  size_t offset = 0;
+  std::vector<uint8_t> staging;
+  for (const WeightSpec& s : specs) {
+    std::vector<int64_t> shape = s.shape;
+    if (s.transpose) std::swap(shape[0], shape[1]);
+    Tensor dst = Tensor::view(static_cast<char*>(arena.data()) + offset, &device, dtype, shape.data(), int(shape.size()));
+    staging.resize(dst.nbytes());
+    fill(s, dst, staging);
+    device.copy_to_device(stream, dst.data, staging.data(), staging.size());
+    stream.synchronize();
+    *s.target = dst;
+    offset += (staging.size() + 255) / 256 * 256;
+    if (progress) progress(staging.size());
+  }
 }
 
 }  // namespace
@@ -108,8 +145,6 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   const std::vector<WeightSpec> specs = gpt2_weight_specs(m.config_, files, m.weights_);
 
   // Check every tensor before allocating anything.
-  size_t total = 0;
-  const size_t element = dtype_size(m.dtype_);
   for (const WeightSpec& s : specs) {
     const StoredTensor& t = files.get(s.name);
     if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
@@ -118,38 +153,62 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
     if (t.shape != s.shape)
       throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has shape {} but config.json implies {}", t.file, s.name,
                                                 shape_text(t.shape), shape_text(s.shape)));
-    total += (size_t(t.numel()) * element + 255) / 256 * 256;
   }
-
-  m.arena_ = device.alloc(total);
-  Stream& stream = device.default_stream();
-  size_t offset = 0, done = 0;
-  std::vector<uint8_t> staging;
-  for (const WeightSpec& s : specs) {
-    const StoredTensor& t = files.get(s.name);
-    std::vector<int64_t> shape = s.shape;
-    if (s.transpose) std::swap(shape[0], shape[1]);
-    Tensor dst = Tensor::view(static_cast<char*>(m.arena_.data()) + offset, &device, m.dtype_, shape.data(), int(shape.size()));
-    staging.resize(dst.nbytes());
-    const int64_t n = t.numel();
-    if (s.transpose) {
-      const int64_t rows = s.shape[0], cols = s.shape[1];  // stored [rows = K, cols = N]
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) put_value(staging, m.dtype_, c * rows + r, stored_value(t, r * cols + c));
-    } else if (t.dtype == m.dtype_) {
-      std::memcpy(staging.data(), t.data, t.bytes);
-    } else {
-      for (int64_t i = 0; i < n; ++i) put_value(staging, m.dtype_, i, stored_value(t, i));
-    }
-    device.copy_to_device(stream, dst.data, staging.data(), staging.size());
-    stream.synchronize();
-    *s.target = dst;
-    offset += (staging.size() + 255) / 256 * 256;
-    done += t.bytes;
-    if (options.progress) options.progress(done, files.total_bytes());
-  }
+  size_t done = 0;
+  const size_t total = files.total_bytes();
+  upload_weights(
+      specs, m.arena_, device, m.dtype_,
+      [&](const WeightSpec& s, const Tensor&, std::vector<uint8_t>& staging) {
+        const StoredTensor& t = files.get(s.name);
+        if (s.transpose) {
+          const int64_t rows = s.shape[0], cols = s.shape[1];  // stored [rows = K, cols = N]
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) put_value(staging, m.dtype_, c * rows + r, stored_value(t, r * cols + c));
+        } else if (t.dtype == m.dtype_) {
+          std::memcpy(staging.data(), t.data, t.bytes);
+        } else {
+          for (int64_t i = 0; i < t.numel(); ++i) put_value(staging, m.dtype_, i, stored_value(t, i));
+        }
+        done += t.bytes;
+      },
+      [&](size_t) {
+        if (options.progress) options.progress(done, total);
+      });
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
   return m;
+}
+
+Model Model::random(const ModelConfig& config, Device& device, const LoadOptions& options, uint64_t seed) {
+  if (options.dtype != DType::f32 && options.dtype != DType::f16 && options.dtype != DType::bf16)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("Model::random: compute dtype must be f32, f16 or bf16, got {}", dtype_name(options.dtype)));
+  Model m;
+  m.folder_ = "(random weights)";
+  m.device_ = &device;
+  m.dtype_ = options.dtype;
+  m.config_ = config;
+  // The spec list needs names only to find stored tensors; random weights need just the shapes.
+  std::vector<WeightSpec> specs = gpt2_weight_specs_for(config, "", m.weights_);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  upload_weights(
+      specs, m.arena_, device, m.dtype_,
+      [&](const WeightSpec& s, const Tensor& dst, std::vector<uint8_t>& staging) {
+        const bool is_norm_weight = s.name.find("ln_") != std::string::npos && s.name.ends_with(".weight");
+        const bool is_bias = s.name.ends_with(".bias");
+        for (int64_t i = 0; i < dst.numel(); ++i)
+          put_value(staging, m.dtype_, i, is_norm_weight ? 1.0f : is_bias ? 0.0f : normal(rng));
+      },
+      [&](size_t bytes) {
+        if (options.progress) options.progress(bytes, 0);
+      });
+  if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
+  return m;
+}
+
+const Tokenizer& Model::tokenizer() const {
+  if (!tokenizer_) throw Error(ErrorCode::invalid_argument, "Model: this model has no tokenizer (it was made with random weights)");
+  return *tokenizer_;
 }
 
 }  // namespace ding

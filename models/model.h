@@ -48,12 +48,18 @@ class Model {
   // match the config.
   static Model load(const std::string& dir, Device& device, const LoadOptions& options = {});
 
+  // A model of the given shape with random weights (normal, σ = 0.02, GPT-2's initialisation;
+  // norms at weight 1, bias 0) and no tokenizer: for benchmarks of named shapes.
+  static Model random(const ModelConfig& config, Device& device, const LoadOptions& options = {}, uint64_t seed = 0);
+
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
   ~Model();
 
   const ModelConfig& config() const { return config_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Throws Error(invalid_argument) for a model made by random(), which has none.
+  const Tokenizer& tokenizer() const;
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
   const ModelWeights& weights() const { return weights_; }
   Device& device() const { return *device_; }
   DType dtype() const { return dtype_; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set up, build, and run the op benchmarks with their roofline table on the CPU.
-# (ding-run on the embedded model replaces this once the model runner exists.)
+# The main job: set up, build, and run ding-run on the shipped default model (a small GPT-2
+# trained on the Brown corpus). Extra arguments go to ding-run, e.g. -p "Once upon a time" -n 200.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-exec build/tools/ding-bench ops --backend cpu "$@"
+exec build/tools/ding-run "$@"

@@ -39,12 +39,12 @@ double host_triad_gbs(size_t elements, std::string& how) {
     c[i] = 2.0f;
   }
   const float s = 3.0f;
-  const double seconds = median_seconds(
+  const double seconds = time_calls(
       [&] {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < elements; ++i) a[i] = b[i] + s * c[i];
       },
-      1, 5, 0.5);
+      1, 10, 1.0).best;
   how = fmt::format("STREAM triad, {} threads, 3 x {} MiB f32", host_threads(), elements * 4 >> 20);
   return 12.0 * double(elements) / seconds * 1e-9;
 }
@@ -52,7 +52,7 @@ double host_triad_gbs(size_t elements, std::string& how) {
 // Eigen's f32 GEMM on square matrices: the best host GEMM we link, the compute ceiling.
 double host_gemm_gflops(int n, std::string& how) {
   Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
-  const double seconds = median_seconds([&] { c.noalias() = a * b; }, 1, 3, 0.5);
+  const double seconds = time_calls([&] { c.noalias() = a * b; }, 1, 5, 1.0).best;
   how = fmt::format("Eigen f32 GEMM {}^3, {} threads", n, host_threads());
   return 2.0 * double(n) * n * n / seconds * 1e-9;
 }
@@ -62,12 +62,12 @@ double device_copy_gbs(Device& device, size_t bytes, std::string& how) {
   Buffer src = device.alloc(bytes), dst = device.alloc(bytes);
   Stream& stream = device.default_stream();
   device.fill_bytes(stream, src.data(), 1, bytes);
-  const double seconds = median_seconds(
+  const double seconds = time_calls(
       [&] {
         device.copy_within(stream, dst.data(), src.data(), bytes);
         stream.synchronize();
       },
-      2, 10, 0.3);
+      2, 10, 0.3).best;
   how = fmt::format("device copy of {} MiB", bytes >> 20);
   return 2.0 * double(bytes) / seconds * 1e-9;
 }
@@ -78,19 +78,19 @@ double device_gemm_gflops(Device& device, int n, std::string& how) {
   Stream& stream = device.default_stream();
   for (Buffer* b : {&x, &w}) device.fill_bytes(stream, b->data(), 0x3c, b->size());  // bf16 ≈ 0.0115
   const Tensor tx = x.as(DType::bf16, {n, n}), tw = w.as(DType::bf16, {n, n}), ty = y.as(DType::bf16, {n, n});
-  const double seconds = median_seconds(
+  const double seconds = time_calls(
       [&] {
         ops::matmul(stream, ty, tx, tw);
         stream.synchronize();
       },
-      2, 5, 0.5);
+      2, 5, 0.5).best;
   how = fmt::format("ding bf16 matmul {}^3", n);
   return 2.0 * double(n) * n * n / seconds * 1e-9;
 }
 
 }  // namespace
 
-double median_seconds(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds) {
+Timing time_calls(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds) {
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> times;
   const double start = now_seconds();
@@ -99,15 +99,15 @@ double median_seconds(const std::function<void()>& fn, int warmup, int min_reps,
     fn();
     times.push_back(now_seconds() - t0);
   }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], times.front()};
 }
 
 Ceilings measure_ceilings(Device& device) {
   Ceilings c;
   if (device.caps().host_accessible) {
     c.bandwidth_gbs = host_triad_gbs(size_t(64) << 20, c.bandwidth_how);
-    c.gflops = host_gemm_gflops(1536, c.gflops_how);
+    c.gflops = host_gemm_gflops(2048, c.gflops_how);
   } else {
     c.bandwidth_gbs = device_copy_gbs(device, size_t(1) << 30, c.bandwidth_how);
     c.gflops = device_gemm_gflops(device, 8192, c.gflops_how);

@@ -17,7 +17,12 @@ struct Ceilings {
 
 Ceilings measure_ceilings(Device& device);
 
-// Median of the times of `reps` calls after `warmup` calls; repeats until min_seconds is spent.
-double median_seconds(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds);
+struct Timing {
+  double median = 0;  // seconds per call: what a case reports
+  double best = 0;    // the fastest call: what a ceiling reports (the most the hardware gave)
+};
+
+// Times calls of fn after `warmup` untimed ones, at least min_reps and until min_seconds is spent.
+Timing time_calls(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds);
 
 }  // namespace ding::bench

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "ceilings.h"
+#include "model_bench.h"
 #include "op_cases.h"
 
 namespace ding::bench {
@@ -47,7 +48,7 @@ int run_ops(const OpsOptions& o) {
   const Caps& caps = device.caps();
   fmt::print("ding-bench ops: backend {} — {}, last-level cache {}\n", caps.backend, caps.name, human_bytes(caps.llc_bytes));
   const Ceilings ceil = measure_ceilings(device);
-  fmt::print("ceilings (measured now): bandwidth {:.1f} GB/s ({}); compute {:.1f} GFLOP/s ({})\n", ceil.bandwidth_gbs,
+  fmt::print("ceilings (measured now, best of repeated runs): bandwidth {:.1f} GB/s ({}); compute {:.1f} GFLOP/s ({})\n", ceil.bandwidth_gbs,
              ceil.bandwidth_how, ceil.gflops, ceil.gflops_how);
   fmt::print("roof% = time the roofline allows (max of bytes/bandwidth, FLOPs/compute) / measured time\n");
   fmt::print("{}\n\n", o.warm ? "warm: each case reuses one set of tensors, which may stay in cache"
@@ -74,7 +75,7 @@ int run_ops(const OpsOptions& o) {
       continue;
     }
     size_t next = 0;
-    const double seconds = median_seconds([&] { runs[next++ % runs.size()]->run(); }, 2, 5, o.min_time);
+    const double seconds = time_calls([&] { runs[next++ % runs.size()]->run(); }, 2, 5, o.min_time).median;
     const Cost& cost = runs[0]->cost;
     const double gbs = cost.bytes / seconds * 1e-9, gflops = cost.flops / seconds * 1e-9;
     const double memory_time = cost.bytes / (ceil.bandwidth_gbs * 1e9), compute_time = cost.flops / (ceil.gflops * 1e9);
@@ -108,9 +109,20 @@ int main(int argc, char** argv) {
   ops_cmd->add_flag("--warm", ops.warm, "reuse one set of tensors (cache-resident) instead of rotating through copies");
   ops_cmd->add_option("--min-time", ops.min_time, "seconds to spend timing each case (default 0.3)")->check(CLI::PositiveNumber);
   ops_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
+  ding::bench::ModelBenchOptions model;
+  CLI::App* model_cmd = app.add_subcommand("model", "prefill + decode a GPT-2 shape (random weights) or a model folder");
+  model_cmd->add_option("--shape", model.shape, "gpt2, gpt2-medium, gpt2-large, gpt2-xl (default gpt2-xl)");
+  model_cmd->add_option("-m,--model", model.model_dir, "a model folder instead of a named shape");
+  model_cmd->add_option("--backend", model.backend, "backend (default auto)");
+  model_cmd->add_option("--dtype", model.dtype, "f32, bf16, f16 (default bf16)");
+  model_cmd->add_option("--prompt", model.prompt, "prompt tokens (default 256)");
+  model_cmd->add_option("--new", model.new_tokens, "generated tokens (default 256)");
+  model_cmd->add_option("--batch", model.batch, "sequences decoded together (default 1)");
+  model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of decode steps");
+  model_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  if (!ops.op.empty()) {
+  if (ops_cmd->parsed() && !ops.op.empty()) {
     bool known = false;
     for (const char* name : ding::ops::kOpNames) known |= ops.op == name;
     if (!known) {
@@ -119,6 +131,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    if (model_cmd->parsed()) return ding::bench::run_model(model);
     return ding::bench::run_ops(ops);
   } catch (const ding::Error& e) {
     std::cerr << "ding-bench: " << e.what() << "\n";

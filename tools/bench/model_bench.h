@@ -1,0 +1,21 @@
+// ding-bench model: the seed benchmark — prefill a prompt, then decode token by token — on a
+// named GPT-2 shape with random weights or on a model folder, against the decode roofline.
+#pragma once
+#include <string>
+
+namespace ding::bench {
+
+struct ModelBenchOptions {
+  std::string shape = "gpt2-xl";  // gpt2, gpt2-medium, gpt2-large, gpt2-xl (random weights)
+  std::string model_dir;          // a model folder instead of a named shape
+  std::string backend = "auto";
+  std::string dtype = "bf16";
+  int64_t prompt = 256;
+  int64_t new_tokens = 256;
+  int64_t batch = 1;
+  bool profile = false;  // print per-op time of the decode steps (synchronises around each op)
+};
+
+int run_model(const ModelBenchOptions& options);
+
+}  // namespace ding::bench
