@@ -16,7 +16,7 @@
 #include <omp.h>
 #endif
 
-#include "attention_math.h"
+#include "vec_math.h"
 #include "ding/error.h"
 #include "ding/ops/attention.h"
 #include "kernels.h"

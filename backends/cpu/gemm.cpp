@@ -15,6 +15,7 @@
 
 #include "gemm.h"
 #include "simd.h"
+#include "vec_math.h"
 
 namespace ding::cpu {
 
@@ -34,26 +35,6 @@ float gelu_scalar(float v) {
 }
 
 #ifdef DING_CPU_AVX2
-// e^x for x clamped to ±88 (so 2^n stays a normal float): x = n·ln2 + r, |r| ≤ ln2/2, e^r by a
-// degree-6 polynomial (Cephes expf coefficients), 2^n built in the exponent bits. ~1 ulp.
-__m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(88.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // ln2 split in two so n·ln2 is subtracted without losing r's low bits.
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
-}
-
 __m256 gelu8(__m256 v) {
   const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
   const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), v3, v));
@@ -61,17 +42,6 @@ __m256 gelu8(__m256 v) {
   return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 #endif
-
-// acc[i] += src[i] for a row of any float dtype.
-void add_row(float* acc, const void* src, DType dtype, int64_t count) {
-  with_float_type(dtype, src, [&](auto* p) {
-    int64_t i = 0;
-#ifdef DING_CPU_AVX2
-    for (; i + 8 <= count; i += 8) store8(acc + i, _mm256_add_ps(load8(acc + i), load8(p + i)));
-#endif
-    for (; i < count; ++i) acc[i] += load_scalar(p, dtype, i);
-  });
-}
 
 void gelu_row(float* acc, int64_t count) {
   int64_t i = 0;

@@ -10,6 +10,7 @@
 
 #include "kernels.h"
 #include "simd.h"
+#include "vec_math.h"
 
 namespace ding::cpu {
 
@@ -29,25 +30,6 @@ inline float widen(float v) { return v; }
 inline float widen(f16 v) { return f16_to_f32(v); }
 inline float widen(bf16 v) { return bf16_to_f32(v); }
 
-#ifdef DING_CPU_AVX2
-// e^x for x ≤ 0 (Cephes expf: x = n·ln2 + r, |r| ≤ ln2/2, degree-6 polynomial; ~2 ulp).
-inline __m256 exp8_nonpositive(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));  // keeps 2^n a normal float
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 split in two for an exact n·ln2_hi
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(two_n));
-}
-#endif
 
 // The first index of the row's maximum.
 template <class Elem>
@@ -158,7 +140,7 @@ double total_weight(const Elem* x, int64_t V, float x_max, float temperature) {
   __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
   const __m256 max8 = _mm256_set1_ps(x_max), inv_t8 = _mm256_set1_ps(inv_t);
   for (; i + 8 <= V; i += 8) {
-    const __m256 w = exp8_nonpositive(_mm256_mul_ps(_mm256_sub_ps(load8(x + i), max8), inv_t8));
+    const __m256 w = exp8(_mm256_mul_ps(_mm256_sub_ps(load8(x + i), max8), inv_t8));
     sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(w)));
     sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
   }

@@ -93,6 +93,12 @@ Workspace& CaseRun::workspace(size_t bytes) {
   return *workspace_;
 }
 
+size_t CaseRun::allocated_bytes() const {
+  size_t total = workspace_ ? workspace_->capacity() : 0;
+  for (const Buffer& b : buffers_) total += b.size();
+  return total;
+}
+
 void CaseRun::poison_outputs() {
   for (const CaseOutput& o : outputs_) {
     // 0xff.. is a NaN in f32, f16 and bf16; in i32 it is -1, so use 0x80000000 (INT32_MIN).

@@ -60,6 +60,7 @@ class CaseRun {
     stream.synchronize();
   }
   const std::vector<CaseOutput>& outputs() const { return outputs_; }
+  size_t allocated_bytes() const;  // device memory this instance holds
   std::vector<double> read(const Tensor& t) const;  // any dtype → f64 on the host
 
  private:

@@ -29,12 +29,12 @@ struct OpsOptions {
 };
 
 // Copies of a case's tensors to rotate through so that they come from memory, not the
-// last-level cache, as a model's weights do in decode: at least 3 × LLC in all, at most 64
-// copies or 1.5 GiB.
-int cold_copies(const Caps& caps, double case_bytes) {
-  if (case_bytes <= 0) return 1;
-  const double wanted = 3.0 * double(caps.llc_bytes) / case_bytes;
-  const double affordable = 1.5 * double(size_t(1) << 30) / case_bytes;
+// last-level cache, as a model's weights do in decode: the bytes one call touches, summed over
+// the copies, reach 3 × LLC; the copies allocate at most 1.5 GiB and number at most 64.
+int cold_copies(const Caps& caps, double touched_bytes, double allocated_bytes) {
+  if (touched_bytes <= 0 || allocated_bytes <= 0) return 1;
+  const double wanted = 3.0 * double(caps.llc_bytes) / touched_bytes;
+  const double affordable = 1.5 * double(size_t(1) << 30) / allocated_bytes;
   return int(std::clamp(std::ceil(std::min(wanted, affordable)), 1.0, 64.0));
 }
 
@@ -64,7 +64,7 @@ int run_ops(const OpsOptions& o) {
     try {
       runs.push_back(std::make_unique<testing::CaseRun>(device, 1234));
       c.build(*runs[0]);
-      const int copies = o.warm ? 1 : cold_copies(caps, runs[0]->cost.bytes);
+      const int copies = o.warm ? 1 : cold_copies(caps, runs[0]->cost.bytes, double(runs[0]->allocated_bytes()));
       while (int(runs.size()) < copies) {
         runs.push_back(std::make_unique<testing::CaseRun>(device, 1234 + runs.size()));
         c.build(*runs.back());
