@@ -27,7 +27,7 @@ namespace {
 
 constexpr int64_t kKeyBlock = 32;       // keys scored per step: every row's block of scores stays in L1
 constexpr int64_t kPrefillRows = 16;    // query rows per prefill task (group heads × positions)
-constexpr int64_t kKeysPerSplit = 512;  // decode chunk; fixed, so results do not depend on the thread count
+constexpr int64_t kKeysPerSplit = 64;  // decode chunk; fixed, so results do not depend on the thread count
 
 inline float widen(float x) { return x; }
 inline float widen(f16 x) { return f16_to_f32(x); }
@@ -319,14 +319,22 @@ void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
       const int64_t hk0 = run * kv_per_run, hk1 = std::min(Hkv, hk0 + kv_per_run);
       if (hk0 >= hk1) continue;
       const int64_t h0 = hk0 * group, first_state = (b * splits + split) * H + h0;
+      // The running state lives in this thread's scratch and is published to `partial` once at
+      // the end: updating the shared arrays per key block made threads fight over cache lines
+      // (two threads ran 3× slower than one).
       thread_local Scratch scratch;
-      RowBlock rows = row_block(scratch, (hk1 - hk0) * group, D, false);
-      rows.m = part_m + first_state;
-      rows.l = part_l + first_state;
-      rows.acc = part_acc + first_state * D;
+      RowBlock rows = row_block(scratch, (hk1 - hk0) * group, D, true);
       reset_state(rows);
       const int64_t begin = split * kKeysPerSplit, end = std::min<int64_t>(seq_lens[b], begin + kKeysPerSplit);
-      if (begin >= end) continue;
+      auto publish = [&] {
+        std::copy_n(rows.m, rows.count, part_m + first_state);
+        std::copy_n(rows.l, rows.count, part_l + first_state);
+        std::copy_n(rows.acc, rows.count * D, part_acc + first_state * D);
+      };
+      if (begin >= end) {
+        publish();
+        continue;
+      }
       for (int64_t r = 0; r < rows.count; ++r) {
         const int64_t h = h0 + r;
         load_query(rows, r, element(a.q, {b, h, 0}), a.q.dtype, scale);
@@ -336,6 +344,7 @@ void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
       }
       attend_keys(rows, k_data + b * a.k_cache.strides[0], a.k_cache.strides[1], v_data + b * a.v_cache.strides[0],
                   a.v_cache.strides[1], begin, end);
+      publish();
     }
 
     // Combine the splits of each (b, h): o = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s, M = max_s m_s.
