@@ -9,41 +9,11 @@
 
 #include "ding/ding.h"
 #include "expect_error.h"
+#include "tensors.h"
 #include "ding/ops/moe.h"
 
 namespace ding::testing {
 namespace {
-
-// Owns the buffers of one test's tensors on one device.
-class Tensors {
- public:
-  explicit Tensors(Device& device) : device_(device) {}
-  Tensor make(DType dtype, std::initializer_list<int64_t> shape) {
-    Tensor t = Tensor::view(nullptr, &device_, dtype, shape);
-    buffers_.push_back(device_.alloc(t.nbytes()));
-    t.data = buffers_.back().data();
-    return t;
-  }
-  Tensor f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) { return filled(DType::f32, shape, v); }
-  Tensor i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v) { return filled(DType::i32, shape, v); }
-  template <class T>
-  std::vector<T> read(const Tensor& t) {
-    std::vector<T> v(size_t(t.numel()));
-    download(device_.default_stream(), v.data(), t, t.nbytes());
-    return v;
-  }
-  Stream& stream() { return device_.default_stream(); }
-
- private:
-  template <class T>
-  Tensor filled(DType dtype, std::initializer_list<int64_t> shape, const std::vector<T>& v) {
-    Tensor t = make(dtype, shape);
-    upload(device_.default_stream(), t, v.data(), t.nbytes());
-    return t;
-  }
-  Device& device_;
-  std::vector<Buffer> buffers_;
-};
 
 const char* const kBackends[] = {"ref", "cpu"};
 

@@ -11,38 +11,11 @@
 
 #include "ding/ding.h"
 #include "expect_error.h"
+#include "tensors.h"
 #include "ding/ops/sampling.h"
 
 namespace ding::testing {
 namespace {
-
-class Tensors {
- public:
-  explicit Tensors(Device& device) : device_(device) {}
-  Tensor make(DType dtype, std::initializer_list<int64_t> shape) {
-    Tensor t = Tensor::view(nullptr, &device_, dtype, shape);
-    buffers_.push_back(device_.alloc(t.nbytes()));
-    t.data = buffers_.back().data();
-    return t;
-  }
-  template <class T>
-  Tensor from(DType dtype, std::initializer_list<int64_t> shape, const std::vector<T>& v) {
-    Tensor t = make(dtype, shape);
-    upload(device_.default_stream(), t, v.data(), t.nbytes());
-    return t;
-  }
-  template <class T>
-  std::vector<T> read(const Tensor& t) {
-    std::vector<T> v(size_t(t.numel()));
-    download(device_.default_stream(), v.data(), t, t.nbytes());
-    return v;
-  }
-  Stream& stream() { return device_.default_stream(); }
-
- private:
-  Device& device_;
-  std::vector<Buffer> buffers_;
-};
 
 const char* const kBackends[] = {"ref", "cpu"};
 
