@@ -15,6 +15,7 @@
 
 #include "gemm.h"
 #include "simd.h"
+#include "scratch.h"
 #include "vec_math.h"
 
 namespace ding::cpu {
@@ -77,12 +78,11 @@ void Epilogue::apply(int64_t m, int64_t n0, float* acc, int64_t count) const {
 void gemm(const GemmProblem& p) {
   const int64_t M = p.M, N = p.N, K = p.K;
   // x widened to f32 once per call; a few MB at prefill sizes, shared read-only by every thread.
-  std::vector<float> x_f32;
   const float* x = static_cast<const float*>(p.x);
   if (p.x_dtype != DType::f32) {
-    x_f32.resize(size_t(M * K));
-    load_row(x_f32.data(), p.x, p.x_dtype, M * K);
-    x = x_f32.data();
+    float* x_f32 = thread_scratch(ScratchSlot::first, size_t(M * K));
+    load_row(x_f32, p.x, p.x_dtype, M * K);
+    x = x_f32;
   }
   // Panels of ~256 output channels: a widened panel (256·K floats, 1.6 MB at K = 1600) stays in
   // the last-level cache while Eigen packs it once per row tile. Widths are multiples of 16 (Eigen's
@@ -97,24 +97,25 @@ void gemm(const GemmProblem& p) {
 
 #pragma omp parallel
   {
-    std::vector<float> w_panel(p.w_dtype == DType::f32 ? 0 : size_t(panel_n * K));
-    std::vector<float> tile(size_t(tile_m * panel_n));
+    // Per-thread slots; the calling thread's `first` slot holds x, so panels and tiles use others.
+    float* const w_panel = p.w_dtype == DType::f32 ? nullptr : thread_scratch(ScratchSlot::second, size_t(panel_n * K));
+    float* const tile = thread_scratch(ScratchSlot::third, size_t(tile_m * panel_n));
 #pragma omp for schedule(static)
     for (int64_t panel = 0; panel < panels; ++panel) {
       const int64_t n0 = panel * panel_n, nc = std::min(panel_n, N - n0);
-      const float* w = w_panel.data();
+      const float* w = w_panel;
       if (p.w_dtype == DType::f32)
         w = static_cast<const float*>(p.w) + n0 * K;
       else
-        load_row(w_panel.data(), element(p.w, p.w_dtype, n0 * K), p.w_dtype, nc * K);
+        load_row(w_panel, element(p.w, p.w_dtype, n0 * K), p.w_dtype, nc * K);
       const ConstMatrixMap w_map(w, nc, K, Eigen::OuterStride<>(K));
       for (int64_t m0 = 0; m0 < M; m0 += tile_m) {
         const int64_t mc = std::min(tile_m, M - m0);
         const ConstMatrixMap x_map(x + m0 * K, mc, K, Eigen::OuterStride<>(K));
-        MatrixMap tile_map(tile.data(), mc, nc, Eigen::OuterStride<>(nc));
+        MatrixMap tile_map(tile, mc, nc, Eigen::OuterStride<>(nc));
         // Inside this parallel region Eigen runs single-threaded; the parallelism is the panels.
         tile_map.noalias() = x_map * w_map.transpose();
-        for (int64_t i = 0; i < mc; ++i) p.ep.apply(m0 + i, n0, tile.data() + i * nc, nc);
+        for (int64_t i = 0; i < mc; ++i) p.ep.apply(m0 + i, n0, tile + i * nc, nc);
       }
     }
   }

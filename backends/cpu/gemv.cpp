@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gemm.h"
+#include "scratch.h"
 #include "simd.h"
 
 namespace ding::cpu {
@@ -87,11 +88,10 @@ void dot_row(const W* w, const float* x, int64_t K, float (&acc)[Rows]) {
 #ifdef DING_CPU_AVX2
 // Reorders each row of x [M, K] so every full block of 16 reads as its 8 even then its 8 odd
 // elements: the order in which dot_row unpacks 16 bf16 weights. The tail (K mod 16) stays.
-void bf16_pair_order(std::vector<float>& dst, const float* x, int64_t M, int64_t K) {
-  std::vector<float> ordered(size_t(M * K));
+void bf16_pair_order(float* out_rows, const float* x, int64_t M, int64_t K) {
   for (int64_t m = 0; m < M; ++m) {
     const float* row = x + m * K;
-    float* out = ordered.data() + m * K;
+    float* out = out_rows + m * K;
     int64_t k = 0;
     for (; k + 16 <= K; k += 16)
       for (int i = 0; i < 8; ++i) {
@@ -100,7 +100,6 @@ void bf16_pair_order(std::vector<float>& dst, const float* x, int64_t M, int64_t
       }
     for (; k < K; ++k) out[k] = row[k];
   }
-  dst = std::move(ordered);
 }
 #endif
 
@@ -141,17 +140,17 @@ void gemv_typed(const GemmProblem& p, const W* w, const float* x) {
 void gemv(const GemmProblem& p) {
   static_assert(kGemvMaxRows == 6, "gemv_typed instantiates Rows = 1..6");
   // x is tiny next to w (M·K vs N·K): widen it once so the inner loop converts only w.
-  std::vector<float> x_f32;
   const float* x = static_cast<const float*>(p.x);
   if (p.x_dtype != DType::f32) {
-    x_f32.resize(size_t(p.M * p.K));
-    load_row(x_f32.data(), p.x, p.x_dtype, p.M * p.K);
-    x = x_f32.data();
+    float* x_f32 = thread_scratch(ScratchSlot::first, size_t(p.M * p.K));
+    load_row(x_f32, p.x, p.x_dtype, p.M * p.K);
+    x = x_f32;
   }
 #ifdef DING_CPU_AVX2  // only the AVX2 dot_row unpacks bf16 in pairs
   if (p.w_dtype == DType::bf16) {
-    bf16_pair_order(x_f32, x, p.M, p.K);
-    x = x_f32.data();
+    float* paired = thread_scratch(ScratchSlot::second, size_t(p.M * p.K));
+    bf16_pair_order(paired, x, p.M, p.K);
+    x = paired;
   }
 #endif
   with_float_type(p.w_dtype, p.w, [&](auto* w) { gemv_typed(p, w, x); });

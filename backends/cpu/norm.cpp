@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "scratch.h"
 #include "simd.h"
 #include "vec_math.h"
 
@@ -58,9 +59,10 @@ void normalize_row(float* h, int64_t n, float mean, float rstd, const float* w, 
   for (; c < n; ++c) h[c] = (h[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
 }
 
-std::vector<float> widen(const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  load_row(v.data(), t.data, t.dtype, t.numel());
+// The tensor as f32 in this thread's scratch `slot` (norm weights and biases are one row).
+const float* widen(const Tensor& t, ScratchSlot slot) {
+  float* v = thread_scratch(slot, size_t(t.numel()));
+  load_row(v, t.data, t.dtype, t.numel());
   return v;
 }
 
@@ -76,19 +78,19 @@ template <class Stats>
 void norm_rows(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
                const Tensor& sum_out, Stats stats) {
   const int64_t C = x.dim(-1), rows = x.numel() / C;
-  const std::vector<float> w = widen(weight);
-  const std::vector<float> b = bias.defined() ? widen(bias) : std::vector<float>{};
+  const float* w = widen(weight, ScratchSlot::first);
+  const float* b = bias.defined() ? widen(bias, ScratchSlot::second) : nullptr;
 #pragma omp parallel if (rows * C >= (1 << 14))
   {
-    std::vector<float> h(static_cast<size_t>(C));  // one scratch row per thread
+    float* const h = thread_scratch(ScratchSlot::third, size_t(C));  // one row per thread; w and b hold first, second
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      load_row(h.data(), row_of(x, r, C), x.dtype, C);
-      if (residual.defined()) add_row(h.data(), row_of(residual, r, C), residual.dtype, C);
-      if (sum_out.defined()) store_row(row_of_out(sum_out, r, C), sum_out.dtype, h.data(), C);
-      const auto [mean, rstd] = stats(h.data(), C);
-      normalize_row(h.data(), C, mean, rstd, w.data(), b.empty() ? nullptr : b.data());
-      store_row(row_of_out(out, r, C), out.dtype, h.data(), C);
+      load_row(h, row_of(x, r, C), x.dtype, C);
+      if (residual.defined()) add_row(h, row_of(residual, r, C), residual.dtype, C);
+      if (sum_out.defined()) store_row(row_of_out(sum_out, r, C), sum_out.dtype, h, C);
+      const auto [mean, rstd] = stats(h, C);
+      normalize_row(h, C, mean, rstd, w, b);
+      store_row(row_of_out(out, r, C), out.dtype, h, C);
     }
   }
 }
