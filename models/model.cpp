@@ -24,26 +24,6 @@ struct WeightSpec {
   Tensor* target;
 };
 
-float stored_value(const StoredTensor& t, int64_t i) {
-  const char* p = static_cast<const char*>(t.data) + i * int64_t(dtype_size(t.dtype));
-  switch (t.dtype) {
-    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::f16: { f16 v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
-    case DType::bf16: { bf16 v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
-    default: return 0;  // rejected before conversion
-  }
-}
-
-void put_value(std::vector<uint8_t>& out, DType dtype, int64_t i, float v) {
-  uint8_t* p = out.data() + i * int64_t(dtype_size(dtype));
-  switch (dtype) {
-    case DType::f32: std::memcpy(p, &v, 4); break;
-    case DType::f16: { f16 h = f32_to_f16(v); std::memcpy(p, &h, 2); break; }
-    case DType::bf16: { bf16 h = f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
-    default: break;
-  }
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
@@ -163,11 +143,11 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
         if (s.transpose) {
           const int64_t rows = s.shape[0], cols = s.shape[1];  // stored [rows = K, cols = N]
           for (int64_t r = 0; r < rows; ++r)
-            for (int64_t c = 0; c < cols; ++c) put_value(staging, m.dtype_, c * rows + r, stored_value(t, r * cols + c));
+            for (int64_t c = 0; c < cols; ++c) store_element(staging.data(), m.dtype_, c * rows + r, load_element(t.data, t.dtype, r * cols + c));
         } else if (t.dtype == m.dtype_) {
           std::memcpy(staging.data(), t.data, t.bytes);
         } else {
-          for (int64_t i = 0; i < t.numel(); ++i) put_value(staging, m.dtype_, i, stored_value(t, i));
+          for (int64_t i = 0; i < t.numel(); ++i) store_element(staging.data(), m.dtype_, i, load_element(t.data, t.dtype, i));
         }
         done += t.bytes;
       },
@@ -197,7 +177,7 @@ Model Model::random(const ModelConfig& config, Device& device, const LoadOptions
         const bool is_norm_weight = s.name.find("ln_") != std::string::npos && s.name.ends_with(".weight");
         const bool is_bias = s.name.ends_with(".bias");
         for (int64_t i = 0; i < dst.numel(); ++i)
-          put_value(staging, m.dtype_, i, is_norm_weight ? 1.0f : is_bias ? 0.0f : normal(rng));
+          store_element(staging.data(), m.dtype_, i, is_norm_weight ? 1.0f : is_bias ? 0.0f : normal(rng));
       },
       [&](size_t bytes) {
         if (options.progress) options.progress(bytes, 0);

@@ -2,6 +2,7 @@
 #include "ding/dtype.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace ding {
 
@@ -58,6 +59,31 @@ f8e4m3 f32_to_f8e4m3(float f) {
   if (mantissa == 8) { mantissa = 0; ++exponent; }
   if (exponent > 15 || (exponent == 15 && mantissa == 7)) return f8e4m3{uint8_t(sign | 0x7e)};
   return f8e4m3{uint8_t(sign | (exponent << 3) | mantissa)};
+}
+
+double load_element(const void* base, DType dtype, int64_t i) {
+  const char* p = static_cast<const char*>(base) + i * int64_t(dtype_size(dtype));
+  switch (dtype) {
+    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::f16: { f16 v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
+    case DType::bf16: { bf16 v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
+    case DType::f8e4m3: { f8e4m3 v; std::memcpy(&v, p, 1); return f8e4m3_to_f32(v); }
+    case DType::i8: { int8_t v; std::memcpy(&v, p, 1); return v; }
+    case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+  }
+  return 0;
+}
+
+void store_element(void* base, DType dtype, int64_t i, double value) {
+  char* p = static_cast<char*>(base) + i * int64_t(dtype_size(dtype));
+  switch (dtype) {
+    case DType::f32: { float v = float(value); std::memcpy(p, &v, 4); break; }
+    case DType::f16: { f16 v = f32_to_f16(float(value)); std::memcpy(p, &v, 2); break; }
+    case DType::bf16: { bf16 v = f32_to_bf16(float(value)); std::memcpy(p, &v, 2); break; }
+    case DType::f8e4m3: { f8e4m3 v = f32_to_f8e4m3(float(value)); std::memcpy(p, &v, 1); break; }
+    case DType::i8: { int8_t v = int8_t(std::lround(value)); std::memcpy(p, &v, 1); break; }
+    case DType::i32: { int32_t v = int32_t(std::llround(value)); std::memcpy(p, &v, 4); break; }
+  }
 }
 
 }  // namespace ding

@@ -11,17 +11,7 @@ namespace {
 
 void to_bytes(DType dtype, const std::vector<double>& v, std::vector<uint8_t>& bytes) {
   bytes.resize(v.size() * dtype_size(dtype));
-  for (size_t i = 0; i < v.size(); ++i) {
-    uint8_t* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: { float f = float(v[i]); std::memcpy(p, &f, 4); break; }
-      case DType::f16: { f16 h = f32_to_f16(float(v[i])); std::memcpy(p, &h, 2); break; }
-      case DType::bf16: { bf16 h = f32_to_bf16(float(v[i])); std::memcpy(p, &h, 2); break; }
-      case DType::f8e4m3: { f8e4m3 q = f32_to_f8e4m3(float(v[i])); std::memcpy(p, &q, 1); break; }
-      case DType::i8: { int8_t q = int8_t(std::lround(v[i])); std::memcpy(p, &q, 1); break; }
-      case DType::i32: { int32_t q = int32_t(std::llround(v[i])); std::memcpy(p, &q, 4); break; }
-    }
-  }
+  for (size_t i = 0; i < v.size(); ++i) store_element(bytes.data(), dtype, int64_t(i), v[i]);
 }
 
 }  // namespace
@@ -120,18 +110,8 @@ void CaseRun::poison_outputs() {
 std::vector<double> CaseRun::read(const Tensor& t) const {
   std::vector<uint8_t> bytes(t.nbytes());
   download(stream, bytes.data(), t, bytes.size());
-  std::vector<double> v(size_t(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) {
-    const uint8_t* p = bytes.data() + i * dtype_size(t.dtype);
-    switch (t.dtype) {
-      case DType::f32: { float f; std::memcpy(&f, p, 4); v[i] = f; break; }
-      case DType::f16: { f16 h; std::memcpy(&h, p, 2); v[i] = f16_to_f32(h); break; }
-      case DType::bf16: { bf16 h; std::memcpy(&h, p, 2); v[i] = bf16_to_f32(h); break; }
-      case DType::f8e4m3: { f8e4m3 q; std::memcpy(&q, p, 1); v[i] = f8e4m3_to_f32(q); break; }
-      case DType::i8: { int8_t q; std::memcpy(&q, p, 1); v[i] = q; break; }
-      case DType::i32: { int32_t q; std::memcpy(&q, p, 4); v[i] = q; break; }
-    }
-  }
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = load_element(bytes.data(), t.dtype, int64_t(i));
   return v;
 }
 

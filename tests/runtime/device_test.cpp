@@ -117,6 +117,7 @@ TEST(Dispatch, MissingKernelIsNotImplementedNotSilent) {
   // Every required backend is complete (coverage_test), so check the error path directly.
   try {
     ops::throw_not_implemented("matmul", Device::open("cpu"));
+    FAIL() << "throw_not_implemented returned";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::not_implemented);
     EXPECT_TRUE(contains(e.what(), "op matmul is not implemented on backend cpu")) << e.what();

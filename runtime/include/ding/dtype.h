@@ -65,4 +65,9 @@ f16 f32_to_f16(float f);
 float f8e4m3_to_f32(f8e4m3 q);
 f8e4m3 f32_to_f8e4m3(float f);  // saturates to ±448
 
+// Element i of an array of `dtype` at `base`, as a double; and the store back, rounding floats
+// to nearest even and integers to nearest. For loaders, references and tests, not hot loops.
+double load_element(const void* base, DType dtype, int64_t i);
+void store_element(void* base, DType dtype, int64_t i, double value);
+
 }  // namespace ding
