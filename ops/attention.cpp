@@ -73,6 +73,32 @@ void validate(const Device& device, const AttentionDecodeArgs& a) {
     c.disjoint("out", a.out, name, *t);
 }
 
+void validate(const Device& device, const KvAppendArgs& a) {
+  Check c("kv_append", device);
+  for (auto [name, t] : {std::pair{"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}, {"k", &a.k}, {"v", &a.v}}) {
+    c.tensor(name, *t, 4, 4);
+    c.float_dtype(name, *t);
+    c.last_dim_contiguous(name, *t);
+  }
+  c.same_shape("v_cache", a.v_cache, "k_cache", a.k_cache);
+  c.same_shape("v", a.v, "k", a.k);
+  c.dim("k", a.k, 0, a.k_cache.dim(0), "B (from k_cache)");
+  c.dim("k", a.k, 2, a.k_cache.dim(2), "Hkv (from k_cache)");
+  c.dim("k", a.k, 3, a.k_cache.dim(3), "D (from k_cache)");
+  if (a.k.dim(1) > a.k_cache.dim(1))
+    c.fail(ErrorCode::shape_mismatch, fmt::format("T = {} new positions (k {}) exceed the cache's S = {} (k_cache {})",
+                                                  a.k.dim(1), shape_of(a.k), a.k_cache.dim(1), shape_of(a.k_cache)));
+  c.tensor("start", a.start, 1, 1);
+  c.dtype_in("start", a.start, {DType::i32});
+  c.contiguous("start", a.start);
+  c.dim("start", a.start, 0, a.k_cache.dim(0), "B (from k_cache)");
+  c.disjoint("k_cache", a.k_cache, "v_cache", a.v_cache);
+  for (auto [name, t] : {std::pair{"k", &a.k}, {"v", &a.v}, {"start", &a.start}}) {
+    c.disjoint("k_cache", a.k_cache, name, *t);
+    c.disjoint("v_cache", a.v_cache, name, *t);
+  }
+}
+
 Cost cost(const AttentionPrefillArgs& a) {
   const double B = double(a.q.dim(0)), Tq = double(a.q.dim(1)), H = double(a.q.dim(2)), D = double(a.q.dim(3));
   const double Tk = double(a.k.dim(1));
@@ -87,6 +113,12 @@ Cost cost(const AttentionDecodeArgs& a) {
   return {4.0 * B * H * D * S, double(a.q.nbytes() + a.k_cache.nbytes() + a.v_cache.nbytes() + a.out.nbytes())};
 }
 
+Cost cost(const KvAppendArgs& a) {
+  // Reads k and v once, writes the same number of cache elements.
+  const double written = double(a.k.numel()) * 2;
+  return {0.0, double(a.k.nbytes() + a.v.nbytes() + a.start.nbytes()) + written * double(dtype_size(a.k_cache.dtype))};
+}
+
 void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params) {
   dispatch(stream, AttentionPrefillArgs{out, q, k, v, params});
 }
@@ -94,6 +126,10 @@ void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v,
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
                       const AttentionParams& params) {
   dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params});
+}
+
+void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start) {
+  dispatch(stream, KvAppendArgs{k_cache, v_cache, k, v, start});
 }
 
 }  // namespace ding::ops

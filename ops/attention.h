@@ -37,14 +37,30 @@ struct AttentionDecodeArgs {
   AttentionParams params;
 };
 
+// kv_append: writes a step's keys and values into the KV cache at start positions held on the
+//   device:  k_cache[b, start[b] + t] = k[b, t],  v_cache[b, start[b] + t] = v[b, t]  for t < T.
+// Because `start` is a device tensor, a recorded decode step (a CUDA graph) appends at the right
+// place on every replay. Host backends raise Error for start[b] outside [0, S - T]; GPU backends
+// cannot raise from a kernel and write nothing for such a sequence.
+struct KvAppendArgs {
+  Tensor k_cache;  // [B, S, Hkv, D], f32/f16/bf16, last dim contiguous
+  Tensor v_cache;  // [B, S, Hkv, D]
+  Tensor k;        // [B, T, Hkv, D], f32/f16/bf16 (converted), last dim contiguous: a view of qkv
+  Tensor v;        // [B, T, Hkv, D]
+  Tensor start;    // i32 [B]
+};
+
 float attention_scale(const AttentionParams& p, int64_t head_dim);
 
 void validate(const Device& device, const AttentionPrefillArgs& a);
 void validate(const Device& device, const AttentionDecodeArgs& a);
+void validate(const Device& device, const KvAppendArgs& a);
 Cost cost(const AttentionPrefillArgs& a);
 Cost cost(const AttentionDecodeArgs& a);
+Cost cost(const KvAppendArgs& a);
 void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params = {});
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
                       const AttentionParams& params = {});
+void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start);
 
 }  // namespace ding::ops

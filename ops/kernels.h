@@ -31,7 +31,8 @@ template <class Args> struct OpInfo;
 #define DING_OP_INFO(op, Args)                                  \
   template <> struct OpInfo<Args> {                             \
     static constexpr const char* name = #op;                    \
-    static constexpr KernelFn<Args> Kernels::*slot = &Kernels::op; \
+    using Slot = KernelFn<Args> Kernels::*;                     \
+    static constexpr Slot slot = &Kernels::op;                  \
   };
 DING_OP_LIST(DING_OP_INFO)
 #undef DING_OP_INFO

@@ -17,6 +17,7 @@
   X(rope, RopeArgs)                         \
   X(attention_prefill, AttentionPrefillArgs) \
   X(attention_decode, AttentionDecodeArgs)  \
+  X(kv_append, KvAppendArgs)                \
   X(moe_route, MoeRouteArgs)                \
   X(moe_group, MoeGroupArgs)                \
   X(moe_combine, MoeCombineArgs)            \

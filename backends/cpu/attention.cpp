@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -369,6 +370,44 @@ void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
       store_row(const_cast<char*>(element(a.out, {b, h, 0})), a.out.dtype, o.data(), D);
     }
   });
+}
+
+void kv_append(Stream&, const ops::KvAppendArgs& a) {
+  const int64_t B = a.k.dim(0), T = a.k.dim(1), S = a.k_cache.dim(1), Hkv = a.k.dim(2), D = a.k.dim(3);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t start = static_cast<const int32_t*>(a.start.data)[b * a.start.strides[0]];
+    if (start < 0 || start + T > S)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("kv_append: start[{}] = {} with T = {} new positions does not fit S = {} (k_cache {})", b,
+                              start, T, S, a.k_cache.shape_str()));
+  }
+  const size_t in_size = dtype_size(a.k.dtype), out_size = dtype_size(a.k_cache.dtype);
+  // One row of D elements: a memcpy when the dtypes agree, else converted through f32 in
+  // stack-sized pieces (no allocation: this runs every decode step).
+  auto append_row = [&](const Tensor& cache, const Tensor& x, int64_t b, int64_t pos, int64_t t, int64_t h) {
+    char* dst = static_cast<char*>(cache.data) +
+                (b * cache.strides[0] + pos * cache.strides[1] + h * cache.strides[2]) * int64_t(out_size);
+    const char* src = static_cast<const char*>(x.data) + (b * x.strides[0] + t * x.strides[1] + h * x.strides[2]) * int64_t(in_size);
+    if (a.k.dtype == a.k_cache.dtype) {
+      std::memcpy(dst, src, size_t(D) * in_size);
+      return;
+    }
+    float piece[256];
+    for (int64_t d = 0; d < D; d += 256) {
+      const int64_t n = std::min<int64_t>(256, D - d);
+      load_row(piece, src + d * int64_t(in_size), a.k.dtype, n);
+      store_row(dst + d * int64_t(out_size), a.k_cache.dtype, piece, n);
+    }
+  };
+#pragma omp parallel for collapse(2) schedule(static) if (B * T * Hkv * D >= (1 << 15))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t pos = static_cast<const int32_t*>(a.start.data)[b * a.start.strides[0]] + t;
+      for (int64_t h = 0; h < Hkv; ++h) {
+        append_row(a.k_cache, a.k, b, pos, t, h);
+        append_row(a.v_cache, a.v, b, pos, t, h);
+      }
+    }
 }
 
 }  // namespace ding::cpu

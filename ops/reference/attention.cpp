@@ -76,4 +76,24 @@ void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
                  seq_len[size_t(b)], scale);
 }
 
+void kv_append(Stream&, const ops::KvAppendArgs& a) {
+  const int64_t B = a.k.dim(0), T = a.k.dim(1), S = a.k_cache.dim(1), Hkv = a.k.dim(2), D = a.k.dim(3);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t start = int64_t(load(a.start, b * a.start.strides[0]));
+    if (start < 0 || start + T > S)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("kv_append: start[{}] = {} with T = {} new positions does not fit S = {} (k_cache {})", b,
+                              start, T, S, a.k_cache.shape_str()));
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t start = int64_t(load(a.start, b * a.start.strides[0]));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          store(a.k_cache, offset(a.k_cache, {b, start + t, h, d}), load(a.k, offset(a.k, {b, t, h, d})));
+          store(a.v_cache, offset(a.v_cache, {b, start + t, h, d}), load(a.v, offset(a.v, {b, t, h, d})));
+        }
+  }
+}
+
 }  // namespace ding::reference

@@ -23,6 +23,14 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
+void Stream::begin_capture() {
+  throw Error(ErrorCode::not_implemented, fmt::format("{}: streams of this backend cannot record graphs", device().name()));
+}
+
+std::unique_ptr<Graph> Stream::end_capture() {
+  throw Error(ErrorCode::not_implemented, fmt::format("{}: streams of this backend cannot record graphs", device().name()));
+}
+
 Buffer::~Buffer() {
   if (data_ && device_) device_->free(data_, bytes_);
 }

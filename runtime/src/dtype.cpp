@@ -1,4 +1,5 @@
 // Scalar conversions for the 16- and 8-bit float formats (round to nearest even).
+#include <bit>
 #include "ding/dtype.h"
 
 #include <cmath>

@@ -14,6 +14,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::backend_unavailable: return "backend_unavailable";
     case ErrorCode::io: return "io";
     case ErrorCode::parse: return "parse";
+    case ErrorCode::device_failure: return "device_failure";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

@@ -115,6 +115,37 @@ OpCase decode_case(const Decode& p) {
   return c;
 }
 
+struct Append {
+  int64_t B = 2, S = 40, T = 1, Hkv = 4, D = 64;
+  DType x = DType::f32, cache = DType::f32;
+  bool in_tests = true;
+};
+
+// k and v are views into a fused qkv row [B, T, 3·Hkv, D] (how the decoder produces them); the
+// caches are compared whole, so a write outside the appended rows shows as a mismatch.
+OpCase append_case(const Append& p) {
+  const std::string name = fmt::format("kv_append/B{}_S{}_T{}_Hkv{}_D{}_{}", p.B, p.S, p.T, p.Hkv, p.D,
+                                       p.x == p.cache ? std::string(dtype_name(p.x))
+                                                      : fmt::format("x{}_cache{}", dtype_name(p.x), dtype_name(p.cache)));
+  OpCase c{"kv_append", name, 0, "a copy: both sides round the same value to nearest even, so exact", nullptr, p.in_tests};
+  c.build = [p](CaseRun& run) {
+    const Tensor qkv = run.normal(p.x, {p.B, p.T, 3 * p.Hkv, p.D});
+    const Tensor k = qkv.slice(2, p.Hkv, 2 * p.Hkv), v = qkv.slice(2, 2 * p.Hkv, 3 * p.Hkv);
+    const Tensor k_cache = run.inout("k_cache", p.cache, {p.B, p.S, p.Hkv, p.D});
+    const Tensor v_cache = run.inout("v_cache", p.cache, {p.B, p.S, p.Hkv, p.D});
+    // Starts: the first and the last position that fit, and random ones between.
+    std::uniform_int_distribution<int32_t> any(0, int32_t(p.S - p.T));
+    std::vector<int32_t> starts(size_t(p.B));
+    for (int32_t& s : starts) s = any(run.rng);
+    starts[0] = 0;
+    if (p.B >= 2) starts[size_t(p.B - 1)] = int32_t(p.S - p.T);
+    const Tensor start = run.ints({p.B}, starts);
+    run.launch = [=](Stream& s) { ops::kv_append(s, k_cache, v_cache, k, v, start); };
+    run.cost = ops::cost(ops::KvAppendArgs{k_cache, v_cache, k, v, start});
+  };
+  return c;
+}
+
 }  // namespace
 
 std::vector<OpCase> attention_cases() {
@@ -157,6 +188,14 @@ std::vector<OpCase> attention_cases() {
   decode({.B = 3, .S = 33, .H = 8, .Hkv = 2, .D = 128, .q = f32, .kv = bf16, .out = f32, .views = true});
   decode({.B = 3, .S = 1100, .H = 4, .Hkv = 2, .D = 64});
   decode({.B = 1, .S = 1100, .H = 4, .Hkv = 1, .D = 80, .q = f32, .kv = f16, .out = f32, .full = true});
+
+  // KV append: one decode step and a prefill chunk, converting and not, odd head dims.
+  auto append = [&](Append p) { cases.push_back(append_case(p)); };
+  append({});
+  append({.B = 3, .S = 40, .T = 1, .Hkv = 2, .D = 128, .x = bf16, .cache = bf16});
+  append({.B = 1, .S = 300, .T = 37, .Hkv = 3, .D = 7, .x = f16, .cache = f16});
+  append({.B = 2, .S = 64, .T = 17, .Hkv = 1, .D = 80, .x = f32, .cache = bf16});
+  append({.B = 4, .S = 2048, .T = 1, .Hkv = 25, .D = 64, .x = bf16, .cache = bf16, .in_tests = false});
 
   // Bench: gpt2-xl (H = 25, D = 64) prefill of 256 tokens and decode at 256 and 4096 cached
   // tokens; a Llama-like GQA decode (32 heads over 8 kv heads, D = 128) at 4096.

@@ -1,5 +1,6 @@
 // Scalar dtype conversions against independent oracles: the CPU's F16C instructions for f16,
 // exhaustive nearest-value search for f8e4m3 and bf16.
+#include <bit>
 #include <gtest/gtest.h>
 
 #include <cmath>

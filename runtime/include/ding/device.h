@@ -54,11 +54,27 @@ class Buffer {
 };
 
 // An ordered queue of work on one device. Host backends run synchronously.
+class Stream;
+
+// A recorded sequence of stream work, replayed as one launch (a CUDA graph). The recorded
+// kernels read their inputs through the same device pointers each replay, so callers change
+// per-step values (token ids, positions) by writing those buffers before replaying.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual void replay(Stream& stream) = 0;
+};
+
 class Stream {
  public:
   virtual ~Stream() = default;
   virtual Device& device() = 0;
   virtual void synchronize() = 0;
+  // Recording: between begin_capture and end_capture, work is recorded instead of run. Streams
+  // that cannot record return false from supports_graphs and throw Error(not_implemented).
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<Graph> end_capture();
   // Optional per-op profiler; ops record time, FLOPs and bytes into it when set.
   Profiler* profiler = nullptr;
 };

@@ -2,7 +2,7 @@
 // f16 is IEEE binary16, bf16 the top half of an f32, f8e4m3 the OCP E4M3 "fn" format
 // (no infinities, one NaN pattern, max 448). Conversions round to nearest even.
 #pragma once
-#include <bit>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -51,10 +51,18 @@ struct f16 { uint16_t bits; };
 struct bf16 { uint16_t bits; };
 struct f8e4m3 { uint8_t bits; };
 
-inline float bf16_to_f32(bf16 h) { return std::bit_cast<float>(uint32_t(h.bits) << 16); }
+// memcpy rather than std::bit_cast: the public headers stay C++17 so that GPU sources built by
+// older HIP toolchains (ROCm 5.2's clang with -std=c++17) can include them.
+inline float bf16_to_f32(bf16 h) {
+  const uint32_t u = uint32_t(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 inline bf16 f32_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40)};  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
   return bf16{uint16_t(u >> 16)};

@@ -17,6 +17,7 @@ enum class ErrorCode {
   backend_unavailable,  // a backend unknown or not compiled in, or no device present
   io,                   // a file that cannot be opened or read
   parse,                // a file or string whose contents are malformed
+  device_failure,       // the device or its driver reported a failure (the API's message is kept)
   internal,             // a broken internal invariant (a bug in ding)
 };
 

@@ -1,0 +1,16 @@
+// The op table of the GPU backends: every op of op_list.h, from the family files beside this.
+#include "kernels.h"
+
+namespace ding::gpu {
+
+const ops::Kernels& kernel_table() {
+  static const ops::Kernels table = [] {
+    ops::Kernels t;
+    t.copy = gpu::copy;
+    t.kv_append = gpu::kv_append;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace ding::gpu

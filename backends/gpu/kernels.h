@@ -1,0 +1,15 @@
+// The GPU backends' kernels (cuda now, hip later): one entry point per op, each in the op
+// family's .cu file beside its kernels, e.g. gpu::rms_norm in backends/gpu/norm.cu.
+#pragma once
+#include "ding/ops/kernels.h"
+
+namespace ding::gpu {
+
+#define DING_GPU_DECL(op, Args) void op(Stream& stream, const ops::Args& args);
+DING_OP_LIST(DING_GPU_DECL)
+#undef DING_GPU_DECL
+
+// The table a GPU device hands out.
+const ops::Kernels& kernel_table();
+
+}  // namespace ding::gpu

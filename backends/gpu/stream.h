@@ -1,0 +1,35 @@
+// GpuStream: what the kernels of backends/gpu/ need from a stream of a GPU backend (cuda, and
+// hip later): the native queue, the device's properties, and scratch memory for temporaries.
+#pragma once
+#include <cstddef>
+
+#include "ding/device.h"
+#include "vendor.h"
+
+namespace ding::gpu {
+
+// Read from the driver once per device.
+struct Props {
+  int sm_count = 0;                  // multiprocessors (NVIDIA) / compute units (AMD)
+  int cc_major = 0, cc_minor = 0;    // compute capability (NVIDIA); gfx major/minor on AMD
+  int warp_size = 32;
+  size_t l2_bytes = 0;
+  size_t shared_per_block_optin = 0; // dynamic shared memory a block may opt into
+  size_t shared_per_sm = 0;
+  bool has_mma_sync() const { return cc_major >= 8; }  // bf16/f16 mma.sync, ldmatrix, cp.async
+};
+
+class GpuStream : public Stream {
+ public:
+  virtual stream_t handle() const = 0;
+  virtual const Props& props() const = 0;
+  // Device scratch of at least `bytes`, valid for work enqueued on this stream until the next
+  // call. Grow-only: after the first steps of a workload it allocates nothing, so a recorded
+  // graph keeps pointing at live memory.
+  virtual void* scratch(size_t bytes) = 0;
+};
+
+// The GPU stream behind `stream`; throws Error(device_mismatch) if it is another backend's.
+GpuStream& gpu_stream(Stream& stream);
+
+}  // namespace ding::gpu

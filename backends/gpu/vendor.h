@@ -1,0 +1,123 @@
+// vendor.h: the one file that spells CUDA or HIP. Kernels in backends/gpu/ use the ding-owned
+// names below (gpu::stream_t, gpu::shfl_xor, gpu::warp_size, ...), so the same sources build
+// with nvcc for NVIDIA and with hipcc for AMD.
+//
+// Guards for code that only one vendor's hardware runs:
+//   DING_GPU_NVIDIA_MMA   mma.sync / ldmatrix / cp.async (sm_80+): set only while compiling
+//                         device code for such an architecture; a portable path sits beside it.
+#pragma once
+
+#if defined(__HIPCC__)
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+#else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#endif
+
+#include <cstdint>
+
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DING_GPU_NVIDIA_MMA 1
+#endif
+
+namespace ding::gpu {
+
+#if defined(__HIPCC__)
+using stream_t = hipStream_t;
+using event_t = hipEvent_t;
+using graph_t = hipGraph_t;
+using graph_exec_t = hipGraphExec_t;
+using error_t = hipError_t;
+inline constexpr error_t success = hipSuccess;
+inline const char* error_string(error_t e) { return hipGetErrorString(e); }
+inline error_t get_last_error() { return hipGetLastError(); }
+inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
+  return hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+#else
+using stream_t = cudaStream_t;
+using event_t = cudaEvent_t;
+using graph_t = cudaGraph_t;
+using graph_exec_t = cudaGraphExec_t;
+using error_t = cudaError_t;
+inline constexpr error_t success = cudaSuccess;
+inline const char* error_string(error_t e) { return cudaGetErrorString(e); }
+inline error_t get_last_error() { return cudaGetLastError(); }
+inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+#endif
+
+// ---- device side -------------------------------------------------------------------------------
+#if defined(__CUDACC__) || defined(__HIPCC__)
+
+// Threads per warp (wavefront): 32 on NVIDIA and RDNA, 64 on CDNA. A compile-time constant in
+// device code, so loops over lanes unroll.
+__device__ constexpr int warp_size() {
+#if defined(__HIPCC__) && defined(__AMDGCN_WAVEFRONT_SIZE)
+  return __AMDGCN_WAVEFRONT_SIZE;
+#elif defined(__HIPCC__)
+  return 64;
+#else
+  return 32;
+#endif
+}
+
+template <class T>
+__device__ inline T shfl_xor(T v, int lane_mask) {
+#if defined(__HIPCC__)
+  return __shfl_xor(v, lane_mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+#endif
+}
+
+template <class T>
+__device__ inline T shfl(T v, int src_lane) {
+#if defined(__HIPCC__)
+  return __shfl(v, src_lane);
+#else
+  return __shfl_sync(0xffffffffu, v, src_lane);
+#endif
+}
+
+// f16 <-> f32 through the vendor's half type (hardware conversions on both).
+__device__ inline float half_bits_to_float(uint16_t bits) {
+#if defined(__HIPCC__)
+  __half_raw raw;
+  raw.data = bits;
+  return __half2float(__half(raw));
+#else
+  return __half2float(__ushort_as_half(bits));
+#endif
+}
+
+__device__ inline uint16_t float_to_half_bits(float f) {
+#if defined(__HIPCC__)
+  __half_raw raw = __half(__float2half_rn(f));
+  return raw.data;
+#else
+  return __half_as_ushort(__float2half_rn(f));
+#endif
+}
+
+// bf16 <-> f32: widening is a shift everywhere; narrowing uses the hardware instruction where
+// there is one (sm_80+) and round-to-nearest-even bit arithmetic elsewhere.
+__device__ inline float bf16_bits_to_float(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
+
+__device__ inline uint16_t float_to_bf16_bits(float f) {
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+#else
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+#endif
+}
+
+#endif  // device side
+
+}  // namespace ding::gpu
