@@ -21,6 +21,11 @@
 #if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define DING_GPU_NVIDIA_MMA 1
 #endif
+//   DING_GPU_NVIDIA       the host side of an NVIDIA build: lets host code choose an NVIDIA-only
+//                         kernel (after checking Props::has_mma_sync()).
+#if !defined(__HIPCC__)
+#define DING_GPU_NVIDIA 1
+#endif
 
 namespace ding::gpu {
 
