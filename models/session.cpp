@@ -27,7 +27,13 @@ struct Session::State {
   Tensor logits;                         // f32 [max(B, kLogitRows), V]
   Tensor ids, positions;                 // i32 [rows]
   Tensor seq_lens;                       // i32 [B]
+  Tensor start;                          // i32 [1]: where a prefill chunk goes in its sequence's cache
   std::vector<int64_t> lengths;          // host copy of each sequence's length
+  std::vector<int32_t> step_ids, step_positions, step_lens;  // host staging of a decode step's inputs
+  // Recorded decode steps, by batch size n (index n). A step runs eagerly the first time for a
+  // given n (so kernels' scratch reaches its size), is recorded the second time, replayed after.
+  std::vector<std::unique_ptr<Graph>> decode_graphs;
+  std::vector<bool> decode_warmed;
   size_t kv_bytes = 0, activation_bytes = 0;
 
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, size_t* counter) {
@@ -82,6 +88,47 @@ struct Session::State {
     return {heads.slice(1, 0, H), heads.slice(1, H, H + Hkv), heads.slice(1, H + Hkv, H + 2 * Hkv)};
   }
 
+  // One decode step over sequences 0..n-1, reading its inputs (ids, positions, seq_lens) from
+  // the device buffers, so it can be recorded once and replayed.
+  void decode_step(int64_t n) {
+    const ModelConfig& c = model->config();
+    const ModelWeights& w = model->weights();
+    ops::embedding(*stream, x.slice(0, 0, n).reshape({n, 1, c.d_model}), ids.slice(0, 0, n).reshape({n, 1}),
+                   w.token_embedding,
+                   {.position_table = w.position_embedding, .positions = positions.slice(0, 0, n).reshape({n, 1})});
+    run_blocks(n, [&](int64_t l, const Tensor& qkv_n, const Tensor& attn_n) {
+      const HeadViews v = split_heads(qkv_n);
+      const Tensor k_n = k_cache[size_t(l)].slice(0, 0, n), v_n = v_cache[size_t(l)].slice(0, 0, n);
+      ops::kv_append(*stream, k_n, v_n, v.k.unsqueeze(1), v.v.unsqueeze(1), positions.slice(0, 0, n));
+      ops::attention_decode(*stream, attn_n.reshape({n, c.n_head, c.d_head}), v.q, k_n, v_n, seq_lens.slice(0, 0, n));
+    });
+    lm_head(0, n);
+  }
+
+  // The step through its recorded graph where the stream can record one (and nothing profiles
+  // it: a recorded step has no per-op boundaries to time).
+  void run_decode_step(int64_t n) {
+    if (!options.graphs || !stream->supports_graphs() || stream->profiler) return decode_step(n);
+    std::unique_ptr<Graph>& graph = decode_graphs[size_t(n)];
+    if (graph) return graph->replay(*stream);
+    if (!decode_warmed[size_t(n)]) {
+      decode_warmed[size_t(n)] = true;
+      return decode_step(n);
+    }
+    stream->begin_capture();
+    try {
+      decode_step(n);
+    } catch (...) {
+      try {
+        stream->end_capture();  // leave the stream usable; the partial recording is dropped
+      } catch (...) {
+      }
+      throw;
+    }
+    graph = stream->end_capture();
+    graph->replay(*stream);
+  }
+
   void check_sequence(int64_t seq, const char* what) const {
     if (seq < 0 || seq >= options.max_batch)
       throw Error(ErrorCode::invalid_argument,
@@ -123,7 +170,10 @@ Session::Session(const Model& model, const SessionOptions& options) : state_(std
   s.ids = s.alloc(DType::i32, {s.rows}, &a);
   s.positions = s.alloc(DType::i32, {s.rows}, &a);
   s.seq_lens = s.alloc(DType::i32, {B}, &a);
+  s.start = s.alloc(DType::i32, {1}, &a);
   s.lengths.assign(size_t(B), 0);
+  s.decode_graphs.resize(size_t(B) + 1);
+  s.decode_warmed.assign(size_t(B) + 1, false);
 }
 
 Session::Session(Session&&) noexcept = default;
@@ -149,15 +199,15 @@ Tensor Session::prefill(int64_t seq, std::span<const Token> tokens, std::vector<
   for (int64_t done = 0; done < n_total; done += chunk) {
     const int64_t n = std::min(chunk, n_total - done), pos = start + done;
     s.upload_host(s.ids.slice(0, 0, n), std::vector<int32_t>(tokens.begin() + done, tokens.begin() + done + n));
+    s.upload_host(s.start, std::vector<int32_t>{int32_t(pos)});
     ops::embedding(*s.stream, s.x.slice(0, 0, n).reshape({1, n, c.d_model}), s.ids.slice(0, 0, n).reshape({1, n}),
                    w.token_embedding, {.position_table = w.position_embedding, .position_offset = pos});
     s.run_blocks(n, [&](int64_t l, const Tensor& qkv_n, const Tensor& attn_n) {
       const State::HeadViews v = s.split_heads(qkv_n);
-      const Tensor k_seq = s.k_cache[size_t(l)].select(0, seq), v_seq = s.v_cache[size_t(l)].select(0, seq);  // [S, Hkv, D]
-      ops::copy(*s.stream, k_seq.slice(0, pos, pos + n), v.k);
-      ops::copy(*s.stream, v_seq.slice(0, pos, pos + n), v.v);
+      const Tensor k_seq = s.k_cache[size_t(l)].slice(0, seq, seq + 1), v_seq = s.v_cache[size_t(l)].slice(0, seq, seq + 1);
+      ops::kv_append(*s.stream, k_seq, v_seq, v.k.unsqueeze(0), v.v.unsqueeze(0), s.start);
       ops::attention_prefill(*s.stream, attn_n.reshape({1, n, c.n_head, c.d_head}), v.q.unsqueeze(0),
-                             k_seq.slice(0, 0, pos + n).unsqueeze(0), v_seq.slice(0, 0, pos + n).unsqueeze(0));
+                             k_seq.slice(1, 0, pos + n), v_seq.slice(1, 0, pos + n));
     });
     if (all_logits) {
       for (int64_t r = 0; r < n; r += State::kLogitRows) {
@@ -178,12 +228,13 @@ Tensor Session::prefill(int64_t seq, std::span<const Token> tokens, std::vector<
 Tensor Session::decode(std::span<const Token> tokens) {
   State& s = *state_;
   const ModelConfig& c = s.model->config();
-  const ModelWeights& w = s.model->weights();
   const int64_t n = int64_t(tokens.size());
   if (n < 1 || n > s.options.max_batch)
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("Session::decode: {} tokens for a batch of {} sequences", n, s.options.max_batch));
-  std::vector<int32_t> ids(static_cast<size_t>(n)), positions(static_cast<size_t>(n)), lens(static_cast<size_t>(n));
+  s.step_ids.resize(size_t(n));
+  s.step_positions.resize(size_t(n));
+  s.step_lens.resize(size_t(n));
   for (int64_t b = 0; b < n; ++b) {
     const int64_t pos = s.lengths[size_t(b)];
     if (pos >= s.options.max_tokens)
@@ -192,28 +243,15 @@ Tensor Session::decode(std::span<const Token> tokens) {
     if (tokens[size_t(b)] < 0 || tokens[size_t(b)] >= c.vocab_size)
       throw Error(ErrorCode::invalid_argument, fmt::format("Session::decode: token {} for sequence {} is outside the "
                                                            "vocabulary of {}", tokens[size_t(b)], b, c.vocab_size));
-    ids[size_t(b)] = tokens[size_t(b)];
-    positions[size_t(b)] = int32_t(pos);
-    lens[size_t(b)] = int32_t(pos + 1);
+    s.step_ids[size_t(b)] = tokens[size_t(b)];
+    s.step_positions[size_t(b)] = int32_t(pos);
+    s.step_lens[size_t(b)] = int32_t(pos + 1);
   }
-  s.upload_host(s.ids.slice(0, 0, n), ids);
-  s.upload_host(s.positions.slice(0, 0, n), positions);
-  s.upload_host(s.seq_lens.slice(0, 0, n), lens);
-  ops::embedding(*s.stream, s.x.slice(0, 0, n).reshape({n, 1, c.d_model}), s.ids.slice(0, 0, n).reshape({n, 1}),
-                 w.token_embedding,
-                 {.position_table = w.position_embedding, .positions = s.positions.slice(0, 0, n).reshape({n, 1})});
-  s.run_blocks(n, [&](int64_t l, const Tensor& qkv_n, const Tensor& attn_n) {
-    const State::HeadViews v = s.split_heads(qkv_n);
-    const Tensor k_cache = s.k_cache[size_t(l)].slice(0, 0, n), v_cache = s.v_cache[size_t(l)].slice(0, 0, n);
-    for (int64_t b = 0; b < n; ++b) {
-      const int64_t pos = positions[size_t(b)];
-      ops::copy(*s.stream, k_cache.select(0, b).slice(0, pos, pos + 1), v.k.slice(0, b, b + 1));
-      ops::copy(*s.stream, v_cache.select(0, b).slice(0, pos, pos + 1), v.v.slice(0, b, b + 1));
-    }
-    ops::attention_decode(*s.stream, attn_n.reshape({n, c.n_head, c.d_head}), v.q, k_cache, v_cache,
-                          s.seq_lens.slice(0, 0, n));
-  });
-  const Tensor logits = s.lm_head(0, n);
+  s.upload_host(s.ids.slice(0, 0, n), s.step_ids);
+  s.upload_host(s.positions.slice(0, 0, n), s.step_positions);
+  s.upload_host(s.seq_lens.slice(0, 0, n), s.step_lens);
+  s.run_decode_step(n);
+  const Tensor logits = s.logits.slice(0, 0, n);
   s.stream->synchronize();
   for (int64_t b = 0; b < n; ++b) s.lengths[size_t(b)] += 1;
   return logits;

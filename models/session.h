@@ -17,6 +17,9 @@ struct SessionOptions {
   int64_t max_batch = 1;          // sequences decoded together
   int64_t max_tokens = 0;         // KV-cache positions per sequence; 0 = the model's n_positions
   int64_t prefill_chunk = 256;    // prompt tokens processed per step (bounds activation memory)
+  // Record each decode step once per batch size and replay it (a CUDA graph: one launch instead
+  // of hundreds). Off runs every op eagerly, for debugging; streams that cannot record ignore it.
+  bool graphs = true;
 };
 
 class Session {

@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Installs what ding needs from Debian 12 packages (only what is missing), then configures and
 # builds into build/. Used by tools/main.sh and tools/test.sh; safe to rerun.
+#   --hip-check   also install Debian's hipcc and compile every backends/gpu kernel as HIP
+#                 (gfx90a), which keeps the GPU sources single-source (tools/test.sh passes it).
+# The CUDA backend is built whenever nvcc is found (/usr/local/cuda/bin/nvcc or on PATH).
+# Other arguments go to cmake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev
+packages=(build-essential cmake ninja-build libeigen3-dev libgtest-dev libgmock-dev
           nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev)
+cmake_args=()
+for arg in "$@"; do
+  if [[ $arg == --hip-check ]]; then
+    packages+=(hipcc)
+    cmake_args+=(-DDING_HIP_COMPILE_CHECK=ON)
+  else
+    cmake_args+=("$arg")
+  fi
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,5 +31,5 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
 cmake --build build --parallel "$(nproc)"

@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--new", model.new_tokens, "generated tokens (default 256)");
   model_cmd->add_option("--batch", model.batch, "sequences decoded together (default 1)");
   model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of decode steps");
+  model_cmd->add_flag("!--no-graphs", model.graphs, "decode op by op instead of replaying recorded CUDA graphs");
   model_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);

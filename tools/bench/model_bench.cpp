@@ -64,7 +64,8 @@ int run_model(const ModelBenchOptions& o) {
   const Ceilings ceil = measure_ceilings(device);
   fmt::print("ceiling (measured now): bandwidth {:.1f} GB/s ({})\n", ceil.bandwidth_gbs, ceil.bandwidth_how);
 
-  Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + o.new_tokens, .prefill_chunk = o.prompt});
+  Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + o.new_tokens, .prefill_chunk = o.prompt,
+                          .graphs = o.graphs});
   std::mt19937 rng(7);
   std::uniform_int_distribution<Token> any_token(0, Token(c.vocab_size - 2));
   std::vector<Token> prompt(static_cast<size_t>(o.prompt));

@@ -36,6 +36,7 @@ struct Options {
   std::vector<std::string> stop;
   std::string logits_out;
   int threads = 0;
+  bool no_graphs = false;
 };
 
 double now_seconds() {
@@ -110,7 +111,7 @@ int run(const Options& o) {
     prompt = model.tokenizer().encode(prompt_text, {.strict_utf8 = true});
     if (prompt.empty()) throw ding::Error(ding::ErrorCode::invalid_argument, "the prompt is empty");
   }
-  ding::Session session(model, {.max_batch = 1});
+  ding::Session session(model, {.max_batch = 1, .graphs = !o.no_graphs});
   if (int64_t(prompt.size()) > session.max_tokens())
     throw ding::Error(ding::ErrorCode::invalid_argument,
                       fmt::format("the prompt has {} tokens but the model's context is {}", prompt.size(), session.max_tokens()));
@@ -214,6 +215,7 @@ int main(int argc, char** argv) {
   app.add_option("--logits-out", o.logits_out, "write the f32 logits of every prompt position [n_prompt, V] to FILE");
   app.add_flag("--json", o.json, "print one JSON object (summary, ids, text) instead of streaming text");
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  app.add_flag("--no-graphs", o.no_graphs, "run each decode step op by op instead of replaying a recorded CUDA graph");
   CLI11_PARSE(app, argc, argv);
   if (o.threads > 0) setenv("OMP_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
   try {

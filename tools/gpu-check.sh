@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite on a GPU machine that has CUDA, CMake and ninja but no Debian packages:
+# builds with the dependencies unpacked by ../shared/tools/device-deps.sh (default .deps/usr),
+# runs every test through ctest, then prints the ctest summary and the op-parity table
+# (passed / failed / skipped parity cases per op and backend).
+#   tools/gpu-check.sh [ctest arguments, e.g. -R Parity]
+# Environment: DING_DEPS (prefix of the unpacked packages), DING_GPU_BUILD (build folder).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+deps=${DING_DEPS:-$PWD/.deps/usr}
+build=${DING_GPU_BUILD:-build-gpu}
+export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON >"$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" --parallel "$(nproc)" 2>&1 | grep -E "error|warning: |FAILED" | head -50
+[[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "gpu-check: build failed"; exit 1; }
+cd "$build"
+ctest --parallel "$(nproc)" --timeout 900 --output-junit ctest-junit.xml "$@" >ctest.log 2>&1
+status=$?
+grep -E "^\s*[0-9]+/[0-9]+ Test .*(Failed|Exception|Timeout|Not Run)" ctest.log | head -60
+python3 ../tools/parity_table.py ctest-junit.xml
+sed -n '/tests passed/,$p' ctest.log
+exit $status
