@@ -13,7 +13,7 @@ export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
-cmake --build "$build" --parallel "$(nproc)" 2>&1 | grep -E "error|warning: |FAILED" | head -50
+cmake --build "$build" --parallel "$(nproc)" 2>&1 | grep -E "error:|warning: |FAILED" | head -50
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "gpu-check: build failed"; exit 1; }
 cd "$build"
 ctest --parallel "$(nproc)" --timeout 900 --output-junit ctest-junit.xml "$@" >ctest.log 2>&1
