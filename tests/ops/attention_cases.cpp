@@ -127,12 +127,13 @@ OpCase append_case(const Append& p) {
   const std::string name = fmt::format("kv_append/B{}_S{}_T{}_Hkv{}_D{}_{}", p.B, p.S, p.T, p.Hkv, p.D,
                                        p.x == p.cache ? std::string(dtype_name(p.x))
                                                       : fmt::format("x{}_cache{}", dtype_name(p.x), dtype_name(p.cache)));
-  OpCase c{"kv_append", name, 0, "a copy: both sides round the same value to nearest even, so exact", nullptr, p.in_tests};
+  OpCase c{"kv_append", name, kExactTolerance, "a copy: both sides round the same value to nearest even: compared exactly",
+           nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     const Tensor qkv = run.normal(p.x, {p.B, p.T, 3 * p.Hkv, p.D});
     const Tensor k = qkv.slice(2, p.Hkv, 2 * p.Hkv), v = qkv.slice(2, 2 * p.Hkv, 3 * p.Hkv);
-    const Tensor k_cache = run.inout("k_cache", p.cache, {p.B, p.S, p.Hkv, p.D});
-    const Tensor v_cache = run.inout("v_cache", p.cache, {p.B, p.S, p.Hkv, p.D});
+    const Tensor k_cache = run.inout("k_cache", p.cache, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
+    const Tensor v_cache = run.inout("v_cache", p.cache, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
     // Starts: the first and the last position that fit, and random ones between.
     std::uniform_int_distribution<int32_t> any(0, int32_t(p.S - p.T));
     std::vector<int32_t> starts(size_t(p.B));

@@ -10,7 +10,6 @@ namespace {
 
 // Every path rounds an f32 value to the target dtype once, to nearest even (the scalar
 // conversions and the F16C/bf16 vector stores agree bit for bit), so copies compare exactly.
-constexpr double kExactTolerance = 1e-30;
 const char* const kExactReason = "a copy rounds each f32 value once to nearest even on every backend: compared exactly";
 
 OpCase contiguous_case(int64_t rows, int64_t cols, DType from, DType to) {

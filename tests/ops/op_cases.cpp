@@ -71,10 +71,11 @@ Tensor CaseRun::output(const char* name, DType dtype, std::initializer_list<int6
   return t;
 }
 
-Tensor CaseRun::inout(const char* name, DType dtype, std::initializer_list<int64_t> shape, double stddev) {
+Tensor CaseRun::inout(const char* name, DType dtype, std::initializer_list<int64_t> shape, double stddev,
+                      Compare compare) {
   Tensor t = normal(dtype, shape, stddev);
   inouts_.push_back({t, read(t)});
-  outputs_.push_back({name, t, {}});
+  outputs_.push_back({name, t, compare});
   return t;
 }
 

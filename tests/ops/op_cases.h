@@ -46,7 +46,8 @@ class CaseRun {
   Tensor output(const char* name, DType dtype, std::initializer_list<int64_t> shape, Compare compare = {});
   // An input that the op also writes (in-place ops): filled like `normal`, compared after, and
   // restored to its initial values before each run so runs are repeatable.
-  Tensor inout(const char* name, DType dtype, std::initializer_list<int64_t> shape, double stddev = 1.0);
+  Tensor inout(const char* name, DType dtype, std::initializer_list<int64_t> shape, double stddev = 1.0,
+               Compare compare = {});
   // Device scratch that is neither compared nor initialised (e.g. a workspace).
   Workspace& workspace(size_t bytes);
 
@@ -93,6 +94,10 @@ std::vector<OpCase> attention_cases();
 std::vector<OpCase> moe_cases();
 std::vector<OpCase> sampling_cases();
 const std::vector<OpCase>& all_op_cases();
+
+// The tolerance of cases whose outputs are all compared exactly (Compare::exact): unused by the
+// comparison, but every case states one.
+inline constexpr double kExactTolerance = 1e-30;
 
 // Normalised mean squared error Σ(a-b)² / Σb², with b the reference (Σb² = 0 → Σ(a-b)²).
 double nmse(const std::vector<double>& actual, const std::vector<double>& reference);
