@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -30,6 +31,30 @@ void Stream::begin_capture() {
 std::unique_ptr<Graph> Stream::end_capture() {
   throw Error(ErrorCode::not_implemented, fmt::format("{}: streams of this backend cannot record graphs", device().name()));
 }
+
+namespace {
+
+class HostClockTimer final : public StreamTimer {
+ public:
+  explicit HostClockTimer(Stream& stream) : stream_(stream) {}
+  void start() override {
+    stream_.synchronize();
+    start_ = std::chrono::steady_clock::now();
+  }
+  void stop() override {
+    stream_.synchronize();
+    stop_ = std::chrono::steady_clock::now();
+  }
+  double seconds() override { return std::chrono::duration<double>(stop_ - start_).count(); }
+
+ private:
+  Stream& stream_;
+  std::chrono::steady_clock::time_point start_, stop_;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamTimer> Stream::make_timer() { return std::make_unique<HostClockTimer>(*this); }
 
 Buffer::~Buffer() {
   if (data_ && device_) device_->free(data_, bytes_);

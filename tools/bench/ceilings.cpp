@@ -62,12 +62,8 @@ double device_copy_gbs(Device& device, size_t bytes, std::string& how) {
   Buffer src = device.alloc(bytes), dst = device.alloc(bytes);
   Stream& stream = device.default_stream();
   device.fill_bytes(stream, src.data(), 1, bytes);
-  const double seconds = time_calls(
-      [&] {
-        device.copy_within(stream, dst.data(), src.data(), bytes);
-        stream.synchronize();
-      },
-      2, 10, 0.3).best;
+  const double seconds =
+      time_stream_calls(stream, [&] { device.copy_within(stream, dst.data(), src.data(), bytes); }, 2, 10, 0.3).best;
   how = fmt::format("device copy of {} MiB", bytes >> 20);
   return 2.0 * double(bytes) / seconds * 1e-9;
 }
@@ -78,29 +74,50 @@ double device_gemm_gflops(Device& device, int n, std::string& how) {
   Stream& stream = device.default_stream();
   for (Buffer* b : {&x, &w}) device.fill_bytes(stream, b->data(), 0x3c, b->size());  // bf16 ≈ 0.0115
   const Tensor tx = x.as(DType::bf16, {n, n}), tw = w.as(DType::bf16, {n, n}), ty = y.as(DType::bf16, {n, n});
-  const double seconds = time_calls(
-      [&] {
-        ops::matmul(stream, ty, tx, tw);
-        stream.synchronize();
-      },
-      2, 5, 0.5).best;
+  const double seconds = time_stream_calls(stream, [&] { ops::matmul(stream, ty, tx, tw); }, 2, 5, 0.5).best;
   how = fmt::format("ding bf16 matmul {}^3", n);
   return 2.0 * double(n) * n * n / seconds * 1e-9;
 }
 
 }  // namespace
 
-Timing time_calls(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds) {
-  for (int i = 0; i < warmup; ++i) fn();
+namespace {
+
+// Calls `one` (which runs the work once and returns its seconds) after `warmup` untimed calls,
+// at least min_reps times and until min_seconds of wall time are spent.
+Timing repeat_timed(const std::function<double()>& one, int warmup, int min_reps, double min_seconds) {
+  for (int i = 0; i < warmup; ++i) one();
   std::vector<double> times;
   const double start = now_seconds();
-  while (int(times.size()) < min_reps || (now_seconds() - start < min_seconds && times.size() < 1000)) {
-    const double t0 = now_seconds();
-    fn();
-    times.push_back(now_seconds() - t0);
-  }
+  while (int(times.size()) < min_reps || (now_seconds() - start < min_seconds && times.size() < 1000))
+    times.push_back(one());
   std::sort(times.begin(), times.end());
   return {times[times.size() / 2], times.front()};
+}
+
+}  // namespace
+
+Timing time_calls(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds) {
+  return repeat_timed(
+      [&] {
+        const double t0 = now_seconds();
+        fn();
+        return now_seconds() - t0;
+      },
+      warmup, min_reps, min_seconds);
+}
+
+Timing time_stream_calls(Stream& stream, const std::function<void()>& enqueue, int warmup, int min_reps,
+                         double min_seconds) {
+  const std::unique_ptr<StreamTimer> timer = stream.make_timer();
+  return repeat_timed(
+      [&] {
+        timer->start();
+        enqueue();
+        timer->stop();
+        return timer->seconds();
+      },
+      warmup, min_reps, min_seconds);
 }
 
 Ceilings measure_ceilings(Device& device) {

@@ -65,6 +65,16 @@ class Graph {
   virtual void replay(Stream& stream) = 0;
 };
 
+// Times work on a stream by the device's own clock (GPU events), so a short kernel is not
+// measured together with the host's launch and synchronisation overhead.
+class StreamTimer {
+ public:
+  virtual ~StreamTimer() = default;
+  virtual void start() = 0;       // a mark before the work
+  virtual void stop() = 0;        // a mark after it
+  virtual double seconds() = 0;   // waits for the stop mark; the time between the two marks
+};
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -75,6 +85,8 @@ class Stream {
   virtual bool supports_graphs() const { return false; }
   virtual void begin_capture();
   virtual std::unique_ptr<Graph> end_capture();
+  // A timer on this stream; the default synchronises and reads the host clock at each mark.
+  virtual std::unique_ptr<StreamTimer> make_timer();
   // Optional per-op profiler; ops record time, FLOPs and bytes into it when set.
   Profiler* profiler = nullptr;
 };
