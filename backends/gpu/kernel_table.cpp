@@ -7,6 +7,14 @@ const ops::Kernels& kernel_table() {
   static const ops::Kernels table = [] {
     ops::Kernels t;
     t.copy = gpu::copy;
+    t.softmax = gpu::softmax;
+    t.layer_norm = gpu::layer_norm;
+    t.rms_norm = gpu::rms_norm;
+    t.gelu = gpu::gelu;
+    t.silu = gpu::silu;
+    t.swiglu = gpu::swiglu;
+    t.embedding = gpu::embedding;
+    t.rope = gpu::rope;
     t.kv_append = gpu::kv_append;
     return t;
   }();

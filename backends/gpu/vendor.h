@@ -88,6 +88,17 @@ __device__ inline T shfl(T v, int src_lane) {
 #endif
 }
 
+// x·y rounded to f32 on its own, never fused with a following add into an FMA (both compilers
+// contract a·b + c by default): error-free transformations such as two-sum rely on it.
+__device__ inline float mul_rn(float x, float y) {
+#if defined(__HIPCC__)
+#pragma clang fp contract(off)
+  return x * y;
+#else
+  return __fmul_rn(x, y);
+#endif
+}
+
 // f16 <-> f32 through the vendor's half type (hardware conversions on both).
 __device__ inline float half_bits_to_float(uint16_t bits) {
 #if defined(__HIPCC__)

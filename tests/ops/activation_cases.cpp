@@ -1,6 +1,8 @@
 // gelu, silu and swiglu cases: lengths 1, 7 (all tail), 4097 (one past a chunk multiple) and
-// 100003 (several OpenMP chunks, odd tail), every dtype, mixed in/out dtypes, and in place.
+// 100003 (several OpenMP chunks, odd tail), every dtype, mixed in/out dtypes (and gate/up
+// dtypes), in place, and views that start one element into their buffer (unaligned).
 // Inputs have σ = 3 so the saturated tails (gelu → 0 and → x) are exercised too.
+#include <optional>
 #include <string>
 
 #include "op_cases.h"
@@ -28,18 +30,24 @@ const char* kReason =
 
 enum class Alias { none, in_place };
 
+// offset: the input (and, in place, the output) is a view starting `offset` elements into its
+// buffer, so its data pointer is not 16-byte aligned (the GPU kernels' element-wise path).
+// up: the dtype of swiglu's up when it differs from the gate's.
 OpCase activation_case(const std::string& op, int64_t n, DType in, DType out, Alias alias = Alias::none,
-                       bool in_tests = true) {
+                       bool in_tests = true, int64_t offset = 0, std::optional<DType> up_dtype = {}) {
+  const DType up_type = up_dtype.value_or(in);
   OpCase c;
   c.op = op;
-  c.name = op + "/n" + std::to_string(n) + "_" + dt(in) + (out != in ? "_out" + dt(out) : "") +
+  c.name = op + "/n" + std::to_string(n) + "_" + dt(in) + (up_type != in ? "_up" + dt(up_type) : "") +
+           (out != in ? "_out" + dt(out) : "") + (offset ? "_offset" + std::to_string(offset) : "") +
            (alias == Alias::in_place ? "_inplace" : "");
   c.tolerance = tolerance(op, out);
   c.reason = kReason;
   c.in_tests = in_tests;
   c.build = [=](CaseRun& run) {
     const bool in_place = alias == Alias::in_place;
-    Tensor x = in_place ? run.inout("x", in, {n}, 3.0) : run.normal(in, {n}, 3.0);
+    Tensor x = in_place ? run.inout("x", in, {n + offset}, 3.0) : run.normal(in, {n + offset}, 3.0);
+    x = x.slice(0, offset, n + offset);
     Tensor y = in_place ? x : run.output("out", out, {n});
     if (op == "gelu") {
       run.launch = [=](Stream& s) { ops::gelu(s, y, x); };
@@ -48,7 +56,7 @@ OpCase activation_case(const std::string& op, int64_t n, DType in, DType out, Al
       run.launch = [=](Stream& s) { ops::silu(s, y, x); };
       run.cost = ops::cost(ops::SiluArgs{y, x});
     } else {  // swiglu: x is the gate
-      Tensor up = run.normal(in, {n});
+      Tensor up = run.normal(up_type, {n});
       run.launch = [=](Stream& s) { ops::swiglu(s, y, x, up); };
       run.cost = ops::cost(ops::SwigluArgs{y, x, up});
     }
@@ -67,6 +75,12 @@ std::vector<OpCase> activation_cases() {
     }
     cases.push_back(activation_case(op, 333, DType::bf16, DType::f32));
     cases.push_back(activation_case(op, 333, DType::f32, DType::f16));
+    // Views one element into their buffers: unaligned, so vectorised kernels go element-wise.
+    cases.push_back(activation_case(op, 4099, DType::f16, DType::f16, Alias::in_place, true, 1));
+    cases.push_back(activation_case(op, 333, DType::f32, DType::bf16, Alias::none, true, 1));
+    // swiglu with gate and up in different dtypes.
+    if (op == "swiglu")
+      cases.push_back(activation_case(op, 1001, DType::bf16, DType::f16, Alias::none, true, 0, DType::f32));
     // Bench: gpt2-xl MLP hidden layer (4C = 6400) for a 256-token prefill and one decode token.
     for (int64_t tokens : {256, 1})
       for (DType d : {DType::f32, DType::bf16})

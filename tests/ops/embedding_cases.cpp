@@ -69,6 +69,10 @@ std::vector<OpCase> embedding_cases() {
   cases.push_back(embedding_case({2, 7, 31, 19, DType::f32, DType::bf16}));
   cases.push_back(embedding_case({2, 7, 31, 19, DType::f16, DType::f32, Positions::offset, DType::bf16}));
   cases.push_back(embedding_case({1, 9, 31, 64, DType::f32, DType::f16, Positions::tensor, DType::f16}));
+  // Rows a multiple of 16 bytes wide with both tables in one dtype: the GPU's vectorised path,
+  // with a position term and as a widening copy.
+  cases.push_back(embedding_case({2, 5, 40, 64, DType::bf16, DType::bf16, Positions::tensor, DType::bf16}));
+  cases.push_back(embedding_case({1, 3, 40, 24, DType::f16, DType::f32}));
   // Bench: gpt2-xl's wte + wpe for a 256-token prompt and for one decode token.
   for (int64_t T : {256, 1})
     cases.push_back(embedding_case({1, T, 50257, 1600, DType::f32, DType::f32, Positions::offset, DType::f32, false}));

@@ -1,7 +1,9 @@
-// layer_norm and rms_norm cases: C from 1 to 4097 (odd, below and above the 8-lane width, and
-// gpt2-xl's 1600), 1 to 64 rows, every dtype with weights in another dtype, bias on and off,
-// and each residual mode: none, residual only, residual + separate sum_out, sum_out == x and
-// sum_out == residual (both in place).
+// layer_norm and rms_norm cases: C from 1 to 12288 (odd, below and above the 8-lane width,
+// gpt2-xl's 1600, and past what the GPU keeps in registers), 1 to 64 rows, every dtype with
+// weights in another dtype, bias on and off, each residual mode: none, residual only,
+// residual + separate sum_out, sum_out == x and sum_out == residual (both in place), and a
+// residual stream in another dtype than x.
+#include <optional>
 #include <string>
 
 #include "op_cases.h"
@@ -46,34 +48,37 @@ struct NormShape {
   Residual residual = Residual::none;
   bool bias = false;  // layer_norm only
   bool in_tests = true;
+  std::optional<DType> stream;  // residual's dtype (and sum_out's, unless it is x) when not x's
 };
 
 OpCase norm_case(const std::string& op, NormShape s) {
   OpCase c;
   c.op = op;
   c.name = op + "/rows" + std::to_string(s.rows) + "_C" + std::to_string(s.C) + "_" + dt(s.x) +
-           (s.weight != s.x ? "_w" + dt(s.weight) : "") + (s.bias ? "_bias" : "") + residual_name(s.residual);
+           (s.weight != s.x ? "_w" + dt(s.weight) : "") + (s.stream ? "_stream" + dt(*s.stream) : "") +
+           (s.bias ? "_bias" : "") + residual_name(s.residual);
   c.tolerance = tolerance(op, s.x);
   c.reason = kReason;
   c.in_tests = s.in_tests;
   c.build = [op, s](CaseRun& run) {
     const int64_t rows = s.rows, C = s.C;
+    const DType stream = s.stream.value_or(s.x);
     Tensor x = s.residual == Residual::sum_into_x ? run.inout("x", s.x, {rows, C}) : run.normal(s.x, {rows, C});
     Tensor weight = run.uniform(s.weight, {C}, 0.5, 1.5);
     Tensor residual, sum_out;
     switch (s.residual) {
       case Residual::none: break;
-      case Residual::add: residual = run.normal(s.x, {rows, C}); break;
+      case Residual::add: residual = run.normal(stream, {rows, C}); break;
       case Residual::sum_out:
-        residual = run.normal(s.x, {rows, C});
-        sum_out = run.output("sum_out", s.x, {rows, C});
+        residual = run.normal(stream, {rows, C});
+        sum_out = run.output("sum_out", stream, {rows, C});
         break;
       case Residual::sum_into_x:
-        residual = run.normal(s.x, {rows, C});
+        residual = run.normal(stream, {rows, C});
         sum_out = x;
         break;
       case Residual::sum_into_residual:
-        residual = run.inout("residual", s.x, {rows, C});
+        residual = run.inout("residual", stream, {rows, C});
         sum_out = residual;
         break;
     }
@@ -114,6 +119,16 @@ std::vector<OpCase> norm_cases() {
     }
     // Residual in place at the widest row and a single row.
     cases.push_back(norm_case(op, {1, 4097, DType::bf16, DType::bf16, Residual::sum_into_residual, ln}));
+    // Rows longer than the GPU kernels keep in registers (8 per thread of 1024): re-read per pass,
+    // element-wise (odd C) and in 16-byte vectors, with sum_out in place.
+    cases.push_back(norm_case(op, {2, 9001, DType::f32, DType::f32, Residual::none, ln}));
+    cases.push_back(norm_case(op, {2, 12288, DType::bf16, DType::f32, Residual::sum_into_x, ln}));
+    // The residual stream in f32, x and out in bf16/f16 (sum_out: an f32 add rounds the exact sum
+    // once, as the reference's store does): the GPU's mixed-dtype path, warp and block rows.
+    cases.push_back(norm_case(op, {.rows = 3, .C = 17, .x = DType::bf16, .weight = DType::f32,
+                                   .residual = Residual::sum_out, .bias = ln, .stream = DType::f32}));
+    cases.push_back(norm_case(op, {.rows = 2, .C = 1600, .x = DType::f16, .weight = DType::f16,
+                                   .residual = Residual::sum_into_residual, .stream = DType::f32}));
     // Bench: gpt2-xl prefill (256 tokens) and decode (1 token), the fused residual form blocks use.
     for (int64_t rows : {256, 1})
       for (DType d : {DType::f32, DType::bf16})

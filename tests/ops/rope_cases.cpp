@@ -79,6 +79,10 @@ std::vector<OpCase> rope_cases() {
       cases.push_back(rope_case({2, 17, 1, 64, d, d, layout, 0, true, 0, 500000.0f, /*in_place=*/true}));
       cases.push_back(rope_case({1, 17, 3, 128, d, d, layout, 64, true, 0, 10000.0f, /*in_place=*/true}));
     }
+  // R/2 = 515 frequencies: more than the GPU kernel's 512-entry cos/sin table holds at once.
+  cases.push_back(rope_case({1, 2, 2, 1030, DType::f32, DType::f32, RopeLayout::neox, 0, true}));
+  cases.push_back(rope_case({1, 2, 2, 1040, DType::bf16, DType::bf16, RopeLayout::interleaved, 1030, true, 0, 10000.0f,
+                             /*in_place=*/true}));
   cases.push_back(rope_case({2, 17, 3, 64, DType::bf16, DType::f32, RopeLayout::neox, 0, true}));
   cases.push_back(rope_case({2, 17, 3, 64, DType::f32, DType::f16, RopeLayout::interleaved, 0, true}));
   // Bench: a Llama-style 32-head, D = 128 layer over a 256-token prompt and one decode token.

@@ -1,6 +1,7 @@
-// softmax cases: row lengths around the 8-lane width and the gpt2-xl attention shape, scale,
-// causal masks with Tq = Tk and Tq < Tk (decode-like), in place, mixed in/out dtypes, and rows
-// whose logits are so negative that exp underflows unless the max is subtracted first.
+// softmax cases: row lengths around the 8-lane width, the gpt2-xl attention shape and a
+// vocabulary (50257), scale, causal masks with Tq = Tk and Tq < Tk (decode-like), in place,
+// mixed in/out dtypes, and rows whose logits are so negative that exp underflows unless the
+// max is subtracted first.
 #include <string>
 
 #include "op_cases.h"
@@ -75,6 +76,13 @@ std::vector<OpCase> softmax_cases() {
     cases.push_back(softmax_case("rows5_Tk100", d, d, {5, 100}, {}, /*in_place=*/true));
     cases.push_back(softmax_case("H3_Tq9_Tk9", d, d, {3, 9, 9}, {.causal = true}, /*in_place=*/true));
   }
+  // Rows longer than the GPU kernels keep in registers (8 per thread of 1024): streamed with a
+  // running max, element-wise (a vocabulary row, odd) and in 16-byte vectors (causal, in place);
+  // and a causal block-wide row whose masked boundary falls inside vectors.
+  for (DType d : {DType::f32, DType::bf16}) cases.push_back(softmax_case("rows2_Tk50257", d, d, {2, 50257}, {}));
+  cases.push_back(softmax_case("H2_Tq3_Tk12288", DType::bf16, DType::bf16, {2, 3, 12288}, {.causal = true}, true));
+  cases.push_back(softmax_case("B1_H2_Tq64_Tk1024", DType::f16, DType::f16, {1, 2, 64, 1024},
+                               {.scale = 0.125f, .causal = true}));
   cases.push_back(softmax_case("rows4_Tk50", DType::bf16, DType::f32, {4, 50}, {}));
   cases.push_back(softmax_case("rows4_Tk50", DType::f32, DType::bf16, {4, 50}, {}));
   cases.push_back(softmax_case("rows4_Tk50", DType::f16, DType::f32, {4, 50}, {.scale = 0.5f}));
