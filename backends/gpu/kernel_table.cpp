@@ -8,6 +8,8 @@ const ops::Kernels& kernel_table() {
     ops::Kernels t;
     t.copy = gpu::copy;
     t.kv_append = gpu::kv_append;
+    t.matmul = gpu::matmul;
+    t.matmul_chain = gpu::matmul_chain;
     return t;
   }();
   return table;
