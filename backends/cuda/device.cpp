@@ -6,12 +6,13 @@
 #include <memory>
 #include <vector>
 
+#include "device.h"
+
 #include "../gpu/check.h"
 #include "../gpu/kernels.h"
-#include "../gpu/stream.h"
 #include "ding/error.h"
 
-namespace ding {
+namespace ding::cuda {
 namespace {
 
 int device_attribute(cudaDeviceAttr attr, int index) {
@@ -30,8 +31,6 @@ double bf16_flops_per_sm_clock(int major, int minor) {
   return 0;
 }
 
-class CudaDevice;
-
 class CudaGraph final : public Graph {
  public:
   CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec) : graph_(graph), exec_(exec) {}
@@ -48,120 +47,98 @@ class CudaGraph final : public Graph {
   cudaGraphExec_t exec_;
 };
 
-class CudaStream final : public gpu::GpuStream {
- public:
-  CudaStream(CudaDevice& device, int index, const gpu::Props& props);
-  ~CudaStream() override;
-  Device& device() override;
-  void synchronize() override { DING_GPU_CHECK(cudaStreamSynchronize(stream_)); }
-  gpu::stream_t handle() const override { return stream_; }
-  const gpu::Props& props() const override { return props_; }
-  void* scratch(size_t bytes) override;
-  bool supports_graphs() const override { return true; }
-  void begin_capture() override {
-    // Relaxed: a scratch block first needed during capture may still be allocated (callers run
-    // a step eagerly before recording it, so normally nothing is).
-    DING_GPU_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-  }
-  std::unique_ptr<Graph> end_capture() override {
-    cudaGraph_t graph = nullptr;
-    DING_GPU_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    if (cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
-      cudaGraphDestroy(graph);
-      gpu::throw_api_error(e, "cudaGraphInstantiate", __FILE__, __LINE__);
-    }
-    return std::make_unique<CudaGraph>(graph, exec);
-  }
+}  // namespace
 
- private:
-  CudaDevice& device_;
-  const gpu::Props& props_;
-  cudaStream_t stream_ = nullptr;
-  // Scratch grows by replacement; replaced blocks stay allocated until the stream goes, since
-  // work already enqueued (or a recorded graph) may still point into them.
-  std::vector<Buffer> scratch_blocks_;
-  size_t scratch_bytes_ = 0;
-};
+// ---- CudaStream ----
 
-class CudaDevice final : public Device {
- public:
-  explicit CudaDevice(int index) : index_(index) {
-    DING_GPU_CHECK(cudaSetDevice(index));
-    cudaDeviceProp p{};
-    DING_GPU_CHECK(cudaGetDeviceProperties(&p, index));
-    props_.sm_count = p.multiProcessorCount;
-    props_.cc_major = p.major;
-    props_.cc_minor = p.minor;
-    props_.warp_size = p.warpSize;
-    props_.l2_bytes = size_t(p.l2CacheSize);
-    props_.shared_per_block_optin = size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, index));
-    props_.shared_per_sm = p.sharedMemPerMultiprocessor;
+void CudaStream::synchronize() { DING_GPU_CHECK(cudaStreamSynchronize(stream_)); }
 
-    caps_.backend = "cuda";
-    caps_.name = fmt::format("{} (sm_{}{}, {} SMs)", p.name, p.major, p.minor, p.multiProcessorCount);
-    caps_.memory_bytes = p.totalGlobalMem;
-    caps_.compute_units = p.multiProcessorCount;
-    caps_.llc_bytes = props_.l2_bytes;
-    // Clock-derived peaks: double data rate × bus width; SMs × boost clock × tensor rate.
-    const double mem_khz = device_attribute(cudaDevAttrMemoryClockRate, index);
-    const double bus_bits = device_attribute(cudaDevAttrGlobalMemoryBusWidth, index);
-    caps_.peak_bandwidth_gbs = 2.0 * mem_khz * 1e3 * bus_bits / 8 / 1e9;
-    const double clock_khz = device_attribute(cudaDevAttrClockRate, index);
-    caps_.peak_gflops = p.multiProcessorCount * clock_khz * 1e3 * bf16_flops_per_sm_clock(p.major, p.minor) / 1e9;
-    stream_ = std::make_unique<CudaStream>(*this, index, props_);
-  }
+void CudaStream::begin_capture() {
+  // Relaxed: a scratch block first needed during capture may still be allocated (callers run
+  // a step eagerly before recording it, so normally nothing is).
+  DING_GPU_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+}
 
-  const Caps& caps() const override { return caps_; }
-  const ops::Kernels& kernels() const override { return gpu::kernel_table(); }
-  Stream& default_stream() override { return *stream_; }
+std::unique_ptr<Graph> CudaStream::end_capture() {
+  cudaGraph_t graph = nullptr;
+  DING_GPU_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  if (cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    gpu::throw_api_error(e, "cudaGraphInstantiate", __FILE__, __LINE__);
+  }
+  return std::make_unique<CudaGraph>(graph, exec);
+}
 
-  Buffer alloc(size_t bytes) override {
-    DING_GPU_CHECK(cudaSetDevice(index_));
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
-      size_t free_bytes = 0, total_bytes = 0;
-      (void)cudaMemGetInfo(&free_bytes, &total_bytes);
-      throw Error(ErrorCode::out_of_memory,
-                  fmt::format("cuda:{}: cannot allocate {} bytes ({:.2f} GiB): {} bytes ({:.2f} GiB) free of {}", index_,
-                              bytes, double(bytes) / (1 << 30), free_bytes, double(free_bytes) / (1 << 30), total_bytes));
-    }
-    DING_GPU_CHECK(e);
-    return Buffer(this, p, bytes);
-  }
+// ---- CudaDevice ----
 
-  void free(void* data, size_t) override {
-    // Called from destructors, possibly after the runtime unloaded at exit: never throws.
-    (void)cudaFree(data);
-  }
+CudaDevice::CudaDevice(int index) : index_(index) {
+  DING_GPU_CHECK(cudaSetDevice(index));
+  cudaDeviceProp p{};
+  DING_GPU_CHECK(cudaGetDeviceProperties(&p, index));
+  props_.sm_count = p.multiProcessorCount;
+  props_.cc_major = p.major;
+  props_.cc_minor = p.minor;
+  props_.warp_size = p.warpSize;
+  props_.l2_bytes = size_t(p.l2CacheSize);
+  props_.shared_per_block_optin = size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, index));
+  props_.shared_per_sm = p.sharedMemPerMultiprocessor;
 
-  void copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) override {
-    DING_GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(s)));
-  }
-  void copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) override {
-    DING_GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(s)));
-  }
-  void copy_within(Stream& s, void* dst, const void* src, size_t bytes) override {
-    DING_GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(s)));
-  }
-  void fill_bytes(Stream& s, void* dst, uint8_t value, size_t bytes) override {
-    DING_GPU_CHECK(cudaMemsetAsync(dst, value, bytes, native(s)));
-  }
+  caps_.backend = "cuda";
+  caps_.name = fmt::format("{} (sm_{}{}, {} SMs)", p.name, p.major, p.minor, p.multiProcessorCount);
+  caps_.memory_bytes = p.totalGlobalMem;
+  caps_.compute_units = p.multiProcessorCount;
+  caps_.llc_bytes = props_.l2_bytes;
+  // Clock-derived peaks: double data rate × bus width; SMs × boost clock × tensor rate.
+  const double mem_khz = device_attribute(cudaDevAttrMemoryClockRate, index);
+  const double bus_bits = device_attribute(cudaDevAttrGlobalMemoryBusWidth, index);
+  caps_.peak_bandwidth_gbs = 2.0 * mem_khz * 1e3 * bus_bits / 8 / 1e9;
+  const double clock_khz = device_attribute(cudaDevAttrClockRate, index);
+  caps_.peak_gflops = p.multiProcessorCount * clock_khz * 1e3 * bf16_flops_per_sm_clock(p.major, p.minor) / 1e9;
+  stream_ = std::make_unique<CudaStream>(*this, index, props_);
+}
 
- private:
-  cudaStream_t native(Stream& s) {
-    if (&s.device() != this)
-      throw Error(ErrorCode::device_mismatch, fmt::format("cuda:{}: a copy was given a stream of {}", index_, s.device().name()));
-    return gpu::gpu_stream(s).handle();
-  }
+const ops::Kernels& CudaDevice::kernels() const { return gpu::kernel_table(); }
 
-  int index_;
-  gpu::Props props_;
-  Caps caps_;
-  std::unique_ptr<CudaStream> stream_;
-};
+Buffer CudaDevice::alloc(size_t bytes) {
+  DING_GPU_CHECK(cudaSetDevice(index_));
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("cuda:{}: cannot allocate {} bytes ({:.2f} GiB): {} bytes ({:.2f} GiB) free of {}", index_,
+                            bytes, double(bytes) / (1 << 30), free_bytes, double(free_bytes) / (1 << 30), total_bytes));
+  }
+  DING_GPU_CHECK(e);
+  return Buffer(this, p, bytes);
+}
+
+void CudaDevice::free(void* data, size_t) {
+  // Called from destructors, possibly after the runtime unloaded at exit: never throws.
+  (void)cudaFree(data);
+}
+
+void CudaDevice::copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) {
+  DING_GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(s)));
+}
+void CudaDevice::copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) {
+  DING_GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(s)));
+}
+void CudaDevice::copy_within(Stream& s, void* dst, const void* src, size_t bytes) {
+  DING_GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(s)));
+}
+void CudaDevice::fill_bytes(Stream& s, void* dst, uint8_t value, size_t bytes) {
+  DING_GPU_CHECK(cudaMemsetAsync(dst, value, bytes, native(s)));
+}
+
+cudaStream_t CudaDevice::native(Stream& s) {
+  if (&s.device() != this)
+    throw Error(ErrorCode::device_mismatch, fmt::format("cuda:{}: a copy was given a stream of {}", index_, s.device().name()));
+  return gpu::gpu_stream(s).handle();
+}
 
 CudaStream::CudaStream(CudaDevice& device, int index, const gpu::Props& props) : device_(device), props_(props) {
   DING_GPU_CHECK(cudaSetDevice(index));
@@ -169,6 +146,7 @@ CudaStream::CudaStream(CudaDevice& device, int index, const gpu::Props& props) :
 }
 
 CudaStream::~CudaStream() {
+  if (cublas_) (void)cublasDestroy(cublas_);
   scratch_blocks_.clear();
   (void)cudaStreamDestroy(stream_);
 }
@@ -184,6 +162,8 @@ void* CudaStream::scratch(size_t bytes) {
   return scratch_blocks_.empty() ? nullptr : scratch_blocks_.back().data();
 }
 
+namespace {
+
 bool cuda_available() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -194,14 +174,17 @@ bool cuda_available() {
 }
 
 }  // namespace
+}  // namespace ding::cuda
+
+namespace ding {
 
 void register_cuda_backend() {
-  registry::add({"cuda", cuda_available, [](int index) -> std::unique_ptr<Device> {
+  registry::add({"cuda", cuda::cuda_available, [](int index) -> std::unique_ptr<Device> {
                    int count = 0;
                    if (cudaGetDeviceCount(&count) != cudaSuccess || index >= count)
                      throw Error(ErrorCode::backend_unavailable,
                                  fmt::format("Device::open: cuda:{} does not exist ({} CUDA devices)", index, count));
-                   return std::make_unique<CudaDevice>(index);
+                   return std::make_unique<cuda::CudaDevice>(index);
                  }});
 }
 

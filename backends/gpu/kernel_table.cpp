@@ -16,6 +16,8 @@ const ops::Kernels& kernel_table() {
     t.embedding = gpu::embedding;
     t.rope = gpu::rope;
     t.kv_append = gpu::kv_append;
+    t.matmul = gpu::matmul;
+    t.matmul_chain = gpu::matmul_chain;
     return t;
   }();
   return table;

@@ -6,6 +6,10 @@
 #include "ding/device.h"
 #include "vendor.h"
 
+namespace ding::ops {
+struct MatmulArgs;
+}
+
 namespace ding::gpu {
 
 // Read from the driver once per device.
@@ -27,6 +31,10 @@ class GpuStream : public Stream {
   // call. Grow-only: after the first steps of a workload it allocates nothing, so a recorded
   // graph keeps pointing at live memory.
   virtual void* scratch(size_t bytes) = 0;
+  // The vendor's BLAS as a comparison path for ding-bench: true when it computed the matmul
+  // (only if the user switched it on, e.g. ding::cuda::set_matmul_path); false to run ding's
+  // own kernels.
+  virtual bool vendor_blas_matmul(const ops::MatmulArgs&) { return false; }
 };
 
 // The GPU stream behind `stream`; throws Error(device_mismatch) if it is another backend's.

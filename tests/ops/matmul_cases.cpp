@@ -1,6 +1,7 @@
 // matmul and matmul_chain cases: decode rows (the gemv core, M ≤ 6) and prefill rows (the gemm
 // core), every dtype mix the contract allows, each optional epilogue part, batched x with shared or
-// batched w, odd sizes around the SIMD width; plus gpt2-xl-shaped bench cases.
+// batched w, odd sizes around the SIMD width; the GPU cores' tile, split and alignment edges; plus
+// gpt2-xl-shaped bench cases.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -188,6 +189,26 @@ std::vector<OpCase> matmul_cases() {
       {.B = 2, .M = 3, .N = 4097, .K = 7, .w = f16, .batched_w = true, .residual = sep},
       {.B = 2, .M = 17, .N = 33, .K = 259, .x = bf16, .w = bf16, .out = bf16, .batched_w = true, .bias = true,
        .gelu = true, .residual = inplace},
+      // GPU cores' edges (backends/gpu/matmul.cu). GEMV (M ≤ 8): K split over blocks when N is
+      // small, with rows too odd for 16-byte loads (K = 4097) and with whole vectors (K = 2048,
+      // batched w: partial sums per batch); every row bound M ≤ 8.
+      {.M = 1, .N = 64, .K = 4097, .x = bf16, .w = bf16, .out = bf16},
+      {.M = 3, .N = 64, .K = 4097, .x = bf16, .w = bf16, .out = bf16, .bias = true, .residual = inplace},
+      {.M = 2, .N = 64, .K = 2048, .x = bf16, .w = bf16, .bias = true, .gelu = true, .residual = inplace},
+      {.B = 2, .M = 1, .N = 40, .K = 1024, .x = bf16, .w = bf16, .out = bf16, .batched_w = true},
+      {.M = 8, .N = 40, .K = 64, .x = bf16, .w = bf16, .out = f16, .residual = sep},
+      // Tensor cores (bf16/f16 x and w, K a multiple of 8): M, N and K off the 64/128-row and
+      // 32-deep tiles; K = 520 runs 17 slices through the 4-stage ring; the batched case has
+      // enough 128 × 128 tiles (33 · 2 · 2 ≥ the SM count) to take the large-tile kernel.
+      {.M = 130, .N = 72, .K = 72, .x = bf16, .w = bf16, .out = bf16},
+      {.M = 130, .N = 72, .K = 72, .x = bf16, .w = bf16, .bias = true, .gelu = true, .residual = inplace},
+      {.M = 33, .N = 257, .K = 520, .x = f16, .w = f16, .out = f16, .bias = true},
+      {.B = 33, .M = 129, .N = 129, .K = 136, .x = bf16, .w = bf16, .out = bf16, .batched_w = true},
+      {.B = 2, .M = 40, .N = 72, .K = 72, .x = f16, .w = f16, .out = bf16, .batched_w = true, .bias = true,
+       .gelu = true, .residual = inplace},
+      // 16-bit operands that 16-byte copies cannot load (K not a multiple of 8): the SIMT core.
+      {.M = 40, .N = 72, .K = 100, .x = bf16, .w = bf16, .out = bf16},
+      {.M = 33, .N = 40, .K = 7, .x = f16, .w = f16, .out = f16, .residual = sep},
   };
   // gpt2-xl (C = 1600, 4C = 6400, V = 50257): decode rows and prefill rows of every linear layer.
   const std::pair<int64_t, int64_t> gpt2_xl[] = {{4800, 1600}, {1600, 1600}, {6400, 1600}, {1600, 6400}, {50257, 1600}};
@@ -195,6 +216,8 @@ std::vector<OpCase> matmul_cases() {
     for (int64_t M : {1, 256, 1024})
       for (auto [N, K] : gpt2_xl)
         list.push_back({.M = M, .N = N, .K = K, .x = dtype, .w = dtype, .out = dtype, .in_tests = false});
+  // The 2048-token prefill, in the model's dtype only (f32 at this size is minutes on a CPU).
+  for (auto [N, K] : gpt2_xl) list.push_back({.M = 2048, .N = N, .K = K, .x = bf16, .w = bf16, .out = bf16, .in_tests = false});
 
   std::vector<OpCase> cases;
   for (const MatmulCase& c : list) cases.push_back(make_case(c));

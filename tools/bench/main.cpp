@@ -1,5 +1,5 @@
 // ding-bench: op benchmarks with a roofline column.
-//   ding-bench ops [--backend cpu] [--op matmul] [--filter TEXT] [--all] [--threads N]
+//   ding-bench ops [--backend cpu] [--op matmul] [--filter TEXT] [--all] [--threads N] [--matmul ding|cublas]
 // runs the op cases of tests/ops in perf mode: median time per case, achieved GB/s and GFLOP/s
 // from the op's cost model, and the share of the roofline min(peak FLOP/s, AI × bandwidth)
 // reached, with both ceilings measured in this process and printed with how they were measured.
@@ -15,6 +15,9 @@
 #include "ceilings.h"
 #include "model_bench.h"
 #include "op_cases.h"
+#ifdef DING_HAVE_CUDA
+#include "ding/cuda.h"
+#endif
 
 namespace ding::bench {
 namespace {
@@ -26,6 +29,7 @@ struct OpsOptions {
   bool all = false;
   bool warm = false;
   double min_time = 0.3;
+  std::string matmul = "ding";  // who computes matmul on cuda: ding's kernels or cuBLAS
 };
 
 // Copies of a case's tensors to rotate through so that they come from memory, not the
@@ -43,10 +47,25 @@ std::string human_bytes(size_t bytes) {
   return fmt::format("{} MiB", bytes >> 20);
 }
 
+// --matmul: cuBLAS instead of ding's matmul kernels, on a cuda device only.
+void choose_matmul_path(Device& device, const std::string& path) {
+  if (path == "ding" && device.caps().backend != "cuda") return;
+#ifdef DING_HAVE_CUDA
+  if (device.caps().backend == "cuda") {
+    ding::cuda::set_matmul_path(device, path == "cublas" ? ding::cuda::MatmulPath::cublas : ding::cuda::MatmulPath::ding);
+    return;
+  }
+#endif
+  throw Error(ErrorCode::invalid_argument, fmt::format("--matmul {} needs a cuda device (backend is {})", path, device.caps().backend));
+}
+
 int run_ops(const OpsOptions& o) {
   Device& device = Device::open(o.backend);
   const Caps& caps = device.caps();
+  choose_matmul_path(device, o.matmul);
   fmt::print("ding-bench ops: backend {} — {}, last-level cache {}\n", caps.backend, caps.name, human_bytes(caps.llc_bytes));
+  if (o.matmul != "ding")
+    fmt::print("matmul through {} where it takes the call (plain products); ding's kernels otherwise\n", o.matmul);
   const Ceilings ceil = measure_ceilings(device);
   fmt::print("ceilings (measured now, best of repeated runs): bandwidth {:.1f} GB/s ({}); compute {:.1f} GFLOP/s ({})\n", ceil.bandwidth_gbs,
              ceil.bandwidth_how, ceil.gflops, ceil.gflops_how);
@@ -116,6 +135,8 @@ int main(int argc, char** argv) {
   ops_cmd->add_flag("--warm", ops.warm, "reuse one set of tensors (cache-resident) instead of rotating through copies");
   ops_cmd->add_option("--min-time", ops.min_time, "seconds to spend timing each case (default 0.3)")->check(CLI::PositiveNumber);
   ops_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
+  ops_cmd->add_option("--matmul", ops.matmul, "cuda: matmul by ding's kernels or by cuBLAS, for comparison (default ding)")
+      ->check(CLI::IsMember({"ding", "cublas"}));
   ding::bench::ModelBenchOptions model;
   CLI::App* model_cmd = app.add_subcommand("model", "prefill + decode a GPT-2 shape (random weights) or a model folder");
   model_cmd->add_option("--shape", model.shape, "gpt2, gpt2-medium, gpt2-large, gpt2-xl (default gpt2-xl)");

@@ -1,0 +1,72 @@
+// The "cuda" backend's device and stream (CUDA-only host glue; the kernels are the single-source
+// ones of backends/gpu/). Declared here so the CUDA-only extras beside device.cpp (the cuBLAS
+// comparison path) can reach the stream.
+#pragma once
+#include <cublas_v2.h>
+
+#include <memory>
+#include <vector>
+
+#include "../gpu/stream.h"
+#include "ding/cuda.h"
+
+namespace ding::cuda {
+
+class CudaDevice;
+
+class CudaStream final : public gpu::GpuStream {
+ public:
+  CudaStream(CudaDevice& device, int index, const gpu::Props& props);
+  ~CudaStream() override;
+  Device& device() override;
+  void synchronize() override;
+  gpu::stream_t handle() const override { return stream_; }
+  const gpu::Props& props() const override { return props_; }
+  void* scratch(size_t bytes) override;
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<Graph> end_capture() override;
+  // cuBLAS when the matmul path says so and the call is one it takes (cublas_matmul.cpp).
+  bool vendor_blas_matmul(const ops::MatmulArgs& a) override;
+  void set_matmul_path(MatmulPath path) { matmul_path_ = path; }
+
+ private:
+  CudaDevice& device_;
+  const gpu::Props& props_;
+  cudaStream_t stream_ = nullptr;
+  // Scratch grows by replacement; replaced blocks stay allocated until the stream goes, since
+  // work already enqueued (or a recorded graph) may still point into them.
+  std::vector<Buffer> scratch_blocks_;
+  size_t scratch_bytes_ = 0;
+  MatmulPath matmul_path_ = MatmulPath::ding;
+  cublasHandle_t cublas_ = nullptr;  // created on the cuBLAS path's first call
+};
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int index);
+
+  const Caps& caps() const override { return caps_; }
+  const ops::Kernels& kernels() const override;
+  Stream& default_stream() override { return *stream_; }
+
+  Buffer alloc(size_t bytes) override;
+  void free(void* data, size_t) override;
+
+  void copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) override;
+  void copy_within(Stream& s, void* dst, const void* src, size_t bytes) override;
+  void fill_bytes(Stream& s, void* dst, uint8_t value, size_t bytes) override;
+
+  void set_matmul_path(MatmulPath path) { stream_->set_matmul_path(path); }
+
+ private:
+  cudaStream_t native(Stream& s);
+
+  int index_;
+  gpu::Props props_;
+  Caps caps_;
+  std::unique_ptr<CudaStream> stream_;
+};
+
+}  // namespace ding::cuda

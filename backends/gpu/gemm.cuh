@@ -1,0 +1,80 @@
+// What the three matmul cores (gemv.cuh, gemm_simt.cuh, gemm_mma.cuh) share: the problem they
+// solve, out[row, n] = epilogue(Σ_k x[row, k] · w[n, k]), and the fused epilogue itself.
+//
+// Element types of x and w are template parameters of each core (the inner loops depend on
+// them); the epilogue's dtypes (bias, residual, out) are read at run time, once per output
+// element, a uniform branch that costs nothing next to a K-long dot product.
+#pragma once
+#include <cstdint>
+
+#include "elements.cuh"
+#include "vendor.h"
+
+namespace ding::gpu {
+
+// A float of any float dtype at base[i].
+__device__ inline float load_as_float(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::f16: return to_float(static_cast<const ding::f16*>(base)[i]);
+    case DType::bf16: return to_float(static_cast<const ding::bf16*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+__device__ inline void store_from_float(void* base, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+    case DType::f16: static_cast<ding::f16*>(base)[i] = from_float<ding::f16>(v); break;
+    case DType::bf16: static_cast<ding::bf16*>(base)[i] = from_float<ding::bf16>(v); break;
+    default: static_cast<float*>(base)[i] = v; break;
+  }
+}
+
+// GELU, tanh form, as v·σ(2u) = v / (1 + e^(-2u)) with u = √(2/π)·(v + 0.044715·v³): the same
+// formula as the CPU backend. For v → -∞, e^(-2u) overflows to inf and the result is -0, not NaN.
+__device__ inline float gelu_tanh(float v) {
+  const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+  return v / (1.0f + expf(-2.0f * u));
+}
+
+// out = act(acc + bias) + residual, rounded to out's dtype. Rows index the flattened output
+// ([B·M, N] for a batched one: contiguous, so row b·M + m), so the cores need no batch offsets here.
+struct Epilogue {
+  const void* bias = nullptr;  // [N], element n at n · bias_stride; null: none
+  DType bias_dtype = DType::f32;
+  int64_t bias_stride = 1;
+  bool gelu = false;
+  const void* residual = nullptr;  // like out (same ld); may be out itself; null: none
+  DType residual_dtype = DType::f32;
+  void* out = nullptr;
+  DType out_dtype = DType::f32;
+  int64_t ld = 0;  // elements from one row of out (and of residual) to the next
+
+  // In place (residual == out) is safe: each element's residual is read by the thread that
+  // writes that element, before it writes it.
+  __device__ void store(int64_t row, int64_t col, float acc) const {
+    if (bias) acc += load_as_float(bias, bias_dtype, col * bias_stride);
+    if (gelu) acc = gelu_tanh(acc);
+    if (residual) acc += load_as_float(residual, residual_dtype, row * ld + col);
+    store_from_float(out, out_dtype, row * ld + col, acc);
+  }
+
+};
+
+// One launch's worth of product: `batches` independent problems x [M, K] · w [N, K]ᵀ (or w
+// [K, N] for the SIMT core's matmul_chain variant) whose operands are `x_batch` and `w_batch`
+// elements apart (w_batch 0: w shared), results in the epilogue's rows b·M + m.
+struct GemmShape {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  int64_t M = 0, N = 0, K = 0;
+  int64_t batches = 1;
+  int64_t x_batch = 0, w_batch = 0;
+};
+
+// Grid dimensions y and z stop at 65535: kernels loop over what lies beyond (block-uniform
+// loops, so barriers inside them stay safe).
+inline constexpr int64_t kMaxGridYZ = 65535;
+
+inline bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+}  // namespace ding::gpu

@@ -1,0 +1,286 @@
+// The tensor-core matmul core (NVIDIA sm_80+: mma.sync, ldmatrix, cp.async), for x and w both
+// bf16 or both f16, f32 accumulation, fused epilogue.
+//
+// A block computes a BM × BN tile of out. K advances in 32-deep slices through a ring of
+// `Stages` shared-memory stages filled by 16-byte cp.async copies, Stages - 1 slices ahead of the
+// math. Each warp owns a (BM / WarpsM) × (BN / WarpsN) piece: per 16-deep step it loads its A
+// fragments (x, row-major: the "row" operand) and B fragments (w [N, K] row-major is exactly the
+// "col" operand, no transpose) with ldmatrix.x4 and issues m16n8k16 MMAs.
+//
+// Shared layout: a stage row holds 32 elements = four 16-byte chunks; chunk c of row r lives at
+// slot c ^ ((r / 2) % 4). ldmatrix reads one chunk column of 8 consecutive rows per 8×8 matrix;
+// unswizzled, rows r and r + 2 would share banks (a row is 64 bytes), with the XOR the 8 rows
+// cover all 8 16-byte bank groups of a 128-byte line: conflict-free.
+//
+// Edges: rows of x beyond M, rows of w beyond N and chunks beyond K are zero-filled by cp.async
+// (source size 0: nothing is read), so the MMAs need no special case and the epilogue checks
+// m < M, n < N. The host sends a product here only when every 16-byte chunk is whole and aligned:
+// K a multiple of 8 and both base pointers 16-byte aligned (else the SIMT core takes it).
+#pragma once
+#include <type_traits>
+
+#include "check.h"
+#include "gemm.cuh"
+#include "stream.h"
+
+namespace ding::gpu {
+
+namespace mma {
+
+// mma.sync and ldmatrix are 32-lane instructions; this kernel runs only on NVIDIA GPUs.
+constexpr int kLanes = 32;
+constexpr int kBK = 32;              // K per stage: 4 chunks of 8 elements per row
+constexpr int kChunks = kBK / 8;
+
+template <int BM_, int BN_, int WarpsM_, int WarpsN_, int Stages_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, WarpsM = WarpsM_, WarpsN = WarpsN_, Stages = Stages_;
+  static constexpr int kThreads = WarpsM * WarpsN * kLanes;
+  static constexpr int kMinBlocks = 65536 / (kThreads * 128);  // blocks per SM at ≤ 128 registers
+  static constexpr int kWarpM = BM / WarpsM, kWarpN = BN / WarpsN;
+  static constexpr int kFragsM = kWarpM / 16, kFragsN = kWarpN / 8;  // m16 and n8 pieces per warp
+  static constexpr int kStageElems = (BM + BN) * kBK;
+  static constexpr int kSmemBytes = Stages * kStageElems * 2;
+  // The epilogue stages one 16 × kWarpN f32 piece per warp in the (then idle) stages; rows padded
+  // by 4 floats so the fragment writes (8 rows × 4 lanes) spread over the banks.
+  static constexpr int kPieceLd = kWarpN + 4;
+  static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "B fragments are loaded two n8 pieces at a time");
+  static_assert((BM * kChunks) % kThreads == 0 && (BN * kChunks) % kThreads == 0, "whole chunks per thread");
+  static_assert(Stages >= 2, "the pipeline needs a stage to compute on and one to fill");
+  static_assert(WarpsM * WarpsN * 16 * kPieceLd * 4 <= kSmemBytes, "epilogue pieces fit in the stages");
+};
+
+// 128 × 128, 8 warps of 64 × 32: 64 accumulators per thread. Four stages (64 KB) where two
+// blocks fit per SM that way (H100: 228 KB), else three (48 KB; RTX 4090: 100 KB per SM).
+using TileLarge4 = Tile<128, 128, 2, 4, 4>;
+using TileLarge3 = Tile<128, 128, 2, 4, 3>;
+// 64 × 64, 4 warps of 32 × 32: for products whose 128 × 128 tiles would leave SMs idle.
+using TileSmall = Tile<64, 64, 2, 2, 4>;
+
+// Element offset of chunk c of row r in a stage's A or B part (see the swizzle above).
+__device__ inline int swizzle(int r, int c) { return r * kBK + ((c ^ ((r >> 1) & 3)) * 8); }
+
+#if defined(DING_GPU_NVIDIA_MMA)
+__device__ inline uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global → shared, bypassing L1; src_bytes = 0 writes 16 zero bytes and reads nothing.
+__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// d += a · b for one m16n8k16 piece.
+template <class T>
+__device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, ding::bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+#endif  // DING_GPU_NVIDIA_MMA
+
+// kMinBlocks caps registers at 128 per thread: two 256-thread blocks (or four 128-thread ones) per SM.
+template <class T, class Tl>
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(const GemmShape p, const Epilogue ep) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  extern __shared__ uint4 smem_chunks[];  // dynamic: Stages × (A: BM rows, B: BN rows) × kBK
+  T* const smem = reinterpret_cast<T*>(smem_chunks);
+  const int tid = int(threadIdx.x), lane = tid % kLanes, warp = tid / kLanes;
+  const int warp_m = (warp / Tl::WarpsN) * Tl::kWarpM, warp_n = (warp % Tl::WarpsN) * Tl::kWarpN;
+  const int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
+  const int64_t k_tiles = (p.K + kBK - 1) / kBK;
+
+  for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < p.N; n0 += int64_t(gridDim.y) * Tl::BN)
+    for (int64_t b = blockIdx.z; b < p.batches; b += gridDim.z) {
+      const T* const x = static_cast<const T*>(p.x) + b * p.x_batch;
+      const T* const w = static_cast<const T*>(p.w) + b * p.w_batch;
+
+      // Copies: thread t moves chunk t % 4 of rows t / 4 + it · kRowStep of x and of w, every
+      // slice. K % 8 == 0, so a chunk is all in range or all out; out-of-range chunks name the
+      // (valid) base pointer and copy 0 bytes.
+      constexpr int kRowStep = Tl::kThreads / kChunks;
+      constexpr int kCopiesA = Tl::BM / kRowStep, kCopiesB = Tl::BN / kRowStep;
+      const int copy_row = tid / kChunks, copy_chunk = tid % kChunks;
+      const uint32_t smem_base = smem_address(smem);
+      const T* a_src[kCopiesA];
+      const T* b_src[kCopiesB];
+      bool a_ok[kCopiesA], b_ok[kCopiesB];
+      uint32_t a_dst[kCopiesA], b_dst[kCopiesB];
+#pragma unroll
+      for (int it = 0; it < kCopiesA; ++it) {
+        const int r = copy_row + it * kRowStep;
+        a_ok[it] = m0 + r < p.M;
+        a_src[it] = x + (a_ok[it] ? (m0 + r) * p.K : 0) + copy_chunk * 8;
+        a_dst[it] = smem_base + uint32_t(swizzle(r, copy_chunk)) * 2;
+      }
+#pragma unroll
+      for (int it = 0; it < kCopiesB; ++it) {
+        const int r = copy_row + it * kRowStep;
+        b_ok[it] = n0 + r < p.N;
+        b_src[it] = w + (b_ok[it] ? (n0 + r) * p.K : 0) + copy_chunk * 8;
+        b_dst[it] = smem_base + uint32_t(Tl::BM * kBK + swizzle(r, copy_chunk)) * 2;
+      }
+      auto load_stage = [&](int stage, int64_t kt) {
+        const uint32_t stage_bytes = uint32_t(stage * Tl::kStageElems * 2);
+        const bool k_ok = kt * kBK + copy_chunk * 8 < p.K;
+#pragma unroll
+        for (int it = 0; it < kCopiesA; ++it) {
+          const bool ok = a_ok[it] && k_ok;
+          cp_async_16(a_dst[it] + stage_bytes, ok ? a_src[it] + kt * kBK : x, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int it = 0; it < kCopiesB; ++it) {
+          const bool ok = b_ok[it] && k_ok;
+          cp_async_16(b_dst[it] + stage_bytes, ok ? b_src[it] + kt * kBK : w, ok ? 16 : 0);
+        }
+      };
+
+      // ldmatrix addresses of this lane in stage 0, per 16-deep step kk. A (16 × 16 per piece):
+      // lanes 0-15 give rows 0-15 at k 0-7, lanes 16-31 the same rows at k 8-15; the four 8×8
+      // matrices come back as a0 … a3 of the m16n8k16 A fragment. B, two n8 pieces per x4:
+      // matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) = b0, b1 of
+      // piece 2j and b0, b1 of piece 2j + 1. Piece i (j) is 16 rows further: the swizzle term
+      // (r / 2) % 4 is the same there, so its address is a constant offset.
+      const int a_row = warp_m + lane % 16, b_row = warp_n + (lane / 16) * 8 + lane % 8;
+      uint32_t a_addr[kBK / 16], b_addr[kBK / 16];
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        a_addr[kk] = smem_base + uint32_t(swizzle(a_row, kk * 2 + lane / 16)) * 2;
+        b_addr[kk] = smem_base + uint32_t(Tl::BM * kBK + swizzle(b_row, kk * 2 + (lane / 8) % 2)) * 2;
+      }
+      constexpr uint32_t kPieceBytes = 16 * kBK * 2;
+
+      float acc[Tl::kFragsM][Tl::kFragsN][4] = {};
+      // Prologue: slices 0 … Stages-2 in flight. One commit per slice even when there is no
+      // slice to load, so "group g holds slice g" holds for the waits below.
+#pragma unroll
+      for (int st = 0; st < Tl::Stages - 1; ++st) {
+        if (st < k_tiles) load_stage(st, st);
+        cp_async_commit();
+      }
+      int read_stage = 0;  // slice kt's stage; slice kt + Stages-1 goes where slice kt-1 was
+      for (int64_t kt = 0; kt < k_tiles; ++kt) {
+        // Groups 0 … kt + Stages-2 are committed; leaving Stages-2 in flight means slice kt has
+        // landed (for this thread's copies; the barrier publishes everyone's). The barrier also
+        // means every warp has finished computing on slice kt-1, whose stage is refilled next.
+        cp_async_wait<Tl::Stages - 2>();
+        __syncthreads();
+        if (kt + Tl::Stages - 1 < k_tiles)
+          load_stage(read_stage == 0 ? Tl::Stages - 1 : read_stage - 1, kt + Tl::Stages - 1);
+        cp_async_commit();
+
+        const uint32_t stage_bytes = uint32_t(read_stage * Tl::kStageElems * 2);
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          uint32_t a[Tl::kFragsM][4];
+#pragma unroll
+          for (int i = 0; i < Tl::kFragsM; ++i) ldmatrix_x4(a[i], a_addr[kk] + stage_bytes + i * kPieceBytes);
+          uint32_t bfrag[Tl::kFragsN][2];
+#pragma unroll
+          for (int j = 0; j < Tl::kFragsN / 2; ++j) {
+            uint32_t r[4];
+            ldmatrix_x4(r, b_addr[kk] + stage_bytes + j * kPieceBytes);
+            bfrag[2 * j][0] = r[0];
+            bfrag[2 * j][1] = r[1];
+            bfrag[2 * j + 1][0] = r[2];
+            bfrag[2 * j + 1][1] = r[3];
+          }
+#pragma unroll
+          for (int i = 0; i < Tl::kFragsM; ++i)
+#pragma unroll
+            for (int j = 0; j < Tl::kFragsN; ++j) mma_16816<T>(acc[i][j], a[i], bfrag[j]);
+        }
+        read_stage = read_stage + 1 == Tl::Stages ? 0 : read_stage + 1;
+      }
+      cp_async_wait<0>();  // only empty groups remain; nothing may land after the stages are reused
+      __syncthreads();     // every warp is done with the stages: they become the epilogue's staging
+
+      // Out goes through shared memory one m16 piece at a time: each warp writes its 16 × kWarpN
+      // f32 piece, then its lanes walk it row by row, so each store instruction covers kWarpN
+      // consecutive columns of out (the fragments alone would scatter 8 rows × 8 bytes), and one
+      // rolled loop holds the epilogue's code. Accumulator piece (i, j): d0, d1 at row lane / 4,
+      // columns 2 · (lane % 4) + {0, 1}; d2, d3 eight rows further down.
+      float* const piece = reinterpret_cast<float*>(smem_chunks) + warp * 16 * Tl::kPieceLd;
+#pragma unroll
+      for (int i = 0; i < Tl::kFragsM; ++i) {
+#pragma unroll
+        for (int j = 0; j < Tl::kFragsN; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float* const at = piece + (lane / 4 + h * 8) * Tl::kPieceLd + j * 8 + (lane % 4) * 2;
+            at[0] = acc[i][j][2 * h];
+            at[1] = acc[i][j][2 * h + 1];
+          }
+        __syncwarp();
+#pragma unroll 1
+        for (int e = lane; e < 16 * Tl::kWarpN; e += kLanes) {
+          const int r = e / Tl::kWarpN, c = e % Tl::kWarpN;
+          const int64_t m = m0 + warp_m + i * 16 + r, n = n0 + warp_n + c;
+          if (m < p.M && n < p.N) ep.store(b * p.M + m, n, piece[r * Tl::kPieceLd + c]);
+        }
+        __syncwarp();  // read before the next piece overwrites it
+      }
+      __syncthreads();  // the staging is the next tile's first stage
+    }
+#endif  // DING_GPU_NVIDIA_MMA
+}
+
+}  // namespace mma
+
+#if defined(DING_GPU_NVIDIA)
+// Whether the tensor-core core can take a product of T = x's = w's dtype: 16-byte copies need
+// every row of x and w to start on a 16-byte boundary.
+inline bool gemm_mma_fits(const Props& props, const GemmShape& p) {
+  return props.has_mma_sync() && p.K > 0 && p.K % 8 == 0 && aligned_to(p.x, 16) && aligned_to(p.w, 16);
+}
+
+template <class T>
+void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
+  using namespace mma;
+  auto launch = [&](auto tile) {
+    using Tl = decltype(tile);
+    const auto kernel = gemm_mma_kernel<T, Tl>;
+    if (Tl::kSmemBytes > 48 * 1024)
+      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), Tl::kSmemBytes));
+    const dim3 grid(unsigned(ceil_div(p.M, Tl::BM)), unsigned(std::min(ceil_div(p.N, Tl::BN), kMaxGridYZ)),
+                    unsigned(std::min(p.batches, kMaxGridYZ)));
+    kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep);
+    DING_GPU_CHECK_LAUNCH("gemm_mma_kernel");
+  };
+  // Large tiles reuse each loaded element twice as often; take them when they still give every
+  // SM at least one block, else the small tiles spread the work (wave quantisation: 76 large
+  // tiles of M = 256, N = 4800 would leave 56 of 132 H100 SMs idle).
+  const Props& props = s.props();
+  const int64_t large_tiles = ceil_div(p.M, TileLarge4::BM) * ceil_div(p.N, TileLarge4::BN) * p.batches;
+  if (large_tiles < props.sm_count)
+    launch(TileSmall{});
+  else if (props.shared_per_sm >= 2 * size_t(TileLarge4::kSmemBytes + 1024) &&
+           props.shared_per_block_optin >= size_t(TileLarge4::kSmemBytes))
+    launch(TileLarge4{});
+  else
+    launch(TileLarge3{});
+}
+#endif  // DING_GPU_NVIDIA
+
+}  // namespace ding::gpu

@@ -1,0 +1,128 @@
+// matmul and matmul_chain on the GPU: choose a core per call and hand it the product.
+//   gemv.cuh       M ≤ 8 rows per batch (decode): weight streaming, split-K when N is small
+//   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
+//   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
+// matmul_chain runs its products chunk by chunk through the SIMT core, like the CPU backend:
+// the intermediates are f32 in the front end's ping-pong scratch.
+#include <type_traits>
+
+#include "check.h"
+#include "elements.cuh"
+#include "gemm.cuh"
+#include "gemm_mma.cuh"
+#include "gemm_simt.cuh"
+#include "gemv.cuh"
+#include "kernels.h"
+#include "stream.h"
+
+namespace ding::gpu {
+
+namespace {
+
+Epilogue epilogue_of(const ops::MatmulArgs& a) {
+  Epilogue ep;
+  const ops::MatmulParams& params = a.params;
+  if (params.bias.defined()) {
+    ep.bias = params.bias.data;
+    ep.bias_dtype = params.bias.dtype;
+    ep.bias_stride = params.bias.strides[0];
+  }
+  ep.gelu = params.activation == ops::Activation::gelu_tanh;
+  if (params.residual.defined()) {
+    ep.residual = params.residual.data;
+    ep.residual_dtype = params.residual.dtype;
+  }
+  ep.out = a.out.data;
+  ep.out_dtype = a.out.dtype;
+  ep.ld = a.w.dim(-2);
+  return ep;
+}
+
+}  // namespace
+
+void matmul(Stream& stream, const ops::MatmulArgs& a) {
+  GpuStream& s = gpu_stream(stream);
+  if (s.vendor_blas_matmul(a)) return;  // a comparison path, off unless asked for
+  // A shared w with batched x is one product over all B·M rows (x and out are contiguous);
+  // a batched w makes B products of M rows.
+  const bool per_batch_w = a.w.rank == 3;
+  GemmShape p;
+  p.x = a.x.data;
+  p.w = a.w.data;
+  p.K = a.x.dim(-1);
+  p.N = a.w.dim(-2);
+  p.batches = per_batch_w ? a.x.dim(0) : 1;
+  p.M = per_batch_w || a.x.rank == 2 ? a.x.dim(-2) : a.x.dim(0) * a.x.dim(1);
+  p.x_batch = p.M * p.K;
+  p.w_batch = per_batch_w ? p.N * p.K : 0;
+  if (p.M == 0 || p.N == 0 || p.batches == 0) return;
+  const Epilogue ep = epilogue_of(a);
+
+  with_float_type(a.x.dtype, [&](auto x_tag) {
+    with_float_type(a.w.dtype, [&](auto w_tag) {
+      using X = decltype(x_tag);
+      using W = decltype(w_tag);
+      if (p.M <= kGemvMaxRows) {
+        launch_gemv<X, W>(s, p, ep);
+        return;
+      }
+#if defined(DING_GPU_NVIDIA)
+      if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
+        if (gemm_mma_fits(s.props(), p)) {
+          launch_gemm_mma<X>(s, p, ep);
+          return;
+        }
+      }
+#endif
+      launch_gemm_simt<X, W, false>(s, p, ep);
+    });
+  });
+}
+
+// Chunk c of A0's rows (cr of them): s ← A0[c]·A1 → slot 1; s ← s·A2 → slot 0; …; the last
+// product lands in out[c] in out's dtype. A product never writes the slot it reads.
+void matmul_chain(Stream& stream, const ops::MatmulChainArgs& a) {
+  GpuStream& s = gpu_stream(stream);
+  const Tensor& first = a.factors[0];
+  const int64_t R = first.dim(0), chunk_rows = a.chunk_rows;
+  const int64_t widest = a.scratch.numel() / 2 / chunk_rows;
+  float* const slot[2] = {a.scratch.ptr<float>(), a.scratch.ptr<float>() + chunk_rows * widest};
+  const int64_t out_cols = a.out.dim(1);
+  if (out_cols == 0) return;
+
+  for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
+    const int64_t cr = std::min(chunk_rows, R - r0);
+    const void* src = static_cast<const char*>(first.data) + r0 * first.dim(1) * int64_t(dtype_size(first.dtype));
+    DType src_dtype = first.dtype;
+    for (int i = 1; i < a.count; ++i) {
+      const Tensor& f = a.factors[i];
+      const bool last = i + 1 == a.count;
+      GemmShape p;
+      p.x = src;
+      p.w = f.data;
+      p.M = cr;
+      p.K = f.dim(0);
+      p.N = f.dim(1);
+      Epilogue ep;
+      ep.ld = p.N;
+      if (last) {
+        ep.out = static_cast<char*>(a.out.data) + r0 * out_cols * int64_t(dtype_size(a.out.dtype));
+        ep.out_dtype = a.out.dtype;
+      } else {
+        ep.out = slot[i % 2];
+        ep.out_dtype = DType::f32;
+      }
+      if (p.N > 0) {
+        with_float_type(src_dtype, [&](auto x_tag) {
+          with_float_type(f.dtype, [&](auto w_tag) {
+            launch_gemm_simt<decltype(x_tag), decltype(w_tag), true>(s, p, ep);
+          });
+        });
+      }
+      src = ep.out;
+      src_dtype = ep.out_dtype;
+    }
+  }
+}
+
+}  // namespace ding::gpu
