@@ -145,6 +145,40 @@ CudaStream::CudaStream(CudaDevice& device, int index, const gpu::Props& props) :
   DING_GPU_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }
 
+namespace {
+
+// Two events in the stream's order; seconds() waits for the second.
+class CudaTimer final : public StreamTimer {
+ public:
+  explicit CudaTimer(cudaStream_t stream) : stream_(stream) {
+    DING_GPU_CHECK(cudaEventCreate(&start_));
+    if (cudaError_t e = cudaEventCreate(&stop_); e != cudaSuccess) {
+      (void)cudaEventDestroy(start_);
+      gpu::throw_api_error(e, "cudaEventCreate", __FILE__, __LINE__);
+    }
+  }
+  ~CudaTimer() override {
+    (void)cudaEventDestroy(start_);
+    (void)cudaEventDestroy(stop_);
+  }
+  void start() override { DING_GPU_CHECK(cudaEventRecord(start_, stream_)); }
+  void stop() override { DING_GPU_CHECK(cudaEventRecord(stop_, stream_)); }
+  double seconds() override {
+    DING_GPU_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    DING_GPU_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return double(ms) * 1e-3;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamTimer> CudaStream::make_timer() { return std::make_unique<CudaTimer>(stream_); }
+
 CudaStream::~CudaStream() {
   if (cublas_) (void)cublasDestroy(cublas_);
   scratch_blocks_.clear();

@@ -26,6 +26,7 @@ class CudaStream final : public gpu::GpuStream {
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
   std::unique_ptr<Graph> end_capture() override;
+  std::unique_ptr<StreamTimer> make_timer() override;
   // cuBLAS when the matmul path says so and the call is one it takes (cublas_matmul.cpp).
   bool vendor_blas_matmul(const ops::MatmulArgs& a) override;
   void set_matmul_path(MatmulPath path) { matmul_path_ = path; }
