@@ -8,6 +8,8 @@ const ops::Kernels& kernel_table() {
     ops::Kernels t;
     t.copy = gpu::copy;
     t.kv_append = gpu::kv_append;
+    t.attention_prefill = gpu::attention_prefill;
+    t.attention_decode = gpu::attention_decode;
     return t;
   }();
   return table;
