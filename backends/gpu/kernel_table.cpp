@@ -18,6 +18,8 @@ const ops::Kernels& kernel_table() {
     t.kv_append = gpu::kv_append;
     t.matmul = gpu::matmul;
     t.matmul_chain = gpu::matmul_chain;
+    t.attention_prefill = gpu::attention_prefill;
+    t.attention_decode = gpu::attention_decode;
     return t;
   }();
   return table;

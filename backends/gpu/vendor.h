@@ -55,6 +55,17 @@ inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
 }
 #endif
 
+// The second argument of __launch_bounds__ for "at least `blocks` blocks of `threads` resident
+// per SM (CU)": CUDA reads it as that block count, HIP as waves per SIMD (4 SIMDs of wave64 per
+// CU on CDNA), so passing a CUDA block count to HIP would starve the registers 4-fold.
+constexpr int launch_min_blocks([[maybe_unused]] int threads, int blocks) {
+#if defined(__HIPCC__)
+  return (threads * blocks + 4 * 64 - 1) / (4 * 64);
+#else
+  return blocks;
+#endif
+}
+
 // ---- device side -------------------------------------------------------------------------------
 #if defined(__CUDACC__) || defined(__HIPCC__)
 

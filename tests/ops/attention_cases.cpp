@@ -75,6 +75,7 @@ struct Decode {
   DType q = DType::f32, kv = DType::f32, out = DType::f32;
   bool views = false;  // q from a fused [B, H + 2, D]; caches from one [B, S + 3, 2·Hkv, D] tensor
   bool full = false;   // every seq_len = S (bench); otherwise 1, random in [1, S] …, S
+  int32_t len = 0;     // > 0: every seq_len = len (a short sequence in a long cache)
   bool in_tests = true;
 };
 
@@ -84,6 +85,7 @@ OpCase decode_case(const Decode& p) {
   if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
   if (p.views) name += "_views";
   if (p.full) name += "_full";
+  if (p.len > 0) name += fmt::format("_len{}", p.len);
   OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v;
@@ -99,8 +101,8 @@ OpCase decode_case(const Decode& p) {
     }
     // Lengths: the extremes 1 and S, and random ones between (drawn from the case's seeded rng,
     // so every device sees the same).
-    std::vector<int32_t> lens(size_t(p.B), int32_t(p.S));
-    if (!p.full) {
+    std::vector<int32_t> lens(size_t(p.B), p.len > 0 ? p.len : int32_t(p.S));
+    if (!p.full && p.len == 0) {
       std::uniform_int_distribution<int32_t> any(1, int32_t(p.S));
       for (int32_t& len : lens) len = any(run.rng);
       if (p.B >= 2) lens[0] = 1;
@@ -176,6 +178,16 @@ std::vector<OpCase> attention_cases() {
            .views = true});
   prefill({.Tq = 17, .Tk = 17, .H = 3, .Hkv = 3, .D = 7, .causal = false, .q = f16, .kv = f16, .out = f32,
            .views = true});
+  // Tile edges of the GPU kernel (64 query rows × 32 keys for D ≤ 128, 32 × 32 for D ≤ 256, a
+  // generic one-row-per-block path above): one row past a tile, one query over several key
+  // tiles, D = 256 with chunked causal rows over two query tiles, D past the largest tile.
+  prefill({.Tq = 65, .Tk = 65, .H = 2, .Hkv = 1, .D = 64});
+  prefill({.Tq = 1, .Tk = 130, .H = 4, .Hkv = 2, .D = 128});
+  prefill({.Tq = 40, .Tk = 75, .H = 2, .Hkv = 1, .D = 256});
+  prefill({.Tq = 40, .Tk = 75, .H = 2, .Hkv = 2, .D = 256, .q = bf16, .kv = bf16, .out = bf16, .views = true});
+  prefill({.Tq = 9, .Tk = 12, .H = 2, .Hkv = 1, .D = 300});
+  prefill({.Tq = 9, .Tk = 12, .H = 2, .Hkv = 1, .D = 300, .causal = false, .q = f16, .kv = f16, .out = f16});
+  prefill({.B = 2, .Tq = 33, .Tk = 70, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .views = true});
 
   // Decode: cache sizes 1, 33, 300 and one long enough for several splits, varied lengths.
   decode({.B = 1, .S = 1});
@@ -189,6 +201,15 @@ std::vector<OpCase> attention_cases() {
   decode({.B = 3, .S = 33, .H = 8, .Hkv = 2, .D = 128, .q = f32, .kv = bf16, .out = f32, .views = true});
   decode({.B = 3, .S = 1100, .H = 4, .Hkv = 2, .D = 64});
   decode({.B = 1, .S = 1100, .H = 4, .Hkv = 1, .D = 80, .q = f32, .kv = f16, .out = f32, .full = true});
+  // GPU splits: many splits with only the first few (or one key) in use; head groups of 3
+  // (an idle head slot), 12 (three blocks per kv head); D = 20 (no 16-byte loads, 4 lanes per
+  // key); D past the 256 the split kernel takes.
+  decode({.B = 1, .S = 3000, .H = 2, .Hkv = 1, .D = 64, .len = 100});
+  decode({.B = 1, .S = 3000, .H = 2, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .len = 1});
+  decode({.B = 2, .S = 200, .H = 12, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
+  decode({.B = 3, .S = 77, .H = 6, .Hkv = 2, .D = 80, .q = f16, .kv = f16, .out = f16, .views = true});
+  decode({.B = 3, .S = 150, .H = 4, .Hkv = 2, .D = 20, .views = true});
+  decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300});
 
   // KV append: one decode step and a prefill chunk, converting and not, odd head dims.
   auto append = [&](Append p) { cases.push_back(append_case(p)); };
