@@ -110,6 +110,16 @@ __device__ inline float mul_rn(float x, float y) {
 #endif
 }
 
+// One bit per lane (lane l is bit l) for the lanes where `pred` holds; every lane of the warp
+// must call it. 64 bits wide for both vendors (the upper half is zero with 32 lanes).
+__device__ inline uint64_t ballot(bool pred) {
+#if defined(__HIPCC__)
+  return __ballot(pred);
+#else
+  return __ballot_sync(0xffffffffu, pred);
+#endif
+}
+
 // f16 <-> f32 through the vendor's half type (hardware conversions on both).
 __device__ inline float half_bits_to_float(uint16_t bits) {
 #if defined(__HIPCC__)

@@ -10,7 +10,7 @@ namespace ding::testing {
 namespace {
 
 // Backends whose op table must be complete whenever they are compiled in.
-const char* const kRequiredComplete[] = {"ref", "cpu"};
+const char* const kRequiredComplete[] = {"ref", "cpu", "cuda"};
 
 TEST(Coverage, RequiredBackendsImplementEveryOp) {
   const auto compiled = registry::compiled_backends();

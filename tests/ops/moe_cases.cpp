@@ -54,7 +54,8 @@ struct RouteShape {
 };
 
 void add_route_cases(std::vector<OpCase>& cases) {
-  const RouteShape shapes[] = {{3, 1}, {3, 2}, {8, 2}, {8, 8}, {60, 6}, {64, 8}};
+  // {96, 40}: more choices than a 32-lane warp has lanes (the GPU's one-warp-per-token kernel).
+  const RouteShape shapes[] = {{3, 1}, {3, 2}, {8, 2}, {8, 8}, {60, 6}, {64, 8}, {96, 40}};
   const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
   int variant = 0;
   for (RouteShape s : shapes)

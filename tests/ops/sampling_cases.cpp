@@ -41,6 +41,36 @@ OpCase argmax_case(int64_t B, int64_t V, DType dtype, bool tied, bool in_tests) 
   return c;
 }
 
+// Rows built to decide argmax by its rules alone: the maximum in the last element (the end of
+// a GPU block's strided pass), a tie between the 8th and the last element, every value equal,
+// and a maximum of 0 as -0 before +0 (equal values: the lower index).
+OpCase argmax_edges_case(int64_t V, DType dtype) {
+  OpCase c;
+  c.op = "argmax";
+  c.name = fmt::format("argmax/edges_B4_V{}_{}", V, dtype_name(dtype));
+  c.tolerance = 1e-30;
+  c.reason = "the only output is an index, compared exactly";
+  c.build = [=](CaseRun& run) {
+    std::normal_distribution<double> normal(0.0, 3.0);
+    std::vector<double> v(size_t(4 * V));
+    for (double& x : v) x = normal(run.rng);
+    double* row = v.data();
+    row[V - 1] = 100;                                    // row 0: the last element
+    row += V;
+    row[7] = row[V - 1] = 100;                           // row 1: index 7
+    row += V;
+    for (int64_t i = 0; i < V; ++i) row[i] = -1.5;       // row 2: index 0
+    row += V;
+    for (int64_t i = 0; i < V; ++i) row[i] = -1.0 - double(i % 3);
+    row[5] = -0.0, row[9] = 0.0;                         // row 3: index 5
+    Tensor logits = run.values(dtype, {4, V}, v);
+    Tensor out = run.output("out", DType::i32, {4}, {Compare::exact});
+    run.launch = [=](Stream& st) { ops::argmax(st, out, logits); };
+    run.cost = ops::cost(ops::ArgmaxArgs{out, logits});
+  };
+  return c;
+}
+
 OpCase top_k_case(int64_t B, int64_t V, int64_t k, DType dtype, bool tied, bool in_tests) {
   OpCase c;
   c.op = "top_k";
@@ -93,6 +123,7 @@ std::vector<OpCase> sampling_cases() {
       if (V > 2) cases.push_back(argmax_case(B, V, dtype, true, true));
     }
   for (int64_t V : {17, 50257}) cases.push_back(argmax_case(1, V, DType::f32, false, true));
+  for (DType dtype : {DType::f32, DType::bf16}) cases.push_back(argmax_edges_case(50257, dtype));
   int variant = 0;
   for (int64_t V : {1, 2, 17, 50257})
     for (int64_t k : std::set<int64_t>{1, 5, 40, V}) {
@@ -124,6 +155,11 @@ std::vector<OpCase> sampling_cases() {
       cases.push_back(sample_case(8, 50257, p, dtype, true));
   }
   cases.push_back(sample_case(1, 50257, {.temperature = 0.7f, .top_p = 0.9f}, DType::f16, true));
+  // A top_p cut so near 1 that no band short of the whole vocabulary is sure to hold it (the GPU
+  // walks every token), and a top_k past the GPU's in-shared-memory sort (4096) whose walk
+  // spans many chunks.
+  cases.push_back(sample_case(8, 4097, {.temperature = 1.0f, .top_p = 0.9999f}, DType::f32, true));
+  cases.push_back(sample_case(2, 50257, {.temperature = 1.5f, .top_k = 5000, .top_p = 0.95f}, DType::bf16, true));
   cases.push_back(sample_case(1, 17, {.temperature = 1.0f, .top_k = 40}, DType::f32, true));
 
   // ding-bench: GPT-2's vocabulary at decode batch sizes.

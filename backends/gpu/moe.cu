@@ -1,0 +1,281 @@
+// Mixture-of-experts routing on the GPU.
+//   moe_route:   one warp per token: k rounds of a warp max over (logit, expert) pairs, each
+//                round below the previous pick (select.cuh: ties to the lower expert), then the
+//                weights from f32 exps with double sums, as the CPU backend computes them.
+//   moe_group:   one block: a counting sort stable in the slot index, with no atomics (every
+//                run writes the same bits), then a row gather of x for the expert matmuls.
+//   moe_combine: one thread per 4 (or 1) columns of a token, an f32 FMA chain over j = 0..k−1
+//                in the reference's order (the CPU's exact operations).
+// Device-held ids that the host backends reject cannot raise here: an expert id outside [0, E)
+// sorts after every expert's rows (offsets[E] counts only valid slots; slots and positions stay
+// a permutation, so nothing downstream indexes out of bounds), and a position outside [0, T·k)
+// adds nothing to moe_combine's sum.
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "check.h"
+#include "elements.cuh"
+#include "kernels.h"
+#include "select.cuh"
+#include "stream.h"
+
+namespace ding::gpu {
+namespace {
+
+constexpr int kRouteThreads = 256;
+constexpr int kGroupThreads = 1024;  // also the number of slot segments of the counting sort
+constexpr int kRowThreads = 256;
+
+__device__ inline double warp_sum_double(double v) {
+#pragma unroll
+  for (int m = warp_size() / 2; m > 0; m /= 2) v += shfl_xor(v, m);
+  return v;
+}
+
+// Whole warps leave together at the end (tokens are per warp), so the shuffles see every lane.
+template <class T>
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights, int32_t* experts, const T* logits,
+                                                                  int64_t tokens, int64_t E, int k,
+                                                                  ops::MoeRouteParams params) {
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x / warp_size()) + threadIdx.x / warp_size();
+  if (t >= tokens) return;
+  const int lane = lane_id();
+  const T* x = logits + t * E;
+  float* w = weights + t * k;
+  int32_t* chosen = experts + t * k;
+  // Round j: the best pair below round j−1's, i.e. the j-th in the order. Lane j % warp_size()
+  // keeps it, parking the logit in w[j], which only that lane reads back below.
+  uint64_t previous = ~uint64_t(0);
+  float best_logit = 0;
+  for (int j = 0; j < k; ++j) {
+    uint64_t best = 0;
+    for (int64_t e = lane; e < E; e += warp_size()) {
+      const uint64_t pair = order_pair(to_float(x[e]), uint32_t(e));
+      if (pair < previous && pair > best) best = pair;
+    }
+    best = warp_max_u64(best);  // > 0: k ≤ E leaves a pair for every round
+    previous = best;
+    if (j == 0) best_logit = pair_value(best);
+    if (lane == j % warp_size()) {
+      chosen[j] = int32_t(pair_index(best) < E ? pair_index(best) : E - 1);
+      w[j] = pair_value(best);
+    }
+  }
+  // Scores from f32 exps (a few ulp each), their sums in double: E-term f32 sums of equal scores
+  // (tied logits) would drift by ~√E ulp.
+  const bool softmax = params.scoring == ops::MoeScoring::softmax;
+  double chosen_sum = 0;
+  for (int j = lane; j < k; j += warp_size()) {
+    const float score = softmax ? expf(w[j] - best_logit) : 1.0f / (1.0f + expf(-w[j]));
+    w[j] = score;
+    chosen_sum += score;
+  }
+  chosen_sum = warp_sum_double(chosen_sum);
+  double scale = params.routed_scaling;
+  if (softmax && !params.renormalize) {
+    double denominator = 0;  // exp(logit − max) over all E; with renormalisation it cancels
+    for (int64_t e = lane; e < E; e += warp_size()) denominator += expf(to_float(x[e]) - best_logit);
+    scale /= warp_sum_double(denominator);
+  } else if (params.renormalize) {
+    scale /= chosen_sum;
+  }
+  for (int j = lane; j < k; j += warp_size()) w[j] = float(double(w[j]) * scale);
+}
+
+// The counting sort of moe_group, stable in the slot index s = t·k + j. Thread p owns the slot
+// segment [p·L, (p+1)·L) and column p of counts [E + 1][P] (P = blockDim.x): first its slots per
+// bucket, then, after an exclusive prefix sum in (bucket, p) order, the grouped row of its next
+// slot of each bucket: every slot of the lower buckets, then this bucket's slots of the lower
+// segments. Bucket E collects out-of-range ids.
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* offsets, int32_t* slots, int32_t* positions,
+                                                                  const int32_t* experts, int S, int E, int* counts) {
+  __shared__ int warp_sums[32];
+  const int P = int(blockDim.x), p = int(threadIdx.x), buckets = E + 1;
+  const int per_segment = (S + P - 1) / P;
+  const int first = min(S, p * per_segment), last = min(S, first + per_segment);
+  auto bucket = [&](int s) {
+    const int e = experts[s];
+    return e >= 0 && e < E ? e : E;
+  };
+  for (int e = 0; e < buckets; ++e) counts[e * P + p] = 0;
+  for (int s = first; s < last; ++s) ++counts[bucket(s) * P + p];
+  __syncthreads();
+  // The prefix sum: thread q takes the entries [q·buckets, (q+1)·buckets) of the (bucket, p)
+  // order, P·buckets in all. The scan's barriers separate every read of a count from the writes.
+  int own = 0;
+  for (int i = p * buckets; i < (p + 1) * buckets; ++i) own += counts[i];
+  int total = 0;
+  int running = block_inclusive_scan(own, warp_sums, total) - own;
+  for (int i = p * buckets; i < (p + 1) * buckets; ++i) {
+    const int count = counts[i];
+    counts[i] = running;
+    if (i % P == 0) offsets[i / P] = running;  // segment 0's start of bucket i / P
+    running += count;
+  }
+  __syncthreads();
+  for (int s = first; s < last; ++s) {
+    const int row = counts[bucket(s) * P + p]++;
+    slots[row] = s;
+    positions[s] = row;
+  }
+}
+
+// x_grouped[p] = x[slots[p] / k]: rows of `Unit`s when the dtypes agree (16, 8, 4 or 2 bytes,
+// whatever every row start allows), else element by element through f32.
+template <class Unit>
+__global__ void moe_gather_bytes_kernel(char* x_grouped, const char* x, const int32_t* slots, int S, int k,
+                                        int64_t units_per_row) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; p < S; p += int64_t(gridDim.x) * blockDim.y) {
+    const int s = slots[p];
+    if (s < 0 || s >= S) continue;  // cannot happen: slots is a permutation of [0, S)
+    const Unit* src = reinterpret_cast<const Unit*>(x) + int64_t(s / k) * units_per_row;
+    Unit* dst = reinterpret_cast<Unit*>(x_grouped) + p * units_per_row;
+    for (int64_t i = threadIdx.x; i < units_per_row; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+template <class Out, class In>
+__global__ void moe_gather_convert_kernel(Out* x_grouped, const In* x, const int32_t* slots, int S, int k, int64_t C) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; p < S; p += int64_t(gridDim.x) * blockDim.y) {
+    const int s = slots[p];
+    if (s < 0 || s >= S) continue;
+    const In* src = x + int64_t(s / k) * C;
+    Out* dst = x_grouped + p * C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dst[c] = from_float<Out>(to_float(src[c]));
+  }
+}
+
+// out[t, c..c+N) = Σ_j weights[t, j] · y_grouped[positions[t·k + j], c..c+N), j ascending.
+template <class Out, class Y, int N>
+__global__ void moe_combine_kernel(Out* out, const Y* y_grouped, const float* weights, const int32_t* positions,
+                                   int64_t tokens, int k, int64_t C) {
+  const int64_t S = tokens * k;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; t < tokens; t += int64_t(gridDim.x) * blockDim.y) {
+    const float* w = weights + t * k;
+    const int32_t* position = positions + t * k;
+    for (int64_t c = int64_t(threadIdx.x) * N; c < C; c += int64_t(blockDim.x) * N) {
+      float sum[N] = {};
+      for (int j = 0; j < k; ++j) {
+        const int64_t row = position[j];
+        if (row < 0 || row >= S) continue;
+        const float wj = w[j];
+        const Pack<Y, N> y = *reinterpret_cast<const Pack<Y, N>*>(y_grouped + row * C + c);
+#pragma unroll
+        for (int n = 0; n < N; ++n) sum[n] = fmaf(wj, to_float(y.v[n]), sum[n]);
+      }
+      Pack<Out, N> o;
+#pragma unroll
+      for (int n = 0; n < N; ++n) o.v[n] = from_float<Out>(sum[n]);
+      *reinterpret_cast<Pack<Out, N>*>(out + t * C + c) = o;
+    }
+  }
+}
+
+// Threads per row: a power of two covering the row's units, 32 to kRowThreads; the rest of the
+// block on more rows.
+dim3 row_block(int64_t units_per_row) {
+  int x = 32;
+  while (x < kRowThreads && x < units_per_row) x *= 2;
+  return dim3(unsigned(x), unsigned(kRowThreads / x));
+}
+
+unsigned row_grid(const GpuStream& s, int64_t rows, const dim3& block) {
+  return unsigned(std::max<int64_t>(1, std::min(ceil_div(rows, block.y), int64_t(s.props().sm_count) * 16)));
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
+  const int64_t C = a.x.dim(1);
+  if (a.x.dtype == a.x_grouped.dtype) {
+    const int64_t row_bytes = C * int64_t(dtype_size(a.x.dtype));
+    int64_t unit = 16;
+    while (unit > 1 && !(row_bytes % unit == 0 && aligned(a.x.data, size_t(unit)) && aligned(a.x_grouped.data, size_t(unit))))
+      unit /= 2;
+    const int64_t units = row_bytes / unit;
+    const dim3 block = row_block(units);
+    const unsigned grid = row_grid(s, S, block);
+    auto launch = [&](auto tag) {
+      using Unit = decltype(tag);
+      moe_gather_bytes_kernel<Unit><<<grid, block, 0, s.handle()>>>(static_cast<char*>(a.x_grouped.data),
+                                                                     static_cast<const char*>(a.x.data),
+                                                                     a.slots.ptr<int32_t>(), S, k, units);
+    };
+    switch (unit) {
+      case 16: launch(uint4{}); break;
+      case 8: launch(uint2{}); break;
+      case 4: launch(uint32_t{}); break;
+      case 2: launch(uint16_t{}); break;
+      default: launch(uint8_t{}); break;
+    }
+    DING_GPU_CHECK_LAUNCH("moe_gather_bytes_kernel");
+    return;
+  }
+  const dim3 block = row_block(C);
+  const unsigned grid = row_grid(s, S, block);
+  with_float_type(a.x_grouped.dtype, [&](auto out_tag) {
+    with_float_type(a.x.dtype, [&](auto in_tag) {
+      using Out = decltype(out_tag);
+      using In = decltype(in_tag);
+      moe_gather_convert_kernel<Out, In><<<grid, block, 0, s.handle()>>>(
+          static_cast<Out*>(a.x_grouped.data), static_cast<const In*>(a.x.data), a.slots.ptr<int32_t>(), S, k, C);
+    });
+  });
+  DING_GPU_CHECK_LAUNCH("moe_gather_convert_kernel");
+}
+
+}  // namespace
+
+void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
+  const int64_t T = a.logits.dim(0), E = a.logits.dim(1);
+  GpuStream& s = gpu_stream(stream);
+  const int64_t tokens_per_block = kRouteThreads / s.props().warp_size;
+  with_float_type(a.logits.dtype, [&](auto tag) {
+    using L = decltype(tag);
+    moe_route_kernel<L><<<unsigned(ceil_div(T, tokens_per_block)), kRouteThreads, 0, s.handle()>>>(
+        a.weights.ptr<float>(), a.experts.ptr<int32_t>(), static_cast<const L*>(a.logits.data), T, E,
+        int(a.params.k), a.params);
+  });
+  DING_GPU_CHECK_LAUNCH("moe_route_kernel");
+}
+
+void moe_group(Stream& stream, const ops::MoeGroupArgs& a) {
+  const int64_t k = a.experts.dim(1), S = a.experts.dim(0) * k, E = a.offsets.dim(0) - 1;
+  if (S >= (int64_t(1) << 31) || (E + 1) * kGroupThreads >= (int64_t(1) << 31))
+    throw Error(ErrorCode::invalid_argument, "moe_group on the GPU: T·k = " + std::to_string(S) + " slots or E = " +
+                                                 std::to_string(E) + " experts exceed the i32 index range");
+  GpuStream& s = gpu_stream(stream);
+  auto* counts = static_cast<int*>(s.scratch(size_t(E + 1) * kGroupThreads * sizeof(int)));
+  moe_group_kernel<<<1, kGroupThreads, 0, s.handle()>>>(a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(),
+                                                        a.positions.ptr<int32_t>(), a.experts.ptr<int32_t>(),
+                                                        int(S), int(E), counts);
+  DING_GPU_CHECK_LAUNCH("moe_group_kernel");
+  if (a.x.defined()) moe_gather(s, a, int(S), int(k));
+}
+
+void moe_combine(Stream& stream, const ops::MoeCombineArgs& a) {
+  const int64_t T = a.weights.dim(0), k = a.weights.dim(1), C = a.out.dim(1);
+  GpuStream& s = gpu_stream(stream);
+  with_float_type(a.out.dtype, [&](auto out_tag) {
+    with_float_type(a.y_grouped.dtype, [&](auto y_tag) {
+      using Out = decltype(out_tag);
+      using Y = decltype(y_tag);
+      auto launch = [&](auto width) {
+        constexpr int N = decltype(width)::value;
+        const dim3 block = row_block(ceil_div(C, N));
+        moe_combine_kernel<Out, Y, N><<<row_grid(s, T, block), block, 0, s.handle()>>>(
+            static_cast<Out*>(a.out.data), static_cast<const Y*>(a.y_grouped.data), a.weights.ptr<float>(),
+            a.positions.ptr<int32_t>(), T, int(k), C);
+      };
+      // Packs of 4 when every row start is aligned to one (rows are C elements apart).
+      if (C % 4 == 0 && aligned(a.out.data, 4 * sizeof(Out)) && aligned(a.y_grouped.data, 4 * sizeof(Y)))
+        launch(std::integral_constant<int, 4>{});
+      else
+        launch(std::integral_constant<int, 1>{});
+    });
+  });
+  DING_GPU_CHECK_LAUNCH("moe_combine_kernel");
+}
+
+}  // namespace ding::gpu
