@@ -16,6 +16,9 @@ TEST(Coverage, RequiredBackendsImplementEveryOp) {
   const auto compiled = registry::compiled_backends();
   for (const char* backend : kRequiredComplete) {
     if (std::find(compiled.begin(), compiled.end(), backend) == compiled.end()) continue;
+    // A GPU's table is reachable only through a device; without one, its completeness is still
+    // enforced at link time (backends/gpu/kernel_table.cpp fills every op of op_list.h).
+    if (!registry::is_available(backend)) continue;
     const auto missing = ops::missing_kernels(Device::open(backend).kernels());
     std::string list;
     for (const auto& m : missing) list += m + " ";
