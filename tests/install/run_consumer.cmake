@@ -9,7 +9,10 @@ function(run)
   message("${out}")
 endfunction()
 run(${CMAKE_COMMAND} --install ${DING_BUILD_DIR} --prefix ${DING_SCRATCH}/prefix)
-run(${CMAKE_COMMAND} -S ${DING_CONSUMER_SOURCE} -B ${DING_SCRATCH}/build -G ${DING_GENERATOR}
-    "-DCMAKE_PREFIX_PATH=${DING_SCRATCH}/prefix;${DING_PREFIX_PATH}" -DCMAKE_BUILD_TYPE=Release)
+# The prefix path goes through the environment (':'-separated): a ';' list inside one -D argument
+# would be split into separate arguments on its way through run()'s ARGN.
+string(REPLACE ";" ":" prefixes "${DING_SCRATCH}/prefix;${DING_PREFIX_PATH}")
+set(ENV{CMAKE_PREFIX_PATH} "${prefixes}")
+run(${CMAKE_COMMAND} -S ${DING_CONSUMER_SOURCE} -B ${DING_SCRATCH}/build -G ${DING_GENERATOR} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${DING_SCRATCH}/build)
 run(${DING_SCRATCH}/build/consumer)

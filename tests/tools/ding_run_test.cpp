@@ -2,6 +2,7 @@
 // bad input ends with a one-line error and a non-zero exit, never a crash.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -24,7 +25,8 @@ struct Result {
 };
 
 Result ding_run(const std::string& args) {
-  const fs::path err = fs::temp_directory_path() / "ding_run_test_stderr.txt";
+  // One stderr file per process: ctest runs these tests in parallel processes.
+  const fs::path err = fs::temp_directory_path() / ("ding_run_test_stderr." + std::to_string(getpid()) + ".txt");
   Result r;
   const std::string command = std::string(DING_RUN_BINARY) + " " + args + " 2>" + err.string();
   FILE* pipe = popen(command.c_str(), "r");
@@ -35,6 +37,7 @@ Result ding_run(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   std::ifstream in(err);
   r.out = r.stdout_only + std::string(std::istreambuf_iterator<char>(in), {});
+  fs::remove(err);
   return r;
 }
 
