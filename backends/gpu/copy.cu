@@ -10,8 +10,6 @@
 namespace ding::gpu {
 namespace {
 
-constexpr int kThreads = 256;
-
 // Unit: the widest access every row start and row length is a multiple of (16, 4, 2 or 1 bytes).
 template <class Unit>
 __global__ void copy_bytes_kernel(char* out, RowLayout out_rows, const char* x, RowLayout x_rows, int64_t rows,
@@ -33,13 +31,6 @@ __global__ void copy_convert_kernel(Out* out, RowLayout out_rows, const In* x, R
   }
 }
 
-// Threads per row: enough for the row, at least a warp's worth, the rest of the block on more rows.
-dim3 row_block(int64_t units_per_row) {
-  int x = 32;
-  while (x < kThreads && x < units_per_row) x *= 2;
-  return dim3(unsigned(x), unsigned(kThreads / x));
-}
-
 }  // namespace
 
 void copy(Stream& stream, const ops::CopyArgs& a) {
@@ -47,7 +38,6 @@ void copy(Stream& stream, const ops::CopyArgs& a) {
   if (rows == 0 || cols == 0) return;
   GpuStream& s = gpu_stream(stream);
   const RowLayout out_rows = row_layout(a.out), x_rows = row_layout(a.x);
-  const int64_t grid_cap = int64_t(s.props().sm_count) * 16;
   if (a.x.dtype == a.out.dtype) {
     const int64_t elem = int64_t(dtype_size(a.x.dtype)), row_bytes = cols * elem;
     // The unit must divide every row's start: check the base pointers and every stride.
@@ -61,24 +51,17 @@ void copy(Stream& stream, const ops::CopyArgs& a) {
     while (align > elem && !(fits(a.x) && fits(a.out))) align /= 2;
     const int64_t units = row_bytes / align;
     const dim3 block = row_block(units);
-    const unsigned grid = unsigned(std::min(ceil_div(rows, block.y), grid_cap));
-    auto launch = [&](auto unit) {
+    const unsigned grid = row_grid(s, rows, block);
+    with_byte_unit(align, [&](auto unit) {
       using Unit = decltype(unit);
       copy_bytes_kernel<Unit><<<grid, block, 0, s.handle()>>>(static_cast<char*>(a.out.data), out_rows,
                                                               static_cast<const char*>(a.x.data), x_rows, rows, units, elem);
-    };
-    switch (align) {
-      case 16: launch(uint4{}); break;
-      case 8: launch(uint2{}); break;
-      case 4: launch(uint32_t{}); break;
-      case 2: launch(uint16_t{}); break;
-      default: launch(uint8_t{}); break;
-    }
+    });
     DING_GPU_CHECK_LAUNCH("copy_bytes_kernel");
     return;
   }
   const dim3 block = row_block(cols);
-  const unsigned grid = unsigned(std::min(ceil_div(rows, block.y), grid_cap));
+  const unsigned grid = row_grid(s, rows, block);
   with_float_type(a.out.dtype, [&](auto out_tag) {
     with_float_type(a.x.dtype, [&](auto in_tag) {
       using Out = decltype(out_tag);

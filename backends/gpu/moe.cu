@@ -19,13 +19,13 @@
 #include "kernels.h"
 #include "select.cuh"
 #include "stream.h"
+#include "strided.cuh"
 
 namespace ding::gpu {
 namespace {
 
 constexpr int kRouteThreads = 256;
 constexpr int kGroupThreads = 1024;  // also the number of slot segments of the counting sort
-constexpr int kRowThreads = 256;
 
 __device__ inline double warp_sum_double(double v) {
 #pragma unroll
@@ -172,18 +172,6 @@ __global__ void moe_combine_kernel(Out* out, const Y* y_grouped, const float* we
   }
 }
 
-// Threads per row: a power of two covering the row's units, 32 to kRowThreads; the rest of the
-// block on more rows.
-dim3 row_block(int64_t units_per_row) {
-  int x = 32;
-  while (x < kRowThreads && x < units_per_row) x *= 2;
-  return dim3(unsigned(x), unsigned(kRowThreads / x));
-}
-
-unsigned row_grid(const GpuStream& s, int64_t rows, const dim3& block) {
-  return unsigned(std::max<int64_t>(1, std::min(ceil_div(rows, block.y), int64_t(s.props().sm_count) * 16)));
-}
-
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
@@ -196,19 +184,12 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
     const int64_t units = row_bytes / unit;
     const dim3 block = row_block(units);
     const unsigned grid = row_grid(s, S, block);
-    auto launch = [&](auto tag) {
+    with_byte_unit(unit, [&](auto tag) {
       using Unit = decltype(tag);
       moe_gather_bytes_kernel<Unit><<<grid, block, 0, s.handle()>>>(static_cast<char*>(a.x_grouped.data),
                                                                      static_cast<const char*>(a.x.data),
                                                                      a.slots.ptr<int32_t>(), S, k, units);
-    };
-    switch (unit) {
-      case 16: launch(uint4{}); break;
-      case 8: launch(uint2{}); break;
-      case 4: launch(uint32_t{}); break;
-      case 2: launch(uint16_t{}); break;
-      default: launch(uint8_t{}); break;
-    }
+    });
     DING_GPU_CHECK_LAUNCH("moe_gather_bytes_kernel");
     return;
   }
