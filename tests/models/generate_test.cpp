@@ -10,20 +10,12 @@
 #include "ding/models/generate.h"
 #include "expect_error.h"
 #include "op_cases.h"
+#include "tiny_fixture.h"
 
 namespace ding::testing {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kTiny = fs::path(DING_TEST_DATA) / "gpt2-fixtures" / "tiny-f32";
-
-std::vector<Token> prompt_ids(int64_t n) {
-  std::ifstream in(kTiny / "reference.json");
-  auto ids = nlohmann::json::parse(in)["prompt_ids"].get<std::vector<Token>>();
-  ids.resize(size_t(n));
-  return ids;
-}
-
 std::vector<Token> cycle(int64_t n) {  // n tokens of a fixed, non-constant pattern
   std::vector<Token> ids;
   for (int64_t i = 0; i < n; ++i) ids.push_back(Token(7 + (i * 37) % 500));
@@ -31,11 +23,11 @@ std::vector<Token> cycle(int64_t n) {  // n tokens of a fixed, non-constant patt
 }
 
 struct GenerateTest : ::testing::Test {
-  Model model = Model::load(kTiny.string(), Device::open("cpu"));
+  Model model = Model::load(kTinyFixture.string(), Device::open("cpu"));
 };
 
 TEST_F(GenerateTest, DecodeStepByStepMatchesPrefill) {
-  const auto prompt = prompt_ids(12);
+  const auto prompt = tiny_prompt_ids(12);
   Session whole(model);
   std::vector<float> expected;
   whole.prefill(0, prompt, &expected);
@@ -54,7 +46,7 @@ TEST_F(GenerateTest, DecodeStepByStepMatchesPrefill) {
 }
 
 TEST_F(GenerateTest, ChunkedPrefillMatchesOneChunk) {
-  const auto prompt = prompt_ids(20);
+  const auto prompt = tiny_prompt_ids(20);
   Session one(model), chunked(model, {.prefill_chunk = 7});
   std::vector<float> a, b;
   one.prefill(0, prompt, &a);
@@ -63,7 +55,7 @@ TEST_F(GenerateTest, ChunkedPrefillMatchesOneChunk) {
 }
 
 TEST_F(GenerateTest, BatchedDecodeMatchesSeparateSequences) {
-  const auto a = cycle(9), b = prompt_ids(4);
+  const auto a = cycle(9), b = tiny_prompt_ids(4);
   const Token next[2] = {11, 23};
   Session batch(model, {.max_batch = 2});
   batch.prefill(0, a);
@@ -103,10 +95,10 @@ TEST_F(GenerateTest, MaxNewTokensIsClampedToTheContextLeft) {
 TEST_F(GenerateTest, StopsAtAStopString) {
   Session session(model);
   Sampler greedy({.temperature = 0});
-  const GenerateResult free_run = generate(session, greedy, prompt_ids(5), {.max_new_tokens = 8, .stop_at_eos = false});
+  const GenerateResult free_run = generate(session, greedy, tiny_prompt_ids(5), {.max_new_tokens = 8, .stop_at_eos = false});
   ASSERT_EQ(free_run.tokens.size(), 8u);
   const std::string stop = model.tokenizer().decode(std::span(free_run.tokens).subspan(2, 2));
-  const GenerateResult r = generate(session, greedy, prompt_ids(5), {.max_new_tokens = 8, .stop_at_eos = false, .stop_strings = {stop}});
+  const GenerateResult r = generate(session, greedy, tiny_prompt_ids(5), {.max_new_tokens = 8, .stop_at_eos = false, .stop_strings = {stop}});
   EXPECT_EQ(r.reason, StopReason::stop_string);
   EXPECT_LE(r.tokens.size(), 4u);
   EXPECT_NE(model.tokenizer().decode(r.tokens).find(stop), std::string::npos);
@@ -116,17 +108,17 @@ TEST_F(GenerateTest, StopsAtEndOfText) {
   // Make the model's first greedy token its end-of-text token by editing a copy's config.
   Session session(model);
   Sampler greedy({.temperature = 0});
-  const Token first = generate(session, greedy, prompt_ids(5), {.max_new_tokens = 1}).tokens.at(0);
+  const Token first = generate(session, greedy, tiny_prompt_ids(5), {.max_new_tokens = 1}).tokens.at(0);
   const fs::path dir = fs::temp_directory_path() / "ding_eos_model";
   fs::remove_all(dir);
-  fs::copy(kTiny, dir);
+  fs::copy(kTinyFixture, dir);
   std::ifstream in(dir / "config.json");
   nlohmann::json cfg = nlohmann::json::parse(in);
   cfg["eos_token_id"] = first;
   std::ofstream(dir / "config.json") << cfg.dump();
   Model eos_model = Model::load(dir.string(), Device::open("cpu"));
   Session eos_session(eos_model);
-  const GenerateResult r = generate(eos_session, greedy, prompt_ids(5), {.max_new_tokens = 10});
+  const GenerateResult r = generate(eos_session, greedy, tiny_prompt_ids(5), {.max_new_tokens = 10});
   EXPECT_EQ(r.reason, StopReason::eos);
   EXPECT_EQ(r.tokens, std::vector<Token>{first});
   fs::remove_all(dir);
@@ -136,7 +128,7 @@ TEST_F(GenerateTest, SeedsReproduce) {
   Session session(model);
   auto run = [&](uint64_t seed) {
     Sampler s({.temperature = 1.0f, .top_p = 0.95f, .seed = seed});
-    return generate(session, s, prompt_ids(3), {.max_new_tokens = 12, .stop_at_eos = false}).tokens;
+    return generate(session, s, tiny_prompt_ids(3), {.max_new_tokens = 12, .stop_at_eos = false}).tokens;
   };
   EXPECT_EQ(run(5), run(5));
   EXPECT_NE(run(5), run(6));  // 12 tokens from a flat random model: equal only by a 1-in-huge chance
@@ -145,7 +137,7 @@ TEST_F(GenerateTest, SeedsReproduce) {
 TEST_F(GenerateTest, RepetitionPenaltyAvoidsRepeats) {
   Session session(model);
   Sampler plain({.temperature = 0}), penalised({.temperature = 0, .repetition_penalty = 100.0f});
-  const auto prompt = prompt_ids(6);
+  const auto prompt = tiny_prompt_ids(6);
   const auto p = generate(session, penalised, prompt, {.max_new_tokens = 10, .stop_at_eos = false}).tokens;
   // With a huge penalty no token of the context is chosen again while fresh tokens have positive logits.
   std::vector<Token> seen(prompt.begin(), prompt.end());

@@ -11,19 +11,10 @@
 #include "ding/ding.h"
 #include "ding/models/session.h"
 #include "op_cases.h"
+#include "tiny_fixture.h"
 
 namespace ding::testing {
 namespace {
-
-namespace fs = std::filesystem;
-const fs::path kTiny = fs::path(DING_TEST_DATA) / "gpt2-fixtures" / "tiny-f32";
-
-std::vector<Token> prompt_ids(size_t n) {
-  std::ifstream in(kTiny / "reference.json");
-  auto ids = nlohmann::json::parse(in)["prompt_ids"].get<std::vector<Token>>();
-  ids.resize(n);
-  return ids;
-}
 
 std::vector<float> to_host(Session& session, const Tensor& logits) {
   std::vector<float> host(static_cast<size_t>(logits.numel()));
@@ -41,9 +32,9 @@ class SessionOnBackend : public ::testing::TestWithParam<std::string> {
 // Two sequences decoded together for 6 steps: step 1 runs eagerly, step 2 is recorded and
 // replayed, steps 3–6 are replays with new ids, positions and lengths each time.
 TEST_P(SessionOnBackend, GraphReplayMatchesEagerDecode) {
-  Model model = Model::load(kTiny.string(), Device::open(GetParam()));
+  Model model = Model::load(kTinyFixture.string(), Device::open(GetParam()));
   Session graphs(model, {.max_batch = 2, .graphs = true}), eager(model, {.max_batch = 2, .graphs = false});
-  const auto a = prompt_ids(9), b = prompt_ids(4);
+  const auto a = tiny_prompt_ids(9), b = tiny_prompt_ids(4);
   for (Session* s : {&graphs, &eager}) {
     s->prefill(0, a);
     s->prefill(1, b);
@@ -60,8 +51,8 @@ TEST_P(SessionOnBackend, GraphReplayMatchesEagerDecode) {
 }
 
 TEST_P(SessionOnBackend, DecodeStepByStepMatchesPrefill) {
-  Model model = Model::load(kTiny.string(), Device::open(GetParam()));
-  const auto prompt = prompt_ids(12);
+  Model model = Model::load(kTinyFixture.string(), Device::open(GetParam()));
+  const auto prompt = tiny_prompt_ids(12);
   Session whole(model);
   std::vector<float> expected;
   whole.prefill(0, prompt, &expected);
