@@ -21,6 +21,14 @@ struct Props {
   size_t shared_per_block_optin = 0; // dynamic shared memory a block may opt into
   size_t shared_per_sm = 0;
   bool has_mma_sync() const { return cc_major >= 8; }  // bf16/f16 mma.sync, ldmatrix, cp.async
+  // Programmatic dependent launch (vendor.h launch_chained): NVIDIA sm_90+.
+  bool has_chained_launch() const {
+#if defined(DING_GPU_NVIDIA)
+    return cc_major >= 9;
+#else
+    return false;
+#endif
+  }
 };
 
 class GpuStream : public Stream {

@@ -55,6 +55,33 @@ inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
 }
 #endif
 
+// Launches kernel<<<grid, block, shared, stream>>>(args...) as a programmatic dependent launch
+// where the device has it (sm_90+, `chained`): the kernel may then start while the previous
+// kernel on the stream is still running, and must call wait_for_prior_kernels() (below) before
+// it touches anything an earlier kernel writes or reads. Elsewhere, and on HIP, a plain launch.
+// Recorded into a CUDA graph, the early start becomes a programmatic edge and survives replay.
+template <class... Params, class... Args>
+inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                              stream_t stream, Args&&... args) {
+#if defined(__HIPCC__)
+  (void)chained;
+  hipLaunchKernelGGL(kernel, grid, block, shared, stream, static_cast<Params>(args)...);
+  return hipGetLastError();
+#else
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute early_start[1];
+  early_start[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early_start[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = early_start;
+  config.numAttrs = chained ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+#endif
+}
+
 // The second argument of __launch_bounds__ for "at least `blocks` blocks of `threads` resident
 // per SM (CU)": CUDA reads it as that block count, HIP as waves per SIMD (4 SIMDs of wave64 per
 // CU on CDNA), so passing a CUDA block count to HIP would starve the registers 4-fold.
@@ -152,6 +179,40 @@ __device__ inline uint16_t float_to_bf16_bits(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
+#endif
+}
+
+// Programmatic dependent launch, device side (no-ops before sm_90 and on HIP, where kernels
+// never overlap). A kernel started by launch_chained() may run alongside its predecessor:
+//   wait_for_prior_kernels()  returns once every earlier kernel on the stream has finished and
+//                             its writes are visible. Before it, read only data no kernel of
+//                             the step writes (weights), write nothing.
+//   release_dependents()      lets the next chained kernel start now rather than when this one
+//                             ends (it still waits for this one's writes where it reads them).
+__device__ inline void wait_for_prior_kernels() {
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ inline void release_dependents() {
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks L2 to fetch [p, p + bytes) from memory without waiting for it: a chained kernel streams
+// its weights in while its predecessor finishes. One bulk request per call on sm_90 (p and bytes
+// multiples of 16); per 128-byte line elsewhere on NVIDIA; nothing on HIP.
+__device__ inline void prefetch_to_l2(const void* p, uint32_t bytes) {
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#elif !defined(__HIPCC__) && defined(__CUDA_ARCH__)
+  for (uint32_t off = 0; off < bytes; off += 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + off));
+#else
+  (void)p;
+  (void)bytes;
 #endif
 }
 
