@@ -9,7 +9,7 @@
 
 namespace ding {
 
-enum class NormKind : uint8_t { layer_norm, rms_norm };
+using ops::NormKind;  // the block's norm: layer_norm or rms_norm (never none)
 enum class PositionKind : uint8_t { learned, rope };
 enum class FfnKind : uint8_t { mlp, swiglu };  // mlp: act(x·W1 + b1)·W2 + b2
 

@@ -20,7 +20,7 @@ struct Session::State {
   static constexpr int64_t kLogitRows = 64;  // LM-head rows per matmul when all logits are asked for
   std::vector<Buffer> buffers;
   std::vector<Tensor> k_cache, v_cache;  // per layer: [B, S, Hkv, D]
-  Tensor x, h;                           // [rows, C]   the residual stream and its normalisation
+  Tensor x;                              // [rows, C]   the residual stream
   Tensor qkv;                            // [rows, (H + 2·Hkv)·D]
   Tensor attn;                           // [rows, H·D]
   Tensor ffn;                            // [rows, F]
@@ -55,27 +55,30 @@ struct Session::State {
   template <class Attend>
   void run_blocks(int64_t n, Attend&& attend) {
     const ModelConfig& c = model->config();
-    const Tensor x_n = x.slice(0, 0, n), h_n = h.slice(0, 0, n), qkv_n = qkv.slice(0, 0, n);
+    const Tensor x_n = x.slice(0, 0, n), qkv_n = qkv.slice(0, 0, n);
     const Tensor attn_n = attn.slice(0, 0, n), ffn_n = ffn.slice(0, 0, n);
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const BlockWeights& w = model->weights().blocks[size_t(l)];
-      ops::layer_norm(*stream, h_n, x_n, w.attn_norm_w, {.eps = c.norm_eps, .bias = w.attn_norm_b});
-      ops::matmul(*stream, qkv_n, h_n, w.qkv_w, {.bias = w.qkv_b});
+      // Each norm is the prologue of the product it feeds: decode streams W straight from x.
+      ops::matmul(*stream, qkv_n, x_n, w.qkv_w, {.bias = w.qkv_b, .norm = block_norm(w.attn_norm_w, w.attn_norm_b)});
       attend(l, qkv_n, attn_n);
       ops::matmul(*stream, x_n, attn_n, w.out_w, {.bias = w.out_b, .residual = x_n});
-      ops::layer_norm(*stream, h_n, x_n, w.ffn_norm_w, {.eps = c.norm_eps, .bias = w.ffn_norm_b});
-      ops::matmul(*stream, ffn_n, h_n, w.up_w, {.bias = w.up_b, .activation = c.activation});
+      ops::matmul(*stream, ffn_n, x_n, w.up_w,
+                  {.bias = w.up_b, .activation = c.activation, .norm = block_norm(w.ffn_norm_w, w.ffn_norm_b)});
       ops::matmul(*stream, x_n, ffn_n, w.down_w, {.bias = w.down_b, .residual = x_n});
     }
   }
 
+  ops::MatmulNorm block_norm(const Tensor& weight, const Tensor& bias) const {
+    const ModelConfig& c = model->config();
+    return {.kind = c.norm, .weight = weight, .bias = bias, .eps = c.norm_eps};
+  }
+
   // Final norm and LM head for rows [first, first + n) of x into logits rows [0, n).
   Tensor lm_head(int64_t first, int64_t n) {
-    const ModelConfig& c = model->config();
     const ModelWeights& w = model->weights();
-    const Tensor h_n = h.slice(0, first, first + n), logits_n = logits.slice(0, 0, n);
-    ops::layer_norm(*stream, h_n, x.slice(0, first, first + n), w.final_norm_w, {.eps = c.norm_eps, .bias = w.final_norm_b});
-    ops::matmul(*stream, logits_n, h_n, w.lm_head);
+    const Tensor logits_n = logits.slice(0, 0, n);
+    ops::matmul(*stream, logits_n, x.slice(0, first, first + n), w.lm_head, {.norm = block_norm(w.final_norm_w, w.final_norm_b)});
     return logits_n;
   }
 
@@ -162,7 +165,6 @@ Session::Session(const Model& model, const SessionOptions& options) : state_(std
   }
   size_t& a = s.activation_bytes;
   s.x = s.alloc(dt, {s.rows, C}, &a);
-  s.h = s.alloc(dt, {s.rows, C}, &a);
   s.qkv = s.alloc(dt, {s.rows, (H + 2 * Hkv) * D}, &a);
   s.attn = s.alloc(dt, {s.rows, H * D}, &a);
   s.ffn = s.alloc(dt, {s.rows, F}, &a);

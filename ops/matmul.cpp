@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "ding/ops/check.h"
 #include "ding/ops/dispatch.h"
@@ -46,6 +47,23 @@ void validate(const Device& device, const MatmulArgs& a) {
     c.same_shape("residual", a.params.residual, "out", a.out);
     c.same_or_disjoint("out", a.out, "residual", a.params.residual);
   }
+  const MatmulNorm& norm = a.params.norm;
+  if (norm.kind != NormKind::none) {
+    c.tensor("norm.weight", norm.weight, 1, 1);
+    c.float_dtype("norm.weight", norm.weight);
+    c.contiguous("norm.weight", norm.weight);
+    c.dim("norm.weight", norm.weight, 0, K, "K (from x)");
+    c.disjoint("out", a.out, "norm.weight", norm.weight);
+    if (norm.bias.defined()) {
+      if (norm.kind != NormKind::layer_norm) c.fail(ErrorCode::invalid_argument, "norm.bias is given but rms_norm has no bias");
+      c.tensor("norm.bias", norm.bias, 1, 1);
+      c.float_dtype("norm.bias", norm.bias);
+      c.contiguous("norm.bias", norm.bias);
+      c.dim("norm.bias", norm.bias, 0, K, "K (from x)");
+      c.disjoint("out", a.out, "norm.bias", norm.bias);
+    }
+    if (!(norm.eps > 0.0f)) c.fail(ErrorCode::invalid_argument, fmt::format("norm.eps must be > 0, got {}", norm.eps));
+  }
   c.disjoint("out", a.out, "x", a.x);
   c.disjoint("out", a.out, "w", a.w);
 }
@@ -58,7 +76,34 @@ Cost cost(const MatmulArgs& a) {
   c.bytes = double(a.x.nbytes() + a.w.nbytes() + a.out.nbytes());
   if (a.params.bias.defined()) c.bytes += double(a.params.bias.nbytes());
   if (a.params.residual.defined()) c.bytes += double(a.params.residual.nbytes());
+  if (a.params.norm.kind != NormKind::none) {
+    // The statistics and the affine map: about 8 FLOPs per element of x; the norm's parameters once.
+    c.flops += 8.0 * double(a.x.numel());
+    c.bytes += double(a.params.norm.weight.nbytes());
+    if (a.params.norm.bias.defined()) c.bytes += double(a.params.norm.bias.nbytes());
+  }
   return c;
+}
+
+LayerNormArgs prologue_layer_norm(const MatmulArgs& a, const Tensor& h) {
+  return {h, a.x, a.params.norm.weight, {.eps = a.params.norm.eps, .bias = a.params.norm.bias}};
+}
+
+RmsNormArgs prologue_rms_norm(const MatmulArgs& a, const Tensor& h) {
+  return {h, a.x, a.params.norm.weight, {.eps = a.params.norm.eps}};
+}
+
+void matmul_with_staged_prologue(Stream& stream, const MatmulArgs& a, const HostKernels& kernels) {
+  std::vector<unsigned char> staged(a.x.nbytes());
+  const Tensor h = Tensor::view(staged.data(), a.x.device, a.x.dtype, a.x.shape.data(), a.x.rank);
+  if (a.params.norm.kind == NormKind::layer_norm)
+    kernels.layer_norm(stream, prologue_layer_norm(a, h));
+  else
+    kernels.rms_norm(stream, prologue_rms_norm(a, h));
+  MatmulArgs plain = a;
+  plain.x = h;
+  plain.params.norm = {};
+  kernels.matmul(stream, plain);
 }
 
 void matmul(Stream& stream, Tensor out, Tensor x, Tensor w, const MatmulParams& params) {

@@ -1,4 +1,5 @@
-// matmul:       y = act(x · Wᵀ + bias) + residual            (the linear layer, weights row-major [N, K])
+// matmul:       y = act(norm(x) · Wᵀ + bias) + residual      (the linear layer, weights row-major [N, K];
+//               norm, optional, is the pre-norm of the block folded into the product)
 // matmul_chain: y = A0 · A1 · … · An   computed in row chunks of A0 sized to the last-level cache,
 //               so each chunk's intermediates stay in cache ("split W_E·W_V·W_O·W_U by rows of W_E").
 #pragma once
@@ -6,6 +7,7 @@
 #include <cstdint>
 
 #include "ding/device.h"
+#include "ding/ops/norm.h"
 #include "ding/profile.h"
 #include "ding/workspace.h"
 
@@ -13,10 +15,24 @@ namespace ding::ops {
 
 enum class Activation : uint8_t { none, gelu_tanh };
 
+enum class NormKind : uint8_t { none, layer_norm, rms_norm };
+
+// The optional prologue: every row of x normalised exactly as ops::layer_norm / ops::rms_norm
+// (ding/ops/norm.h) define it, the result rounded to x's dtype as those ops' output would be, and
+// that is what multiplies W. So "layer_norm into h, then matmul(h)" and "matmul(x, norm)" mean the
+// same; a backend may fuse the two (the decode GEMV does), and then never writes h at all.
+struct MatmulNorm {
+  NormKind kind = NormKind::none;
+  Tensor weight;     // [K]
+  Tensor bias;       // [K], optional, layer_norm only
+  float eps = 1e-5f;
+};
+
 struct MatmulParams {
   Tensor bias;                              // [N], optional, any float dtype
   Activation activation = Activation::none; // applied after the bias, before the residual
   Tensor residual;                          // shaped like out, optional; may be out itself (in place)
+  MatmulNorm norm;                          // applied to x first; kind none: x as given
 };
 
 // x and w: f32/f16/bf16 (fp8/int8 weights with per-row scales come with quantization).
@@ -30,6 +46,18 @@ struct MatmulArgs {
 
 void validate(const Device& device, const MatmulArgs& a);
 Cost cost(const MatmulArgs& a);
+// The prologue as the norm op it stands for, h ← norm(x) (x, weight, bias, eps from a), for a
+// backend that runs it unfused: then matmul(h) without the prologue is the same product.
+LayerNormArgs prologue_layer_norm(const MatmulArgs& a, const Tensor& h);
+RmsNormArgs prologue_rms_norm(const MatmulArgs& a, const Tensor& h);
+// For host-memory backends: h ← norm(x) into a host copy through the backend's own norm kernels,
+// then the backend's matmul of h with the prologue removed.
+struct HostKernels {
+  void (*layer_norm)(Stream&, const LayerNormArgs&);
+  void (*rms_norm)(Stream&, const RmsNormArgs&);
+  void (*matmul)(Stream&, const MatmulArgs&);
+};
+void matmul_with_staged_prologue(Stream& stream, const MatmulArgs& a, const HostKernels& kernels);
 void matmul(Stream& stream, Tensor out, Tensor x, Tensor w, const MatmulParams& params = {});
 
 constexpr int kMaxChainFactors = 8;

@@ -19,7 +19,9 @@ const char* at_element(const Tensor& t, int64_t i) {
 
 }  // namespace
 
-void matmul(Stream&, const ops::MatmulArgs& a) {
+void matmul(Stream& stream, const ops::MatmulArgs& a) {
+  if (a.params.norm.kind != ops::NormKind::none)
+    return ops::matmul_with_staged_prologue(stream, a, {layer_norm, rms_norm, matmul});
   const int64_t K = a.x.dim(-1), N = a.w.dim(-2);
   // A shared w with batched x is one product over all B·M rows (x and out are contiguous).
   const bool per_batch_w = a.w.rank == 3;

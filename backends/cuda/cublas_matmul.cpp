@@ -1,7 +1,8 @@
 // The cuBLAS comparison path for matmul (ding-bench --matmul cublas): cublasGemmEx /
 // cublasGemmStridedBatchedEx with f32 accumulation, for the calls it takes without help. Calls
-// with a bias, activation or residual, mixed x/w dtypes or an out dtype cuBLAS cannot write run
-// ding's own kernels instead (the stream returns false), so the comparison covers plain products.
+// with a bias, activation, residual or norm prologue, mixed x/w dtypes or an out dtype cuBLAS
+// cannot write run ding's own kernels instead (the stream returns false), so the comparison
+// covers plain products.
 #include <fmt/format.h>
 
 #include <climits>
@@ -32,7 +33,9 @@ cudaDataType_t cublas_type(DType t) {
 bool CudaStream::vendor_blas_matmul(const ops::MatmulArgs& a) {
   if (matmul_path_ != MatmulPath::cublas) return false;
   const ops::MatmulParams& params = a.params;
-  if (params.bias.defined() || params.residual.defined() || params.activation != ops::Activation::none) return false;
+  if (params.bias.defined() || params.residual.defined() || params.activation != ops::Activation::none ||
+      params.norm.kind != ops::NormKind::none)
+    return false;
   if (a.x.dtype != a.w.dtype || (a.out.dtype != a.x.dtype && a.out.dtype != DType::f32)) return false;
 
   const bool per_batch_w = a.w.rank == 3;

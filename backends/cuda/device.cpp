@@ -181,19 +181,20 @@ std::unique_ptr<StreamTimer> CudaStream::make_timer() { return std::make_unique<
 
 CudaStream::~CudaStream() {
   if (cublas_) (void)cublasDestroy(cublas_);
-  scratch_blocks_.clear();
+  for (Scratch& slot : scratch_) slot.blocks.clear();
   (void)cudaStreamDestroy(stream_);
 }
 
 Device& CudaStream::device() { return device_; }
 
-void* CudaStream::scratch(size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    const size_t grown = std::max(bytes, 2 * scratch_bytes_);
-    scratch_blocks_.push_back(device_.alloc(grown));
-    scratch_bytes_ = grown;
+void* CudaStream::scratch(size_t bytes, ScratchSlot slot) {
+  Scratch& s = scratch_[size_t(slot)];
+  if (bytes > s.bytes) {
+    const size_t grown = std::max(bytes, 2 * s.bytes);
+    s.blocks.push_back(device_.alloc(grown));
+    s.bytes = grown;
   }
-  return scratch_blocks_.empty() ? nullptr : scratch_blocks_.back().data();
+  return s.blocks.empty() ? nullptr : s.blocks.back().data();
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cublas_v2.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -22,7 +23,7 @@ class CudaStream final : public gpu::GpuStream {
   void synchronize() override;
   gpu::stream_t handle() const override { return stream_; }
   const gpu::Props& props() const override { return props_; }
-  void* scratch(size_t bytes) override;
+  void* scratch(size_t bytes, ScratchSlot slot = ScratchSlot::kernel) override;
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
   std::unique_ptr<Graph> end_capture() override;
@@ -37,8 +38,11 @@ class CudaStream final : public gpu::GpuStream {
   cudaStream_t stream_ = nullptr;
   // Scratch grows by replacement; replaced blocks stay allocated until the stream goes, since
   // work already enqueued (or a recorded graph) may still point into them.
-  std::vector<Buffer> scratch_blocks_;
-  size_t scratch_bytes_ = 0;
+  struct Scratch {
+    std::vector<Buffer> blocks;
+    size_t bytes = 0;
+  };
+  std::array<Scratch, 2> scratch_;  // by ScratchSlot
   MatmulPath matmul_path_ = MatmulPath::ding;
   cublasHandle_t cublas_ = nullptr;  // created on the cuBLAS path's first call
 };

@@ -1,17 +1,24 @@
-// The few-rows matmul core (decode, M ≤ kGemvMaxRows): out = epilogue(x[M, K] · w[N, K]ᵀ).
+// The few-rows matmul core (decode, M ≤ kGemvMaxRows): out = epilogue(norm(x)[M, K] · w[N, K]ᵀ).
 // At ~1 FLOP per weight byte the roofline is memory bandwidth, so the kernel is a weight
-// stream: each warp owns kRowsPerWarp rows of w and walks them with 16-byte loads, every lane
-// keeping kUnroll × kRowsPerWarp loads in flight before it touches them; x (a few KB) comes
-// through L1 and is reused for all of the warp's rows. Sums are f32, reduced across the warp.
-//
-// Few output rows (N / rows-per-block) leave SMs idle and too few bytes in flight; then K is
-// split over gridDim.y, each split writes f32 partial sums to scratch, and a second kernel adds
-// the splits in a fixed order (deterministic) and applies the epilogue.
+// stream, built so that the stream never pauses between the layer's kernels:
+//  - Each warp owns kRowsPerWarp rows of w over one slice of K and walks them with 16-byte loads,
+//    every lane keeping kUnroll × kRowsPerWarp loads in flight before it touches them; x (a few
+//    KB) comes through L1 and is reused for all of the warp's rows. Sums are f32.
+//  - Few rows (N small against the SM count) leave too few loads in flight: then the warps of a
+//    block split K into `slices` and add their sums through shared memory in slice order — one
+//    launch, deterministic.
+//  - Chained launch (vendor.h, sm_90): the block asks L2 for its rows of w, then waits for the
+//    previous kernel (which wrote x). So the weights stream in while the previous kernel and the
+//    launch gap run, and the loop after the wait reads them from L2.
+//  - The optional norm prologue (ops::MatmulNorm): each block normalises the M rows of x into
+//    shared memory (f32 statistics, two passes; norm(x) rounded to x's dtype, as the unfused norm
+//    op's output would be) and the product reads them from there. Nothing writes them to memory.
 #pragma once
 #include <algorithm>
 #include <type_traits>
 
 #include "check.h"
+#include "ding/ops/matmul.h"
 #include "gemm.cuh"
 #include "reduce.cuh"
 #include "stream.h"
@@ -23,17 +30,25 @@ inline constexpr int64_t kGemvMaxRows = 8;
 
 namespace gemv {
 
-constexpr int kThreads = 256;     // a multiple of 64: whole warps on either vendor
-constexpr int kRowsPerWarp = 2;   // rows of w per warp: x loads are reused this many times
-constexpr int kUnroll = 4;        // vectors per row and lane loaded before the FMAs use them
-constexpr int64_t kMinSplitK = 512;  // a split shorter than this costs more in partials than it gains
-constexpr int kMaxSplits = 16;
+constexpr int kThreads = 256;    // a multiple of 64: whole warps on either vendor
+constexpr int kRowsPerWarp = 2;  // rows of w per warp: x loads are reused this many times
+constexpr int kUnroll = 4;       // vectors per row and lane loaded before the FMAs use them
+
+// The prologue's parameters; weight and bias have x's element type (the fused path's condition).
+struct Norm {
+  bool center = false;        // layer_norm: subtract the mean (and add bias); rms_norm: not
+  const void* weight = nullptr;
+  const void* bias = nullptr;  // null: none
+  float eps = 0.0f;
+};
 
 struct Params {
   GemmShape p;
   Epilogue ep;
-  int64_t k_split = 0;        // elements of K per split, a multiple of the vector width
-  float* partial = nullptr;   // [gridDim.y, batches · M, N] when K is split; null otherwise
+  Norm norm;                 // used by the Normed instances only
+  int slices = 1;            // warps sharing one row group, each over k_slice elements of K
+  int64_t k_slice = 0;       // a multiple of the vector width
+  uint32_t prefetch_bytes = 0;  // of w per block row tile, asked of L2 before the wait; 0: none
 };
 
 // v[i] = float(p[i]) for N contiguous elements, in 16-byte loads where the width allows
@@ -49,30 +64,91 @@ __device__ inline void load_floats(const T* p, float (&v)[N]) {
   }
 }
 
+// The norm prologue for one row of x (K elements), by one warp: the row is copied into `out`
+// (shared memory), its mean and 1/σ found from there (f32, two passes: no cancellation), and
+// `out` overwritten with norm(x) rounded to X. Global memory is read once, every load of the
+// warp independent of the sums, so the row arrives in about one memory latency.
+template <class X, int Vec>
+__device__ inline void normalize_row(const X* row, X* out, int64_t K, const Norm& norm) {
+  const int lane = int(threadIdx.x) % warp_size();
+  // Up to 16 bytes per load: the alignment launch_gemv checked for x (a Vec-element run of x
+  // may be wider than that when x is f32 and w 16-bit).
+  constexpr int kChunk = int(Vec * sizeof(X)) > 16 ? 16 / int(sizeof(X)) : Vec;
+  float s = 0.0f;
+#pragma unroll 8
+  for (int64_t v = lane; v < K / kChunk; v += warp_size()) {
+    const Pack<X, kChunk> pk = *reinterpret_cast<const Pack<X, kChunk>*>(row + v * kChunk);
+    *reinterpret_cast<Pack<X, kChunk>*>(out + v * kChunk) = pk;
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) s += to_float(pk.v[e]);
+  }
+  // Each lane reads back only the elements it wrote: no barrier needed between the passes.
+  const float mean = norm.center ? warp_sum(s) / float(K) : 0.0f;
+  float q = 0.0f;  // Σ(x − mean)²; rms_norm: Σx²
+  for (int64_t v = lane; v < K / kChunk; v += warp_size())
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      const float d = to_float(out[v * kChunk + e]) - mean;
+      q += d * d;
+    }
+  const float rstd = 1.0f / sqrtf(warp_sum(q) / float(K) + norm.eps);
+  const X* g = static_cast<const X*>(norm.weight);
+  const X* beta = static_cast<const X*>(norm.bias);
+  for (int64_t v = lane; v < K / kChunk; v += warp_size())
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      const int64_t k = v * kChunk + e;
+      out[k] = from_float<X>((to_float(out[k]) - mean) * rstd * to_float(g[k]) + (beta ? to_float(beta[k]) : 0.0f));
+    }
+}
+
 // Rows: a compile-time bound on M (1, 2, 4 or 8) so the sums live in registers; rows ≥ M are
 // skipped at run time. Vec: elements per load (16 bytes of W, or 1 for rows that are not
-// 16-byte aligned).
-template <class X, class W, int Rows, int Vec>
+// 16-byte aligned). Normed: x passes through the norm prologue.
+template <class X, class W, int Rows, int Vec, bool Normed>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
   const GemmShape& p = a.p;
-  const int lane = int(threadIdx.x) % warp_size();
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / warp_size();
-  const int64_t n0 = warp * kRowsPerWarp;
-  if (n0 >= p.N) return;  // nothing below synchronises the block
-  const int64_t k_begin = int64_t(blockIdx.y) * a.k_split;
-  const int64_t k_end = k_begin + a.k_split < p.K ? k_begin + a.k_split : p.K;
-  // A lane's loads start Vec-aligned: k_begin, K (Vec > 1) and k_split are multiples of Vec, so
+  const int lane = int(threadIdx.x) % warp_size(), warp = int(threadIdx.x) / warp_size();
+  const int groups = int(blockDim.x) / warp_size() / a.slices;  // row groups per block
+  const int group = warp / a.slices, slice = warp % a.slices;
+  const int64_t tile_row0 = int64_t(blockIdx.x) * groups * kRowsPerWarp;
+  const int64_t n0 = tile_row0 + int64_t(group) * kRowsPerWarp;
+
+  // Weights are never written by a kernel of the step: safe to fetch before the wait.
+  if (a.prefetch_bytes && threadIdx.x == 0) {
+    const W* tile = static_cast<const W*>(p.w) + int64_t(blockIdx.z) * p.w_batch + tile_row0 * p.K;
+    const int64_t left = (p.N - tile_row0) * p.K * int64_t(sizeof(W));
+    prefetch_to_l2(tile, uint32_t(std::min<int64_t>(left, a.prefetch_bytes)));
+  }
+  wait_for_prior_kernels();
+  release_dependents();  // after the wait: at most one kernel runs ahead, so L2 holds its prefetch
+
+  const int64_t k_begin = int64_t(slice) * a.k_slice;
+  const int64_t k_end = k_begin + a.k_slice < p.K ? k_begin + a.k_slice : p.K;
+  // A lane's loads start Vec-aligned: k_begin, K (Vec > 1) and k_slice are multiples of Vec, so
   // k < k_end implies k + Vec ≤ k_end.
   constexpr int64_t kStep = int64_t(Vec) * warp_size();
   bool row_ok[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) row_ok[r] = n0 + r < p.N;
 
+  __shared__ float partial[kThreads / 32][Rows * kRowsPerWarp];  // a warp's sums, when K is split
+  extern __shared__ __align__(16) unsigned char staged_rows[];     // Normed: norm(x), [M, K]
+
+  // The batch loop is uniform across the block, so the barriers inside it are reached by all.
   for (int64_t b = blockIdx.z; b < p.batches; b += gridDim.z) {
     const X* x = static_cast<const X*>(p.x) + b * p.x_batch;
     const W* w = static_cast<const W*>(p.w) + b * p.w_batch + n0 * p.K;
+    if constexpr (Normed) {
+      // One warp per row of x; the product then reads norm(x) from shared memory.
+      X* staged = reinterpret_cast<X*>(staged_rows);
+      for (int m = warp; m < Rows && m < p.M; m += int(blockDim.x) / warp_size())
+        normalize_row<X, Vec>(x + m * p.K, staged + m * p.K, p.K, a.norm);
+      __syncthreads();
+      x = staged;
+    }
     float acc[Rows][kRowsPerWarp] = {};
-    for (int64_t k0 = k_begin + int64_t(lane) * Vec; k0 < k_end; k0 += kStep * kUnroll) {
+    for (int64_t k0 = k_begin + int64_t(lane) * Vec; k0 < k_end && row_ok[0]; k0 += kStep * kUnroll) {
       Pack<W, Vec> wv[kUnroll][kRowsPerWarp];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -101,7 +177,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
         }
       }
     }
-    // Every lane ends with every sum; lane m · kRowsPerWarp + r (< 16 ≤ warp size) picks one, so
+    // Every lane ends with every sum; lane m · kRowsPerWarp + r (< 16 ≤ warp size) keeps one, so
     // the epilogue is one store per lane (and one copy of its code).
     float mine = 0.0f;
 #pragma unroll
@@ -112,82 +188,88 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
         if (lane == m * kRowsPerWarp + r) mine = sum;
       }
     const int m = lane / kRowsPerWarp, r = lane % kRowsPerWarp;
-    if (m < Rows && m < p.M && n0 + r < p.N) {
-      const int64_t row = b * p.M + m;
-      if (a.partial)
-        a.partial[(int64_t(blockIdx.y) * p.batches * p.M + row) * p.N + n0 + r] = mine;
-      else
-        a.ep.store(row, n0 + r, mine);
+    const bool owner = lane < Rows * kRowsPerWarp;
+    if (a.slices > 1) {
+      // Slices of a row group add up in slice order: the same sum on every run.
+      if (owner) partial[warp][lane] = mine;
+      __syncthreads();
+      if (slice == 0 && owner) {
+        mine = 0.0f;
+        for (int s = 0; s < a.slices; ++s) mine += partial[warp + s][lane];
+      }
+      __syncthreads();  // partial is rewritten by the next batch
     }
-  }
-}
-
-// out = epilogue(Σ_s partial[s]) for the `count` = rows · N outputs, splits added in order.
-__global__ void __launch_bounds__(kThreads) gemv_reduce_kernel(const float* partial, int splits, int64_t rows, int64_t N,
-                                                             const Epilogue ep) {
-  const int64_t count = rows * N;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    float sum = 0.0f;
-    for (int s = 0; s < splits; ++s) sum += partial[s * count + i];
-    ep.store(i / N, i % N, sum);
+    if (slice == 0 && owner && m < p.M && n0 + r < p.N) a.ep.store(b * p.M + m, n0 + r, mine);
+    if constexpr (Normed) __syncthreads();  // the staged rows are rewritten by the next batch
   }
 }
 
 }  // namespace gemv
 
+// Shared memory a block may take without opting in: the staged rows of norm(x) must fit it.
+inline constexpr int64_t kGemvStagedBytes = 48 * 1024;
+
+// Whether the norm prologue can run inside the GEMV: its parameters have x's dtype, and the M
+// normalised rows fit the block's shared memory.
+inline bool gemv_fuses(const ops::MatmulNorm& norm, DType x, int64_t M, int64_t K) {
+  return norm.kind == ops::NormKind::none ||
+         (norm.weight.dtype == x && (!norm.bias.defined() || norm.bias.dtype == x) &&
+          M * K * int64_t(dtype_size(x)) <= kGemvStagedBytes);
+}
+
 template <class X, class W>
-void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
+void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
   using namespace gemv;
-  // 16 bytes of W per load; x then needs the same count of elements at its own width.
+  // 16 bytes of W per load; x (and the norm's parameters) then need the same count of elements
+  // at their own width.
   constexpr int kVec = kPack16<W>;
-  const bool vec = p.K % kVec == 0 && aligned_to(p.x, std::min<size_t>(16, kVec * sizeof(X))) &&
-                   aligned_to(p.w, 16);
-  const int64_t rows_per_block = int64_t(kThreads / s.props().warp_size) * kRowsPerWarp;
-  const int64_t row_blocks = ceil_div(p.N, rows_per_block);
+  const size_t x_align = std::min<size_t>(16, kVec * sizeof(X));
+  const bool normed = norm.kind != ops::NormKind::none;
+  const bool vec = p.K % kVec == 0 && aligned_to(p.x, x_align) && aligned_to(p.w, 16);
+  const int warps = kThreads / s.props().warp_size;
 
-  // Split K when there would be fewer than two blocks (16 warps on NVIDIA) per SM: too few
-  // loads in flight to cover HBM latency. Not more eagerly: the split costs a second launch,
-  // which is comparable to streaming a few MB of weights.
-  Params a{p, ep, p.K, nullptr};
-  int splits = 1;
-  const int64_t blocks = row_blocks * p.batches, wanted = 2 * int64_t(s.props().sm_count);
-  if (blocks < wanted) {
-    const int64_t most = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, p.K / kMinSplitK));
-    splits = int(std::min(ceil_div(wanted, blocks), most));
-  }
-  if (splits > 1) {
-    // Balanced splits that start on whole vectors.
-    const int64_t unit = vec ? kVec : 1;
-    a.k_split = ceil_div(ceil_div(p.K, splits), unit) * unit;
-    splits = int(ceil_div(p.K, a.k_split));
-  }
-  const int64_t outputs = p.batches * p.M * p.N;
-  if (splits > 1) a.partial = static_cast<float*>(s.scratch(size_t(splits) * size_t(outputs) * sizeof(float)));
+  Params a{p, ep, {}, 1, p.K, 0};
+  if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
+  // Split K inside the block while the row groups alone give fewer than ~16 warps per SM (too
+  // few loads in flight to cover memory latency), keeping ≥ 2 vectors per lane per slice.
+  const int64_t row_groups = ceil_div(p.N, kRowsPerWarp) * p.batches;
+  const int64_t wanted_warps = 16 * int64_t(s.props().sm_count);
+  const int64_t unit = vec ? kVec : 1;
+  while (a.slices < warps && row_groups * a.slices < wanted_warps && p.K / (2 * a.slices) >= 2 * unit * s.props().warp_size)
+    a.slices *= 2;
+  a.k_slice = ceil_div(ceil_div(p.K, a.slices), unit) * unit;
 
-  const dim3 grid(unsigned(row_blocks), unsigned(splits), unsigned(std::min(p.batches, kMaxGridYZ)));
-  auto launch = [&](auto rows_tag, auto vec_tag) {
+  const int64_t rows_per_block = int64_t(warps / a.slices) * kRowsPerWarp;
+  const bool chained = s.props().has_chained_launch();
+  // The bulk prefetch takes 16-byte multiples, which whole vector rows are.
+  if (chained && vec) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
+  const dim3 grid(unsigned(ceil_div(p.N, rows_per_block)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
+
+  auto launch = [&](auto rows_tag, auto vec_tag, auto normed_tag) {
     constexpr int kRows = decltype(rows_tag)::value, kV = decltype(vec_tag)::value;
-    gemv_kernel<X, W, kRows, kV><<<grid, kThreads, 0, s.handle()>>>(a);
+    constexpr bool kNormed = decltype(normed_tag)::value;
+    const size_t staged = kNormed ? size_t(p.M * p.K) * sizeof(X) : 0;
+    DING_GPU_CHECK(launch_chained(chained, gemv_kernel<X, W, kRows, kV, kNormed>, grid, dim3(kThreads), staged, s.handle(), a));
+  };
+  auto with_norm = [&](auto rows_tag, auto vec_tag) {
+    if (normed)
+      launch(rows_tag, vec_tag, std::true_type{});
+    else
+      launch(rows_tag, vec_tag, std::false_type{});
   };
   auto with_rows = [&](auto vec_tag) {
-    if (p.M <= 1) launch(std::integral_constant<int, 1>{}, vec_tag);
-    else if (p.M <= 2) launch(std::integral_constant<int, 2>{}, vec_tag);
-    else if (p.M <= 4) launch(std::integral_constant<int, 4>{}, vec_tag);
-    else launch(std::integral_constant<int, 8>{}, vec_tag);
+    if (p.M <= 1) with_norm(std::integral_constant<int, 1>{}, vec_tag);
+    else if (p.M <= 2) with_norm(std::integral_constant<int, 2>{}, vec_tag);
+    else if (p.M <= 4) with_norm(std::integral_constant<int, 4>{}, vec_tag);
+    else with_norm(std::integral_constant<int, 8>{}, vec_tag);
   };
   // Rows that are not 16-byte aligned (K·size not a multiple of 16, or an offset view) are rare:
   // one scalar instance, with the full 8-row bound, serves them all.
   if (vec)
     with_rows(std::integral_constant<int, kVec>{});
   else
-    launch(std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{});
+    with_norm(std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{});
   DING_GPU_CHECK_LAUNCH("gemv_kernel");
-
-  if (splits > 1) {
-    const unsigned reduce_blocks = unsigned(std::min<int64_t>(ceil_div(outputs, kThreads), int64_t(s.props().sm_count) * 8));
-    gemv_reduce_kernel<<<reduce_blocks, kThreads, 0, s.handle()>>>(a.partial, splits, p.batches * p.M, p.N, ep);
-    DING_GPU_CHECK_LAUNCH("gemv_reduce_kernel");
-  }
 }
 
 }  // namespace ding::gpu

@@ -1,5 +1,6 @@
 // matmul and matmul_chain on the GPU: choose a core per call and hand it the product.
-//   gemv.cuh       M ≤ 8 rows per batch (decode): weight streaming, split-K when N is small
+//   gemv.cuh       M ≤ 8 rows per batch (decode): weight streaming, split-K when N is small, the
+//                  norm prologue fused; the other cores get norm(x) staged by the norm kernel
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
 // matmul_chain runs its products chunk by chunk through the SIMT core, like the CPU backend:
@@ -57,13 +58,25 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   p.w_batch = per_batch_w ? p.N * p.K : 0;
   if (p.M == 0 || p.N == 0 || p.batches == 0) return;
   const Epilogue ep = epilogue_of(a);
+  const ops::MatmulNorm& norm = a.params.norm;
+  const bool fused = p.M <= kGemvMaxRows && gemv_fuses(norm, a.x.dtype, p.M, p.K);
+  if (norm.kind != ops::NormKind::none && !fused) {
+    // The prologue unfused: this backend's norm kernel stages norm(x), then the plain product.
+    const Tensor h = Tensor::view(s.scratch(a.x.nbytes(), GpuStream::ScratchSlot::staged_input), a.x.device,
+                                  a.x.dtype, a.x.shape.data(), a.x.rank);
+    if (norm.kind == ops::NormKind::layer_norm)
+      layer_norm(stream, ops::prologue_layer_norm(a, h));
+    else
+      rms_norm(stream, ops::prologue_rms_norm(a, h));
+    p.x = h.data;
+  }
 
   with_float_type(a.x.dtype, [&](auto x_tag) {
     with_float_type(a.w.dtype, [&](auto w_tag) {
       using X = decltype(x_tag);
       using W = decltype(w_tag);
       if (p.M <= kGemvMaxRows) {
-        launch_gemv<X, W>(s, p, ep);
+        launch_gemv<X, W>(s, p, ep, fused ? norm : ops::MatmulNorm{});
         return;
       }
 #if defined(DING_GPU_NVIDIA)

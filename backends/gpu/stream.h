@@ -36,9 +36,11 @@ class GpuStream : public Stream {
   virtual stream_t handle() const = 0;
   virtual const Props& props() const = 0;
   // Device scratch of at least `bytes`, valid for work enqueued on this stream until the next
-  // call. Grow-only: after the first steps of a workload it allocates nothing, so a recorded
-  // graph keeps pointing at live memory.
-  virtual void* scratch(size_t bytes) = 0;
+  // call for the same slot. Grow-only: after the first steps of a workload it allocates nothing,
+  // so a recorded graph keeps pointing at live memory. Slots are independent: an op that stages
+  // an input (staged_input) may then call a core that takes kernel scratch.
+  enum class ScratchSlot { kernel, staged_input };
+  virtual void* scratch(size_t bytes, ScratchSlot slot = ScratchSlot::kernel) = 0;
   // The vendor's BLAS as a comparison path for ding-bench: true when it computed the matmul
   // (only if the user switched it on, e.g. ding::cuda::set_matmul_path); false to run ding's
   // own kernels.

@@ -1,5 +1,6 @@
 // Reference matmul and matmul_chain: the formulas as plain loops, accumulated in double.
-//   matmul:       y[b,m,n] = act(Σ_k x[b,m,k]·w[b?,n,k] + bias[n]) + residual[b,m,n]
+//   matmul:       y[b,m,n] = act(Σ_k x[b,m,k]·w[b?,n,k] + bias[n]) + residual[b,m,n], x normalised first
+//                 by the reference layer_norm / rms_norm when a norm prologue is given
 //                 (torch.nn.functional.linear followed by the activation; GELU is the tanh form of
 //                 Hendrycks & Gimpel 2016, HF transformers `NewGELUActivation` / "gelu_new")
 //   matmul_chain: y = A0·A1·…·An, a plain product of the factors in order; the kernels' row chunking
@@ -21,7 +22,9 @@ double gelu_tanh(double v) {
 
 }  // namespace
 
-void matmul(Stream&, const ops::MatmulArgs& a) {
+void matmul(Stream& stream, const ops::MatmulArgs& a) {
+  if (a.params.norm.kind != ops::NormKind::none)
+    return ops::matmul_with_staged_prologue(stream, a, {layer_norm, rms_norm, matmul});
   const bool batched = a.x.rank == 3;
   const int64_t B = batched ? a.x.dim(0) : 1, M = a.x.dim(-2), K = a.x.dim(-1), N = a.w.dim(-2);
   const bool w_batched = a.w.rank == 3;

@@ -27,6 +27,7 @@ struct MatmulCase {
   bool bias = false;
   bool gelu = false;
   Residual residual = Residual::none;
+  ops::NormKind norm = ops::NormKind::none;  // the prologue; layer_norm with a bias
   bool in_tests = true;
 };
 
@@ -61,6 +62,8 @@ std::string case_name(const MatmulCase& c) {
   if (c.gelu) name += "_gelu";
   if (c.residual == Residual::separate) name += "_residual";
   if (c.residual == Residual::in_place) name += "_residual_inplace";
+  if (c.norm == ops::NormKind::layer_norm) name += "_layernorm";
+  if (c.norm == ops::NormKind::rms_norm) name += "_rmsnorm";
   return name;
 }
 
@@ -75,6 +78,10 @@ OpCase make_case(const MatmulCase& c) {
   oc.name = case_name(c);
   oc.tolerance = tolerance(c.out, c.K);
   oc.reason = reason(c.out, c.K);
+  // The prologue: both sides round norm(x) to x's dtype, from f32 statistics here and f64 ones in
+  // the reference; an element differs by one step of x's dtype only where the two straddle a
+  // rounding boundary (a few per row), far inside the bounds above.
+  if (c.norm != ops::NormKind::none) oc.reason += "; norm(x) rounded to x's dtype on both sides";
   oc.in_tests = c.in_tests;
   oc.build = [c](CaseRun& run) {
     const Tensor x = normal3(run, c.x, c.B, c.M, c.K, 1.0);
@@ -84,6 +91,10 @@ OpCase make_case(const MatmulCase& c) {
     ops::MatmulParams params;
     if (c.bias) params.bias = run.normal(c.x, {c.N}, 0.5);
     params.activation = c.gelu ? ops::Activation::gelu_tanh : ops::Activation::none;
+    if (c.norm != ops::NormKind::none) {
+      params.norm = {.kind = c.norm, .weight = run.normal(c.x, {c.K}, 1.0), .eps = 1e-5f};
+      if (c.norm == ops::NormKind::layer_norm) params.norm.bias = run.normal(c.x, {c.K}, 0.5);
+    }
     Tensor out;
     if (c.residual == Residual::in_place) {
       out = c.B ? run.inout("out", c.out, {c.B, c.M, c.N}) : run.inout("out", c.out, {c.M, c.N});
@@ -197,6 +208,16 @@ std::vector<OpCase> matmul_cases() {
       {.M = 2, .N = 64, .K = 2048, .x = bf16, .w = bf16, .bias = true, .gelu = true, .residual = inplace},
       {.B = 2, .M = 1, .N = 40, .K = 1024, .x = bf16, .w = bf16, .out = bf16, .batched_w = true},
       {.M = 8, .N = 40, .K = 64, .x = bf16, .w = bf16, .out = f16, .residual = sep},
+      // The norm prologue: fused into the GEMV (16-byte and scalar rows, several rows of x, a
+      // K split over blocks, every epilogue) and run before the GEMM cores.
+      {.M = 1, .N = 300, .K = 1600, .x = bf16, .w = bf16, .out = bf16, .bias = true, .norm = ops::NormKind::layer_norm},
+      {.M = 1, .N = 64, .K = 4096, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .norm = ops::NormKind::rms_norm},
+      {.M = 3, .N = 33, .K = 259, .x = f16, .w = f16, .out = f16, .bias = true, .gelu = true, .norm = ops::NormKind::layer_norm},
+      {.M = 8, .N = 72, .K = 640, .x = bf16, .w = bf16, .out = bf16, .bias = true, .gelu = true, .norm = ops::NormKind::layer_norm},
+      {.M = 2, .N = 33, .K = 64, .norm = ops::NormKind::rms_norm},
+      {.B = 2, .M = 3, .N = 40, .K = 1024, .x = bf16, .w = bf16, .out = bf16, .batched_w = true, .norm = ops::NormKind::layer_norm},
+      {.M = 17, .N = 33, .K = 259, .bias = true, .norm = ops::NormKind::layer_norm},
+      {.M = 130, .N = 72, .K = 72, .x = bf16, .w = bf16, .out = bf16, .residual = sep, .norm = ops::NormKind::rms_norm},
       // Tensor cores (bf16/f16 x and w, K a multiple of 8): M, N and K off the 64/128-row and
       // 32-deep tiles; K = 520 runs 17 slices through the 4-stage ring; the batched case has
       // enough 128 × 128 tiles (33 · 2 · 2 ≥ the SM count) to take the large-tile kernel.
