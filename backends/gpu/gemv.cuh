@@ -15,6 +15,8 @@
 //    op's output would be) and the product reads them from there. Nothing writes them to memory.
 #pragma once
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "check.h"
@@ -74,13 +76,28 @@ __device__ inline void normalize_row(const X* row, X* out, int64_t K, const Norm
   // Up to 16 bytes per load: the alignment launch_gemv checked for x (a Vec-element run of x
   // may be wider than that when x is f32 and w 16-bit).
   constexpr int kChunk = int(Vec * sizeof(X)) > 16 ? 16 / int(sizeof(X)) : Vec;
+  // kBatch loads per lane issued before any store: the compiler cannot move a load of `row`
+  // above a store to `out` (both generic pointers), so interleaving them would serialise the
+  // loads, one memory latency each.
+  constexpr int kBatch = 8;
+  using Chunk = Pack<X, kChunk>;
+  const int64_t chunks = K / kChunk;
   float s = 0.0f;
-#pragma unroll 8
-  for (int64_t v = lane; v < K / kChunk; v += warp_size()) {
-    const Pack<X, kChunk> pk = *reinterpret_cast<const Pack<X, kChunk>*>(row + v * kChunk);
-    *reinterpret_cast<Pack<X, kChunk>*>(out + v * kChunk) = pk;
+  for (int64_t v0 = lane; v0 < chunks; v0 += int64_t(kBatch) * warp_size()) {
+    Chunk pk[kBatch];
 #pragma unroll
-    for (int e = 0; e < kChunk; ++e) s += to_float(pk.v[e]);
+    for (int i = 0; i < kBatch; ++i) {
+      const int64_t v = v0 + int64_t(i) * warp_size();
+      if (v < chunks) pk[i] = *reinterpret_cast<const Chunk*>(row + v * kChunk);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int64_t v = v0 + int64_t(i) * warp_size();
+      if (v >= chunks) break;
+      *reinterpret_cast<Chunk*>(out + v * kChunk) = pk[i];
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) s += to_float(pk[i].v[e]);
+    }
   }
   // Each lane reads back only the elements it wrote: no barrier needed between the passes.
   const float mean = norm.center ? warp_sum(s) / float(K) : 0.0f;
@@ -240,9 +257,12 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
   a.k_slice = ceil_div(ceil_div(p.K, a.slices), unit) * unit;
 
   const int64_t rows_per_block = int64_t(warps / a.slices) * kRowsPerWarp;
-  const bool chained = s.props().has_chained_launch();
+  // Switches for measuring what the overlap buys: DING_GEMV_CHAINED=0, DING_GEMV_PREFETCH=0.
+  static const bool allow_chained = !std::getenv("DING_GEMV_CHAINED") || std::string(std::getenv("DING_GEMV_CHAINED")) != "0";
+  static const bool allow_prefetch = !std::getenv("DING_GEMV_PREFETCH") || std::string(std::getenv("DING_GEMV_PREFETCH")) != "0";
+  const bool chained = s.props().has_chained_launch() && allow_chained;
   // The bulk prefetch takes 16-byte multiples, which whole vector rows are.
-  if (chained && vec) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
+  if (chained && vec && allow_prefetch) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
   const dim3 grid(unsigned(ceil_div(p.N, rows_per_block)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
 
   auto launch = [&](auto rows_tag, auto vec_tag, auto normed_tag) {

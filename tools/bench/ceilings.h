@@ -24,7 +24,8 @@ struct Timing {
 
 // Times calls of fn after `warmup` untimed ones, at least min_reps and until min_seconds is spent.
 Timing time_calls(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds);
-// The same for work enqueued on a stream, each call timed by the stream's own clock (events).
+// The same for work enqueued on a stream, timed by the stream's own clock (events) over batches of
+// back-to-back calls (the time per call is the batch's over its size).
 Timing time_stream_calls(Stream& stream, const std::function<void()>& enqueue, int warmup, int min_reps,
                          double min_seconds);
 
