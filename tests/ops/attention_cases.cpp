@@ -188,6 +188,14 @@ std::vector<OpCase> attention_cases() {
   prefill({.Tq = 9, .Tk = 12, .H = 2, .Hkv = 1, .D = 300});
   prefill({.Tq = 9, .Tk = 12, .H = 2, .Hkv = 1, .D = 300, .causal = false, .q = f16, .kv = f16, .out = f16});
   prefill({.B = 2, .Tq = 33, .Tk = 70, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .views = true});
+  // The tensor-core kernel (16-bit q/k/v, bf16 out, D = 64 or 128; 64 rows × 64 keys): two
+  // query tiles over three key tiles, one row, fewer keys than rows, f16 inputs; then f16 outputs,
+  // which stay on the SIMT kernel, over the same tiles.
+  prefill({.Tq = 65, .Tk = 130, .H = 2, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.Tq = 1, .Tk = 130, .H = 4, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.Tq = 70, .Tk = 9, .H = 2, .Hkv = 1, .D = 64, .causal = false, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.B = 2, .Tq = 100, .Tk = 100, .H = 4, .Hkv = 1, .D = 128, .q = f16, .kv = f16, .out = bf16, .views = true});
+  prefill({.Tq = 65, .Tk = 130, .H = 2, .Hkv = 1, .D = 64, .q = f16, .kv = f16, .out = f16});
 
   // Decode: cache sizes 1, 33, 300 and one long enough for several splits, varied lengths.
   decode({.B = 1, .S = 1});
