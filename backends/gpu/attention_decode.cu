@@ -175,6 +175,8 @@ __global__ void __launch_bounds__(kDecodeThreads,
     const KV* k_row = k + b * ks.b + kv_head * ks.h + (begin + key_group) * ks.t + e0;
     const KV* v_row = v + b * vs.b + kv_head * vs.h + (begin + key_group) * vs.t + e0;
     const int64_t k_step = key_groups * ks.t, v_step = key_groups * vs.t;
+    const int64_t k_ahead = U * k_step, v_ahead = U * v_step;  // the same key group's row one step on
+    const uint32_t row_bytes = uint32_t(D) * uint32_t(sizeof(KV));
     // Every lane runs the same number of steps (the shuffles need the whole warp); a key past
     // `end` loads nothing and leaves the state alone.
     for (int64_t j0 = begin; j0 < end; j0 += U * key_groups) {
@@ -186,6 +188,13 @@ __global__ void __launch_bounds__(kDecodeThreads,
           vx[u] = load_slice8(v_row, e0, D, kv_vec);
         } else {
           kx[u] = vx[u] = zero_slice8<KV>();
+        }
+        // The same key of the next step on its way into L2 while this step computes: a second
+        // step in flight without registers to hold it. Whole rows (16-byte aligned with
+        // kv_vec), one request per row from the key group's first lane, never past `end`.
+        if (kv_vec && key_lane == 0 && j0 + (U + u) * key_groups + key_group < end) {
+          prefetch_to_l2(k_row + k_ahead, row_bytes);
+          prefetch_to_l2(v_row + v_ahead, row_bytes);
         }
         k_row += k_step;
         v_row += v_step;
