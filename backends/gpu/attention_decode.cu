@@ -109,7 +109,6 @@ __device__ inline Slice8<T> zero_slice8() {
   return x;
 }
 
-
 template <class KV, int HPB>
 __global__ void __launch_bounds__(kDecodeThreads,
                                   launch_min_blocks(kDecodeThreads, DecodeConfig<KV, HPB>::kBlocksPerSm))
