@@ -1,5 +1,7 @@
 // The GPU backends' kernels (cuda now, hip later): one entry point per op, each in the op
-// family's .cu file beside its kernels, e.g. gpu::rms_norm in backends/gpu/norm.cu.
+// family's .cu file beside its kernels, e.g. gpu::rms_norm in backends/gpu/norm.cu; a family
+// with several jobs has a file per job (attention: attention_prefill.cu, attention_decode.cu,
+// kv_append.cu, and attention_rows.cu for the generic kernel both attention ops fall back to).
 #pragma once
 #include "ding/ops/kernels.h"
 

@@ -188,6 +188,14 @@ std::vector<OpCase> attention_cases() {
   prefill({.Tq = 9, .Tk = 12, .H = 2, .Hkv = 1, .D = 300});
   prefill({.Tq = 9, .Tk = 12, .H = 2, .Hkv = 1, .D = 300, .causal = false, .q = f16, .kv = f16, .out = f16});
   prefill({.B = 2, .Tq = 33, .Tk = 70, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .views = true});
+  // The tensor-core kernel (16-bit q/k/v, bf16 out, D = 64 or 128; 64 rows × 64 keys): two
+  // query tiles over three key tiles, one row, fewer keys than rows, f16 inputs; then f16 outputs,
+  // which stay on the SIMT kernel, over the same tiles.
+  prefill({.Tq = 65, .Tk = 130, .H = 2, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.Tq = 1, .Tk = 130, .H = 4, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.Tq = 70, .Tk = 9, .H = 2, .Hkv = 1, .D = 64, .causal = false, .q = bf16, .kv = bf16, .out = bf16});
+  prefill({.B = 2, .Tq = 100, .Tk = 100, .H = 4, .Hkv = 1, .D = 128, .q = f16, .kv = f16, .out = bf16, .views = true});
+  prefill({.Tq = 65, .Tk = 130, .H = 2, .Hkv = 1, .D = 64, .q = f16, .kv = f16, .out = f16});
 
   // Decode: cache sizes 1, 33, 300 and one long enough for several splits, varied lengths.
   decode({.B = 1, .S = 1});
@@ -210,6 +218,13 @@ std::vector<OpCase> attention_cases() {
   decode({.B = 3, .S = 77, .H = 6, .Hkv = 2, .D = 80, .q = f16, .kv = f16, .out = f16, .views = true});
   decode({.B = 3, .S = 150, .H = 4, .Hkv = 2, .D = 20, .views = true});
   decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300});
+  // The in-kernel merge of the splits at the bench's head shapes over a 2048-key cache (several
+  // splits on any GPU: 7 for B = 3 and 32 for the GQA B = 1 on an H100): gpt2-xl heads with
+  // lengths 1, random and 2048 (one, some and all splits with keys), the GQA group of 4 with
+  // every split in use, then with random lengths through views.
+  decode({.B = 3, .S = 2048, .H = 25, .Hkv = 25, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
+  decode({.B = 1, .S = 2048, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .full = true});
+  decode({.B = 3, .S = 2048, .H = 32, .Hkv = 8, .D = 128, .q = f16, .kv = f16, .out = f16, .views = true});
 
   // KV append: one decode step and a prefill chunk, converting and not, odd head dims.
   auto append = [&](Append p) { cases.push_back(append_case(p)); };
@@ -227,6 +242,8 @@ std::vector<OpCase> attention_cases() {
     decode({.S = 4096, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
     decode({.S = 4096, .H = 32, .Hkv = 8, .D = 128, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
   }
+  // Tensor-core prefill (16-bit inputs, bf16 output): the GQA shape over 2048 tokens.
+  prefill({.Tq = 2048, .Tk = 2048, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .in_tests = false});
   return cases;
 }
 

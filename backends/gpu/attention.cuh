@@ -1,0 +1,110 @@
+// What the attention kernels share (attention_prefill.cu, attention_decode.cu, attention_rows.cu):
+// operand views, element staging and the online-softmax exponential, and the generic one-row
+// kernel both ops fall back to.
+//
+// Every kernel keeps an online softmax per query row: a running max m, a running sum
+// l = Σ e^(s - m) and an unnormalised output acc = Σ e^(s - m) · v, rescaled by e^(m_old - m_new)
+// when m grows. Scores are (scale · q) · k in f32 (q pre-multiplied, as the CPU backend does);
+// the exponentials are the accurate expf, since the f32 parity bound (5e-12) has no room for a
+// fast-math exp.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "ding/tensor.h"
+#include "elements.cuh"
+#include "stream.h"
+
+namespace ding::gpu::attn {
+
+// Strides (elements) of a [B, S|T, Hkv, D] tensor whose last dim is contiguous.
+struct Strides3 {
+  int64_t b, t, h;
+  __device__ int64_t at(int64_t bi, int64_t ti, int64_t hi) const { return bi * b + ti * t + hi * h; }
+};
+
+inline Strides3 strides3(const Tensor& x) { return {x.strides[0], x.strides[1], x.strides[2]}; }
+// [B, H, D] (decode's q and out) seen as [B, 1, H, D].
+inline Strides3 strides_bhd(const Tensor& x) { return {x.strides[0], 0, x.strides[1]}; }
+
+// Whether every row start of x (all dims but the last) is a multiple of `elems` elements, so
+// `elems` elements from a row start move as one aligned access.
+inline bool rows_aligned(const Tensor& x, int64_t elems) {
+  const int64_t bytes = elems * int64_t(dtype_size(x.dtype));
+  if (reinterpret_cast<uintptr_t>(x.data) % uintptr_t(bytes) != 0) return false;
+  for (int d = 0; d + 1 < x.rank; ++d)
+    if (x.strides[d] % elems != 0) return false;
+  return true;
+}
+
+// One B×T×heads×D operand whose dtype is read at run time: tile staging and the final store are
+// off the hot loops, so one kernel serves every mix of q/k/v/out dtypes.
+struct Operand {
+  void* data;
+  DType dtype;
+  Strides3 at;
+  bool vec4;  // rows_aligned(·, 4): 4 elements from a multiple of 4 are one aligned access
+};
+
+inline Operand operand(const Tensor& x, Strides3 at) { return {x.data, x.dtype, at, rows_aligned(x, 4)}; }
+
+// Calls f(T{}) with T the storage type of a float dtype, on the device.
+template <class F>
+__device__ inline void with_element_type(DType t, F&& f) {
+  if (t == DType::f32) f(float{});
+  else if (t == DType::f16) f(ding::f16{});
+  else f(ding::bf16{});
+}
+
+// Elements [d, d + 4) of a row as f32, zero from D on. `vec`: the row start is a multiple of 4
+// elements (d always is), so a full quad is one 16-byte (f32) or 8-byte (f16/bf16) load.
+template <class T>
+__device__ inline float4 load4(const T* row, int d, int D, bool vec) {
+  if (vec && d + 4 <= D) {
+    const Pack<T, 4> p = *reinterpret_cast<const Pack<T, 4>*>(row + d);
+    return make_float4(to_float(p.v[0]), to_float(p.v[1]), to_float(p.v[2]), to_float(p.v[3]));
+  }
+  float x[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) x[c] = d + c < D ? to_float(row[d + c]) : 0.0f;
+  return make_float4(x[0], x[1], x[2], x[3]);
+}
+
+// Stores the elements of x that fall below D at row[d, d + 4).
+template <class T>
+__device__ inline void store4(T* row, int d, int D, bool vec, float4 x) {
+  if (vec && d + 4 <= D) {
+    Pack<T, 4> p;
+    p.v[0] = from_float<T>(x.x);
+    p.v[1] = from_float<T>(x.y);
+    p.v[2] = from_float<T>(x.z);
+    p.v[3] = from_float<T>(x.w);
+    *reinterpret_cast<Pack<T, 4>*>(row + d) = p;
+    return;
+  }
+  const float y[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    if (d + c < D) row[d + c] = from_float<T>(y[c]);
+}
+
+__device__ inline float4 scaled(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
+
+// e^(x - m) for a running max m that may still be -inf (nothing seen yet): 0 instead of NaN.
+__device__ inline float exp_from(float x, float m) { return x == -INFINITY ? 0.0f : expf(x - m); }
+
+
+// ---- generic: one query row per block (attention_rows.cu) -------------------------------------
+struct RowShape {
+  int64_t B, Tq, Tk, H, group;
+  int D;
+  bool causal;
+  const int32_t* seq_lens;  // decode: sequence b sees clamp(seq_lens[b], 1, Tk) keys (Tq = 1)
+};
+
+// Any head dim, any mix of k and v dtypes; slow, for what the tiled kernels do not take. Throws
+// not_implemented where 2·D floats of shared memory do not fit a block.
+void launch_rows(GpuStream& s, Operand out, Operand q, const Tensor& k, Strides3 ks, const Tensor& v, Strides3 vs,
+                 const RowShape& sh, float scale);
+
+}  // namespace ding::gpu::attn

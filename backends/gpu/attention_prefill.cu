@@ -1,0 +1,506 @@
+// attention_prefill on the GPU: FlashAttention-2 (Dao 2023) over query tiles, on tensor cores
+// (mma.sync m16n8k16, NVIDIA sm_80+) for 16-bit q/k/v with a bf16 output and D = 64 or 128, on
+// f32 SIMT tiles for everything else up to D = 256, and through the generic one-row kernel
+// (attention_rows.cu) above that.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "attention.cuh"
+#include "check.h"
+#include "kernels.h"
+
+namespace ding::gpu {
+namespace {
+
+using namespace attn;
+
+// ---- prefill: FlashAttention-2 ----------------------------------------------------------------
+//
+// A block owns BQ query rows of one (b, h) and walks the key tiles [j0, j0 + BK) up to the last
+// key its last row sees (causal: tiles above the diagonal are never loaded). 256 threads form a
+// 16 × 16 grid: thread (ty, tx) scores rows ty·RM + m against keys tx + 16·n (so a row's max and
+// sum are 16 neighbouring lanes apart, one shuffle butterfly inside any warp size), and owns the
+// same rows of O at columns 64·c + 4·tx. Q (scaled) stays in shared memory for the whole block; K
+// and then V of a tile share one buffer; P goes through shared memory transposed, so a thread
+// reads its RM probabilities of key j as one vector.
+constexpr int kPrefillThreads = 256;
+
+template <int DP>
+struct PrefillTile {
+  static constexpr int BQ = DP <= 128 ? 64 : 32;      // query rows per block
+  static constexpr int BK = 32;                       // keys per tile
+  static constexpr int RM = BQ / 16, RN = BK / 16;    // S entries per thread: RM rows × RN keys
+  static constexpr int CG = DP / 64;                  // float4 column groups of O per thread
+  // Row lengths in floats. K rows padded by 4: the 8 lanes of a 16-byte load phase read rows
+  // tx + 16n at a stride of DP + 4 floats, 4 banks apart, so they cover all 32 banks once. P
+  // rows padded by RM for the same reason on its RM-wide stores.
+  static constexpr int QLD = DP, KLD = DP + 4, PLD = BQ + RM;
+  static constexpr size_t shared_bytes = sizeof(float) * size_t(BQ * QLD + BK * KLD + BK * PLD);
+};
+
+struct PrefillShape {
+  int64_t B, Tq, Tk, H, group;  // group = H / Hkv: query head h reads kv head h / group
+  int D;
+  int64_t q_tiles;              // ceil(Tq / BQ)
+  bool causal;
+};
+
+// dst[r][0, DP) = scale · row t0 + r of (b, h) for r < ROWS; zero for rows from `valid` on and
+// for columns from D on, so the tile's padding adds nothing to dot products and P·V.
+template <int DP, int ROWS>
+__device__ inline void stage_tile(float* dst, int ld, const Operand& src, int64_t b, int64_t t0, int64_t h,
+                                  int64_t valid, int D, float scale) {
+  constexpr int kQuads = DP / 4;
+  with_element_type(src.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* base = static_cast<const T*>(src.data) + b * src.at.b + h * src.at.h;
+    for (int idx = threadIdx.x; idx < ROWS * kQuads; idx += kPrefillThreads) {
+      const int r = idx / kQuads, d = (idx % kQuads) * 4;
+      float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < valid && d < D) x = scaled(load4(base + (t0 + r) * src.at.t, d, D, src.vec4), scale);
+      *reinterpret_cast<float4*>(dst + r * ld + d) = x;
+    }
+  });
+}
+
+template <int DP>
+__global__ void __launch_bounds__(kPrefillThreads)
+    attention_prefill_kernel(Operand out, Operand q, Operand k, Operand v, PrefillShape sh, float scale) {
+  using Tile = PrefillTile<DP>;
+  constexpr int BQ = Tile::BQ, BK = Tile::BK, RM = Tile::RM, RN = Tile::RN, CG = Tile::CG;
+  constexpr int QLD = Tile::QLD, KLD = Tile::KLD, PLD = Tile::PLD;
+  extern __shared__ float4 shared4[];  // float4: 16-byte aligned for the vector accesses below
+  float* Qs = reinterpret_cast<float*>(shared4);  // [BQ][QLD]
+  float* KVs = Qs + BQ * QLD;                      // [BK][KLD]: the K tile, then the V tile
+  float* Ps = KVs + BK * KLD;                      // [BK][PLD]: P transposed, Ps[j][r]
+
+  // Heaviest causal tiles (the last query rows) first: block order is tile-major, reversed.
+  const int64_t heads = sh.B * sh.H, bh = blockIdx.x % heads;
+  const int64_t tile = sh.q_tiles - 1 - blockIdx.x / heads;
+  const int64_t b = bh / sh.H, h = bh % sh.H, kv_head = h / sh.group;
+  const int64_t i0 = tile * BQ;
+  const int64_t shift = sh.Tk - sh.Tq;  // query i sits at key position i + shift
+  const int D = sh.D;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  stage_tile<DP, BQ>(Qs, QLD, q, b, i0, h, sh.Tq - i0, D, scale);
+
+  float o[RM][CG][4];
+  float m_run[RM], l_run[RM];
+#pragma unroll
+  for (int m = 0; m < RM; ++m) {
+    m_run[m] = -INFINITY;
+    l_run[m] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CG; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][c][e] = 0.0f;
+  }
+
+  // Causal: the block's last row, i0 + BQ - 1, sees keys up to i0 + BQ - 1 + shift.
+  const int64_t kv_end = sh.causal ? min(sh.Tk, i0 + BQ + shift) : sh.Tk;
+  for (int64_t j0 = 0; j0 < kv_end; j0 += BK) {
+    __syncthreads();  // the previous tile's readers of KVs and Ps are done (Qs is staged)
+    stage_tile<DP, BK>(KVs, KLD, k, b, j0, kv_head, sh.Tk - j0, D, 1.0f);
+    __syncthreads();
+
+    float s[RM][RN];
+#pragma unroll
+    for (int m = 0; m < RM; ++m)
+#pragma unroll
+      for (int n = 0; n < RN; ++n) s[m][n] = 0.0f;
+#pragma unroll 4
+    for (int d = 0; d < DP; d += 4) {
+      if (d >= D) break;  // columns past D are zero in both tiles
+      float4 qf[RM], kf[RN];
+#pragma unroll
+      for (int m = 0; m < RM; ++m) qf[m] = *reinterpret_cast<const float4*>(Qs + (ty * RM + m) * QLD + d);
+#pragma unroll
+      for (int n = 0; n < RN; ++n) kf[n] = *reinterpret_cast<const float4*>(KVs + (tx + 16 * n) * KLD + d);
+#pragma unroll
+      for (int m = 0; m < RM; ++m)
+#pragma unroll
+        for (int n = 0; n < RN; ++n) {
+          s[m][n] = fmaf(qf[m].x, kf[n].x, s[m][n]);
+          s[m][n] = fmaf(qf[m].y, kf[n].y, s[m][n]);
+          s[m][n] = fmaf(qf[m].z, kf[n].z, s[m][n]);
+          s[m][n] = fmaf(qf[m].w, kf[n].w, s[m][n]);
+        }
+    }
+
+    // Online softmax of each row over this tile; masked entries are -inf and weigh 0.
+#pragma unroll
+    for (int m = 0; m < RM; ++m) {
+      const int64_t i = i0 + ty * RM + m;
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < RN; ++n) {
+        const int64_t j = j0 + tx + 16 * n;
+        if (j >= sh.Tk || (sh.causal && j > i + shift)) s[m][n] = -INFINITY;
+        tile_max = fmaxf(tile_max, s[m][n]);
+      }
+#pragma unroll
+      for (int lane_mask = 8; lane_mask > 0; lane_mask /= 2) tile_max = fmaxf(tile_max, shfl_xor(tile_max, lane_mask));
+      const float m_new = fmaxf(m_run[m], tile_max);
+      const float alpha = exp_from(m_run[m], m_new);
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < RN; ++n) {
+        s[m][n] = exp_from(s[m][n], m_new);
+        tile_sum += s[m][n];
+      }
+#pragma unroll
+      for (int lane_mask = 8; lane_mask > 0; lane_mask /= 2) tile_sum += shfl_xor(tile_sum, lane_mask);
+      l_run[m] = l_run[m] * alpha + tile_sum;
+      m_run[m] = m_new;
+#pragma unroll
+      for (int c = 0; c < CG; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[m][c][e] *= alpha;
+    }
+#pragma unroll
+    for (int n = 0; n < RN; ++n) {
+      float* dst = Ps + (tx + 16 * n) * PLD + ty * RM;
+      if constexpr (RM == 4) {
+        *reinterpret_cast<float4*>(dst) = make_float4(s[0][n], s[1][n], s[2][n], s[3][n]);
+      } else {
+        static_assert(RM == 2, "P stores are written for 2 or 4 rows per thread");
+        *reinterpret_cast<float2*>(dst) = make_float2(s[0][n], s[1][n]);
+      }
+    }
+    __syncthreads();  // P is complete and nobody reads the K tile any more
+    // V rows past Tk are zero, not stale: their P is 0, and 0 · NaN would poison O.
+    stage_tile<DP, BK>(KVs, KLD, v, b, j0, kv_head, sh.Tk - j0, D, 1.0f);
+    __syncthreads();
+
+#pragma unroll 4
+    for (int j = 0; j < BK; ++j) {
+      float p[RM];
+      if constexpr (RM == 4) {
+        const float4 p4 = *reinterpret_cast<const float4*>(Ps + j * PLD + ty * RM);
+        p[0] = p4.x, p[1] = p4.y, p[2] = p4.z, p[3] = p4.w;
+      } else {
+        const float2 p2 = *reinterpret_cast<const float2*>(Ps + j * PLD + ty * RM);
+        p[0] = p2.x, p[1] = p2.y;
+      }
+#pragma unroll
+      for (int c = 0; c < CG; ++c) {
+        if (64 * c >= D) break;  // whole column groups past D (uniform across the block)
+        const float4 vv = *reinterpret_cast<const float4*>(KVs + j * KLD + 64 * c + 4 * tx);
+#pragma unroll
+        for (int m = 0; m < RM; ++m) {
+          o[m][c][0] = fmaf(p[m], vv.x, o[m][c][0]);
+          o[m][c][1] = fmaf(p[m], vv.y, o[m][c][1]);
+          o[m][c][2] = fmaf(p[m], vv.z, o[m][c][2]);
+          o[m][c][3] = fmaf(p[m], vv.w, o[m][c][3]);
+        }
+      }
+    }
+  }
+
+  with_element_type(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+#pragma unroll
+    for (int m = 0; m < RM; ++m) {
+      const int64_t i = i0 + ty * RM + m;
+      if (i >= sh.Tq) continue;
+      T* row = static_cast<T*>(out.data) + out.at.at(b, i, h);
+      const float inv_l = 1.0f / l_run[m];
+#pragma unroll
+      for (int c = 0; c < CG; ++c) {
+        const int d = 64 * c + 4 * tx;
+        if (d < D) store4(row, d, D, out.vec4, scaled(make_float4(o[m][c][0], o[m][c][1], o[m][c][2], o[m][c][3]), inv_l));
+      }
+    }
+  });
+}
+
+// ---- prefill on tensor cores: mma.sync m16n8k16 (sm_80+) ---------------------------------------
+//
+// The same FlashAttention-2 walk for f16/bf16 q, k, v (one dtype), a bf16 output and D = 64 or
+// 128. A block of 4 warps owns 64 query rows of one (b, h), 16 per warp; K and V tiles of 64
+// keys sit in shared memory as stored. Each warp keeps its Q rows as A fragments, computes
+// S = Q·Kᵀ into f32 accumulators, runs the online softmax on them (a row lives in the 4 lanes of
+// a quad), and feeds P back as A fragments for O += P·V (the accumulator layout of two n-tiles is
+// the A layout of one k-step, so P never leaves registers).
+//
+// P has to be 16-bit for the mma. Rounded once, its 2^-9 (bf16) relative error would put the
+// output's NMSE near the output dtype's own rounding error, far above the parity bound (4 flips
+// plus 0.1%). So P is a sum of 16-bit parts and P·V takes one mma per part: two parts for f16
+// (remainder 2^-24), three for bf16 (2^-27; with two, the 2^-18 remainder flipped 4 times as many
+// bf16 outputs as the SIMT kernel, up to half the bound). f16 outputs, 8 times finer, went over
+// their bound in 1 of ~25 seeded runs even with f16 inputs (the tensor cores' f32 accumulation
+// truncates, so its error does not average out), and f32 outputs (bound 5e-12) never fit: both
+// stay on the SIMT kernel.
+constexpr int kMmaThreads = 128;
+constexpr int kMmaRows = 64, kMmaKeys = 64;
+
+template <int DH>
+struct MmaTile {
+  // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix land in 8 different 16-byte
+  // bank groups (pitch 144 or 272 bytes, 9 or 17 groups apart).
+  static constexpr int kPitch = DH + 8;  // elements
+  static constexpr size_t shared_bytes = size_t(kMmaRows + 2 * kMmaKeys) * kPitch * sizeof(uint16_t);  // Q, K, V
+};
+
+#if defined(DING_GPU_NVIDIA_MMA)
+__device__ inline uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+// d += a·b for one 16×8×16 tile, f32 accumulation.
+template <class T>
+__device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, ding::bf16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// x0, x1 as N pairs of T (x0 in the low half: the lower column) that sum to them: part 0 is
+// round(x), each next part rounds what the previous ones left (exactly, in f32).
+template <class T, int N>
+__device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], int reg) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const T a = from_float<T>(x0), b = from_float<T>(x1);
+    part[n][reg] = uint32_t(a.bits) | uint32_t(b.bits) << 16;
+    x0 -= to_float(a);
+    x1 -= to_float(b);
+  }
+}
+
+// dst[r][0, DH) = row t0 + r for r < 64 (16 bytes at a time), zero from row `valid` on.
+template <int DH, class T>
+__device__ inline void stage_mma_tile(T* dst, const T* base, int64_t row_stride, int64_t valid) {
+  constexpr int kChunks = DH / 8;
+  for (int idx = threadIdx.x; idx < kMmaRows * kChunks; idx += kMmaThreads) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (r < valid) x = *reinterpret_cast<const uint4*>(base + r * row_stride + c);
+    *reinterpret_cast<uint4*>(dst + r * MmaTile<DH>::kPitch + c) = x;
+  }
+}
+#endif  // DING_GPU_NVIDIA_MMA
+
+// Asking for 2 blocks per SM caps registers at 255, the kernel's need (160-238); left free, ptxas
+// squeezed the f16, D = 64 instance into 128 registers with spills.
+template <class T, int DH>
+__global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2))
+    attention_prefill_mma_kernel(Operand out, const T* q, Strides3 qs, const T* k, Strides3 ks, const T* v, Strides3 vs,
+                                 PrefillShape sh, float scale) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  constexpr int kPitch = MmaTile<DH>::kPitch, kSteps = DH / 16;
+  constexpr int kParts = std::is_same_v<T, ding::bf16> ? 3 : 2;  // P = Σ parts, see above
+  extern __shared__ uint4 shared_words[];
+  T* Qs = reinterpret_cast<T*>(shared_words);  // [64][kPitch]
+  T* Ks = Qs + kMmaRows * kPitch;               // [64][kPitch]
+  T* Vs = Ks + kMmaKeys * kPitch;               // [64][kPitch]
+
+  const int64_t heads = sh.B * sh.H, bh = blockIdx.x % heads;
+  const int64_t tile = sh.q_tiles - 1 - blockIdx.x / heads;  // heaviest causal tiles first
+  const int64_t b = bh / sh.H, h = bh % sh.H, kv_head = h / sh.group;
+  const int64_t i0 = tile * kMmaRows, shift = sh.Tk - sh.Tq;
+  // The fragment layouts of mma.sync are defined for 32-lane warps (this path is NVIDIA-only).
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int quad_row = lane / 4, quad_col = lane % 4;  // an accumulator row pair and column pair
+  const int row0 = warp * 16;
+
+  stage_mma_tile<DH>(Qs, q + qs.at(b, i0, h), qs.t, sh.Tq - i0);
+  __syncthreads();
+  uint32_t qa[kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk)
+    ldmatrix_x4(qa[kk], Qs + (row0 + lane % 16) * kPitch + kk * 16 + (lane / 16) * 8);
+
+  float o[DH / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < DH / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};  // rows quad_row and quad_row + 8
+  const int64_t row_i[2] = {i0 + row0 + quad_row, i0 + row0 + quad_row + 8};
+
+  const int64_t kv_end = sh.causal ? min(sh.Tk, i0 + kMmaRows + shift) : sh.Tk;
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kMmaKeys) {
+    __syncthreads();  // the previous tile's ldmatrix reads are done
+    stage_mma_tile<DH>(Ks, k + ks.at(b, j0, kv_head), ks.t, sh.Tk - j0);
+    stage_mma_tile<DH>(Vs, v + vs.at(b, j0, kv_head), vs.t, sh.Tk - j0);
+    __syncthreads();
+
+    float s[kMmaKeys / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kMmaKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+      for (int ntp = 0; ntp < kMmaKeys / 16; ++ntp) {
+        // Matrices: keys +0..7 and +8..15 of the pair × d halves of the k-step.
+        uint32_t kb[4];
+        ldmatrix_x4(kb, Ks + (ntp * 16 + (lane / 16) * 8 + lane % 8) * kPitch + kk * 16 + ((lane / 8) % 2) * 8);
+        mma_16816<T>(s[2 * ntp], qa[kk], kb[0], kb[1]);
+        mma_16816<T>(s[2 * ntp + 1], qa[kk], kb[2], kb[3]);
+      }
+
+    // Online softmax; element e of n-tile nt is row quad_row + 8·(e / 2), key 8·nt + 2·quad_col + e % 2.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kMmaKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + nt * 8 + 2 * quad_col + e % 2;
+        const bool visible = j < sh.Tk && (!sh.causal || j <= row_i[e / 2] + shift);
+        s[nt][e] = visible ? s[nt][e] * scale : -INFINITY;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 2));
+      const float m_new = fmaxf(m_run[r], tile_max[r]);
+      alpha[r] = exp_from(m_run[r], m_new);
+      m_run[r] = m_new;
+      l_part[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kMmaKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp_from(s[nt][e], m_run[e / 2]);
+        l_part[e / 2] += s[nt][e];
+      }
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e / 2];
+
+#pragma unroll
+    for (int kp = 0; kp < kMmaKeys / 16; ++kp) {
+      uint32_t p[kParts][4];  // A fragments of P's parts for keys 16·kp .. 16·kp + 15
+      split_pair<T>(s[2 * kp][0], s[2 * kp][1], p, 0);
+      split_pair<T>(s[2 * kp][2], s[2 * kp][3], p, 1);
+      split_pair<T>(s[2 * kp + 1][0], s[2 * kp + 1][1], p, 2);
+      split_pair<T>(s[2 * kp + 1][2], s[2 * kp + 1][3], p, 3);
+#pragma unroll
+      for (int dtp = 0; dtp < DH / 16; ++dtp) {
+        // Transposed: matrices keys +0..7 and +8..15 of the k-step × d tiles 2·dtp and 2·dtp + 1.
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, Vs + (kp * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kPitch + dtp * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int n = 0; n < kParts; ++n) {
+          mma_16816<T>(o[2 * dtp], p[n], vb[0], vb[1]);
+          mma_16816<T>(o[2 * dtp + 1], p[n], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  float inv_l[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_part[r] += shfl_xor(l_part[r], 1);
+    l_part[r] += shfl_xor(l_part[r], 2);
+    inv_l[r] = 1.0f / l_part[r];
+  }
+  with_element_type(out.dtype, [&](auto tag) {
+    using Out = decltype(tag);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (row_i[r] >= sh.Tq) continue;
+      Out* row = static_cast<Out*>(out.data) + out.at.at(b, row_i[r], h);
+#pragma unroll
+      for (int nt = 0; nt < DH / 8; ++nt) {
+        Pack<Out, 2> pair;
+        pair.v[0] = from_float<Out>(o[nt][2 * r] * inv_l[r]);
+        pair.v[1] = from_float<Out>(o[nt][2 * r + 1] * inv_l[r]);
+        *reinterpret_cast<Pack<Out, 2>*>(row + nt * 8 + 2 * quad_col) = pair;
+      }
+    }
+  });
+#endif  // DING_GPU_NVIDIA_MMA
+}
+
+}  // namespace
+
+void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
+  const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
+  const int64_t Tk = a.k.dim(1), Hkv = a.k.dim(2);
+  if (B * Tq * H * D == 0) return;
+  GpuStream& s = gpu_stream(stream);
+  const float scale = ops::attention_scale(a.params, D);
+  const Operand out = operand(a.out, strides3(a.out)), q = operand(a.q, strides3(a.q));
+  const Operand k = operand(a.k, strides3(a.k)), v = operand(a.v, strides3(a.v));
+
+  auto launch_tiled = [&](auto dp) {
+    constexpr int DP = decltype(dp)::value;
+    using Tile = PrefillTile<DP>;
+    if (Tile::shared_bytes > s.props().shared_per_block_optin) return false;
+    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, Tile::BQ), a.params.causal};
+    DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&attention_prefill_kernel<DP>),
+                                               int(Tile::shared_bytes)));
+    attention_prefill_kernel<DP><<<unsigned(sh.q_tiles * B * H), kPrefillThreads, Tile::shared_bytes, s.handle()>>>(
+        out, q, k, v, sh, scale);
+    DING_GPU_CHECK_LAUNCH("attention_prefill_kernel");
+    return true;
+  };
+#if defined(DING_GPU_NVIDIA)
+  // Tensor cores: one 16-bit dtype for q, k, v, a bf16 output (the precision argument above),
+  // D = 64 or 128, and rows whose starts allow the 16-byte staging and the paired stores.
+  const DType t = a.q.dtype;
+  const bool mma = s.props().has_mma_sync() && (t == DType::f16 || t == DType::bf16) && a.k.dtype == t &&
+                   a.v.dtype == t && a.out.dtype == DType::bf16 && (D == 64 || D == 128) && rows_aligned(a.q, 8) &&
+                   rows_aligned(a.k, 8) && rows_aligned(a.v, 8) && rows_aligned(a.out, 2);
+  if (mma) {
+    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, kMmaRows), a.params.causal};
+    auto launch = [&](auto tag, auto dh) {
+      using T = decltype(tag);
+      constexpr int DH = decltype(dh)::value;
+      const size_t shared = MmaTile<DH>::shared_bytes;
+      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&attention_prefill_mma_kernel<T, DH>),
+                                                 int(shared)));
+      attention_prefill_mma_kernel<T, DH><<<unsigned(sh.q_tiles * B * H), kMmaThreads, shared, s.handle()>>>(
+          out, static_cast<const T*>(a.q.data), strides3(a.q), static_cast<const T*>(a.k.data), strides3(a.k),
+          static_cast<const T*>(a.v.data), strides3(a.v), sh, scale);
+    };
+    if (t == DType::bf16) {
+      if (D == 64) launch(ding::bf16{}, std::integral_constant<int, 64>{});
+      else launch(ding::bf16{}, std::integral_constant<int, 128>{});
+    } else {
+      if (D == 64) launch(ding::f16{}, std::integral_constant<int, 64>{});
+      else launch(ding::f16{}, std::integral_constant<int, 128>{});
+    }
+    DING_GPU_CHECK_LAUNCH("attention_prefill_mma_kernel");
+    return;
+  }
+#endif
+  bool done = false;
+  if (D <= 64) done = launch_tiled(std::integral_constant<int, 64>{});
+  else if (D <= 128) done = launch_tiled(std::integral_constant<int, 128>{});
+  else if (D <= 256) done = launch_tiled(std::integral_constant<int, 256>{});
+  if (!done)
+    launch_rows(s, out, q, a.k, strides3(a.k), a.v, strides3(a.v),
+                RowShape{B, Tq, Tk, H, H / Hkv, int(D), a.params.causal, nullptr}, scale);
+}
+
+}  // namespace ding::gpu
