@@ -31,6 +31,15 @@ struct Props {
   }
 };
 
+// How the GEMM cores choose their kernel, for experiments and as a bypass: the defaults are the
+// production choice. The cuda backend reads DING_GEMM_WGMMA (0: off), DING_GEMM_TILE (e.g.
+// "64x128") and DING_GEMM_SPLIT (a K split count) once per device (backends/cuda/device.cpp).
+struct GemmTuning {
+  bool wgmma = true;           // the sm_90a wgmma core where it fits (gemm_wgmma.h)
+  int tile_m = 0, tile_n = 0;  // force this mma.sync tile (0: chosen per shape)
+  int splits = 0;              // force this K split on the mma.sync path (0: chosen per shape)
+};
+
 class GpuStream : public Stream {
  public:
   virtual stream_t handle() const = 0;
@@ -43,6 +52,10 @@ class GpuStream : public Stream {
   // (only if the user switched it on, e.g. ding::cuda::set_matmul_path); false to run ding's
   // own kernels.
   virtual bool vendor_blas_matmul(const ops::MatmulArgs&) { return false; }
+  virtual const GemmTuning& gemm_tuning() const {
+    static const GemmTuning defaults;
+    return defaults;
+  }
 };
 
 // The GPU stream behind `stream`; throws Error(device_mismatch) if it is another backend's.
