@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "gemm.cuh"
+#include "gemm_split.cuh"
 #include "stream.h"
 
 namespace ding::gpu {
@@ -62,15 +63,6 @@ using TileTall = Tile<128, 64, 2, 2, 4>;
 using TileWide = Tile<64, 128, 2, 2, 4>;
 // 64 × 64, 4 warps of 32 × 32: four times the blocks of the large tile.
 using TileSmall = Tile<64, 64, 2, 2, 4>;
-
-// Split-K: blocks z = b · splits + s compute slices [s · per, (s + 1) · per) of K for batch b and
-// write f32 partial sums to partial[s][b · M + m][n]; gemm_split_reduce_kernel then adds the
-// `splits` partials of each element in s order (deterministic) and applies the epilogue.
-struct SplitK {
-  int splits = 1;             // 1: no split, the GEMM applies the epilogue itself
-  int64_t tiles_per = 0;      // K slices (kBK deep) per split
-  float* partial = nullptr;   // [splits, batches · M, N]; null when splits == 1
-};
 
 // Element offset of chunk c of row r in a stage's A or B part (see the swizzle above).
 __device__ inline int swizzle(int r, int c) { return r * kBK + ((c ^ ((r >> 1) & 3)) * 8); }
@@ -133,7 +125,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
       // This block's K slices: [k_first, k_first + k_tiles). The host picks `tiles_per` so that
       // every split has at least one.
       const int64_t k_first = split.splits == 1 ? 0 : s * split.tiles_per;
-      const int64_t k_tiles = split.splits == 1 ? k_tiles_all : (split.tiles_per < k_tiles_all - k_first ? split.tiles_per : k_tiles_all - k_first);
+      const int64_t k_left = k_tiles_all - k_first;
+      const int64_t k_tiles = split.splits == 1 ? k_tiles_all : (split.tiles_per < k_left ? split.tiles_per : k_left);
       const T* const x = static_cast<const T*>(p.x) + b * p.x_batch;
       const T* const w = static_cast<const T*>(p.w) + b * p.w_batch;
 
@@ -274,18 +267,6 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
-// out[row, n] = epilogue(Σ_s partial[s][row, n]), s in order: the same sum whatever the timing.
-// One thread per element; a warp reads 32 consecutive floats of each partial.
-__global__ void __launch_bounds__(256) gemm_split_reduce_kernel(const float* partial, int splits, int64_t rows,
-                                                                 int64_t N, const Epilogue ep) {
-  const int64_t count = rows * N;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += int64_t(gridDim.x) * blockDim.x) {
-    float acc = partial[e];
-    for (int s = 1; s < splits; ++s) acc += partial[s * count + e];
-    ep.store(e / N, e % N, acc);
-  }
-}
-
 }  // namespace mma
 
 #if defined(DING_GPU_NVIDIA)
@@ -318,7 +299,6 @@ constexpr double kReduceLaunch = 5;
 constexpr double kPartialBytesPerUnit = 1.8e6;  // ~8 TB/s of L2 for 0.22 µs
 constexpr int kMaxSplits = 8;
 constexpr int64_t kMinSlicesPerSplit = 4;
-constexpr size_t kMaxPartialBytes = size_t(64) << 20;
 
 struct TileTraits {
   MmaTile tile;
@@ -382,14 +362,7 @@ void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace mma;
   const Props& props = s.props();
   const MmaPlan plan = mma_plan(props, p, s.gemm_tuning());
-  SplitK split;
-  if (plan.splits > 1) {
-    const int64_t k_tiles = ceil_div(p.K, kBK);
-    split.tiles_per = ceil_div(k_tiles, plan.splits);
-    split.splits = int(ceil_div(k_tiles, split.tiles_per));  // every split non-empty
-  }
-  if (split.splits > 1)
-    split.partial = static_cast<float*>(s.scratch(size_t(split.splits * p.batches * p.M * p.N) * sizeof(float)));
+  const SplitK split = make_split(s, p, ceil_div(p.K, kBK), plan.splits);
 
   auto launch = [&](auto tile) {
     using Tl = decltype(tile);
@@ -413,13 +386,7 @@ void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
     case MmaTile::wide: launch(TileWide{}); break;
     case MmaTile::small: launch(TileSmall{}); break;
   }
-  if (split.splits > 1) {
-    const int64_t count = p.batches * p.M * p.N;
-    const int64_t blocks = std::min<int64_t>(ceil_div(count, 256), int64_t(props.sm_count) * 16);
-    gemm_split_reduce_kernel<<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, s.handle()>>>(
-        split.partial, split.splits, p.batches * p.M, p.N, ep);
-    DING_GPU_CHECK_LAUNCH("gemm_split_reduce_kernel");
-  }
+  if (split.splits > 1) launch_gemm_split_reduce(s, p, split, ep);
 }
 #endif  // DING_GPU_NVIDIA
 

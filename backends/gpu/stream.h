@@ -36,7 +36,8 @@ struct Props {
 // "64x128") and DING_GEMM_SPLIT (a K split count) once per device (backends/cuda/device.cpp).
 struct GemmTuning {
   bool wgmma = true;           // the sm_90a wgmma core where it fits (gemm_wgmma.h)
-  int tile_m = 0, tile_n = 0;  // force this mma.sync tile (0: chosen per shape)
+  int tile_m = 0, tile_n = 0;  // force this tile (0: chosen per shape): 128x128, 128x64, 64x128 or
+                               // 64x64 on mma.sync, 128x128 or 128x256 on wgmma; others: automatic
   int splits = 0;              // force this K split on the mma.sync path (0: chosen per shape)
 };
 
