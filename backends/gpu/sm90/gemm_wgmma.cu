@@ -13,7 +13,7 @@
 // the swizzle mode; the k16 step kk starts 32 · kk bytes into the rows (the hardware applies the
 // XOR to the address it forms, so a start inside the swizzle atom is how k advances).
 //
-// Pipeline: slice kt waits in its stage (kt % Stages); Stages - 2 slices are in flight behind
+// Pipeline: slice kt waits in stage kt % Stages; Stages - 2 slices are in flight behind
 // it and one wgmma group stays in flight after it (wait_group 1), so the stage refilled at step kt
 // is that of slice kt - 2, whose wgmma group every warpgroup has retired before the step's
 // barrier. cp.async writes through the generic proxy and wgmma reads through the async proxy:
@@ -245,8 +245,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
       const int64_t k_tiles = split.splits == 1 ? k_tiles_all : (split.tiles_per < k_left ? split.tiles_per : k_left);
       const T* const x = static_cast<const T*>(p.x) + b * p.x_batch;
       const T* const w = static_cast<const T*>(p.w) + b * p.w_batch;
-      auto load_stage = [&](int64_t kt) {  // this block's slice kt
-        const uint32_t a_dst = base + uint32_t(kt % Tl::Stages) * Tl::kStageBytes + dst0;
+      auto load_stage = [&](int stage, int64_t kt) {  // this block's slice kt
+        const uint32_t a_dst = base + uint32_t(stage * Tl::kStageBytes) + dst0;
         const uint32_t b_dst = a_dst + kBM * kRowBytes;
         const int64_t k = (k_first + kt) * kBK + chunk * 8;
         const bool k_ok = k < p.K;
@@ -274,9 +274,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
       // group g holds slice g for the waits below.
 #pragma unroll
       for (int st = 0; st < Tl::Stages - 2; ++st) {
-        if (st < k_tiles) load_stage(st);
+        if (st < k_tiles) load_stage(st, st);
         cp_async_commit();
       }
+      int read_stage = 0, write_stage = Tl::Stages - 2;  // slice kt's stage; slice kt + Stages-2's
       for (int64_t kt = 0; kt < k_tiles; ++kt) {
         // Committed: groups 0 … kt + Stages-3; leaving Stages-3 in flight means slice kt landed.
         cp_async_wait<Tl::Stages - 3>();
@@ -284,17 +285,20 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
         // Publishes every thread's copies of slice kt; and every warpgroup has passed its
         // wgmma_wait<1> of step kt-1, so slice kt-2's stage is free to refill.
         __syncthreads();
-        if (kt + Tl::Stages - 2 < k_tiles) load_stage(kt + Tl::Stages - 2);
+        if (kt + Tl::Stages - 2 < k_tiles) load_stage(write_stage, kt + Tl::Stages - 2);
         cp_async_commit();
 
-        const uint32_t a_base = base + uint32_t(kt % Tl::Stages) * Tl::kStageBytes + uint32_t(group * 64 * kRowBytes);
-        const uint32_t b_base = base + uint32_t(kt % Tl::Stages) * Tl::kStageBytes + uint32_t(kBM * kRowBytes);
+        const uint32_t stage_base = base + uint32_t(read_stage * Tl::kStageBytes);
+        const uint32_t a_base = stage_base + uint32_t(group * 64 * kRowBytes);
+        const uint32_t b_base = stage_base + uint32_t(kBM * kRowBytes);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk)
           wgmma_k16<T, Tl::BN>(acc, smem_descriptor(a_base + kk * 32), smem_descriptor(b_base + kk * 32));
         wgmma_commit();
         wgmma_wait<1>();
+        read_stage = read_stage + 1 == Tl::Stages ? 0 : read_stage + 1;
+        write_stage = write_stage + 1 == Tl::Stages ? 0 : write_stage + 1;
       }
       wgmma_wait<0>();
 #pragma unroll
