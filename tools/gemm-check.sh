@@ -20,18 +20,35 @@ tests=$build/tests/ding_tests
 bench=$build/tools/ding-bench
 
 status=0
-parity() {  # name, then environment assignments
+all='*Parity*cuda_matmul_*:-*matmul_chain*'
+tensor_core='*Parity*cuda_matmul_*xbf16_wbf16*:*Parity*cuda_matmul_*xf16_wf16*:-*matmul_chain*'
+filter=$all
+parity() {  # name, then environment assignments; cases: $filter
   local name=$1; shift
-  env "$@" "$tests" --gtest_filter='*Parity*cuda_matmul_*:-*matmul_chain*' >"$out/parity-$name.log" 2>&1 || status=1
+  env "$@" "$tests" --gtest_filter="$filter" >"$out/parity-$name.log" 2>&1 || status=1
   printf '%-28s %s\n' "$name" "$(grep -E '^\[  (PASSED|FAILED)  \]' "$out/parity-$name.log" | tr '\n' ' ')" | tee -a "$out/summary.txt"
 }
 parity auto
 parity no-wgmma DING_GEMM_WGMMA=0
+filter=$tensor_core  # forced plans: only the products the tensor-core cores take
 for tile in 128x128 128x64 64x128 64x64; do
   for split in 1 3; do parity "mma-$tile-s$split" DING_GEMM_WGMMA=0 DING_GEMM_TILE=$tile DING_GEMM_SPLIT=$split; done
 done
 parity wgmma-128x128 DING_GEMM_TILE=128x128
 parity wgmma-128x256 DING_GEMM_TILE=128x256
+
+# Out-of-bounds or misaligned accesses in the new kernels: memcheck over a few small cases (wgmma
+# with both tiles, split-K on both cores), where the toolkit has compute-sanitizer.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [[ -n "$sanitizer" ]]; then
+  small='*cuda_matmul_M264_N2846*:*cuda_matmul_B70_*:*cuda_matmul_B72_*:*cuda_matmul_M65_N904*:*cuda_matmul_M40_N40_K520*'
+  for env in DING_GEMM_WGMMA=1 DING_GEMM_WGMMA=0; do
+    env $env "$sanitizer" --tool memcheck --error-exitcode 9 "$tests" --gtest_filter="$small" >"$out/memcheck-$env.log" 2>&1 ||
+      status=1
+    printf '%-28s %s\n' "memcheck $env" "$(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$out/memcheck-$env.log" | tr '\n' ' ')" |
+      tee -a "$out/summary.txt"
+  done
+fi
 
 cases="--op matmul --filter _xbf16_wbf16_outbf16 --backend cuda"
 "$bench" ops $cases >"$out/bench-ding.log" 2>&1
