@@ -12,6 +12,10 @@
 // unswizzled, rows r and r + 2 would share banks (a row is 64 bytes), with the XOR the 8 rows
 // cover all 8 16-byte bank groups of a 128-byte line: conflict-free.
 //
+// Per product the host picks a tile shape (128 × 128, 128 × 64, 64 × 128, 64 × 64) and a K split
+// (gemm_split.cuh) from a wave-quantisation cost model (mma_plan); gemm_wgmma.h takes the large
+// products instead on an H100. This core is the one every other NVIDIA GPU (RTX 4090) runs.
+//
 // Edges: rows of x beyond M, rows of w beyond N and chunks beyond K are zero-filled by cp.async
 // (source size 0: nothing is read), so the MMAs need no special case and the epilogue checks
 // m < M, n < N. The host sends a product here only when every 16-byte chunk is whole and aligned:
