@@ -8,6 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gemm-check-logs}}
 mkdir -p "$out"
+rm -f "$out/summary.txt"
 deps=${DING_DEPS:-$PWD/.deps/usr}
 build=${DING_GPU_BUILD:-build-gemm}
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
@@ -26,7 +27,8 @@ filter=$all
 parity() {  # name, then environment assignments; cases: $filter
   local name=$1; shift
   env "$@" "$tests" --gtest_filter="$filter" >"$out/parity-$name.log" 2>&1 || status=1
-  printf '%-28s %s\n' "$name" "$(grep -E '^\[  (PASSED|FAILED)  \]' "$out/parity-$name.log" | tr '\n' ' ')" | tee -a "$out/summary.txt"
+  printf '%-28s %s\n' "$name" "$(grep -E '^\[  (PASSED|SKIPPED|FAILED) *\] [0-9]+ test' "$out/parity-$name.log" | tr '\n' ' ')" \
+    >>"$out/summary.txt"
 }
 parity auto
 parity no-wgmma DING_GEMM_WGMMA=0
@@ -45,8 +47,8 @@ if [[ -n "$sanitizer" ]]; then
   for env in DING_GEMM_WGMMA=1 DING_GEMM_WGMMA=0; do
     env $env "$sanitizer" --tool memcheck --error-exitcode 9 "$tests" --gtest_filter="$small" >"$out/memcheck-$env.log" 2>&1 ||
       status=1
-    printf '%-28s %s\n' "memcheck $env" "$(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$out/memcheck-$env.log" | tr '\n' ' ')" |
-      tee -a "$out/summary.txt"
+    printf '%-28s %s\n' "memcheck $env" "$(grep -E 'ERROR SUMMARY|^\[  (PASSED|SKIPPED|FAILED) *\] [0-9]+ test' "$out/memcheck-$env.log" | tr '\n' ' ')" \
+      >>"$out/summary.txt"
   done
 fi
 
