@@ -3,7 +3,10 @@
 // capabilities read from the driver. The kernels are the single-source ones of backends/gpu/.
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "device.h"
@@ -48,6 +51,24 @@ class CudaGraph final : public Graph {
 };
 
 }  // namespace
+
+// The GEMM cores' switches (gpu::GemmTuning). An exception to "environment variables only in
+// tools/": DING_GEMM_WGMMA=0 must bypass the wgmma core in any program (ding_tests, ding-bench,
+// an application) without a rebuild, and DING_GEMM_TILE / DING_GEMM_SPLIT let a benchmark sweep
+// the mma.sync plans. Unparsable values are ignored (the automatic choice stays).
+gpu::GemmTuning gemm_tuning_from_environment() {
+  gpu::GemmTuning t;
+  if (const char* v = std::getenv("DING_GEMM_WGMMA")) t.wgmma = std::string_view(v) != "0";
+  if (const char* v = std::getenv("DING_GEMM_TILE")) {
+    int m = 0, n = 0;
+    if (std::sscanf(v, "%dx%d", &m, &n) == 2 && m > 0 && n > 0) {
+      t.tile_m = m;
+      t.tile_n = n;
+    }
+  }
+  if (const char* v = std::getenv("DING_GEMM_SPLIT")) t.splits = std::max(0, std::atoi(v));
+  return t;
+}
 
 // ---- CudaStream ----
 
@@ -140,7 +161,8 @@ cudaStream_t CudaDevice::native(Stream& s) {
   return gpu::gpu_stream(s).handle();
 }
 
-CudaStream::CudaStream(CudaDevice& device, int index, const gpu::Props& props) : device_(device), props_(props) {
+CudaStream::CudaStream(CudaDevice& device, int index, const gpu::Props& props)
+    : device_(device), props_(props), gemm_tuning_(gemm_tuning_from_environment()) {
   DING_GPU_CHECK(cudaSetDevice(index));
   DING_GPU_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }

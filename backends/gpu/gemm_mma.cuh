@@ -12,15 +12,21 @@
 // unswizzled, rows r and r + 2 would share banks (a row is 64 bytes), with the XOR the 8 rows
 // cover all 8 16-byte bank groups of a 128-byte line: conflict-free.
 //
+// Per product the host picks a tile shape (128 × 128, 128 × 64, 64 × 128, 64 × 64) and a K split
+// (gemm_split.cuh) from a wave-quantisation cost model (mma_plan); gemm_wgmma.h takes the large
+// products instead on an H100. This core is the one every other NVIDIA GPU (RTX 4090) runs.
+//
 // Edges: rows of x beyond M, rows of w beyond N and chunks beyond K are zero-filled by cp.async
 // (source size 0: nothing is read), so the MMAs need no special case and the epilogue checks
 // m < M, n < N. The host sends a product here only when every 16-byte chunk is whole and aligned:
 // K a multiple of 8 and both base pointers 16-byte aligned (else the SIMT core takes it).
 #pragma once
+#include <algorithm>
 #include <type_traits>
 
 #include "check.h"
 #include "gemm.cuh"
+#include "gemm_split.cuh"
 #include "stream.h"
 
 namespace ding::gpu {
@@ -50,11 +56,16 @@ struct Tile {
   static_assert(WarpsM * WarpsN * 16 * kPieceLd * 4 <= kSmemBytes, "epilogue pieces fit in the stages");
 };
 
-// 128 × 128, 8 warps of 64 × 32: 64 accumulators per thread. Four stages (64 KB) where two
+// The tile shapes the host chooses from (mma_plan below). 128 × 128, 8 warps of 64 × 32: 64
+// accumulators per thread, each loaded element used most often. Four stages (64 KB) where two
 // blocks fit per SM that way (H100: 228 KB), else three (48 KB; RTX 4090: 100 KB per SM).
 using TileLarge4 = Tile<128, 128, 2, 4, 4>;
 using TileLarge3 = Tile<128, 128, 2, 4, 3>;
-// 64 × 64, 4 warps of 32 × 32: for products whose 128 × 128 tiles would leave SMs idle.
+// 128 × 64 and 64 × 128, 4 warps of 64 × 32 / 32 × 64: half the tile, nearly the reuse of the
+// large one per warp; twice the blocks where 128 × 128 would leave SMs idle.
+using TileTall = Tile<128, 64, 2, 2, 4>;
+using TileWide = Tile<64, 128, 2, 2, 4>;
+// 64 × 64, 4 warps of 32 × 32: four times the blocks of the large tile.
 using TileSmall = Tile<64, 64, 2, 2, 4>;
 
 // Element offset of chunk c of row r in a stage's A or B part (see the swizzle above).
@@ -102,17 +113,24 @@ __device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const ui
 
 // kMinBlocks caps registers at 128 per thread: two 256-thread blocks (or four 128-thread ones) per SM.
 template <class T, class Tl>
-__global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(const GemmShape p, const Epilogue ep) {
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(const GemmShape p, const Epilogue ep,
+                                                                                  const SplitK split) {
 #if defined(DING_GPU_NVIDIA_MMA)
   extern __shared__ uint4 smem_chunks[];  // dynamic: Stages × (A: BM rows, B: BN rows) × kBK
   T* const smem = reinterpret_cast<T*>(smem_chunks);
   const int tid = int(threadIdx.x), lane = tid % kLanes, warp = tid / kLanes;
   const int warp_m = (warp / Tl::WarpsN) * Tl::kWarpM, warp_n = (warp % Tl::WarpsN) * Tl::kWarpN;
   const int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
-  const int64_t k_tiles = (p.K + kBK - 1) / kBK;
+  const int64_t k_tiles_all = (p.K + kBK - 1) / kBK;
 
   for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < p.N; n0 += int64_t(gridDim.y) * Tl::BN)
-    for (int64_t b = blockIdx.z; b < p.batches; b += gridDim.z) {
+    for (int64_t z = blockIdx.z; z < p.batches * split.splits; z += gridDim.z) {
+      const int64_t b = z / split.splits, s = z % split.splits;
+      // This block's K slices: [k_first, k_first + k_tiles). The host picks `tiles_per` so that
+      // every split has at least one.
+      const int64_t k_first = split.splits == 1 ? 0 : s * split.tiles_per;
+      const int64_t k_left = k_tiles_all - k_first;
+      const int64_t k_tiles = split.splits == 1 ? k_tiles_all : (split.tiles_per < k_left ? split.tiles_per : k_left);
       const T* const x = static_cast<const T*>(p.x) + b * p.x_batch;
       const T* const w = static_cast<const T*>(p.w) + b * p.w_batch;
 
@@ -141,7 +159,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
         b_src[it] = w + (b_ok[it] ? (n0 + r) * p.K : 0) + copy_chunk * 8;
         b_dst[it] = smem_base + uint32_t(Tl::BM * kBK + swizzle(r, copy_chunk)) * 2;
       }
-      auto load_stage = [&](int stage, int64_t kt) {
+      auto load_stage = [&](int stage, int64_t local_kt) {
+        const int64_t kt = k_first + local_kt;
         const uint32_t stage_bytes = uint32_t(stage * Tl::kStageElems * 2);
         const bool k_ok = kt * kBK + copy_chunk * 8 < p.K;
 #pragma unroll
@@ -237,7 +256,13 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
         for (int e = lane; e < 16 * Tl::kWarpN; e += kLanes) {
           const int r = e / Tl::kWarpN, c = e % Tl::kWarpN;
           const int64_t m = m0 + warp_m + i * 16 + r, n = n0 + warp_n + c;
-          if (m < p.M && n < p.N) ep.store(b * p.M + m, n, piece[r * Tl::kPieceLd + c]);
+          if (m < p.M && n < p.N) {
+            const float v = piece[r * Tl::kPieceLd + c];
+            if (split.splits == 1)
+              ep.store(b * p.M + m, n, v);
+            else
+              split.partial[((s * p.batches + b) * p.M + m) * p.N + n] = v;
+          }
         }
         __syncwarp();  // read before the next piece overwrites it
       }
@@ -255,31 +280,117 @@ inline bool gemm_mma_fits(const Props& props, const GemmShape& p) {
   return props.has_mma_sync() && p.K > 0 && p.K % 8 == 0 && aligned_to(p.x, 16) && aligned_to(p.w, 16);
 }
 
+// A tile shape and K split for one product, as mma_plan chooses it.
+enum class MmaTile { large, tall, wide, small };
+struct MmaPlan {
+  MmaTile tile = MmaTile::large;
+  int splits = 1;
+};
+
+// The host's estimate of a plan's time, in units of one 128 × 128 × 32 slice computed at a full
+// SM's mma.sync rate (~0.2 µs on an H100). Not measured per shape: a model with named guesses,
+// meant to rank plans, and overridable (GemmTuning) for sweeps on the device.
+//   - An SM runs the blocks it is given one after another in effect: the busiest SM (ceil of
+//     blocks / SMs) sets the time (wave quantisation), each block costing its slices (plus
+//     kFillSlices for its prologue and epilogue) × its area, divided by the tile's efficiency.
+//   - A block alone on its SM cannot go faster than kLoneSliceTime per slice (memory latency
+//     over the Stages - 1 slices in flight); co-resident blocks overlap those waits.
+//   - A split adds the reduce kernel: its launch, and partials written and read once (f32).
+namespace mma_model {
+constexpr double kFillSlices = 3;
+constexpr double kLoneSliceTime = 0.5;
+constexpr double kReduceLaunch = 5;
+constexpr double kPartialBytesPerUnit = 1.8e6;  // ~8 TB/s of L2 for 0.22 µs
+constexpr int kMaxSplits = 8;
+constexpr int64_t kMinSlicesPerSplit = 4;
+
+struct TileTraits {
+  MmaTile tile;
+  int bm, bn;
+  double efficiency;  // relative to 128 × 128: loads and ldmatrix per MMA grow as the tile shrinks
+  int resident;       // blocks per SM the launch bounds allow (registers); shared memory checked apart
+  int smem_bytes;
+};
+}  // namespace mma_model
+
+inline double mma_plan_cost(const Props& props, const GemmShape& p, const mma_model::TileTraits& t, int splits) {
+  using namespace mma_model;
+  const int64_t k_tiles = ceil_div(p.K, mma::kBK);
+  const int64_t per = ceil_div(k_tiles, splits);
+  const int64_t used_splits = ceil_div(k_tiles, per);
+  const int64_t blocks = ceil_div(p.M, t.bm) * ceil_div(p.N, t.bn) * p.batches * used_splits;
+  const int64_t sms = std::max(props.sm_count, 1);
+  const int64_t per_sm = ceil_div(blocks, sms);
+  const int64_t fit = std::max<int64_t>(1, std::min<int64_t>(t.resident, int64_t(props.shared_per_sm) / (t.smem_bytes + 1024)));
+  const double slices = double(per) + kFillSlices;
+  const double area = double(t.bm) * t.bn / (128.0 * 128.0);
+  const double throughput = double(per_sm) * slices * area / t.efficiency;
+  const double latency = double(ceil_div(per_sm, fit)) * slices * kLoneSliceTime;
+  double cost = std::max(throughput, latency);
+  if (used_splits > 1)
+    cost += kReduceLaunch + double(p.batches * p.M * p.N * used_splits) * 8.0 / kPartialBytesPerUnit;
+  return cost;
+}
+
+// The cheapest plan by mma_plan_cost, or the one GemmTuning forces (tile and/or splits; 0: auto).
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, const GemmTuning& tuning) {
+  using namespace mma_model;
+  const TileTraits tiles[] = {
+      {MmaTile::large, 128, 128, 1.0, mma::TileLarge4::kMinBlocks, mma::TileLarge3::kSmemBytes},
+      {MmaTile::tall, 128, 64, 0.85, mma::TileTall::kMinBlocks, mma::TileTall::kSmemBytes},
+      {MmaTile::wide, 64, 128, 0.85, mma::TileWide::kMinBlocks, mma::TileWide::kSmemBytes},
+      {MmaTile::small, 64, 64, 0.7, mma::TileSmall::kMinBlocks, mma::TileSmall::kSmemBytes},
+  };
+  const int64_t k_tiles = ceil_div(p.K, mma::kBK);
+  MmaPlan best;
+  double best_cost = -1;
+  for (const TileTraits& t : tiles) {
+    if (tuning.tile_m && (tuning.tile_m != t.bm || tuning.tile_n != t.bn)) continue;
+    for (int splits = 1; splits <= kMaxSplits; ++splits) {
+      if (tuning.splits && splits != tuning.splits) continue;
+      if (splits > 1 && (k_tiles / splits < kMinSlicesPerSplit ||
+                         size_t(p.batches * p.M * p.N) * splits * sizeof(float) > kMaxPartialBytes))
+        continue;
+      const double cost = mma_plan_cost(props, p, t, splits);
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        best = {t.tile, splits};
+      }
+    }
+  }
+  return best;  // a forced tile or split that no product could use falls back to large, unsplit
+}
+
 template <class T>
 void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace mma;
+  const Props& props = s.props();
+  const MmaPlan plan = mma_plan(props, p, s.gemm_tuning());
+  const SplitK split = make_split(s, p, ceil_div(p.K, kBK), plan.splits);
+
   auto launch = [&](auto tile) {
     using Tl = decltype(tile);
     const auto kernel = gemm_mma_kernel<T, Tl>;
     if (Tl::kSmemBytes > 48 * 1024)
       DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), Tl::kSmemBytes));
     const dim3 grid(unsigned(ceil_div(p.M, Tl::BM)), unsigned(std::min(ceil_div(p.N, Tl::BN), kMaxGridYZ)),
-                    unsigned(std::min(p.batches, kMaxGridYZ)));
-    kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep);
+                    unsigned(std::min(p.batches * split.splits, kMaxGridYZ)));
+    kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep, split);
     DING_GPU_CHECK_LAUNCH("gemm_mma_kernel");
   };
-  // Large tiles reuse each loaded element twice as often; take them when they still give every
-  // SM at least one block, else the small tiles spread the work (wave quantisation: 76 large
-  // tiles of M = 256, N = 4800 would leave 56 of 132 H100 SMs idle).
-  const Props& props = s.props();
-  const int64_t large_tiles = ceil_div(p.M, TileLarge4::BM) * ceil_div(p.N, TileLarge4::BN) * p.batches;
-  if (large_tiles < props.sm_count)
-    launch(TileSmall{});
-  else if (props.shared_per_sm >= 2 * size_t(TileLarge4::kSmemBytes + 1024) &&
-           props.shared_per_block_optin >= size_t(TileLarge4::kSmemBytes))
-    launch(TileLarge4{});
-  else
-    launch(TileLarge3{});
+  switch (plan.tile) {
+    case MmaTile::large:
+      if (props.shared_per_sm >= 2 * size_t(TileLarge4::kSmemBytes + 1024) &&
+          props.shared_per_block_optin >= size_t(TileLarge4::kSmemBytes))
+        launch(TileLarge4{});
+      else
+        launch(TileLarge3{});
+      break;
+    case MmaTile::tall: launch(TileTall{}); break;
+    case MmaTile::wide: launch(TileWide{}); break;
+    case MmaTile::small: launch(TileSmall{}); break;
+  }
+  if (split.splits > 1) launch_gemm_split_reduce(s, p, split, ep);
 }
 #endif  // DING_GPU_NVIDIA
 

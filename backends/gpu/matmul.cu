@@ -1,6 +1,7 @@
 // matmul and matmul_chain on the GPU: choose a core per call and hand it the product.
 //   gemv.cuh       M ≤ 8 rows per batch (decode): weight streaming, split-K when N is small, the
 //                  norm prologue fused; the other cores get norm(x) staged by the norm kernel
+//   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
 // matmul_chain runs its products chunk by chunk through the SIMT core, like the CPU backend:
@@ -12,6 +13,9 @@
 #include "gemm.cuh"
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
+#if defined(DING_GPU_WGMMA)
+#include "gemm_wgmma.h"
+#endif
 #include "gemv.cuh"
 #include "kernels.h"
 #include "stream.h"
@@ -81,6 +85,12 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
       }
 #if defined(DING_GPU_NVIDIA)
       if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
+#if defined(DING_GPU_WGMMA)
+        if (s.gemm_tuning().wgmma && gemm_wgmma_takes(s.props(), p)) {
+          launch_gemm_wgmma<X>(s, p, ep);
+          return;
+        }
+#endif
         if (gemm_mma_fits(s.props(), p)) {
           launch_gemm_mma<X>(s, p, ep);
           return;

@@ -31,6 +31,16 @@ struct Props {
   }
 };
 
+// How the GEMM cores choose their kernel, for experiments and as a bypass: the defaults are the
+// production choice. The cuda backend reads DING_GEMM_WGMMA (0: off), DING_GEMM_TILE (e.g.
+// "64x128") and DING_GEMM_SPLIT (a K split count) once per device (backends/cuda/device.cpp).
+struct GemmTuning {
+  bool wgmma = true;           // the sm_90a wgmma core where it fits (gemm_wgmma.h)
+  int tile_m = 0, tile_n = 0;  // force this tile (0: chosen per shape): 128x128, 128x64, 64x128 or
+                               // 64x64 on mma.sync, 128x128 or 128x256 on wgmma; others: automatic
+  int splits = 0;              // force this K split on the mma.sync path (0: chosen per shape)
+};
+
 class GpuStream : public Stream {
  public:
   virtual stream_t handle() const = 0;
@@ -45,6 +55,10 @@ class GpuStream : public Stream {
   // (only if the user switched it on, e.g. ding::cuda::set_matmul_path); false to run ding's
   // own kernels.
   virtual bool vendor_blas_matmul(const ops::MatmulArgs&) { return false; }
+  virtual const GemmTuning& gemm_tuning() const {
+    static const GemmTuning defaults;
+    return defaults;
+  }
 };
 
 // The GPU stream behind `stream`; throws Error(device_mismatch) if it is another backend's.

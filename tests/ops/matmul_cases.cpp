@@ -227,6 +227,24 @@ std::vector<OpCase> matmul_cases() {
       {.B = 33, .M = 129, .N = 129, .K = 136, .x = bf16, .w = bf16, .out = bf16, .batched_w = true},
       {.B = 2, .M = 40, .N = 72, .K = 72, .x = f16, .w = f16, .out = bf16, .batched_w = true, .bias = true,
        .gelu = true, .residual = inplace},
+      // Plans of the tensor-core cores as an H100 (132 SMs) picks them; other GPUs pick others,
+      // and tools/gemm-check.sh runs the matmul cases again with each plan forced
+      // (DING_GEMM_WGMMA=0, DING_GEMM_TILE, DING_GEMM_SPLIT). K split into f32 partials and an
+      // ordered reduce that applies the epilogue (gemm_split.cuh): with wgmma off, 128 × 64 tiles
+      // in 7 splits (in place), 64 × 128 in 7, 64 × 64 in 4; with wgmma, 128 × 128 in 4, 4, 2.
+      {.M = 65, .N = 904, .K = 1032, .x = bf16, .w = bf16, .out = bf16, .bias = true, .gelu = true, .residual = inplace},
+      {.M = 40, .N = 1696, .K = 1032, .x = f16, .w = f16, .bias = true},
+      {.M = 40, .N = 40, .K = 520, .x = bf16, .w = bf16, .out = bf16, .residual = sep},
+      // Unsplit 128 × 64 tiles on mma.sync (46 large tiles would leave SMs idle; too few K slices
+      // to split), wgmma or not.
+      {.M = 130, .N = 2846, .K = 72, .x = bf16, .w = bf16, .out = bf16, .bias = true},
+      // wgmma (cc 9.0): 69 tiles of 128 × 128, M, N and K ragged (K = 72: a 64-deep slice and a
+      // partial one); batched w with 72 tiles and 12 slices, twice round the 5-stage ring; 140
+      // tiles of 128 × 128 = 70 of 128 × 256, with the whole epilogue in place.
+      {.M = 264, .N = 2846, .K = 72, .x = f16, .w = f16, .out = f16, .bias = true, .gelu = true},
+      {.B = 72, .M = 65, .N = 40, .K = 712, .x = bf16, .w = bf16, .out = bf16, .batched_w = true},
+      {.B = 70, .M = 65, .N = 200, .K = 136, .x = bf16, .w = bf16, .out = bf16, .batched_w = true, .bias = true,
+       .gelu = true, .residual = inplace},
       // 16-bit operands that 16-byte copies cannot load (K not a multiple of 8): the SIMT core.
       {.M = 40, .N = 72, .K = 100, .x = bf16, .w = bf16, .out = bf16},
       {.M = 33, .N = 40, .K = 7, .x = f16, .w = f16, .out = f16, .residual = sep},

@@ -1,0 +1,58 @@
+// Deterministic split-K for the tensor-core cores (gemm_mma.cuh, sm90/gemm_wgmma.cu): for
+// products whose tile grid would leave SMs idle, blocks z = b · splits + s compute K slices
+// [s · per, (s + 1) · per) of their tile for batch b and write f32 partial sums to
+// partial[s][b · M + m][n] in the stream's scratch; gemm_split_reduce_kernel then adds the
+// `splits` partials of each element in order s = 0, 1, … (the same sum whatever the timing) and
+// applies the epilogue. The partials stay small (kMaxPartialBytes) so they live in L2.
+#pragma once
+#include <algorithm>
+
+#include "check.h"
+#include "gemm.cuh"
+#include "stream.h"
+
+namespace ding::gpu {
+
+struct SplitK {
+  int splits = 1;            // 1: no split, the GEMM kernel applies the epilogue itself
+  int64_t tiles_per = 0;     // K slices (of the core's depth) per split
+  float* partial = nullptr;  // [splits, batches · M, N]; null when splits == 1
+};
+
+inline constexpr size_t kMaxPartialBytes = size_t(16) << 20;
+
+// `wanted` splits of k_tiles slices made into whole, non-empty ones (possibly fewer), with their
+// scratch; splits == 1 when there is nothing to split.
+inline SplitK make_split(GpuStream& s, const GemmShape& p, int64_t k_tiles, int wanted) {
+  SplitK split;
+  if (wanted <= 1 || k_tiles <= 1) return split;
+  split.tiles_per = ceil_div(k_tiles, wanted);
+  split.splits = int(ceil_div(k_tiles, split.tiles_per));  // every split non-empty
+  if (split.splits > 1)
+    split.partial = static_cast<float*>(s.scratch(size_t(split.splits * p.batches * p.M * p.N) * sizeof(float)));
+  return split;
+}
+
+// One thread per element; a warp reads 32 consecutive floats of each partial. A template only so
+// that every translation unit that launches it may define it.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) gemm_split_reduce_kernel(const float* partial, int splits, int64_t rows,
+                                                                      int64_t N, const Epilogue ep) {
+  const int64_t count = rows * N;
+  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < count; e += int64_t(gridDim.x) * kThreads) {
+    float acc = partial[e];
+    for (int s = 1; s < splits; ++s) acc += partial[s * count + e];
+    ep.store(e / N, e % N, acc);
+  }
+}
+
+inline void launch_gemm_split_reduce(GpuStream& s, const GemmShape& p, const SplitK& split, const Epilogue& ep) {
+  constexpr int kThreads = 256;
+  const int64_t count = p.batches * p.M * p.N;
+  const int64_t blocks = std::clamp<int64_t>(ceil_div(count, kThreads), 1, int64_t(s.props().sm_count) * 16);
+  gemm_split_reduce_kernel<kThreads><<<unsigned(blocks), kThreads, 0, s.handle()>>>(split.partial, split.splits,
+                                                                                     p.batches * p.M, p.N, ep);
+  DING_GPU_CHECK_LAUNCH("gemm_split_reduce_kernel");
+}
+
+}  // namespace ding::gpu
