@@ -123,31 +123,52 @@ void matmul_chain(Stream& stream, const ops::MatmulChainArgs& a) {
   }
 #endif
 
-  for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
-    const int64_t cr = std::min(chunk_rows, R - r0);
-    const void* src = static_cast<const char*>(first.data) + r0 * first.dim(1) * int64_t(dtype_size(first.dtype));
-    DType src_dtype = first.dtype;
-    for (int i = 1; i < a.count; ++i) {
-      const Tensor& f = a.factors[i];
-      const bool last = i + 1 == a.count;
-      GemmShape p;
-      p.x = src;
-      p.w = f.data;
-      p.M = cr;
-      p.K = f.dim(0);
-      p.N = f.dim(1);
-      Epilogue ep;
-      ep.ld = p.N;
-      if (last) {
-        ep.out = static_cast<char*>(a.out.data) + r0 * out_cols * int64_t(dtype_size(a.out.dtype));
-        ep.out_dtype = a.out.dtype;
-      } else {
-        ep.out = slot[i % 2];
-        ep.out_dtype = inter;
+  // Product `i` over rows [r0, r0 + rows): x is A0's rows or the intermediate `src` (rows from
+  // its start); out is out's rows for the last product, else slot i % 2.
+  auto product = [&](int i, int64_t r0, int64_t rows, const void* src, DType src_dtype) {
+    const Tensor& f = a.factors[i];
+    GemmShape p;
+    p.x = src;
+    p.w = f.data;
+    p.M = rows;
+    p.K = f.dim(0);
+    p.N = f.dim(1);
+    Epilogue ep;
+    ep.ld = p.N;
+    if (i + 1 == a.count) {
+      ep.out = static_cast<char*>(a.out.data) + r0 * out_cols * int64_t(dtype_size(a.out.dtype));
+      ep.out_dtype = a.out.dtype;
+    } else {
+      ep.out = slot[i % 2];
+      ep.out_dtype = inter;
+    }
+    if (p.N > 0) launch_product(s, p, ep, src_dtype, f, w_nk[i]);
+  };
+  auto a0_rows = [&](int64_t r0) {
+    return static_cast<const void*>(static_cast<const char*>(first.data) + r0 * first.dim(1) * int64_t(dtype_size(first.dtype)));
+  };
+
+  // Product 1 reads A0 from memory whatever the schedule, and where its output is narrow (W_E·W_V:
+  // 64 columns) one chunk of rows gives it too few tiles to fill the GPU (4096 rows × 64 columns
+  // are 64 tiles for 132 SMs). So it runs over as many chunks at once as slot 1 holds (the whole
+  // of W_E·W_V, 6.4 MB, for the vocabulary), and products 2… chunk by chunk from there. Safe while
+  // no later product writes slot 1 before those chunks are consumed: chains of at most three
+  // products (the third, if any, writes out). A single product (two factors) needs no slot at all.
+  const int64_t first_cols = std::max<int64_t>(a.factors[1].dim(1), 1);
+  const int64_t group_rows = a.count == 2   ? R
+                             : a.count <= 4 ? std::max<int64_t>(1, slot_elements / (chunk_rows * first_cols)) * chunk_rows
+                                            : chunk_rows;
+  for (int64_t g0 = 0; g0 < R; g0 += group_rows) {
+    const int64_t gr = std::min(group_rows, R - g0);
+    product(1, g0, gr, a0_rows(g0), first.dtype);
+    for (int64_t r0 = g0; r0 < g0 + gr && a.count > 2; r0 += chunk_rows) {
+      const int64_t cr = std::min(chunk_rows, g0 + gr - r0);
+      // This chunk's rows of product 1's output: A product never writes the slot it reads.
+      const void* src = static_cast<const char*>(slot[1]) + (r0 - g0) * first_cols * inter_size;
+      for (int i = 2; i < a.count; ++i) {
+        product(i, r0, cr, src, inter);
+        src = slot[i % 2];
       }
-      if (p.N > 0) launch_product(s, p, ep, src_dtype, f, w_nk[i]);
-      src = ep.out;
-      src_dtype = ep.out_dtype;
     }
   }
 }
