@@ -48,12 +48,15 @@ def build_model(args, torch, transformers, dtype):
         layers, heads, width = SHAPES[args.shape]
         config = GPT2Config(n_layer=layers, n_head=heads, n_embd=width, n_positions=1024, vocab_size=50257,
                             bos_token_id=50256, eos_token_id=50256)
-        config._attn_implementation = "sdpa"
         torch.manual_seed(args.seed)
         with torch.device("cuda"):  # initialise on the GPU: 1.5 G parameters take minutes on a CPU
-            model = GPT2LMHeadModel(config)
+            try:
+                model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+            except (TypeError, AttributeError):  # a transformers without it: set it on the config
+                config._attn_implementation = "sdpa"
+                model = GPT2LMHeadModel(config)
         source = f"{args.shape} shape, random weights"
-    if hasattr(model, "set_attn_implementation"):
+    if getattr(model.config, "_attn_implementation", None) != "sdpa" and hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("sdpa")
     model = model.to(device="cuda", dtype=dtype).eval()
     model.requires_grad_(False)
