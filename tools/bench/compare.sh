@@ -9,6 +9,8 @@
 #   DING_DEPS        the unpacked Debian packages (default $PWD/.deps/usr, as tools/bench/cuda_seed.sh)
 #   PYTHON           the Python with torch + transformers (default python3)
 #   DING_COMPARE_BUDGET  seconds for the whole run (default 520: one device call allows 10 minutes)
+#   DING_COMPARE_TESTS   a gtest filter: also build ding_tests and run those tests (e.g. the cuda
+#                    parity cases of the ops under work, '*cuda_matmul*') while PyTorch compiles
 # Time: the three PyTorch runs compile (torch.compile, minutes) in the background while ding
 # builds, then wait; every timed run, ding's and PyTorch's, has the GPU to itself. A step that
 # fails or runs out of time leaves its output with the error and shows as n/a in the table.
@@ -66,10 +68,14 @@ note "PyTorch runs compiling in the background: ${torch_order[*]}"
 
 # ---- ding: build ---------------------------------------------------------------------------
 reserve=200  # the ding and PyTorch timed runs after the build
+tests=${DING_COMPARE_TESTS:-}
 run build 360 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH='$deps' \
-  -DDING_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES='$arch' && cmake --build '$build' --parallel $(nproc) --target ding-bench ding-run"
+  -DDING_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES='$arch' && \
+  cmake --build '$build' --parallel $(nproc) --target ding-bench ding-run ${tests:+ding_tests}"
 bench="$build/tools/ding-bench"
 [[ -x $bench ]] || note "no ding-bench: the ding rows will show n/a"
+# Correctness first (the GPU is shared with PyTorch's compile-time warm-up, which times nothing).
+[[ -n $tests ]] && run tests 90 "$build/tests/ding_tests" --gtest_filter="$tests" --gtest_brief=1
 
 # Wait until every PyTorch run is compiled (or gone) before timing anything on the GPU.
 for name in "${torch_order[@]}"; do

@@ -82,6 +82,11 @@ def main():
     versions = read(folder, "versions")
     if versions:
         print("versions: " + "; ".join(v.strip() for v in versions if v.strip()))
+    tests = read(folder, "tests")  # DING_COMPARE_TESTS: gtest's summary lines
+    if tests:
+        summary = [line.strip() for line in tests if re.match(r"^\[(==========|  PASSED  |  FAILED  )\]|^exit status", line)]
+        print(f"tests ({next((line[2:] for line in tests if line.startswith('$ ')), '?')}):")
+        print("  " + "\n  ".join(summary[:14] or [NA]))
 
     rows = []
     for label, ding_file, torch_file, prefill_target, decode_target in MODEL_ROWS:
