@@ -141,10 +141,9 @@ int64_t matmul_chain_chunk_rows(size_t llc_bytes, const MatmulChainArgs& a) {
   const int64_t R = a.factors[0].dim(0);
   if (llc_bytes == 0) return std::min<int64_t>(R, 256);
   // Per row of a chunk: the two intermediates live in cache; the factors are streamed.
-  const size_t budget = llc_bytes / 2;
-  const double per_row = 2.0 * double(widest_intermediate(a)) * double(dtype_size(matmul_chain_intermediate_dtype(a)));
+  const size_t budget = llc_bytes / 2, inter_size = dtype_size(matmul_chain_intermediate_dtype(a));
+  const double per_row = 2.0 * double(widest_intermediate(a)) * double(inter_size);
   int64_t rows = std::min<int64_t>(int64_t(double(budget) / per_row), R);
-  const size_t inter_size = dtype_size(matmul_chain_intermediate_dtype(a));
   while (rows > 1 && size_t(2 * matmul_chain_slot_elements(a, rows)) * inter_size > budget) --rows;  // slots round up
   return std::clamp<int64_t>(rows, std::min<int64_t>(R, 16), R);
 }

@@ -62,12 +62,13 @@ void matmul_chain(Stream&, const ops::MatmulChainArgs& a) {
   const Tensor& first = a.factors[0];
   const int64_t R = first.dim(0), chunk_rows = a.chunk_rows;
   const DType inter = a.scratch.dtype;
-  const int64_t slot_elements = ops::matmul_chain_slot_elements(a, chunk_rows);  // the staging is not needed here
+  const int64_t slot_elements = ops::matmul_chain_slot_elements(a, chunk_rows);  // (the staging goes unused here)
   char* const scratch = static_cast<char*>(a.scratch.data);
   char* const stored[2] = {scratch, scratch + slot_elements * int64_t(dtype_size(inter))};
   std::vector<float> widened_slots(inter == DType::f32 ? 0 : size_t(2 * slot_elements));
-  float* const slot[2] = {inter == DType::f32 ? reinterpret_cast<float*>(stored[0]) : widened_slots.data(),
-                          inter == DType::f32 ? reinterpret_cast<float*>(stored[1]) : widened_slots.data() + slot_elements};
+  float* const slot[2] = {
+      inter == DType::f32 ? reinterpret_cast<float*>(stored[0]) : widened_slots.data(),
+      inter == DType::f32 ? reinterpret_cast<float*>(stored[1]) : widened_slots.data() + slot_elements};
 
   // Factors after the first are read once per chunk: widen 16-bit ones to f32 once per call.
   std::vector<std::vector<float>> widened(size_t(a.count));

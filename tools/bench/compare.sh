@@ -114,5 +114,6 @@ run ops_matmul_cublas 60 "$bench" "${ops[@]}" --op matmul --filter 'M256_|M2048_
 run ops_chain 60 "$bench" "${ops[@]}" --op matmul_chain --filter 50304
 run ops_attention 40 "$bench" "${ops[@]}" --op attention_decode --filter S4096 --filter bf16
 
+rm -rf "$go"
 "$python" tools/bench/compare_table.py "$out" | tee "$out/table.txt"
 note "raw outputs and table.txt in $out"
