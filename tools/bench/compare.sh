@@ -23,6 +23,7 @@ python=${PYTHON:-python3}
 out=${OUT:-$PWD/results/compare-$(date +%Y%m%d-%H%M%S)}
 budget=${DING_COMPARE_BUDGET:-520}
 mkdir -p "$out"
+python_env=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}")  # PyTorch keeps the caller's libraries; ding gets .deps
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 start=$SECONDS
 note() { echo "[$((SECONDS - start))s] $*"; }
@@ -55,12 +56,12 @@ declare -A torch_pid
 go="$out/.go"
 mkdir -p "$go"
 rm -f "$go"/*
-{ "$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'; \
+{ "${python_env[@]}" "$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'; \
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1; } >"$out/versions.txt" 2>&1
 for name in "${torch_order[@]}"; do
   # shellcheck disable=SC2086  # the arguments are words
   { echo "\$ $python tools/bench/peer_torch.py ${torch_args[$name]} --prompt 256 --new 256"; \
-    exec timeout --kill-after=5 "$budget" "$python" tools/bench/peer_torch.py ${torch_args[$name]} --prompt 256 --new 256 \
+    exec timeout --kill-after=5 "$budget" "${python_env[@]}" "$python" tools/bench/peer_torch.py ${torch_args[$name]} --prompt 256 --new 256 \
       --wait-for "$go/$name" --wait-timeout "$budget"; } >"$out/$name.txt" 2>&1 &
   torch_pid[$name]=$!
 done

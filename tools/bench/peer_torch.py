@@ -90,14 +90,31 @@ def make_static_cache(model, batch, max_len, dtype, torch, transformers):
         fail(f"StaticCache({', '.join(kwargs)}) failed in transformers {transformers.__version__}: {e}")
 
 
-def cache_tensors(cache):
-    """The cache's key/value tensors (5.x: layers[i].keys/values; 4.x: key_cache/value_cache)."""
-    tensors = []
-    for layer in getattr(cache, "layers", None) or []:
-        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
-    for name in ("key_cache", "value_cache"):
-        tensors += [t for t in getattr(cache, name, None) or [] if t is not None]
-    return tensors
+def cache_tensors(cache, torch):
+    """The cache's 4-D key/value tensors, wherever this transformers keeps them (5.x: layers[i].keys
+    and .values, or keys.layers[i].inner; 4.x: key_cache / value_cache lists): a walk over
+    attributes, lists and dicts, a few levels deep."""
+    found, seen = [], set()
+
+    def walk(obj, depth):
+        if id(obj) in seen or depth > 4:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.dim() == 4:
+                found.append(obj)
+        elif isinstance(obj, (list, tuple)):
+            for item in obj:
+                walk(item, depth + 1)
+        elif isinstance(obj, dict):
+            for item in obj.values():
+                walk(item, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, type)):
+            for item in vars(obj).values():
+                walk(item, depth + 1)
+
+    walk(cache, 0)
+    return found
 
 
 def main():
@@ -162,11 +179,12 @@ def main():
     # The first prefill allocates the static cache (lazily in transformers 5.x) and warms up.
     token = prefill()
     torch.cuda.synchronize()
-    tensors = cache_tensors(cache)
-    if not tensors:
-        fail(f"the StaticCache of transformers {transformers.__version__} shows no key/value tensors after prefill")
-    for t in tensors:  # the CUDA graph must see fixed addresses (5.x marks them itself; harmless twice)
+    tensors = cache_tensors(cache, torch)
+    if not tensors:  # transformers marks them itself when it allocates them; the skip count below tells
+        print(f"WARNING: found no key/value tensors in transformers {transformers.__version__}'s StaticCache to mark static")
+    for t in tensors:  # the CUDA graph must see fixed addresses (transformers marks them too; harmless twice)
         torch._dynamo.mark_static_address(t)
+    print(f"static cache: {len(tensors)} tensors of {tuple(tensors[0].shape) if tensors else '?'}")
 
     compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
     warm = min(max(args.warmup, 3), N)
