@@ -133,8 +133,12 @@ void validate(const Device& device, const MatmulChainArgs& a) {
   c.dim("out", a.out, 1, a.factors[a.count - 1].dim(1), "columns (from the last factor)");
   for (int i = 0; i < a.count; ++i) c.disjoint("out", a.out, "a factor", a.factors[i]);
   if (a.chunk_rows < 1) c.fail(ErrorCode::invalid_argument, fmt::format("chunk_rows must be ≥ 1, got {}", a.chunk_rows));
-  c.tensor("scratch", a.scratch, 1, 3);
-  c.dtype_in("scratch", a.scratch, {DType::f32});
+  c.tensor("scratch", a.scratch, 1, 1);
+  c.contiguous("scratch", a.scratch);
+  const DType inter = matmul_chain_intermediate_dtype(a);
+  if (a.scratch.dtype != inter)
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("scratch is {} but the intermediates of these factors are {}",
+                                                  dtype_name(a.scratch.dtype), dtype_name(inter)));
   if (a.scratch.nbytes() < matmul_chain_scratch_bytes(a, a.chunk_rows))
     c.fail(ErrorCode::invalid_argument, fmt::format("scratch {} is smaller than the {} bytes needed for {} rows per chunk",
                                                     shape_of(a.scratch), matmul_chain_scratch_bytes(a, a.chunk_rows), a.chunk_rows));
@@ -146,16 +150,46 @@ static int64_t widest_intermediate(const MatmulChainArgs& a) {
   return widest;
 }
 
+DType matmul_chain_intermediate_dtype(const MatmulChainArgs& a) {
+  const DType first = a.factors[0].dtype;
+  if (first != DType::bf16 && first != DType::f16) return DType::f32;
+  for (int i = 1; i < a.count; ++i)
+    if (a.factors[i].dtype != first) return DType::f32;
+  return first;
+}
+
+namespace {
+constexpr int64_t kScratchAlign = 64;  // elements: 128 bytes of 16-bit intermediates, 256 of f32
+int64_t round_up_to_align(int64_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+}  // namespace
+
+int64_t matmul_chain_slot_elements(const MatmulChainArgs& a, int64_t chunk_rows) {
+  return round_up_to_align(chunk_rows * widest_intermediate(a));
+}
+
+int64_t matmul_chain_staging_offset(const MatmulChainArgs& a, int factor) {
+  int64_t offset = 0;
+  for (int i = 1; i < factor && i < a.count; ++i) offset += round_up_to_align(a.factors[i].numel());
+  return offset;
+}
+
+int64_t matmul_chain_staging_elements(const MatmulChainArgs& a) {
+  return matmul_chain_intermediate_dtype(a) == DType::f32 ? 0 : matmul_chain_staging_offset(a, a.count);
+}
+
 size_t matmul_chain_scratch_bytes(const MatmulChainArgs& a, int64_t chunk_rows) {
-  return size_t(2) * size_t(chunk_rows) * size_t(widest_intermediate(a)) * sizeof(float);
+  const int64_t elements = 2 * matmul_chain_slot_elements(a, chunk_rows) + matmul_chain_staging_elements(a);
+  return size_t(elements) * dtype_size(matmul_chain_intermediate_dtype(a));
 }
 
 int64_t matmul_chain_chunk_rows(size_t llc_bytes, const MatmulChainArgs& a) {
   const int64_t R = a.factors[0].dim(0);
   if (llc_bytes == 0) return std::min<int64_t>(R, 256);
-  // Per row of a chunk: the two f32 intermediates live in cache; the factors are streamed.
-  const double per_row = 2.0 * double(widest_intermediate(a)) * sizeof(float);
-  const int64_t rows = int64_t(0.5 * double(llc_bytes) / per_row);
+  // Per row of a chunk: the two intermediates live in cache; the factors are streamed.
+  const size_t budget = llc_bytes / 2, inter_size = dtype_size(matmul_chain_intermediate_dtype(a));
+  const double per_row = 2.0 * double(widest_intermediate(a)) * double(inter_size);
+  int64_t rows = std::min<int64_t>(int64_t(double(budget) / per_row), R);
+  while (rows > 1 && size_t(2 * matmul_chain_slot_elements(a, rows)) * inter_size > budget) --rows;  // slots round up
   return std::clamp<int64_t>(rows, std::min<int64_t>(R, 16), R);
 }
 
@@ -183,7 +217,8 @@ void matmul_chain(Stream& stream, Tensor out, const Tensor* factors, int count, 
     c.fail(ErrorCode::invalid_argument, fmt::format("chunk_rows must be ≥ 0 (0 = automatic), got {}", params.chunk_rows));
   a.chunk_rows = params.chunk_rows > 0 ? std::min(params.chunk_rows, a.factors[0].dim(0))
                                        : matmul_chain_chunk_rows(stream.device().caps().llc_bytes, a);
-  a.scratch = workspace.take(DType::f32, {2, a.chunk_rows, widest_intermediate(a)});
+  a.scratch = workspace.take(matmul_chain_intermediate_dtype(a),
+                             {2 * matmul_chain_slot_elements(a, a.chunk_rows) + matmul_chain_staging_elements(a)});
   dispatch(stream, a);
 }
 

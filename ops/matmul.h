@@ -2,6 +2,11 @@
 //               norm, optional, is the pre-norm of the block folded into the product)
 // matmul_chain: y = A0 · A1 · … · An   computed in row chunks of A0 sized to the last-level cache,
 //               so each chunk's intermediates stay in cache ("split W_E·W_V·W_O·W_U by rows of W_E").
+//               Precision, the same on every backend: each product accumulates in f32; the
+//               intermediates A0·…·Ai (i < n) are rounded to matmul_chain_intermediate_dtype():
+//               bf16 when every factor is bf16, f16 when every factor is f16, else f32 (16-bit
+//               chains then run on 16-bit hardware paths, tensor cores on a GPU, and keep twice as
+//               many rows in cache); the last product is rounded once, to out's dtype.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -71,15 +76,29 @@ struct MatmulChainArgs {
   std::array<Tensor, kMaxChainFactors> factors{};   // A0 [R, D0], A1 [D0, D1], …, 2 ≤ count ≤ 8
   int count = 0;
   int64_t chunk_rows = 0;  // resolved by the front end (≥ 1)
-  Tensor scratch;          // f32 [2, chunk_rows, max(D0..Dn-1)]: ping-pong intermediates
+  // 1-D, matmul_chain_intermediate_dtype(), ≥ matmul_chain_scratch_bytes(chunk_rows): two
+  // ping-pong slots of S = matmul_chain_slot_elements(chunk_rows) elements (a chunk's A0·…·Ai,
+  // 0 < i < n, lies row-major [cr, Di] at the start of slot i % 2, so a product never writes the
+  // slot it reads), then from element 2·S the staging of 16-bit chains (see below).
+  Tensor scratch;
 };
 
 void validate(const Device& device, const MatmulChainArgs& a);
 Cost cost(const MatmulChainArgs& a);
-// Rows per chunk such that one chunk's two intermediates (f32) and the next factor's streamed
-// panel fit in half of `llc_bytes`; at least 16 rows, at most R.
+// The dtype intermediates are rounded to (see the top of this file): from the factors only.
+DType matmul_chain_intermediate_dtype(const MatmulChainArgs& a);
+// Elements of one ping-pong slot for a chunk size: chunk_rows · max(D0..Dn-1), rounded up to 64
+// (so slot 1 and the staging start as aligned as the scratch).
+int64_t matmul_chain_slot_elements(const MatmulChainArgs& a, int64_t chunk_rows);
+// Staging, 16-bit chains only (0 elements otherwise): room for a copy of each factor after the
+// first, in the layout a backend's products want (a GPU's tensor cores read them transposed),
+// factor i at element offset matmul_chain_staging_offset(i) of the staging, each rounded up to 64.
+int64_t matmul_chain_staging_elements(const MatmulChainArgs& a);
+int64_t matmul_chain_staging_offset(const MatmulChainArgs& a, int factor);
+// The largest chunk whose two intermediates (in the intermediate dtype) fit in half of
+// `llc_bytes`, leaving the other half to the factors streamed past them; at least 16 rows, at most R.
 int64_t matmul_chain_chunk_rows(size_t llc_bytes, const MatmulChainArgs& a);
-// Scratch the chain needs from a workspace for a given chunk size, in bytes.
+// Scratch the chain needs from a workspace for a given chunk size, in bytes: two slots + staging.
 size_t matmul_chain_scratch_bytes(const MatmulChainArgs& a, int64_t chunk_rows);
 // factors: A0..An; scratch comes from `workspace` (on the stream's device).
 void matmul_chain(Stream& stream, Tensor out, const Tensor* factors, int count, Workspace& workspace,

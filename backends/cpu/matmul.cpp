@@ -52,8 +52,10 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
 }
 
 // Chunk of rows c of A0 (cr rows): s ← A0[c]; s ← s·A1; …; out[c] ← s·An. Each product is an Eigen
-// GEMM (multithreaded by Eigen itself) on f32 maps; the two scratch slots alternate so a
-// product never reads the buffer it writes.
+// GEMM (multithreaded by Eigen itself) on f32 maps; the two slots alternate so a product never
+// reads the buffer it writes. f32 intermediates live in the scratch itself; 16-bit ones (the
+// op's contract, ops/matmul.h) are computed in f32, rounded into the scratch and widened back,
+// so the next product reads exactly the rounded values every backend reads.
 void matmul_chain(Stream&, const ops::MatmulChainArgs& a) {
   using RowMajorF32 = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ConstMap = Eigen::Map<const RowMajorF32>;
@@ -61,8 +63,14 @@ void matmul_chain(Stream&, const ops::MatmulChainArgs& a) {
 
   const Tensor& first = a.factors[0];
   const int64_t R = first.dim(0), chunk_rows = a.chunk_rows;
-  const int64_t widest = a.scratch.numel() / 2 / chunk_rows;
-  float* slot[2] = {a.scratch.ptr<float>(), a.scratch.ptr<float>() + chunk_rows * widest};
+  const DType inter = a.scratch.dtype;
+  const int64_t slot_elements = ops::matmul_chain_slot_elements(a, chunk_rows);  // (the staging goes unused here)
+  char* const scratch = static_cast<char*>(a.scratch.data);
+  char* const stored[2] = {scratch, scratch + slot_elements * int64_t(dtype_size(inter))};
+  std::vector<float> widened_slots(inter == DType::f32 ? 0 : size_t(2 * slot_elements));
+  float* const slot[2] = {
+      inter == DType::f32 ? reinterpret_cast<float*>(stored[0]) : widened_slots.data(),
+      inter == DType::f32 ? reinterpret_cast<float*>(stored[1]) : widened_slots.data() + slot_elements};
 
   // Factors after the first are read once per chunk: widen 16-bit ones to f32 once per call.
   std::vector<std::vector<float>> widened(size_t(a.count));
@@ -96,6 +104,10 @@ void matmul_chain(Stream&, const ops::MatmulChainArgs& a) {
                    : a.out.dtype == DType::f32 ? a.out.ptr<float>() + r0 * out_cols
                                                : last.data();
       Map(dst, cr, cols).noalias() = ConstMap(src, cr, inner) * ConstMap(factor[i], inner, cols);
+      if (!is_last && inter != DType::f32) {
+        store_row(stored[i % 2], inter, dst, cr * cols);
+        load_row(dst, stored[i % 2], inter, cr * cols);
+      }
       src = dst;
     }
     if (a.out.dtype != DType::f32)

@@ -1,11 +1,10 @@
-// matmul and matmul_chain on the GPU: choose a core per call and hand it the product.
+// matmul on the GPU: choose a core per call and hand it the product.
 //   gemv.cuh       M ≤ 8 rows per batch (decode): weight streaming, split-K when N is small, the
 //                  norm prologue fused; the other cores get norm(x) staged by the norm kernel
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
-// matmul_chain runs its products chunk by chunk through the SIMT core, like the CPU backend:
-// the intermediates are f32 in the front end's ping-pong scratch.
+// matmul_chain, built on the same cores, is in matmul_chain.cu.
 #include <type_traits>
 
 #include "check.h"
@@ -100,52 +99,6 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
       launch_gemm_simt<X, W, false>(s, p, ep);
     });
   });
-}
-
-// Chunk c of A0's rows (cr of them): s ← A0[c]·A1 → slot 1; s ← s·A2 → slot 0; …; the last
-// product lands in out[c] in out's dtype. A product never writes the slot it reads.
-void matmul_chain(Stream& stream, const ops::MatmulChainArgs& a) {
-  GpuStream& s = gpu_stream(stream);
-  const Tensor& first = a.factors[0];
-  const int64_t R = first.dim(0), chunk_rows = a.chunk_rows;
-  const int64_t widest = a.scratch.numel() / 2 / chunk_rows;
-  float* const slot[2] = {a.scratch.ptr<float>(), a.scratch.ptr<float>() + chunk_rows * widest};
-  const int64_t out_cols = a.out.dim(1);
-  if (out_cols == 0) return;
-
-  for (int64_t r0 = 0; r0 < R; r0 += chunk_rows) {
-    const int64_t cr = std::min(chunk_rows, R - r0);
-    const void* src = static_cast<const char*>(first.data) + r0 * first.dim(1) * int64_t(dtype_size(first.dtype));
-    DType src_dtype = first.dtype;
-    for (int i = 1; i < a.count; ++i) {
-      const Tensor& f = a.factors[i];
-      const bool last = i + 1 == a.count;
-      GemmShape p;
-      p.x = src;
-      p.w = f.data;
-      p.M = cr;
-      p.K = f.dim(0);
-      p.N = f.dim(1);
-      Epilogue ep;
-      ep.ld = p.N;
-      if (last) {
-        ep.out = static_cast<char*>(a.out.data) + r0 * out_cols * int64_t(dtype_size(a.out.dtype));
-        ep.out_dtype = a.out.dtype;
-      } else {
-        ep.out = slot[i % 2];
-        ep.out_dtype = DType::f32;
-      }
-      if (p.N > 0) {
-        with_float_type(src_dtype, [&](auto x_tag) {
-          with_float_type(f.dtype, [&](auto w_tag) {
-            launch_gemm_simt<decltype(x_tag), decltype(w_tag), true>(s, p, ep);
-          });
-        });
-      }
-      src = ep.out;
-      src_dtype = ep.out_dtype;
-    }
-  }
 }
 
 }  // namespace ding::gpu

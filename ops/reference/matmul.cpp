@@ -5,6 +5,10 @@
 //                 Hendrycks & Gimpel 2016, HF transformers `NewGELUActivation` / "gelu_new")
 //   matmul_chain: y = A0·A1·…·An, a plain product of the factors in order; the kernels' row chunking
 //                 is a cache schedule that must not change the result, so the oracle ignores it.
+//                 The oracle keeps the intermediates exact (double); the op's rounding of them to
+//                 ops::matmul_chain_intermediate_dtype (16-bit for 16-bit chains, ops/matmul.h) is
+//                 an error the backends are allowed, budgeted in the parity tolerance
+//                 (tests/ops/matmul_cases.cpp).
 #include <cmath>
 #include <numbers>
 #include <vector>

@@ -156,6 +156,49 @@ TEST(MatmulChainChunkRows, FitsHalfTheCacheWithinBounds) {
   }
 }
 
+// The precision contract of ops/matmul.h: 16-bit intermediates only when every factor is that dtype.
+ops::MatmulChainArgs chain_of(Tensors& t, std::vector<DType> dtypes, int64_t R, std::vector<int64_t> dims) {
+  ops::MatmulChainArgs a = chain_shape(t, R, std::move(dims));
+  for (int i = 0; i < a.count; ++i) a.factors[size_t(i)].dtype = dtypes[size_t(i)];
+  return a;
+}
+
+TEST(MatmulChainContract, IntermediateDtypeFromTheFactors) {
+  Tensors t(Device::open("cpu"));
+  constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+  EXPECT_EQ(ops::matmul_chain_intermediate_dtype(chain_of(t, {bf16, bf16, bf16}, 4, {8, 8, 8})), bf16);
+  EXPECT_EQ(ops::matmul_chain_intermediate_dtype(chain_of(t, {f16, f16}, 4, {8, 8})), f16);
+  EXPECT_EQ(ops::matmul_chain_intermediate_dtype(chain_of(t, {bf16, f16, bf16}, 4, {8, 8, 8})), f32);
+  EXPECT_EQ(ops::matmul_chain_intermediate_dtype(chain_of(t, {f32, bf16, bf16}, 4, {8, 8, 8})), f32);
+  EXPECT_EQ(ops::matmul_chain_intermediate_dtype(chain_of(t, {f32, f32}, 4, {8, 8})), f32);
+}
+
+TEST(MatmulChainContract, ScratchIsTwoAlignedSlotsPlusStagingFor16Bit_R5_D9x7x3) {
+  Tensors t(Device::open("cpu"));
+  // Widest intermediate 9 (D0, widened A0 chunks on the CPU) → a slot of 5 · 9 = 45 elements → 64.
+  const ops::MatmulChainArgs f32 = chain_of(t, {DType::f32, DType::f32, DType::f32}, 5, {9, 7, 3});
+  EXPECT_EQ(ops::matmul_chain_slot_elements(f32, 5), 64);
+  EXPECT_EQ(ops::matmul_chain_staging_elements(f32), 0);
+  EXPECT_EQ(ops::matmul_chain_scratch_bytes(f32, 5), size_t(2 * 64 * 4));
+  // bf16: factors 1 (9 × 7 = 63 → 64) and 2 (7 × 3 = 21 → 64) staged.
+  const ops::MatmulChainArgs bf16 = chain_of(t, {DType::bf16, DType::bf16, DType::bf16}, 5, {9, 7, 3});
+  EXPECT_EQ(ops::matmul_chain_staging_offset(bf16, 1), 0);
+  EXPECT_EQ(ops::matmul_chain_staging_offset(bf16, 2), 64);
+  EXPECT_EQ(ops::matmul_chain_staging_elements(bf16), 128);
+  EXPECT_EQ(ops::matmul_chain_scratch_bytes(bf16, 5), size_t((2 * 64 + 128) * 2));
+}
+
+TEST(MatmulChainChunkRows, SixteenBitIntermediatesFitTwiceTheRows) {
+  Tensors t(Device::open("cpu"));
+  const size_t llc = size_t(50) << 20;
+  const std::vector<int64_t> dims = {768, 64, 768, 1024};
+  const DType f32 = DType::f32, bf16 = DType::bf16;
+  const int64_t f32_rows = ops::matmul_chain_chunk_rows(llc, chain_of(t, {f32, f32, f32, f32}, 50304, dims));
+  const int64_t bf16_rows = ops::matmul_chain_chunk_rows(llc, chain_of(t, {bf16, bf16, bf16, bf16}, 50304, dims));
+  EXPECT_EQ(f32_rows, 4266);  // ⌊25 MiB / (2 · 768 · 4 bytes)⌋
+  EXPECT_EQ(bf16_rows, 8533);
+}
+
 TEST(MatmulChainChunkRows, TinyCacheStillGives16Rows) {
   Tensors t(Device::open("cpu"));
   EXPECT_EQ(ops::matmul_chain_chunk_rows(1024, chain_shape(t, 1000, {512, 512, 8})), 16);

@@ -54,6 +54,7 @@ class CaseRun {
   // Set by the case: launches the op once on `stream`; and the op's cost for the bench.
   std::function<void(Stream&)> launch;
   Cost cost;
+  std::string note;  // optional: a choice the case made on this device (a chunk size), printed by ding-bench
 
   void poison_outputs();  // poison outputs, restore in-out tensors
   void run() {

@@ -1,9 +1,10 @@
 // ding-bench: op benchmarks with a roofline column.
-//   ding-bench ops [--backend cpu] [--op matmul] [--filter TEXT] [--all] [--threads N] [--matmul ding|cublas]
+//   ding-bench ops [--backend cpu] [--op matmul] [--filter TEXT[|TEXT…]]… [--all] [--threads N] [--matmul ding|cublas]
 // runs the op cases of tests/ops in perf mode: median time per case, achieved GB/s and GFLOP/s
 // from the op's cost model, and the share of the roofline min(peak FLOP/s, AI × bandwidth)
 // reached, with both ceilings measured in this process and printed with how they were measured.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <cstdlib>
 #include <memory>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "ceilings.h"
 #include "model_bench.h"
@@ -25,7 +28,7 @@ namespace {
 struct OpsOptions {
   std::string backend = "cpu";
   std::string op;
-  std::string filter;
+  std::vector<std::string> filters;  // a case must match each; a filter matches if one of its |-separated texts is in the name
   bool all = false;
   bool warm = false;
   double min_time = 0.3;
@@ -59,6 +62,19 @@ void choose_matmul_path(Device& device, const std::string& path) {
   throw Error(ErrorCode::invalid_argument, fmt::format("--matmul {} needs a cuda device (backend is {})", path, device.caps().backend));
 }
 
+bool matches(const std::string& name, const std::vector<std::string>& filters) {
+  for (const std::string& filter : filters) {
+    bool any = false;
+    for (size_t from = 0; from <= filter.size() && !any;) {
+      const size_t bar = std::min(filter.find('|', from), filter.size());
+      any = name.find(filter.substr(from, bar - from)) != std::string::npos;
+      from = bar + 1;
+    }
+    if (!any) return false;
+  }
+  return true;
+}
+
 int run_ops(const OpsOptions& o) {
   Device& device = Device::open(o.backend);
   const Caps& caps = device.caps();
@@ -77,7 +93,7 @@ int run_ops(const OpsOptions& o) {
   int ran = 0;
   for (const testing::OpCase& c : testing::all_op_cases()) {
     if (!o.op.empty() && c.op != o.op) continue;
-    if (!o.filter.empty() && c.name.find(o.filter) == std::string::npos) continue;
+    if (!matches(c.name, o.filters)) continue;
     if (!c.in_bench || (c.in_tests && !o.all)) continue;
     std::vector<std::unique_ptr<testing::CaseRun>> runs;
     try {
@@ -106,14 +122,15 @@ int run_ops(const OpsOptions& o) {
     const double gbs = cost.bytes / seconds * 1e-9, gflops = cost.flops / seconds * 1e-9;
     const double memory_time = cost.bytes / (ceil.bandwidth_gbs * 1e9), compute_time = cost.flops / (ceil.gflops * 1e9);
     const double roof_time = std::max(memory_time, compute_time);
-    fmt::print("{:<60} {:>10.4f} {:>9.2f} {:>9.2f} {:>8.2f} {:>5} {:>5.0f}%\n", c.name, seconds * 1e3, gbs, gflops,
+    fmt::print("{:<60} {:>10.4f} {:>9.2f} {:>9.2f} {:>8.2f} {:>5} {:>5.0f}%{}{}\n", c.name, seconds * 1e3, gbs, gflops,
                cost.bytes > 0 ? cost.flops / cost.bytes : 0.0, memory_time >= compute_time ? "mem" : "flop",
-               roof_time / seconds * 100.0);
+               roof_time / seconds * 100.0, runs[0]->note.empty() ? "" : "  ", runs[0]->note);
     std::fflush(stdout);
     ++ran;
   }
   if (ran == 0) {
-    fmt::print(stderr, "ding-bench: no case matched (op '{}', filter '{}'{})\n", o.op, o.filter, o.all ? "" : ", try --all");
+    fmt::print(stderr, "ding-bench: no case matched (op '{}', filters '{}'{})\n", o.op, fmt::join(o.filters, "' '"),
+               o.all ? "" : ", try --all");
     return 2;
   }
   return 0;
@@ -130,7 +147,8 @@ int main(int argc, char** argv) {
   CLI::App* ops_cmd = app.add_subcommand("ops", "time every op case on a backend against measured ceilings");
   ops_cmd->add_option("--backend", ops.backend, "backend: cpu, ref, cuda, ... (default cpu)");
   ops_cmd->add_option("--op", ops.op, "only this op (a name from ops/op_list.h)");
-  ops_cmd->add_option("--filter", ops.filter, "only cases whose name contains this text");
+  ops_cmd->add_option("--filter", ops.filters,
+                      "only cases whose name contains this text (A|B: either; repeated: every filter must match)");
   ops_cmd->add_flag("--all", ops.all, "also time the small parity-test cases, not only the benchmark shapes");
   ops_cmd->add_flag("--warm", ops.warm, "reuse one set of tensors (cache-resident) instead of rotating through copies");
   ops_cmd->add_option("--min-time", ops.min_time, "seconds to spend timing each case (default 0.3)")->check(CLI::PositiveNumber);

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""The best PyTorch stack we know for GPT-2 decode (issue 5), on ding-bench model's shapes.
+
+Hugging Face GPT2LMHeadModel in bf16 on cuda with sdpa attention and a StaticCache sized
+prompt + new; prefill timed after a warm-up; decode as a hand-written greedy loop whose one-token
+step (model forward + argmax) is torch.compile(mode="reduce-overhead", fullgraph=True), which
+replays it as a CUDA graph. Timed with CUDA events after warm-up. Prints lines shaped like
+ding-bench model's, so tools/bench/compare_table.py reads both:
+
+  prefill   256 tokens x 1: 23.70 ms per sequence = 10801.7 tok/s
+  decode    256 steps x batch 1: 2.825 ms/step = 354.0 tok/s
+
+  tools/bench/peer_torch.py [--shape gpt2-xl | --model DIR] [--prompt 256] [--new 256] [--batch 1]
+
+Random weights of a named shape need no download (the GPU machine has no network); --model loads
+a local folder (config.json + weights) instead. Prefill runs eager (the batch's B prompts in one
+call; "per sequence" is that call's time / B, where ding-bench prefills sequence by sequence).
+"""
+import argparse
+import inspect
+import os
+import sys
+import time
+
+SHAPES = {  # layers, heads, width: the GPT-2 family as released, as in tools/bench/model_bench.cpp
+    "gpt2": (12, 12, 768),
+    "gpt2-medium": (24, 16, 1024),
+    "gpt2-large": (36, 20, 1280),
+    "gpt2-xl": (48, 25, 1600),
+}
+
+
+def fail(message):
+    print(f"peer_torch: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def build_model(args, torch, transformers, dtype):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if args.model:
+        try:
+            model = GPT2LMHeadModel.from_pretrained(args.model, attn_implementation="sdpa")
+        except TypeError:  # an older transformers without the keyword
+            model = GPT2LMHeadModel.from_pretrained(args.model)
+        source = args.model
+    else:
+        layers, heads, width = SHAPES[args.shape]
+        config = GPT2Config(n_layer=layers, n_head=heads, n_embd=width, n_positions=1024, vocab_size=50257,
+                            bos_token_id=50256, eos_token_id=50256)
+        torch.manual_seed(args.seed)
+        with torch.device("cuda"):  # initialise on the GPU: 1.5 G parameters take minutes on a CPU
+            try:
+                model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+            except (TypeError, AttributeError):  # a transformers without it: set it on the config
+                config._attn_implementation = "sdpa"
+                model = GPT2LMHeadModel(config)
+        source = f"{args.shape} shape, random weights"
+    if getattr(model.config, "_attn_implementation", None) != "sdpa" and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("sdpa")
+    model = model.to(device="cuda", dtype=dtype).eval()
+    model.requires_grad_(False)
+    attn = getattr(model.config, "_attn_implementation", "?")
+    if attn != "sdpa":
+        fail(f"attention implementation is '{attn}', not sdpa (transformers {transformers.__version__})")
+    return model, source
+
+
+def make_static_cache(model, batch, max_len, dtype, torch, transformers):
+    """StaticCache across transformers versions: 5.x takes (config, max_cache_len) and sizes batch,
+    device and dtype from the first update; 4.x wanted them up front under varying names."""
+    from transformers import StaticCache
+
+    params = inspect.signature(StaticCache.__init__).parameters
+    wanted = {
+        "config": model.config,
+        "max_cache_len": max_len,
+        "max_batch_size": batch,  # 4.4x
+        "batch_size": batch,      # 4.3x
+        "device": "cuda",
+        "dtype": dtype,
+    }
+    kwargs = {k: v for k, v in wanted.items() if k in params}
+    if "config" not in kwargs or "max_cache_len" not in kwargs:
+        fail(f"StaticCache{inspect.signature(StaticCache.__init__)} in transformers {transformers.__version__} takes "
+             "neither config nor max_cache_len: this script knows the 4.x and 5.x constructors only")
+    try:
+        return StaticCache(**kwargs)
+    except Exception as e:  # noqa: BLE001 - reported with what was tried
+        fail(f"StaticCache({', '.join(kwargs)}) failed in transformers {transformers.__version__}: {e}")
+
+
+def cache_tensors(cache, torch):
+    """The cache's 4-D key/value tensors, wherever this transformers keeps them (5.x: layers[i].keys
+    and .values, or keys.layers[i].inner; 4.x: key_cache / value_cache lists): a walk over
+    attributes, lists and dicts, a few levels deep."""
+    found, seen = [], set()
+
+    def walk(obj, depth):
+        if id(obj) in seen or depth > 4:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.dim() == 4:
+                found.append(obj)
+        elif isinstance(obj, (list, tuple)):
+            for item in obj:
+                walk(item, depth + 1)
+        elif isinstance(obj, dict):
+            for item in obj.values():
+                walk(item, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, type)):
+            for item in vars(obj).values():
+                walk(item, depth + 1)
+
+    walk(cache, 0)
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="gpt2-xl", choices=sorted(SHAPES))
+    ap.add_argument("--model", help="a local model folder instead of a named shape")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=8, help="untimed decode steps after compilation (default 8)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--wait-for", metavar="PATH",
+                    help="after compiling and warming up, create PATH.ready, wait until PATH exists, then time "
+                         "(compare.sh compiles while ding builds, and times with the GPU to itself)")
+    ap.add_argument("--wait-timeout", type=float, default=900, help="seconds --wait-for waits (default 900)")
+    args = ap.parse_args()
+
+    import torch
+    import transformers
+
+    if not torch.cuda.is_available():
+        fail("no CUDA device: this benchmark runs on cuda only")
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    model, source = build_model(args, torch, transformers, dtype)
+    c = model.config
+    if args.prompt < 1 or args.new < 1 or args.batch < 1 or args.prompt + args.new > c.n_positions:
+        fail(f"--prompt {args.prompt} + --new {args.new} must fit the {c.n_positions} positions (and be >= 1, batch >= 1)")
+    print(f"peer_torch: {source} ({c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, vocab {c.vocab_size}), "
+          f"{args.dtype}, sdpa, static cache, decode step torch.compile(reduce-overhead, fullgraph)")
+    print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, CUDA {torch.version.cuda}; "
+          f"GPU {torch.cuda.get_device_name()}")
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    print(f"weights {weight_bytes * 1e-6:.1f} MB")
+
+    B, P, N = args.batch, args.prompt, args.new
+    total = P + N
+    cache = make_static_cache(model, B, total, dtype, torch, transformers)
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    prompt = torch.randint(0, c.vocab_size - 1, (B, P), generator=gen).to("cuda")
+    prefill_positions = torch.arange(P, device="cuda")
+    decode_positions = torch.arange(P, total, device="cuda")  # step i reads decode_positions[i:i+1], a view
+
+    def reset_cache():
+        if hasattr(cache, "reset"):
+            cache.reset()
+
+    @torch.no_grad()
+    def prefill():
+        out = model(input_ids=prompt, past_key_values=cache, cache_position=prefill_positions,
+                    position_ids=prefill_positions.unsqueeze(0).expand(B, -1), use_cache=True)
+        return out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
+
+    @torch.no_grad()
+    def step(token, position):  # token [B, 1], position [1]: one greedy decode step
+        out = model(input_ids=token, past_key_values=cache, cache_position=position,
+                    position_ids=position.unsqueeze(0).expand(B, -1), use_cache=True)
+        return out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
+
+    # The first prefill allocates the static cache (lazily in transformers 5.x) and warms up.
+    token = prefill()
+    torch.cuda.synchronize()
+    tensors = cache_tensors(cache, torch)
+    if not tensors:  # transformers marks them itself when it allocates them; the skip count below tells
+        print(f"WARNING: found no key/value tensors in transformers {transformers.__version__}'s StaticCache to mark static")
+    for t in tensors:  # the CUDA graph must see fixed addresses (transformers marks them too; harmless twice)
+        torch._dynamo.mark_static_address(t)
+    print(f"static cache: {len(tensors)} tensors of {tuple(tensors[0].shape) if tensors else '?'}")
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    warm = min(max(args.warmup, 3), N)
+
+    def warm_decode():  # positions the timed run overwrites, in order, before it reads them
+        t = token
+        for i in range(warm):
+            torch.compiler.cudagraph_mark_step_begin()
+            t = compiled(t, decode_positions[i:i + 1]).clone()
+        torch.cuda.synchronize()
+
+    compile_start = time.monotonic()
+    warm_decode()  # compilation and CUDA graph recording
+    print(f"compiled and recorded the decode step in {time.monotonic() - compile_start:.1f} s", flush=True)
+    skips = torch._dynamo.utils.counters["inductor"].get("cudagraph_skips", 0)
+    if skips:
+        print(f"WARNING: torch skipped CUDA graphs {skips} time(s) (see the inductor log): decode is not graph-replayed")
+
+    if args.wait_for:
+        open(args.wait_for + ".ready", "w").close()
+        deadline = time.monotonic() + args.wait_timeout
+        while not os.path.exists(args.wait_for):
+            if time.monotonic() > deadline:
+                fail(f"waited {args.wait_timeout:.0f} s for {args.wait_for}")
+            time.sleep(0.05)
+        warm_decode()  # the GPU may have idled (clocks down) while this process waited
+
+    # Timed prefill (eager) from an empty cache, after one untimed.
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reset_cache()
+    prefill()
+    reset_cache()
+    start.record()
+    token = prefill()
+    end.record()
+    torch.cuda.synchronize()
+    prefill_ms = start.elapsed_time(end)
+    warm_decode()
+
+    # Timed decode: N greedy steps from the prefill's token, positions P … P+N-1 (the cache holds
+    # the prompt; each step writes its own position before reading it, so the warm-up's writes
+    # are overwritten in order).
+    t = token
+    start.record()
+    for i in range(N):
+        torch.compiler.cudagraph_mark_step_begin()
+        t = compiled(t, decode_positions[i:i + 1]).clone()
+    end.record()
+    torch.cuda.synchronize()
+    decode_ms = start.elapsed_time(end)
+    step_ms = decode_ms / N
+
+    print(f"prefill   {P} tokens x {B}: {prefill_ms / B:.2f} ms per sequence = {P * B / (prefill_ms * 1e-3):.1f} tok/s")
+    print(f"decode    {N} steps x batch {B}: {step_ms:.3f} ms/step = {B / (step_ms * 1e-3):.1f} tok/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
