@@ -234,6 +234,21 @@ inline bool gemv_fuses(const ops::MatmulNorm& norm, DType x, int64_t M, int64_t 
           M * K * int64_t(dtype_size(x)) <= kGemvStagedBytes);
 }
 
+// Switches for measuring what the overlap buys (ding-bench, PERFORMANCE.md): DING_GEMV_CHAINED=0
+// launches the GEMVs plainly, DING_GEMV_PREFETCH=0 keeps the chained launch without the L2 prefetch.
+inline bool gemv_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+inline bool gemv_chained(GpuStream& s) {
+  static const bool on = gemv_switch_on("DING_GEMV_CHAINED");
+  return on && s.props().has_chained_launch();
+}
+inline bool gemv_prefetch() {
+  static const bool on = gemv_switch_on("DING_GEMV_PREFETCH");
+  return on;
+}
+
 template <class X, class W>
 void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
   using namespace gemv;
@@ -257,12 +272,9 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
   a.k_slice = ceil_div(ceil_div(p.K, a.slices), unit) * unit;
 
   const int64_t rows_per_block = int64_t(warps / a.slices) * kRowsPerWarp;
-  // Switches for measuring what the overlap buys: DING_GEMV_CHAINED=0, DING_GEMV_PREFETCH=0.
-  static const bool allow_chained = !std::getenv("DING_GEMV_CHAINED") || std::string(std::getenv("DING_GEMV_CHAINED")) != "0";
-  static const bool allow_prefetch = !std::getenv("DING_GEMV_PREFETCH") || std::string(std::getenv("DING_GEMV_PREFETCH")) != "0";
-  const bool chained = s.props().has_chained_launch() && allow_chained;
+  const bool chained = gemv_chained(s);
   // The bulk prefetch takes 16-byte multiples, which whole vector rows are.
-  if (chained && vec && allow_prefetch) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
+  if (chained && vec && gemv_prefetch()) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
   const dim3 grid(unsigned(ceil_div(p.N, rows_per_block)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
 
   auto launch = [&](auto rows_tag, auto vec_tag, auto normed_tag) {

@@ -1,6 +1,8 @@
 // matmul on the GPU: choose a core per call and hand it the product.
-//   gemv.cuh       M ≤ 8 rows per batch (decode): weight streaming, split-K when N is small, the
-//                  norm prologue fused; the other cores get norm(x) staged by the norm kernel
+//   gemv_mma.cuh   M ≤ 8 rows per batch (decode), 16-bit x and w, sm_80+: weight streaming into
+//                  mma.sync, the norm prologue fused
+//   gemv.cuh       M ≤ 8 otherwise: the same on FMAs; the GEMM cores get norm(x) staged by the
+//                  norm kernel
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
@@ -16,6 +18,7 @@
 #include "gemm_wgmma.h"
 #endif
 #include "gemv.cuh"
+#include "gemv_mma.cuh"
 #include "kernels.h"
 #include "stream.h"
 
@@ -79,7 +82,16 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
       using X = decltype(x_tag);
       using W = decltype(w_tag);
       if (p.M <= kGemvMaxRows) {
-        launch_gemv<X, W>(s, p, ep, fused ? norm : ops::MatmulNorm{});
+        const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
+#if defined(DING_GPU_NVIDIA)
+        if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
+          if (gemv_mma_fits<X, W>(s.props(), p)) {
+            launch_gemv_mma<X>(s, p, ep, prologue);
+            return;
+          }
+        }
+#endif
+        launch_gemv<X, W>(s, p, ep, prologue);
         return;
       }
 #if defined(DING_GPU_NVIDIA)

@@ -226,6 +226,11 @@ std::vector<OpCase> matmul_cases() {
       {.M = 2, .N = 64, .K = 2048, .x = bf16, .w = bf16, .bias = true, .gelu = true, .residual = inplace},
       {.B = 2, .M = 1, .N = 40, .K = 1024, .x = bf16, .w = bf16, .out = bf16, .batched_w = true},
       {.M = 8, .N = 40, .K = 64, .x = bf16, .w = bf16, .out = f16, .residual = sep},
+      // The tensor-core GEMV (16-bit x and w, K a multiple of 8): a K tail inside a 32-wide chunk,
+      // fewer than 16 rows of w (the upper half of the mma tile empty), every row bound of x.
+      {.M = 5, .N = 1000, .K = 2056, .x = bf16, .w = bf16, .out = bf16, .bias = true, .gelu = true, .residual = inplace},
+      {.M = 7, .N = 17, .K = 96, .x = f16, .w = f16, .out = f32, .residual = sep},
+      {.M = 8, .N = 257, .K = 4104, .x = bf16, .w = bf16, .out = bf16},
       // The norm prologue: fused into the GEMV (16-byte and scalar rows, several rows of x, a
       // K split over blocks, every epilogue) and run before the GEMM cores.
       {.M = 1, .N = 300, .K = 1600, .x = bf16, .w = bf16, .out = bf16, .bias = true, .norm = ops::NormKind::layer_norm},
