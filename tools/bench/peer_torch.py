@@ -12,6 +12,13 @@ ding-bench model's, so tools/bench/compare_table.py reads both:
 
   tools/bench/peer_torch.py [--shape gpt2-xl | --model DIR] [--prompt 256] [--new 256] [--batch 1]
 
+Every decode run (compilation, warm-ups, the timed one) starts from cache.reset() and a prefill of
+positions 0 .. P-1, and steps at P, P+1, ...: later transformers 5.x StaticCaches write at their own
+counter (advanced by every forward, zeroed by reset) and ignore cache_position, so a warm-up between
+the prefill and the timed decode pushed the timed steps past the cache's last slot (a device-side
+index assert). The cache is sized prompt + new exactly; on any exception the script says which phase
+failed.
+
 Random weights of a named shape need no download (the GPU machine has no network); --model loads
 a local folder (config.json + weights) instead. Prefill runs eager (the batch's B prompts in one
 call; "per sequence" is that call's time / B, where ding-bench prefills sequence by sequence).
