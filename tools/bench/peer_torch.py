@@ -12,6 +12,13 @@ ding-bench model's, so tools/bench/compare_table.py reads both:
 
   tools/bench/peer_torch.py [--shape gpt2-xl | --model DIR] [--prompt 256] [--new 256] [--batch 1]
 
+Every decode run (compilation, warm-ups, the timed one) starts from cache.reset() and a prefill of
+positions 0 .. P-1, and steps at P, P+1, ...: later transformers 5.x StaticCaches write at their own
+counter (advanced by every forward, zeroed by reset) and ignore cache_position, so a warm-up between
+the prefill and the timed decode pushed the timed steps past the cache's last slot (a device-side
+index assert). The cache is sized prompt + new exactly; on any exception the script says which phase
+failed.
+
 Random weights of a named shape need no download (the GPU machine has no network); --model loads
 a local folder (config.json + weights) instead. Prefill runs eager (the batch's B prompts in one
 call; "per sequence" is that call's time / B, where ding-bench prefills sequence by sequence).
@@ -21,6 +28,7 @@ import inspect
 import os
 import sys
 import time
+import traceback
 
 SHAPES = {  # layers, heads, width: the GPT-2 family as released, as in tools/bench/model_bench.cpp
     "gpt2": (12, 12, 768),
@@ -117,7 +125,7 @@ def cache_tensors(cache, torch):
     return found
 
 
-def main():
+def main(state):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="gpt2-xl", choices=sorted(SHAPES))
     ap.add_argument("--model", help="a local model folder instead of a named shape")
@@ -133,6 +141,7 @@ def main():
     ap.add_argument("--wait-timeout", type=float, default=900, help="seconds --wait-for waits (default 900)")
     args = ap.parse_args()
 
+    state["phase"] = "set-up (imports, model)"
     import torch
     import transformers
 
@@ -150,24 +159,59 @@ def main():
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, CUDA {torch.version.cuda}; "
           f"GPU {torch.cuda.get_device_name()}")
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    print(f"weights {weight_bytes * 1e-6:.1f} MB")
+    print(f"weights {weight_bytes * 1e-6:.1f} MB", flush=True)
 
     B, P, N = args.batch, args.prompt, args.new
-    total = P + N
+    total = P + N  # the cache holds exactly the prompt and the new tokens: no slot past P + N - 1 is written
     cache = make_static_cache(model, B, total, dtype, torch, transformers)
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
     prompt = torch.randint(0, c.vocab_size - 1, (B, P), generator=gen).to("cuda")
     prefill_positions = torch.arange(P, device="cuda")
-    decode_positions = torch.arange(P, total, device="cuda")  # step i reads decode_positions[i:i+1], a view
+    decode_positions = torch.arange(P, total, device="cuda")  # only ever copied from, into pos_buf
+    # The compiled step's inputs live in two dedicated tensors at fixed addresses, written (copy_) before
+    # each call: no views with storage offsets, no fresh tensors, nothing for the CUDA graph to re-copy.
+    pos_buf = torch.full((1,), P, dtype=torch.long, device="cuda")
+    tok_buf = torch.zeros((B, 1), dtype=torch.long, device="cuda")
+
+    # Where the cache writes: transformers 4.x and early 5.x write each token at the slot named by
+    # cache_position; later 5.x StaticLayer ignores cache_position and writes at its own counter
+    # (cumulative_length), advanced by every forward and set back to 0 only by cache.reset(), and its
+    # masks take their query offset from that counter. So the script keeps one rule that satisfies
+    # both: every sequence starts with reset() and a prefill of positions 0 .. P-1, and its decode
+    # steps follow at P, P+1, ... in order, at most N of them. `filled` counts the slots written
+    # since the last reset, as the script sees it; it is checked on every call (host side, free) and
+    # against the cache's own count at each synchronisation point outside the timed regions.
+    filled = [0]
 
     def reset_cache():
         if hasattr(cache, "reset"):
             cache.reset()
+        filled[0] = 0
+
+    def cache_length():
+        """The cache's own count of written slots (a device read: only outside timed regions)."""
+        try:
+            n = cache.get_seq_length()
+        except Exception:  # noqa: BLE001 - an API this transformers lacks: no check
+            return None
+        return int(n.item()) if isinstance(n, torch.Tensor) else int(n)
+
+    def check_length(expected, where):
+        torch.cuda.synchronize()
+        n = cache_length()
+        if n is not None and n != expected:
+            raise RuntimeError(f"after {where} the StaticCache counts {n} tokens where this script wrote {expected}: "
+                               f"transformers {transformers.__version__} places cache writes differently from what this "
+                               "script assumes (see the comment on `filled`), so its timings would not be of a "
+                               "correct decode")
 
     @torch.no_grad()
-    def prefill():
+    def prefill():  # positions 0 .. P-1 into an empty cache (after reset_cache, or the very first call)
+        if filled[0] != 0:
+            raise RuntimeError(f"internal: prefill into a cache holding {filled[0]} tokens (reset it first)")
         out = model(input_ids=prompt, past_key_values=cache, cache_position=prefill_positions,
                     position_ids=prefill_positions.unsqueeze(0).expand(B, -1), use_cache=True)
+        filled[0] = P
         return out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
 
     @torch.no_grad()
@@ -176,71 +220,121 @@ def main():
                     position_ids=position.unsqueeze(0).expand(B, -1), use_cache=True)
         return out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
 
+    def begin_sequence():
+        """An empty cache, then the prompt: the state every decode run starts from."""
+        reset_cache()
+        tok_buf.copy_(prefill())
+
     # The first prefill allocates the static cache (lazily in transformers 5.x) and warms up.
-    token = prefill()
+    state["phase"] = "first prefill (allocates the static cache)"
+    tok_buf.copy_(prefill())
     torch.cuda.synchronize()
     tensors = cache_tensors(cache, torch)
     if not tensors:  # transformers marks them itself when it allocates them; the skip count below tells
         print(f"WARNING: found no key/value tensors in transformers {transformers.__version__}'s StaticCache to mark static")
+    elif min(t.shape[-2] for t in tensors) < total:
+        fail(f"the StaticCache holds {min(t.shape[-2] for t in tensors)} positions, fewer than prompt + new = {total}")
     for t in tensors:  # the CUDA graph must see fixed addresses (transformers marks them too; harmless twice)
         torch._dynamo.mark_static_address(t)
+    for t in (tok_buf, pos_buf):  # the step's inputs: written in place before each call, never reallocated
+        torch._dynamo.mark_static_address(t)
     print(f"static cache: {len(tensors)} tensors of {tuple(tensors[0].shape) if tensors else '?'}")
+    counter = any(isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)
+                  for layer in getattr(cache, "layers", []) or [])
+    print("cache writes at " + ("the cache's own counter (StaticLayer.cumulative_length; cache_position passed too)"
+                                if counter else "cache_position") +
+          f"; each run resets it, prefills 0..{P - 1}, then decodes at {P}.. (at most {total - 1})", flush=True)
+    check_length(P, "the first prefill")
 
     compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
     warm = min(max(args.warmup, 3), N)
 
-    def warm_decode():  # positions the timed run overwrites, in order, before it reads them
-        t = token
-        for i in range(warm):
+    def decode(steps):
+        """`steps` greedy steps from tok_buf after begin_sequence(): step i at position P + i."""
+        if filled[0] != P:
+            raise RuntimeError(f"internal: decode from a cache holding {filled[0]} tokens, not the prompt's {P}")
+        if steps > N:
+            raise RuntimeError(f"internal: {steps} decode steps would write past position {total - 1}")
+        for i in range(steps):
+            pos_buf.copy_(decode_positions[i:i + 1])
             torch.compiler.cudagraph_mark_step_begin()
-            t = compiled(t, decode_positions[i:i + 1]).clone()
-        torch.cuda.synchronize()
+            tok_buf.copy_(compiled(tok_buf, pos_buf))
+            filled[0] += 1
 
+    def warm_decode(where):  # a whole short sequence: reset, prefill, `warm` decode steps
+        begin_sequence()
+        decode(warm)
+        check_length(P + warm, where)
+
+    state["phase"] = "compile (torch.compile and CUDA graph recording of the decode step)"
     compile_start = time.monotonic()
-    warm_decode()  # compilation and CUDA graph recording
+    warm_decode("compilation")
     print(f"compiled and recorded the decode step in {time.monotonic() - compile_start:.1f} s", flush=True)
     skips = torch._dynamo.utils.counters["inductor"].get("cudagraph_skips", 0)
     if skips:
         print(f"WARNING: torch skipped CUDA graphs {skips} time(s) (see the inductor log): decode is not graph-replayed")
 
     if args.wait_for:
+        state["phase"] = "waiting for --wait-for"
         open(args.wait_for + ".ready", "w").close()
         deadline = time.monotonic() + args.wait_timeout
         while not os.path.exists(args.wait_for):
             if time.monotonic() > deadline:
                 fail(f"waited {args.wait_timeout:.0f} s for {args.wait_for}")
             time.sleep(0.05)
-        warm_decode()  # the GPU may have idled (clocks down) while this process waited
+        state["phase"] = "warm-up (decode after the wait)"
+        warm_decode("the warm-up after the wait")  # the GPU may have idled (clocks down) while this process waited
 
     # Timed prefill (eager) from an empty cache, after one untimed.
+    state["phase"] = "prefill (untimed warm-up and timed)"
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    reset_cache()
-    prefill()
+    begin_sequence()
     reset_cache()
     start.record()
-    token = prefill()
+    prefill()
     end.record()
     torch.cuda.synchronize()
     prefill_ms = start.elapsed_time(end)
-    warm_decode()
+    check_length(P, "the timed prefill")
 
-    # Timed decode: N greedy steps from the prefill's token, positions P … P+N-1 (the cache holds
-    # the prompt; each step writes its own position before reading it, so the warm-up's writes
-    # are overwritten in order).
-    t = token
+    state["phase"] = "warm-up (decode before the timed decode)"
+    warm_decode("the warm-up before the timed decode")
+
+    # Timed decode: N greedy steps from a fresh prefill's token at positions P .. P+N-1, the last
+    # slot of the cache; each step writes its own position before attending over it.
+    state["phase"] = "decode (timed)"
+    begin_sequence()
+    torch.cuda.synchronize()
     start.record()
-    for i in range(N):
-        torch.compiler.cudagraph_mark_step_begin()
-        t = compiled(t, decode_positions[i:i + 1]).clone()
+    decode(N)
     end.record()
     torch.cuda.synchronize()
     decode_ms = start.elapsed_time(end)
     step_ms = decode_ms / N
+    check_length(total, "the timed decode")
 
+    state["phase"] = "report"
     print(f"prefill   {P} tokens x {B}: {prefill_ms / B:.2f} ms per sequence = {P * B / (prefill_ms * 1e-3):.1f} tok/s")
     print(f"decode    {N} steps x batch {B}: {step_ms:.3f} ms/step = {B / (step_ms * 1e-3):.1f} tok/s")
     return 0
 
 
+def run():
+    """main(), and on any exception the phase it happened in (CUDA reports device errors late: at the
+    next synchronisation, which this script places at the end of each phase)."""
+    state = {"phase": "start-up"}
+    try:
+        return main(state)
+    except Exception as e:  # noqa: BLE001 - reported, then the exit status says it failed
+        sys.stdout.flush()
+        traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"peer_torch: FAILED during {state['phase']}: {type(e).__name__}: {first}", file=sys.stderr)
+        if "CUDA" in str(e) or "device-side" in str(e):
+            print("peer_torch: CUDA errors surface at the next synchronisation, possibly after the kernel that caused "
+                  "them (the phases end with one); CUDA_LAUNCH_BLOCKING=1 pins them down", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
