@@ -14,7 +14,7 @@
 // elements 0–3, those of the second mma elements 4–7. A and B use the same map, so each mma sums
 // 16 distinct elements of k, and the two cover the lane group's 32.
 //
-// Block: 16 rows of w; its 8 warps take interleaved 32-element chunks of K and add their partial
+// Block: 16 rows of w; its 8 or 16 warps take interleaved 32-element chunks of K and add their partial
 // tiles through shared memory in warp order (deterministic). The prologue (L2 prefetch before
 // the chained-launch wait, the staged norm(x)) is the FMA core's, gemv.cuh.
 #pragma once
@@ -28,10 +28,11 @@ namespace gemv {
 constexpr int kMmaRows = 16;        // rows of w per block: the mma's m
 constexpr int kMmaChunk = 32;       // elements of K per lane group and step: 4 lanes × 8
 constexpr int kMmaUnroll = 4;       // chunks per warp loaded before the mmas use them
-constexpr int kMmaWarps = kThreads / 32;
 
-template <class T, bool Normed>
-__global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const Params a) {
+// Warps: per block, each over its share of K: 8, or 16 where K is long (more loads in flight for
+// the few blocks a short, wide matrix has).
+template <class T, bool Normed, int Warps>
+__global__ void __launch_bounds__(Warps * 32) gemv_mma_kernel(const Params a) {
 #if defined(DING_GPU_NVIDIA_MMA)
   const GemmShape& p = a.p;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const Params a) {
   wait_for_prior_kernels();
   release_dependents();
 
-  __shared__ float4 partial[kMmaWarps][32];
+  __shared__ float4 partial[Warps][32];
   extern __shared__ __align__(16) unsigned char staged_rows[];  // Normed: norm(x), [M, K]
   const int64_t chunks = (p.K + kMmaChunk - 1) / kMmaChunk;
   const bool row_lo = n0 + g < p.N, row_hi = n0 + g + 8 < p.N;
@@ -55,34 +56,46 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const Params a) {
     const T* w = static_cast<const T*>(p.w) + b * p.w_batch + n0 * p.K;
     if constexpr (Normed) {
       T* staged = reinterpret_cast<T*>(staged_rows);
-      for (int m = warp; m < p.M; m += kMmaWarps) normalize_row<T, 8>(x + m * p.K, staged + m * p.K, p.K, a.norm);
+      for (int m = warp; m < p.M; m += Warps) normalize_row<T, 8>(x + m * p.K, staged + m * p.K, p.K, a.norm);
       __syncthreads();
       x = staged;
     }
     const bool x_row = g < p.M;
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t c0 = warp; c0 < chunks; c0 += int64_t(kMmaWarps) * kMmaUnroll) {
+    // kMmaUnroll chunks per step, the next step's loads issued before this step's mmas: every
+    // warp keeps two steps of w in flight however long K is.
+    struct Step {
       uint4 lo[kMmaUnroll], hi[kMmaUnroll], xv[kMmaUnroll];
+    };
+    const int64_t stride = int64_t(Warps) * kMmaUnroll;
+    auto load = [&](Step& st, int64_t c0) {
 #pragma unroll
       for (int u = 0; u < kMmaUnroll; ++u) {
-        const int64_t k = (c0 + int64_t(u) * kMmaWarps) * kMmaChunk + q * 8;
+        const int64_t k = (c0 + int64_t(u) * Warps) * kMmaChunk + q * 8;
         const bool in = k < p.K;  // K % 8 == 0: a lane's 8 elements are all in or all out
-        lo[u] = in && row_lo ? *reinterpret_cast<const uint4*>(w + g * p.K + k) : make_uint4(0, 0, 0, 0);
-        hi[u] = in && row_hi ? *reinterpret_cast<const uint4*>(w + (g + 8) * p.K + k) : make_uint4(0, 0, 0, 0);
-        xv[u] = in && x_row ? *reinterpret_cast<const uint4*>(x + g * p.K + k) : make_uint4(0, 0, 0, 0);
+        st.lo[u] = in && row_lo ? *reinterpret_cast<const uint4*>(w + g * p.K + k) : make_uint4(0, 0, 0, 0);
+        st.hi[u] = in && row_hi ? *reinterpret_cast<const uint4*>(w + (g + 8) * p.K + k) : make_uint4(0, 0, 0, 0);
+        st.xv[u] = in && x_row ? *reinterpret_cast<const uint4*>(x + g * p.K + k) : make_uint4(0, 0, 0, 0);
       }
+    };
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    Step cur;
+    load(cur, warp);
+    for (int64_t c0 = warp; c0 < chunks; c0 += stride) {
+      Step next;
+      if (c0 + stride < chunks) load(next, c0 + stride);
 #pragma unroll
       for (int u = 0; u < kMmaUnroll; ++u) {
-        mma::mma_16816<T>(d, {lo[u].x, hi[u].x, lo[u].y, hi[u].y}, {xv[u].x, xv[u].y});
-        mma::mma_16816<T>(d, {lo[u].z, hi[u].z, lo[u].w, hi[u].w}, {xv[u].z, xv[u].w});
+        mma::mma_16816<T>(d, {cur.lo[u].x, cur.hi[u].x, cur.lo[u].y, cur.hi[u].y}, {cur.xv[u].x, cur.xv[u].y});
+        mma::mma_16816<T>(d, {cur.lo[u].z, cur.hi[u].z, cur.lo[u].w, cur.hi[u].w}, {cur.xv[u].z, cur.xv[u].w});
       }
+      cur = next;
     }
     // d: rows g and g + 8 of the tile, x rows 2q and 2q + 1. Warps add up in order.
     partial[warp][lane] = make_float4(d[0], d[1], d[2], d[3]);
     __syncthreads();
     if (warp == 0) {
       float4 sum = partial[0][lane];
-      for (int w2 = 1; w2 < kMmaWarps; ++w2) {
+      for (int w2 = 1; w2 < Warps; ++w2) {
         const float4 v = partial[w2][lane];
         sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
       }
@@ -117,10 +130,22 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   if (chained && gemv_prefetch()) a.prefetch_bytes = uint32_t(std::min<int64_t>(kMmaRows * p.K * int64_t(sizeof(T)), int64_t(1) << 30));
   const dim3 grid(unsigned(ceil_div(p.N, kMmaRows)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   const size_t staged = normed ? size_t(p.M * p.K) * sizeof(T) : 0;
+  auto launch = [&](auto normed_tag, auto warps_tag) {
+    constexpr int kWarps = decltype(warps_tag)::value;
+    DING_GPU_CHECK(launch_chained(chained, gemv_mma_kernel<T, decltype(normed_tag)::value, kWarps>, grid,
+                                  dim3(kWarps * 32), staged, s.handle(), a));
+  };
+  // 16 warps once each of 8 would take more than 8 chunks (K > 2048).
+  auto with_warps = [&](auto normed_tag) {
+    if (p.K > 8 * 8 * kMmaChunk)
+      launch(normed_tag, std::integral_constant<int, 16>{});
+    else
+      launch(normed_tag, std::integral_constant<int, 8>{});
+  };
   if (normed)
-    DING_GPU_CHECK(launch_chained(chained, gemv_mma_kernel<T, true>, grid, dim3(kThreads), staged, s.handle(), a));
+    with_warps(std::true_type{});
   else
-    DING_GPU_CHECK(launch_chained(chained, gemv_mma_kernel<T, false>, grid, dim3(kThreads), 0, s.handle(), a));
+    with_warps(std::false_type{});
   DING_GPU_CHECK_LAUNCH("gemv_mma_kernel");
 }
 
