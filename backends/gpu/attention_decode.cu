@@ -53,8 +53,6 @@ constexpr int kTicketSlots = 8192;
 // The merging block reads splits · heads · D partial floats from L2 after every other split of
 // its group is done, so that read is the launch's tail: at most this many (64 KB) per group.
 constexpr int64_t kMergeFloats = 16384;
-// Splits whose m, l and acc one merging thread loads before it uses any of them.
-constexpr int kMergeBatch = 8;
 
 // Zero at module load; every merge leaves its slot at zero again.
 __device__ unsigned int decode_tickets[kTicketSlots];
@@ -68,6 +66,10 @@ template <class KV, int HPB>
 struct DecodeConfig {
   static constexpr int kKeysInFlight = sizeof(KV) == 2 && HPB == 1 ? 4 : 2;
   static constexpr int kBlocksPerSm = HPB >= 2 ? 3 : 4;
+  // Splits whose m, l and acc one merging thread loads before it uses any of them: 16 where the
+  // 168-register cap has room (a GQA group of 4 at D = 128 merges 32 splits per thread; f32
+  // caches spilled with 16 on sm_89).
+  static constexpr int kMergeBatch = HPB >= 2 && sizeof(KV) == 2 ? 16 : 8;
 };
 
 struct DecodeShape {
@@ -178,7 +180,7 @@ __device__ inline void load_partials(float (&x)[W], const float* p) {
 // The last block of a group merges its splits 0 .. used - 1 into the output. Work items are
 // (head g, element group of W, subset `sub` of the splits: sub, sub + P, ...); with P > 1 every
 // item fits in one pass of the block and the P subsets are combined through shared memory.
-template <int W>
+template <int W, int kMergeBatch>
 __device__ void merge_splits(Operand out, Partials part, const DecodeShape& sh, int64_t b, int64_t h0, int heads,
                              int used, float* merge_m, float* merge_l, float (*merge_o)[4]) {
   const int Q = sh.D / W;  // element groups per row
@@ -458,8 +460,9 @@ __global__ void __launch_bounds__(kDecodeThreads,
 
   // Splits 0 .. used - 1 have keys; the others wrote nothing.
   const int used = int((len + sh.chunk - 1) / sh.chunk);
-  if (D % 4 == 0) merge_splits<4>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
-  else merge_splits<1>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
+  constexpr int kBatch = DecodeConfig<KV, HPB>::kMergeBatch;
+  if (D % 4 == 0) merge_splits<4, kBatch>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
+  else merge_splits<1, kBatch>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
 }
 
 }  // namespace
