@@ -6,16 +6,23 @@
 // of those heads. A key is scored by a group of `lanes` lanes (a power of two ≥ D/8, ≤ 32), each
 // lane holding 8 elements of q per head and 8 of the row (one 16-byte load for f16/bf16, two for
 // f32), so K and V rows are read whole and contiguous. A key group takes U keys per step and
-// issues all their K/V loads before any math (each warp keeps U rows per key group in flight
-// instead of waiting out one load latency per key), then folds them into the online softmax as
-// one batch (one rescale and no data-dependent branch per step). Each key group keeps its own
-// (m, l, acc) per head; they are merged by shuffles inside a warp, then across warps through
-// shared memory, and written as the output (one split) or as the split's partial state.
+// issues all their K/V loads before any math; the next step's U keys are loaded into a second set
+// of registers before this step's math (double buffering), so a warp keeps 2·U rows per key group
+// in flight while it computes. A step's U keys fold into the online softmax as one batch (one
+// rescale, no data-dependent branch). Each key group keeps its own (m, l, acc) per head; they are
+// merged by shuffles inside a warp, then across warps through shared memory in one pass, and
+// written as the output (one split) or as the split's partial state.
+//
+// Splits are many and short (a few steps each; enough blocks for every SM to hold several), so a
+// block's loads go out at once and its serial chain is short: the latency of a short context is a
+// few memory round trips, and a long one keeps enough bytes in flight to stream at bandwidth.
 //
 // With several splits, the block of a (b, kv head, head block) group that arrives last (an atomic
-// ticket per group) merges the partials of the splits that have keys, in split order: the same
-// arithmetic whichever block finishes last, so results are deterministic. It resets the ticket
-// to 0 for the next call, so a recorded graph replays without a reset of its own.
+// ticket per group) merges the partials of the splits that have keys. Its threads split the work
+// by (head, element quad, subset of splits), load m, l and acc of a batch of splits together (no
+// dependent second load), fold them in split order, then combine the subsets in a fixed order: the
+// same arithmetic whichever block finishes last, so results are deterministic. It resets the
+// ticket to 0 for the next call, so a recorded graph replays without a reset of its own.
 //
 // The split count depends on the cache capacity S, the batch, the heads and the device only,
 // never on the lengths: they live on the device and grow between replays of a recorded decode
@@ -38,24 +45,31 @@ using namespace attn;
 
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeMaxLanes = 32;  // lanes per key: 8 elements each, so D ≤ 256
-// The merge keeps one weight per (head, split) in shared memory: at most 4 · 1024 floats.
 constexpr int kMaxSplits = 1024;
 // Tickets, one per (b, kv head, head block) group while it has several splits. Several splits
 // only pay while the groups do not fill the device on their own (a few thousand at most); a
 // launch with more groups runs one split each and needs no ticket.
 constexpr int kTicketSlots = 8192;
+// The merging block reads splits · heads · D partial floats from L2 after every other split of
+// its group is done, so that read is the launch's tail: at most this many (64 KB) per group.
+constexpr int64_t kMergeFloats = 16384;
 
 // Zero at module load; every merge leaves its slot at zero again.
 __device__ unsigned int decode_tickets[kTicketSlots];
 
-// Per variant: U (keys in flight per key group; each costs two slices of 4 registers for f16/bf16,
-// 8 for f32) and the blocks per SM the register cap is set for. 4 blocks cap registers at 128,
-// which holds 4 16-bit keys for 1 or 2 heads (8 keys spilled, even under a 168 cap); 4 heads'
-// q and acc (64 registers) with 4 keys take the 168 of 3 blocks.
+// Per variant: U (keys per key group and step; each costs two slices of 4 registers for f16/bf16,
+// 8 for f32, twice over for the double buffer) and the blocks per SM the register cap is set
+// for. 4 blocks cap registers at 128: one head's q and acc (16) beside 2·U keys (64 registers);
+// 2 or 4 heads (32 or 64 registers of q and acc) take the 168 of 3 blocks, with U = 2 (16-bit
+// U = 4 spilled there: ptxas -v, sm_90).
 template <class KV, int HPB>
 struct DecodeConfig {
-  static constexpr int kKeysInFlight = sizeof(KV) == 2 || HPB == 1 ? 4 : 2;
-  static constexpr int kBlocksPerSm = HPB >= 4 ? 3 : 4;
+  static constexpr int kKeysInFlight = sizeof(KV) == 2 && HPB == 1 ? 4 : 2;
+  static constexpr int kBlocksPerSm = HPB >= 2 ? 3 : 4;
+  // Splits whose m, l and acc one merging thread loads before it uses any of them: 16 where the
+  // 168-register cap has room (a GQA group of 4 at D = 128 merges 32 splits per thread; f32
+  // caches spilled with 16 on sm_89).
+  static constexpr int kMergeBatch = HPB >= 2 && sizeof(KV) == 2 ? 16 : 8;
 };
 
 struct DecodeShape {
@@ -68,21 +82,35 @@ struct DecodeShape {
   int lanes;        // lanes per key
 };
 
-// The splits' partial states: m and l [B, H, splits], acc [B, H, splits, D].
+// The splits' partial states: acc [B, H, splits, D] (first in the scratch, so 16-byte aligned
+// rows when D % 4 == 0), m and l [B, H, splits].
 struct Partials {
+  float* acc;
   float* m;
   float* l;
-  float* acc;
 };
 
-// Elements [e0, e0 + 8) of a cache row in their storage type: one 16-byte word for f16/bf16, two
-// for f32. Kept packed until used, so the U rows in flight cost 4 or 8 registers each.
+// Elements [e0, e0 + 8) of a cache row as raw 32-bit words: one 16-byte word (4 registers) for
+// f16/bf16, two (8 registers) for f32; widened to f32 only when used, so the 2·U rows in flight
+// stay packed (an array of 16-bit elements would take a register each).
 template <class T>
 struct Slice8 {
-  static constexpr int kWords = int(sizeof(T)) * 8 / 16, kPerWord = 8 / kWords;
-  Pack<T, kPerWord> word[kWords];
-  __device__ float operator[](int c) const { return to_float(word[c / kPerWord].v[c % kPerWord]); }
+  static constexpr int kRegs = int(sizeof(T)) * 2;
+  uint32_t w[kRegs];
+  __device__ float operator[](int c) const {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(w[c]);
+    } else {
+      return to_float(T{uint16_t(w[c / 2] >> (16 * (c % 2)))});
+    }
+  }
 };
+
+template <class T>
+__device__ inline uint32_t element_bits(T x) {
+  if constexpr (sizeof(T) == 4) return __float_as_uint(x);
+  else return x.bits;
+}
 
 // `at` points at element e0 of a row. `vec`: D is a multiple of 8 and the row start 16-byte
 // aligned, so the slice is whole aligned words (or wholly past D, which the caller skips).
@@ -90,14 +118,20 @@ struct Slice8 {
 template <class T>
 __device__ inline Slice8<T> load_slice8(const T* at, int e0, int D, bool vec) {
   Slice8<T> x;
-  constexpr int kPerWord = Slice8<T>::kPerWord;
   if (vec) {
 #pragma unroll
-    for (int w = 0; w < Slice8<T>::kWords; ++w) x.word[w] = *reinterpret_cast<const Pack<T, kPerWord>*>(at + w * kPerWord);
+    for (int q = 0; q < Slice8<T>::kRegs / 4; ++q) {
+      const uint4 word = *reinterpret_cast<const uint4*>(at + q * (16 / int(sizeof(T))));
+      x.w[4 * q] = word.x, x.w[4 * q + 1] = word.y, x.w[4 * q + 2] = word.z, x.w[4 * q + 3] = word.w;
+    }
     return x;
   }
 #pragma unroll
-  for (int c = 0; c < 8; ++c) x.word[c / kPerWord].v[c % kPerWord] = e0 + c < D ? at[c] : T{};
+  for (int r = 0; r < Slice8<T>::kRegs; ++r) x.w[r] = 0;
+  constexpr int kPerReg = 4 / int(sizeof(T));
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+    if (e0 + c < D) x.w[c / kPerReg] |= element_bits(at[c]) << (32 / kPerReg * (c % kPerReg));
   return x;
 }
 
@@ -105,8 +139,134 @@ template <class T>
 __device__ inline Slice8<T> zero_slice8() {
   Slice8<T> x;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) x.word[c / Slice8<T>::kPerWord].v[c % Slice8<T>::kPerWord] = T{};
+  for (int r = 0; r < Slice8<T>::kRegs; ++r) x.w[r] = 0;  // +0 in every float format
   return x;
+}
+
+// Loads of partials other blocks wrote during this launch: from L2, never from a possibly stale
+// L1 line (this SM may have read the same scratch in the previous call). NVIDIA: a .cg load,
+// whole quads at once; elsewhere volatile scalar loads.
+__device__ inline float load_partial(const float* p) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  float x;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(p) : "memory");
+  return x;
+#else
+  return *static_cast<const volatile float*>(p);
+#endif
+}
+
+// W consecutive floats from p (16-byte aligned when W == 4).
+template <int W>
+__device__ inline void load_partials(float (&x)[W], const float* p) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  constexpr bool kQuadLoad = W == 4;
+#else
+  constexpr bool kQuadLoad = false;
+#endif
+  if constexpr (kQuadLoad) {
+#if defined(DING_GPU_NVIDIA_MMA)
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3])
+                 : "l"(p)
+                 : "memory");
+#endif
+  } else {
+#pragma unroll
+    for (int c = 0; c < W; ++c) x[c] = load_partial(p + c);
+  }
+}
+
+// The last block of a group merges its splits 0 .. used - 1 into the output. Work items are
+// (head g, element group of W, subset `sub` of the splits: sub, sub + P, ...); with P > 1 every
+// item fits in one pass of the block and the P subsets are combined through shared memory.
+template <int W, int kMergeBatch>
+__device__ void merge_splits(Operand out, Partials part, const DecodeShape& sh, int64_t b, int64_t h0, int heads,
+                             int used, float* merge_m, float* merge_l, float (*merge_o)[4]) {
+  const int Q = sh.D / W;  // element groups per row
+  const int P = max(1, kDecodeThreads / (heads * Q));
+  const int items = heads * Q * P;
+  for (int item = threadIdx.x; item < items; item += kDecodeThreads) {
+    const int qd = item % Q, sub = (item / Q) % P, g = item / (Q * P);
+    const int64_t first = (b * sh.H + h0 + g) * sh.splits;
+    const float* acc = part.acc + first * sh.D + qd * W;
+    float m_run = -INFINITY, l_run = 0.0f, o[W];
+#pragma unroll
+    for (int c = 0; c < W; ++c) o[c] = 0.0f;
+    for (int s0 = sub; s0 < used; s0 += P * kMergeBatch) {
+      // A batch's loads all go out before its math.
+      float a[kMergeBatch][W], ms[kMergeBatch], ls[kMergeBatch];
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        const int s = s0 + i * P;
+        if (s < used) {
+          load_partials<W>(a[i], acc + int64_t(s) * sh.D);
+          ms[i] = load_partial(part.m + first + s);
+          ls[i] = load_partial(part.l + first + s);
+        } else {
+#pragma unroll
+          for (int c = 0; c < W; ++c) a[i][c] = 0.0f;
+          ms[i] = -INFINITY;
+          ls[i] = 0.0f;
+        }
+      }
+      float m_new = m_run;
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) m_new = fmaxf(m_new, ms[i]);
+      const float alpha = exp_from(m_run, m_new);
+      l_run *= alpha;
+#pragma unroll
+      for (int c = 0; c < W; ++c) o[c] *= alpha;
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) {
+        const float w = exp_from(ms[i], m_new);
+        l_run = fmaf(w, ls[i], l_run);
+#pragma unroll
+        for (int c = 0; c < W; ++c) o[c] = fmaf(w, a[i][c], o[c]);
+      }
+      m_run = m_new;
+    }
+    if (P == 1) {  // the item holds every split
+      const float inv = 1.0f / l_run;
+      with_element_type(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        T* row = static_cast<T*>(out.data) + out.at.at(b, 0, h0 + g) + qd * W;
+#pragma unroll
+        for (int c = 0; c < W; ++c) row[c] = from_float<T>(o[c] * inv);
+      });
+    } else {
+      merge_m[item] = m_run;
+      merge_l[item] = l_run;
+#pragma unroll
+      for (int c = 0; c < W; ++c) merge_o[item][c] = o[c];
+    }
+  }
+  if (P == 1) return;  // uniform over the block
+  __syncthreads();
+  // Subsets in order 0 .. P - 1; subset 0 holds split 0, so m_all is finite.
+  for (int t = threadIdx.x; t < heads * Q; t += kDecodeThreads) {
+    const int g = t / Q, qd = t % Q;
+    const int base = g * Q * P + qd;
+    float m_all = -INFINITY;
+    for (int sub = 0; sub < P; ++sub) m_all = fmaxf(m_all, merge_m[base + sub * Q]);
+    float l_all = 0.0f, o[W];
+#pragma unroll
+    for (int c = 0; c < W; ++c) o[c] = 0.0f;
+    for (int sub = 0; sub < P; ++sub) {
+      const int item = base + sub * Q;
+      const float w = exp_from(merge_m[item], m_all);
+      l_all = fmaf(w, merge_l[item], l_all);
+#pragma unroll
+      for (int c = 0; c < W; ++c) o[c] = fmaf(w, merge_o[item][c], o[c]);
+    }
+    const float inv = 1.0f / l_all;
+    with_element_type(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* row = static_cast<T*>(out.data) + out.at.at(b, 0, h0 + g) + qd * W;
+#pragma unroll
+      for (int c = 0; c < W; ++c) row[c] = from_float<T>(o[c] * inv);
+    });
+  }
 }
 
 template <class KV, int HPB>
@@ -117,10 +277,10 @@ __global__ void __launch_bounds__(kDecodeThreads,
   constexpr int kWarps = kDecodeThreads / warp_size();
   constexpr int U = DecodeConfig<KV, HPB>::kKeysInFlight;
   static_assert(HPB <= 4, "q and acc of more heads do not fit the register budget");
-  __shared__ float red_m[kWarps][HPB], red_l[kWarps][HPB], red_w[kWarps][HPB], red_scale[HPB];
+  __shared__ float red_m[kWarps][HPB], red_l[kWarps][HPB];
   __shared__ float red_acc[kWarps][HPB][8 * kDecodeMaxLanes];
+  __shared__ float merge_m[kDecodeThreads], merge_l[kDecodeThreads], merge_o[kDecodeThreads][4];
   __shared__ bool merges;
-  extern __shared__ float merge_w[];  // [HPB][splits]: the merging block's split weights
 
   int64_t idx = blockIdx.x;
   // Head blocks of one kv head and split are neighbours in launch order: the second reads the
@@ -139,6 +299,8 @@ __global__ void __launch_bounds__(kDecodeThreads,
   const int key_lane = lane % lanes, e0 = 8 * key_lane;
   const int groups_per_warp = warp_size() / lanes;
   const int key_group = warp * groups_per_warp + lane / lanes, key_groups = kWarps * groups_per_warp;
+  const KV* k_head = k + b * ks.b + kv_head * ks.h + e0;
+  const KV* v_head = v + b * vs.b + kv_head * vs.h + e0;
 
   // q, seq_lens and the caches come from earlier kernels of the step.
   wait_for_prior_kernels();
@@ -169,36 +331,25 @@ __global__ void __launch_bounds__(kDecodeThreads,
       for (int c = 0; c < 8; ++c) acc[g][c] = 0.0f;
     }
 
-    // This key group's rows start at key begin + key_group and advance key_groups rows per key:
-    // pointers stepped by a fixed stride, not 64-bit multiplies per key.
-    const KV* k_row = k + b * ks.b + kv_head * ks.h + (begin + key_group) * ks.t + e0;
-    const KV* v_row = v + b * vs.b + kv_head * vs.h + (begin + key_group) * vs.t + e0;
-    const int64_t k_step = key_groups * ks.t, v_step = key_groups * vs.t;
-    const int64_t k_ahead = U * k_step, v_ahead = U * v_step;  // the same key group's row one step on
-    const uint32_t row_bytes = uint32_t(D) * uint32_t(sizeof(KV));
+    // Step keys: key group kg takes keys j0 + kg + u·key_groups (u < U) of the step at j0.
     // Every lane runs the same number of steps (the shuffles need the whole warp); a key past
     // `end` loads nothing and leaves the state alone.
-    for (int64_t j0 = begin; j0 < end; j0 += U * key_groups) {
-      Slice8<KV> kx[U], vx[U];
+    const int64_t step_keys = int64_t(U) * key_groups;
+    const int steps = int((end - begin + step_keys - 1) / step_keys);
+    auto load_step = [&](Slice8<KV>(&kx)[U], Slice8<KV>(&vx)[U], int64_t j0) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        if (j0 + u * key_groups + key_group < end && e0 < D) {
-          kx[u] = load_slice8(k_row, e0, D, kv_vec);
-          vx[u] = load_slice8(v_row, e0, D, kv_vec);
+        const int64_t j = j0 + key_group + int64_t(u) * key_groups;
+        if (j < end && e0 < D) {
+          kx[u] = load_slice8(k_head + j * ks.t, e0, D, kv_vec);
+          vx[u] = load_slice8(v_head + j * vs.t, e0, D, kv_vec);
         } else {
           kx[u] = vx[u] = zero_slice8<KV>();
         }
-        // The same key of the next step on its way into L2 while this step computes: a second
-        // step in flight without registers to hold it. Whole rows (16-byte aligned with
-        // kv_vec), one request per row from the key group's first lane, never past `end`.
-        if (kv_vec && key_lane == 0 && j0 + (U + u) * key_groups + key_group < end) {
-          prefetch_to_l2(k_row + k_ahead, row_bytes);
-          prefetch_to_l2(v_row + v_ahead, row_bytes);
-        }
-        k_row += k_step;
-        v_row += v_step;
       }
-      // The U keys as one batch of the online softmax: one rescale per batch, no branches.
+    };
+    // The U keys as one batch of the online softmax: one rescale per batch, no branches.
+    auto fold_step = [&](const Slice8<KV>(&kx)[U], const Slice8<KV>(&vx)[U], int64_t j0) {
 #pragma unroll
       for (int g = 0; g < HPB; ++g) {
         float score[U], batch_max = m_run[g];
@@ -212,11 +363,11 @@ __global__ void __launch_bounds__(kDecodeThreads,
 #pragma unroll
           for (int lane_mask = kDecodeMaxLanes / 2; lane_mask > 0; lane_mask /= 2)
             if (lane_mask < lanes) s += shfl_xor(s, lane_mask);
-          score[u] = j0 + u * key_groups + key_group < end ? s : -INFINITY;
+          score[u] = j0 + key_group + int64_t(u) * key_groups < end ? s : -INFINITY;
           batch_max = fmaxf(batch_max, score[u]);
         }
-        // A key group past `end` has batch_max = m_run = -inf: alpha and every p are 0, so its
-        // state stays (0, 0, -inf).
+        // A key group with no key yet and none in this step has batch_max = m_run = -inf:
+        // alpha and every p are 0, so its state stays (0, 0, -inf).
         const float alpha = exp_from(m_run[g], batch_max);
         l_run[g] *= alpha;
 #pragma unroll
@@ -230,6 +381,18 @@ __global__ void __launch_bounds__(kDecodeThreads,
         }
         m_run[g] = batch_max;
       }
+    };
+    // Double buffering: step s + 1's loads go out before step s's math.
+    Slice8<KV> ka[U], va[U], kb[U], vb[U];
+    int64_t j0 = begin;
+    load_step(ka, va, j0);
+    for (int s = 0; s < steps; s += 2) {
+      if (s + 1 < steps) load_step(kb, vb, j0 + step_keys);
+      fold_step(ka, va, j0);
+      if (s + 1 == steps) break;
+      if (s + 2 < steps) load_step(ka, va, j0 + 2 * step_keys);
+      fold_step(kb, vb, j0 + step_keys);
+      j0 += 2 * step_keys;
     }
 
     // Merge the key groups of each warp: lanes `lanes`, 2·lanes, … apart hold the same elements.
@@ -245,7 +408,8 @@ __global__ void __launch_bounds__(kDecodeThreads,
         m_run[g] = m_new;
       }
     }
-    // ... then the warps, through shared memory: key group 0 of each warp publishes its state.
+    // ... then the warps, through shared memory: key group 0 of each warp publishes its state,
+    // and each output element combines the warps' states on its own (one barrier).
     if (lane < lanes) {
 #pragma unroll
       for (int g = 0; g < HPB; ++g) {
@@ -255,34 +419,27 @@ __global__ void __launch_bounds__(kDecodeThreads,
       }
     }
     __syncthreads();
-    if (threadIdx.x < HPB) {
-      const int g = threadIdx.x;
-      float m_all = -INFINITY, l_all = 0.0f;
-      for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w][g]);
-      for (int w = 0; w < kWarps; ++w) {
-        red_w[w][g] = exp_from(red_m[w][g], m_all);
-        l_all += red_w[w][g] * red_l[w][g];
-      }
-      if (sh.splits == 1) {
-        red_scale[g] = 1.0f / l_all;
-      } else if (g < heads) {
-        const int64_t state = (b * sh.H + h0 + g) * sh.splits + split;
-        part.m[state] = m_all;
-        part.l[state] = l_all;
-      }
-    }
-    __syncthreads();
     for (int t = threadIdx.x; t < heads * D; t += kDecodeThreads) {
       const int g = t / D, d = t % D;
-      float o = 0.0f;
-      for (int w = 0; w < kWarps; ++w) o += red_w[w][g] * red_acc[w][g][d];
+      float m_all = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w][g]);
+      float l_all = 0.0f, o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float wt = exp_from(red_m[w][g], m_all);  // 0 for a warp that saw no key
+        l_all += wt * red_l[w][g];
+        o += wt * red_acc[w][g][d];
+      }
       if (sh.splits == 1) {
         with_element_type(out.dtype, [&](auto tag) {
           using T = decltype(tag);
-          static_cast<T*>(out.data)[out.at.at(b, 0, h0 + g) + d] = from_float<T>(o * red_scale[g]);
+          static_cast<T*>(out.data)[out.at.at(b, 0, h0 + g) + d] = from_float<T>(o * (1.0f / l_all));
         });
       } else {
-        part.acc[((b * sh.H + h0 + g) * sh.splits + split) * D + d] = o;
+        const int64_t state = (b * sh.H + h0 + g) * sh.splits + split;
+        part.acc[state * D + d] = o;
+        if (d == 0) part.m[state] = m_all, part.l[state] = l_all;
       }
     }
   }
@@ -301,47 +458,11 @@ __global__ void __launch_bounds__(kDecodeThreads,
   if (!merges) return;
   __threadfence();  // the partial loads below stay after the ticket
 
-  // Merge the splits that have keys (0 .. used - 1; the others wrote nothing). The partials are
-  // read as volatile: other blocks wrote them during this launch, so no stale copy in L1 may serve.
+  // Splits 0 .. used - 1 have keys; the others wrote nothing.
   const int used = int((len + sh.chunk - 1) / sh.chunk);
-  for (int g = warp; g < heads; g += kWarps) {
-    const int64_t first = (b * sh.H + h0 + g) * sh.splits;
-    const volatile float* m = part.m + first;
-    const volatile float* l = part.l + first;
-    float m_all = -FLT_MAX;
-    for (int s = lane; s < used; s += warp_size())
-      if (l[s] > 0) m_all = fmaxf(m_all, m[s]);
-    m_all = warp_max(m_all);
-    float l_sum = 0.0f;
-    for (int s = lane; s < used; s += warp_size()) {
-      const float ls = l[s];
-      const float w = ls > 0 ? expf(m[s] - m_all) : 0.0f;
-      merge_w[g * sh.splits + s] = w;
-      l_sum += w * ls;
-    }
-    l_sum = warp_sum(l_sum);
-    if (lane == 0) red_scale[g] = 1.0f / l_sum;
-  }
-  __syncthreads();
-  for (int t = threadIdx.x; t < heads * D; t += kDecodeThreads) {
-    const int g = t / D, d = t % D;
-    const volatile float* acc = part.acc + (b * sh.H + h0 + g) * sh.splits * D + d;
-    const float* w = merge_w + g * sh.splits;
-    float o = 0.0f;
-    // Four independent loads per round, then their fmas in split order.
-    for (int s0 = 0; s0 < used; s0 += 4) {
-      float a[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) a[c] = s0 + c < used ? acc[int64_t(s0 + c) * D] : 0.0f;
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        if (s0 + c < used) o = fmaf(w[s0 + c], a[c], o);
-    }
-    with_element_type(out.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      static_cast<T*>(out.data)[out.at.at(b, 0, h0 + g) + d] = from_float<T>(o * red_scale[g]);
-    });
-  }
+  constexpr int kBatch = DecodeConfig<KV, HPB>::kMergeBatch;
+  if (D % 4 == 0) merge_splits<4, kBatch>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
+  else merge_splits<1, kBatch>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
 }
 
 }  // namespace
@@ -379,28 +500,27 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
     auto launch = [&](auto hpb_tag) {
       constexpr int HPB = decltype(hpb_tag)::value;
       using Config = DecodeConfig<KV, HPB>;
-      // Splits from shapes and the device only. Enough blocks to fill every SM once at the
-      // occupancy the kernel is built for (all of them resident: no second wave's tail), each
-      // split a whole number of steps (U keys per key group), so no step runs half empty
-      // except at the end of the sequence.
+      // Splits from shapes and the device only: enough blocks to fill every SM at the
+      // occupancy the kernel is built for (all resident: no second wave's tail), fewer where
+      // the merge would read more than kMergeFloats per group. Chunks are whole multiples of
+      // the key groups, so every key group of a full split gets the same number of keys.
       const int64_t groups = B * Hkv * sh.head_blocks;
-      const int64_t step_keys = int64_t(Config::kKeysInFlight) * (kDecodeThreads / sh.lanes);
+      const int64_t key_groups = kDecodeThreads / sh.lanes;
       const int64_t resident = int64_t(Config::kBlocksPerSm) * s.props().sm_count;
       int64_t splits = groups > kTicketSlots ? 1 : std::max<int64_t>(1, resident / groups);
-      sh.chunk = ceil_div(ceil_div(S, splits), step_keys) * step_keys;
-      if (ceil_div(S, sh.chunk) > kMaxSplits) sh.chunk = ceil_div(ceil_div(S, kMaxSplits), step_keys) * step_keys;
-      sh.splits = int(ceil_div(S, sh.chunk));  // no split starts past S
+      splits = std::min(splits, std::max<int64_t>(1, kMergeFloats / (int64_t(HPB) * D)));
+      splits = std::min<int64_t>(splits, kMaxSplits);
+      sh.chunk = ceil_div(ceil_div(S, splits), key_groups) * key_groups;
+      sh.splits = int(ceil_div(S, sh.chunk));  // no split starts past S; never more than `splits`
 
       Partials part{nullptr, nullptr, nullptr};
-      size_t merge_bytes = 0;
       if (sh.splits > 1) {
         const int64_t states = B * H * sh.splits;
-        float* scratch = static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (2 + D))));
-        part = {scratch, scratch + states, scratch + 2 * states};
-        merge_bytes = sizeof(float) * size_t(HPB) * size_t(sh.splits);
+        float* scratch = static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (D + 2))));
+        part = {scratch, scratch + states * D, scratch + states * (D + 1)};
       }
       DING_GPU_CHECK(launch_chained(chained, attention_decode_kernel<KV, HPB>, dim3(unsigned(groups * sh.splits)),
-                                    dim3(kDecodeThreads), merge_bytes, s.handle(), out, q,
+                                    dim3(kDecodeThreads), 0, s.handle(), out, q,
                                     static_cast<const KV*>(a.k_cache.data), strides3(a.k_cache),
                                     static_cast<const KV*>(a.v_cache.data), strides3(a.v_cache), kv_vec, seq_lens, sh,
                                     scale, part));

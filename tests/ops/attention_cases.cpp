@@ -225,6 +225,11 @@ std::vector<OpCase> attention_cases() {
   decode({.B = 3, .S = 2048, .H = 25, .Hkv = 25, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
   decode({.B = 1, .S = 2048, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .full = true});
   decode({.B = 3, .S = 2048, .H = 32, .Hkv = 8, .D = 128, .q = f16, .kv = f16, .out = f16, .views = true});
+  // Few splits of many steps (the GPU kernel double-buffers K/V in registers across steps):
+  // 128 groups of one head (about 4 splits of ~20 steps on an H100, the last step partial), and
+  // f32 pairs of heads (2 keys per key group and step).
+  decode({.B = 2, .S = 5000, .H = 64, .Hkv = 64, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .len = 4999});
+  decode({.B = 2, .S = 3000, .H = 32, .Hkv = 16, .D = 128});
 
   // KV append: one decode step and a prefill chunk, converting and not, odd head dims.
   auto append = [&](Append p) { cases.push_back(append_case(p)); };
@@ -239,6 +244,8 @@ std::vector<OpCase> attention_cases() {
   for (DType t : {f32, bf16}) {
     prefill({.Tq = 256, .Tk = 256, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .in_tests = false});
     decode({.S = 256, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
+    // The decode step of the seed benchmark: a 512-position cache, 384 of them in use.
+    decode({.S = 512, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .len = 384, .in_tests = false});
     decode({.S = 4096, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
     decode({.S = 4096, .H = 32, .Hkv = 8, .D = 128, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
   }
