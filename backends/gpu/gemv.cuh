@@ -79,7 +79,7 @@ __device__ inline void normalize_row(const X* row, X* out, int64_t K, const Norm
   // kBatch loads per lane issued before any store: the compiler cannot move a load of `row`
   // above a store to `out` (both generic pointers), so interleaving them would serialise the
   // loads, one memory latency each.
-  constexpr int kBatch = 4;
+  constexpr int kBatch = 8;
   using Chunk = Pack<X, kChunk>;
   const int64_t chunks = K / kChunk;
   float s = 0.0f;

@@ -27,18 +27,12 @@ namespace gemv {
 
 constexpr int kMmaRows = 16;        // rows of w per block: the mma's m
 constexpr int kMmaChunk = 32;       // elements of K per lane group and step: 4 lanes × 8
-constexpr int kMmaUnroll = 1;       // chunks per warp and step; two steps are in flight (double-buffered)
+constexpr int kMmaUnroll = 4;       // chunks per warp loaded before the mmas use them
 
 // Warps: per block, each over its share of K: 8, or 16 where K is long (more loads in flight for
 // the few blocks a short, wide matrix has).
-// Registers are capped so that the grids of a decode step (up to ~400 blocks of 8 warps) are
-// resident in one wave: at 174 registers, one block per SM fitted and the kernel ran in three
-// waves at 12 % occupancy, a third of the bandwidth (ncu, H100).
-template <int Warps>
-constexpr int kMmaMinBlocks = Warps <= 8 ? 4 : 2;
-
 template <class T, bool Normed, int Warps>
-__global__ void __launch_bounds__(Warps * 32, kMmaMinBlocks<Warps>) gemv_mma_kernel(const Params a) {
+__global__ void __launch_bounds__(Warps * 32) gemv_mma_kernel(const Params a) {
 #if defined(DING_GPU_NVIDIA_MMA)
   const GemmShape& p = a.p;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
