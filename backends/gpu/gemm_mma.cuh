@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "check.h"
+#include "cp_async.cuh"
 #include "gemm.cuh"
 #include "gemm_split.cuh"
 #include "stream.h"
@@ -72,19 +73,6 @@ using TileSmall = Tile<64, 64, 2, 2, 4>;
 __device__ inline int swizzle(int r, int c) { return r * kBK + ((c ^ ((r >> 1) & 3)) * 8); }
 
 #if defined(DING_GPU_NVIDIA_MMA)
-__device__ inline uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-// 16 bytes global → shared, bypassing L1; src_bytes = 0 writes 16 zero bytes and reads nothing.
-__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

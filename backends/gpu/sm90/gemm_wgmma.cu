@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "../check.h"
+#include "../cp_async.cuh"
 #include "../gemm.cuh"
 #include "../gemm_split.cuh"
 #include "../gemm_wgmma.h"
@@ -63,16 +64,6 @@ using Tile128 = Tile<128, 5>;
 using Tile256 = Tile<256, 4>;
 
 #if defined(__CUDA_ARCH__)
-__device__ inline uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 // Makes this thread's generic-proxy writes to shared memory (the landed cp.async copies) visible
 // to the async proxy that wgmma reads through.
 __device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

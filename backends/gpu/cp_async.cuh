@@ -1,0 +1,26 @@
+// Asynchronous global → shared copies (cp.async, NVIDIA sm_80+): what the tensor-core GEMMs
+// (gemm_mma.cuh, sm90/gemm_wgmma.cu) fill their shared-memory stages with. Device code only,
+// inside DING_GPU_NVIDIA_MMA (vendor.h); a HIP build never sees it.
+#pragma once
+#include <cstdint>
+
+#include "vendor.h"
+
+#if defined(DING_GPU_NVIDIA_MMA)
+namespace ding::gpu {
+
+__device__ inline uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global → shared, bypassing L1; src_bytes = 0 writes 16 zero bytes and reads nothing.
+__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace ding::gpu
+#endif  // DING_GPU_NVIDIA_MMA
