@@ -159,6 +159,9 @@ int main(int argc, char** argv) {
   CLI::App* model_cmd = app.add_subcommand("model", "prefill + decode a GPT-2 shape (random weights) or a model folder");
   model_cmd->add_option("--shape", model.shape, "gpt2, gpt2-medium, gpt2-large, gpt2-xl (default gpt2-xl)");
   model_cmd->add_option("-m,--model", model.model_dir, "a model folder instead of a named shape");
+  model_cmd->add_option("--positions", model.positions,
+                        "named shapes: positions the model has (default 1024, GPT-2's; raise for long contexts)")
+      ->check(CLI::PositiveNumber);
   model_cmd->add_option("--backend", model.backend, "backend (default auto)");
   model_cmd->add_option("--dtype", model.dtype, "f32, bf16, f16 (default bf16)");
   model_cmd->add_option("--prompt", model.prompt, "prompt tokens (default 256)");

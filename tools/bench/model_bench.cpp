@@ -19,7 +19,7 @@ double now_seconds() {
 }
 
 // The GPT-2 family as released (Radford et al. 2019): layers, heads, width.
-ModelConfig named_shape(const std::string& name) {
+ModelConfig named_shape(const std::string& name, int64_t positions) {
   struct Shape { const char* name; int64_t layers, heads, width; };
   static const Shape shapes[] = {{"gpt2", 12, 12, 768}, {"gpt2-medium", 24, 16, 1024}, {"gpt2-large", 36, 20, 1280},
                                  {"gpt2-xl", 48, 25, 1600}};
@@ -32,7 +32,7 @@ ModelConfig named_shape(const std::string& name) {
       c.d_model = s.width;
       c.d_head = s.width / s.heads;
       c.d_ff = 4 * s.width;
-      c.n_positions = 1024;
+      c.n_positions = positions;
       c.vocab_size = 50257;
       c.eos_token = 50256;
       return c;
@@ -52,7 +52,7 @@ DType parse_dtype(const std::string& s) {
 int run_model(const ModelBenchOptions& o) {
   Device& device = Device::open(o.backend);
   const LoadOptions load{.dtype = parse_dtype(o.dtype)};
-  Model model = o.model_dir.empty() ? Model::random(named_shape(o.shape), device, load, 1)
+  Model model = o.model_dir.empty() ? Model::random(named_shape(o.shape, o.positions), device, load, 1)
                                     : Model::load(o.model_dir, device, load);
   const ModelConfig& c = model.config();
   if (o.prompt < 1 || o.new_tokens < 1 || o.batch < 1 || o.prompt + o.new_tokens > c.n_positions)

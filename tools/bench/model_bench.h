@@ -8,6 +8,7 @@ namespace ding::bench {
 struct ModelBenchOptions {
   std::string shape = "gpt2-xl";  // gpt2, gpt2-medium, gpt2-large, gpt2-xl (random weights)
   std::string model_dir;          // a model folder instead of a named shape
+  int64_t positions = 1024;       // named shapes: learned positions (raise for long-context runs)
   std::string backend = "auto";
   std::string dtype = "bf16";
   int64_t prompt = 256;
