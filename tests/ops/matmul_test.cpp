@@ -87,6 +87,21 @@ TEST(MatmulReference, BiasGeluResidualInPlace_M1_N4_K1) {
   EXPECT_FLOAT_EQ(got[3], 10.0f);
 }
 
+// The prologue means "the norm op, then the product": with identity weights the product returns
+// norm(x) itself, which the reference layer_norm computes independently.
+TEST(MatmulReference, NormPrologueIsTheNormOpThenTheProduct_M2_K4) {
+  Tensors t(Device::open("ref"));
+  const Tensor x = t.f32({2, 4}, {1, 2, 3, 10, -4, 0, 4, 8}), w = t.f32({4, 4}, identity(4));
+  const Tensor g = t.f32({4}, {1, 2, 0.5f, -1}), b = t.f32({4}, {0, 1, 0, -2});
+  const Tensor fused = t.f32({2, 4}), h = t.f32({2, 4});
+  ops::matmul(t.stream, fused, x, w, {.norm = {.kind = ops::NormKind::layer_norm, .weight = g, .bias = b, .eps = 1e-5f}});
+  ops::layer_norm(t.stream, h, x, g, {.eps = 1e-5f, .bias = b});
+  const std::vector<float> got = t.read(fused), want = t.read(h);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << "element " << i;
+  // And it is not x: the row of x = (1, 2, 3, 10) has mean 4, so norm(x)[0] is negative.
+  EXPECT_LT(got[0], 0.0f);
+}
+
 TEST(MatmulReference, BatchedWeightsUseTheirOwnBatch_B2_M1_N1_K2) {
   Tensors t(Device::open("ref"));
   const Tensor x = t.f32({2, 1, 2}, {1, 1, 1, 1}), w = t.f32({2, 1, 2}, {1, 2, 10, 20}), out = t.f32({2, 1, 1});
@@ -253,6 +268,39 @@ TEST_F(MatmulBadInput, ResidualOverlapsOutPartly_out3x4) {
 TEST_F(MatmulBadInput, OutOverlapsX_x3x3) {
   const Tensor x = t.f32({3, 3}), w = t.f32({3, 3});
   expect_error([&] { ops::matmul(t.stream, x, x, w); }, ErrorCode::aliasing, {"matmul", "out", "x"});
+}
+
+TEST_F(MatmulBadInput, NormWeightLength_K4_weight5) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), g = t.f32({5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::layer_norm, .weight = g}}); },
+               ErrorCode::shape_mismatch, {"matmul", "norm.weight", "5", "4"});
+}
+
+TEST_F(MatmulBadInput, NormWithoutWeight) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::rms_norm}}); },
+               ErrorCode::invalid_argument, {"matmul", "norm.weight"});
+}
+
+TEST_F(MatmulBadInput, RmsNormWithBias) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), g = t.f32({4}), b = t.f32({4});
+  expect_error(
+      [&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::rms_norm, .weight = g, .bias = b}}); },
+      ErrorCode::invalid_argument, {"matmul", "norm.bias", "rms_norm"});
+}
+
+TEST_F(MatmulBadInput, NormEpsNotPositive) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), g = t.f32({4});
+  expect_error(
+      [&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::layer_norm, .weight = g, .eps = 0.0f}}); },
+      ErrorCode::invalid_argument, {"matmul", "norm.eps"});
+}
+
+TEST_F(MatmulBadInput, NormWeightOverlapsOut) {
+  const Tensor x = t.f32({1, 4}), w = t.f32({4, 4}), out = t.f32({1, 4});
+  const Tensor g = out.reshape({4});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::layer_norm, .weight = g}}); },
+               ErrorCode::aliasing, {"matmul", "out", "norm.weight"});
 }
 
 TEST_F(MatmulBadInput, IntegerWeights_wi32) {
