@@ -114,11 +114,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
   for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < p.N; n0 += int64_t(gridDim.y) * Tl::BN)
     for (int64_t z = blockIdx.z; z < p.batches * split.splits; z += gridDim.z) {
       const int64_t b = z / split.splits, s = z % split.splits;
-      // This block's K slices: [k_first, k_first + k_tiles). The host picks `tiles_per` so that
-      // every split has at least one.
-      const int64_t k_first = split.splits == 1 ? 0 : s * split.tiles_per;
-      const int64_t k_left = k_tiles_all - k_first;
-      const int64_t k_tiles = split.splits == 1 ? k_tiles_all : (split.tiles_per < k_left ? split.tiles_per : k_left);
+      // This block's K slices: [k_first, k_first + k_tiles).
+      const int64_t k_first = split.first_tile(s), k_tiles = split.tile_count(s, k_tiles_all);
       const T* const x = static_cast<const T*>(p.x) + b * p.x_batch;
       const T* const w = static_cast<const T*>(p.w) + b * p.w_batch;
 
@@ -245,11 +242,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
           const int r = e / Tl::kWarpN, c = e % Tl::kWarpN;
           const int64_t m = m0 + warp_m + i * 16 + r, n = n0 + warp_n + c;
           if (m < p.M && n < p.N) {
-            const float v = piece[r * Tl::kPieceLd + c];
-            if (split.splits == 1)
-              ep.store(b * p.M + m, n, v);
-            else
-              split.partial[((s * p.batches + b) * p.M + m) * p.N + n] = v;
+            split.store(ep, p, s, b, m, n, piece[r * Tl::kPieceLd + c]);
           }
         }
         __syncwarp();  // read before the next piece overwrites it

@@ -17,6 +17,23 @@ struct SplitK {
   int splits = 1;            // 1: no split, the GEMM kernel applies the epilogue itself
   int64_t tiles_per = 0;     // K slices (of the core's depth) per split
   float* partial = nullptr;  // [splits, batches · M, N]; null when splits == 1
+
+  // Split s's K slices are [first_tile(s), first_tile(s) + tile_count(s, k_tiles)) of the k_tiles
+  // in all; make_split makes every split non-empty.
+  __device__ int64_t first_tile(int64_t s) const { return splits == 1 ? 0 : s * tiles_per; }
+  __device__ int64_t tile_count(int64_t s, int64_t k_tiles) const {
+    const int64_t left = k_tiles - first_tile(s);
+    return splits == 1 ? k_tiles : (tiles_per < left ? tiles_per : left);
+  }
+  // The sum v of out[b · M + m, n] over split s's slices: through the epilogue when K is not
+  // split, else into the partial sums the reduce kernel adds.
+  __device__ void store(const Epilogue& ep, const GemmShape& p, int64_t s, int64_t b, int64_t m, int64_t n,
+                        float v) const {
+    if (splits == 1)
+      ep.store(b * p.M + m, n, v);
+    else
+      partial[((s * p.batches + b) * p.M + m) * p.N + n] = v;
+  }
 };
 
 inline constexpr size_t kMaxPartialBytes = size_t(16) << 20;

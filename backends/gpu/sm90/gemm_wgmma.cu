@@ -110,23 +110,13 @@ __device__ inline uint64_t smem_descriptor(uint32_t addr) {
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 #define DING_WGMMA_N256_REGS \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    DING_WGMMA_N128_REGS ", " \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define DING_WGMMA_N256_ACC \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    DING_WGMMA_N128_ACC, \
     "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
     "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
     "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
@@ -188,9 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
     for (int64_t z = blockIdx.z; z < p.batches * split.splits; z += gridDim.z) {
       // Batch b, K slices [k_first, k_first + k_tiles) (gemm_split.cuh; every split non-empty).
       const int64_t b = z / split.splits, s = z % split.splits;
-      const int64_t k_first = split.splits == 1 ? 0 : s * split.tiles_per;
-      const int64_t k_left = k_tiles_all - k_first;
-      const int64_t k_tiles = split.splits == 1 ? k_tiles_all : (split.tiles_per < k_left ? split.tiles_per : k_left);
+      const int64_t k_first = split.first_tile(s), k_tiles = split.tile_count(s, k_tiles_all);
       const T* const x = static_cast<const T*>(p.x) + b * p.x_batch;
       const T* const w = static_cast<const T*>(p.w) + b * p.w_batch;
       auto load_stage = [&](int stage, int64_t kt) {  // this block's slice kt
@@ -269,11 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
         const int r = e / Tl::BN, c = e % Tl::BN;
         const int64_t m = piece_m + r, n = n0 + c;
         if (m < p.M && n < p.N) {
-          const float v = piece[r * Tl::kPieceLd + c];
-          if (split.splits == 1)
-            ep.store(b * p.M + m, n, v);
-          else
-            split.partial[((s * p.batches + b) * p.M + m) * p.N + n] = v;
+          split.store(ep, p, s, b, m, n, piece[r * Tl::kPieceLd + c]);
         }
       }
       __syncthreads();  // the staging is the next tile's first stages
