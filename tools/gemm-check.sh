@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GEMM cores on a GPU machine (branch perf-gemm): matmul parity with the automatic plans, with
+# The GEMM cores on a GPU machine: matmul parity with the automatic plans, with
 # wgmma off, and with every mma.sync tile and a few K splits forced; then ding-bench for the bf16
 # matmul cases (ding, ding without wgmma, cuBLAS) and a sweep of forced plans at M = 256.
 #   tools/gemm-check.sh [out-dir]      (default $OUT, else gemm-check-logs)

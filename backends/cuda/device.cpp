@@ -52,12 +52,12 @@ class CudaGraph final : public Graph {
 
 }  // namespace
 
-// The GEMM cores' switches (gpu::GemmTuning). An exception to "environment variables only in
+// The GEMM cores' switches (gpu::MatmulTuning). An exception to "environment variables only in
 // tools/": DING_GEMM_WGMMA=0 must bypass the wgmma core in any program (ding_tests, ding-bench,
 // an application) without a rebuild, and DING_GEMM_TILE / DING_GEMM_SPLIT let a benchmark sweep
 // the mma.sync plans. Unparsable values are ignored (the automatic choice stays).
-gpu::GemmTuning gemm_tuning_from_environment() {
-  gpu::GemmTuning t;
+gpu::MatmulTuning matmul_tuning_from_environment() {
+  gpu::MatmulTuning t;
   if (const char* v = std::getenv("DING_GEMM_WGMMA")) t.wgmma = std::string_view(v) != "0";
   if (const char* v = std::getenv("DING_GEMM_TILE")) {
     int m = 0, n = 0;
@@ -67,6 +67,8 @@ gpu::GemmTuning gemm_tuning_from_environment() {
     }
   }
   if (const char* v = std::getenv("DING_GEMM_SPLIT")) t.splits = std::max(0, std::atoi(v));
+  if (const char* v = std::getenv("DING_GEMV_CHAINED")) t.gemv_chained = std::string_view(v) != "0";
+  if (const char* v = std::getenv("DING_GEMV_PREFETCH")) t.gemv_prefetch = std::string_view(v) != "0";
   return t;
 }
 
@@ -162,7 +164,7 @@ cudaStream_t CudaDevice::native(Stream& s) {
 }
 
 CudaStream::CudaStream(CudaDevice& device, int index, const gpu::Props& props)
-    : device_(device), props_(props), gemm_tuning_(gemm_tuning_from_environment()) {
+    : device_(device), props_(props), matmul_tuning_(matmul_tuning_from_environment()) {
   DING_GPU_CHECK(cudaSetDevice(index));
   DING_GPU_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }

@@ -15,7 +15,7 @@ namespace ding::cuda {
 
 class CudaDevice;
 
-gpu::GemmTuning gemm_tuning_from_environment();
+gpu::MatmulTuning matmul_tuning_from_environment();
 
 class CudaStream final : public gpu::GpuStream {
  public:
@@ -33,7 +33,7 @@ class CudaStream final : public gpu::GpuStream {
   // cuBLAS when the matmul path says so and the call is one it takes (cublas_matmul.cpp).
   bool vendor_blas_matmul(const ops::MatmulArgs& a) override;
   void set_matmul_path(MatmulPath path) { matmul_path_ = path; }
-  const gpu::GemmTuning& gemm_tuning() const override { return gemm_tuning_; }
+  const gpu::MatmulTuning& matmul_tuning() const override { return matmul_tuning_; }
 
  private:
   CudaDevice& device_;
@@ -47,7 +47,7 @@ class CudaStream final : public gpu::GpuStream {
   };
   std::array<Scratch, 2> scratch_;  // by ScratchSlot
   MatmulPath matmul_path_ = MatmulPath::ding;
-  gpu::GemmTuning gemm_tuning_;
+  gpu::MatmulTuning matmul_tuning_;
   cublasHandle_t cublas_ = nullptr;  // created on the cuBLAS path's first call
 };
 

@@ -270,7 +270,7 @@ struct MmaPlan {
 
 // The host's estimate of a plan's time, in units of one 128 × 128 × 32 slice computed at a full
 // SM's mma.sync rate (~0.2 µs on an H100). Not measured per shape: a model with named guesses,
-// meant to rank plans, and overridable (GemmTuning) for sweeps on the device.
+// meant to rank plans, and overridable (MatmulTuning) for sweeps on the device.
 //   - An SM runs the blocks it is given one after another in effect: the busiest SM (ceil of
 //     blocks / SMs) sets the time (wave quantisation), each block costing its slices (plus
 //     kFillSlices for its prologue and epilogue) × its area, divided by the tile's efficiency.
@@ -313,8 +313,8 @@ inline double mma_plan_cost(const Props& props, const GemmShape& p, const mma_mo
   return cost;
 }
 
-// The cheapest plan by mma_plan_cost, or the one GemmTuning forces (tile and/or splits; 0: auto).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, const GemmTuning& tuning) {
+// The cheapest plan by mma_plan_cost, or the one MatmulTuning forces (tile and/or splits; 0: auto).
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, const MatmulTuning& tuning) {
   using namespace mma_model;
   const TileTraits tiles[] = {
       {MmaTile::large, 128, 128, 1.0, mma::TileLarge4::kMinBlocks, mma::TileLarge3::kSmemBytes},
@@ -346,7 +346,7 @@ template <class T>
 void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace mma;
   const Props& props = s.props();
-  const MmaPlan plan = mma_plan(props, p, s.gemm_tuning());
+  const MmaPlan plan = mma_plan(props, p, s.matmul_tuning());
   const SplitK split = make_split(s, p, ceil_div(p.K, kBK), plan.splits);
 
   auto launch = [&](auto tile) {

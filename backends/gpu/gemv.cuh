@@ -15,8 +15,6 @@
 //    op's output would be) and the product reads them from there. Nothing writes them to memory.
 #pragma once
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "check.h"
@@ -234,20 +232,10 @@ inline bool gemv_fuses(const ops::MatmulNorm& norm, DType x, int64_t M, int64_t 
           M * K * int64_t(dtype_size(x)) <= kGemvStagedBytes);
 }
 
-// Switches for measuring what the overlap buys (ding-bench, PERFORMANCE.md): DING_GEMV_CHAINED=0
-// launches the GEMVs plainly, DING_GEMV_PREFETCH=0 keeps the chained launch without the L2 prefetch.
-inline bool gemv_switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::string(v) != "0";
-}
-inline bool gemv_chained(GpuStream& s) {
-  static const bool on = gemv_switch_on("DING_GEMV_CHAINED");
-  return on && s.props().has_chained_launch();
-}
-inline bool gemv_prefetch() {
-  static const bool on = gemv_switch_on("DING_GEMV_PREFETCH");
-  return on;
-}
+// Chained launch and L2 prefetch for the decode GEMVs, unless switched off for a measurement
+// (MatmulTuning, stream.h).
+inline bool gemv_chained(GpuStream& s) { return s.matmul_tuning().gemv_chained && s.props().has_chained_launch(); }
+inline bool gemv_prefetch(GpuStream& s) { return s.matmul_tuning().gemv_prefetch; }
 
 template <class X, class W>
 void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
@@ -274,7 +262,7 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
   const int64_t rows_per_block = int64_t(warps / a.slices) * kRowsPerWarp;
   const bool chained = gemv_chained(s);
   // The bulk prefetch takes 16-byte multiples, which whole vector rows are.
-  if (chained && vec && gemv_prefetch()) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
+  if (chained && vec && gemv_prefetch(s)) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
   const dim3 grid(unsigned(ceil_div(p.N, rows_per_block)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
 
   auto launch = [&](auto rows_tag, auto vec_tag, auto normed_tag) {

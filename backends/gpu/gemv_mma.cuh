@@ -127,7 +127,7 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   Params a{p, ep, {}, 1, p.K, 0};
   if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
   const bool chained = gemv_chained(s);
-  if (chained && gemv_prefetch()) a.prefetch_bytes = uint32_t(std::min<int64_t>(kMmaRows * p.K * int64_t(sizeof(T)), int64_t(1) << 30));
+  if (chained && gemv_prefetch(s)) a.prefetch_bytes = uint32_t(std::min<int64_t>(kMmaRows * p.K * int64_t(sizeof(T)), int64_t(1) << 30));
   const dim3 grid(unsigned(ceil_div(p.N, kMmaRows)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   const size_t staged = normed ? size_t(p.M * p.K) * sizeof(T) : 0;
   auto launch = [&](auto normed_tag, auto warps_tag) {

@@ -97,7 +97,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
 #if defined(DING_GPU_NVIDIA)
       if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
 #if defined(DING_GPU_WGMMA)
-        if (s.gemm_tuning().wgmma && gemm_wgmma_takes(s.props(), p)) {
+        if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), p)) {
           launch_gemm_wgmma<X>(s, p, ep);
           return;
         }

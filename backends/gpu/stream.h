@@ -31,14 +31,17 @@ struct Props {
   }
 };
 
-// How the GEMM cores choose their kernel, for experiments and as a bypass: the defaults are the
+// How the matmul cores choose their kernel, for experiments and as a bypass: the defaults are the
 // production choice. The cuda backend reads DING_GEMM_WGMMA (0: off), DING_GEMM_TILE (e.g.
-// "64x128") and DING_GEMM_SPLIT (a K split count) once per device (backends/cuda/device.cpp).
-struct GemmTuning {
+// "64x128"), DING_GEMM_SPLIT (a K split count), DING_GEMV_CHAINED and DING_GEMV_PREFETCH (0: off)
+// once per device (backends/cuda/device.cpp).
+struct MatmulTuning {
   bool wgmma = true;           // the sm_90a wgmma core where it fits (gemm_wgmma.h)
   int tile_m = 0, tile_n = 0;  // force this tile (0: chosen per shape): 128x128, 128x64, 64x128 or
                                // 64x64 on mma.sync, 128x128 or 128x256 on wgmma; others: automatic
   int splits = 0;              // force this K split on the mma.sync path (0: chosen per shape)
+  bool gemv_chained = true;    // decode GEMVs as chained launches where the device has them
+  bool gemv_prefetch = true;   // and their weights asked of L2 before the wait
 };
 
 class GpuStream : public Stream {
@@ -55,8 +58,8 @@ class GpuStream : public Stream {
   // (only if the user switched it on, e.g. ding::cuda::set_matmul_path); false to run ding's
   // own kernels.
   virtual bool vendor_blas_matmul(const ops::MatmulArgs&) { return false; }
-  virtual const GemmTuning& gemm_tuning() const {
-    static const GemmTuning defaults;
+  virtual const MatmulTuning& matmul_tuning() const {
+    static const MatmulTuning defaults;
     return defaults;
   }
 };

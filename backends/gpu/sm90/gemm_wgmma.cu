@@ -298,7 +298,7 @@ template <class T>
 void launch_gemm_wgmma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace wgmma;
   const Props& props = s.props();
-  const GemmTuning& tuning = s.gemm_tuning();
+  const MatmulTuning& tuning = s.matmul_tuning();
   const SplitK split = make_split(s, p, ceil_div(p.K, kBK), tuning.splits ? tuning.splits : wanted_splits(props, p));
   auto launch = [&](auto tile) {
     using Tl = decltype(tile);
