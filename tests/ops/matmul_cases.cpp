@@ -228,6 +228,16 @@ std::vector<OpCase> matmul_cases() {
       {.M = 8, .N = 40, .K = 64, .x = bf16, .w = bf16, .out = f16, .residual = sep},
       // The tensor-core GEMV (16-bit x and w, K a multiple of 8): a K tail inside a 32-wide chunk,
       // fewer than 16 rows of w (the upper half of the mma tile empty), every row bound of x.
+      // Its blocks take equal runs of rows (gemv_mma.cuh), cut into tiles of 16 that need not
+      // be full: one row per block (N = 16 and 40 on a large GPU, the warps' units spread over
+      // K = 4096 and 8192), a run per batch of batched w, and the gpt2-xl decode shapes (QKV
+      // with the norm prologue: runs of 18 or 19 rows on 132 SMs, a full and a short tile;
+      // MLP-down in place: runs of 6 or 7 rows).
+      {.M = 1, .N = 16, .K = 4096, .x = bf16, .w = bf16, .out = bf16, .bias = true},
+      {.M = 8, .N = 40, .K = 8192, .x = f16, .w = f16, .out = f32, .bias = true, .residual = sep},
+      {.B = 3, .M = 2, .N = 40, .K = 2048, .x = bf16, .w = bf16, .out = bf16, .batched_w = true, .residual = sep},
+      {.M = 1, .N = 4800, .K = 1600, .x = bf16, .w = bf16, .out = bf16, .bias = true, .norm = ops::NormKind::layer_norm},
+      {.M = 2, .N = 1600, .K = 6400, .x = bf16, .w = bf16, .out = bf16, .bias = true, .residual = inplace},
       {.M = 5, .N = 1000, .K = 2056, .x = bf16, .w = bf16, .out = bf16, .bias = true, .gelu = true, .residual = inplace},
       {.M = 7, .N = 17, .K = 96, .x = f16, .w = f16, .out = f32, .residual = sep},
       {.M = 8, .N = 257, .K = 4104, .x = bf16, .w = bf16, .out = bf16},
