@@ -43,9 +43,8 @@ constexpr int kMmaUnroll = 3;  // units per step; a warp loads the next step bef
                                // (4 spilled under the 128-register cap: ptxas -v, sm_90)
 constexpr int kMmaWarps = 8;   // per block
 // Blocks per SM, all resident at once (the register cap of __launch_bounds__; shared memory
-// stays within 48 KB a block), so a grid of this many per SM is one wave.
+// stays within kGemvStagedBytes a block), so a grid of this many per SM is one wave.
 constexpr int kMmaBlocksPerSm = 2;
-constexpr size_t kMmaSharedBytes = 48 * 1024;
 
 // How the rows of w are dealt to the blocks: block i takes `base` rows, one more if i < extra,
 // from row i · base + min(i, extra), of every batch.
@@ -185,7 +184,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMmaBlocksPerSm) gemv_mma_kern
 }
 
 // The blocks for a product: one wave (kMmaBlocksPerSm per SM, fewer if w has fewer rows), more
-// only where a block's tile sums would not fit kMmaSharedBytes. rows.base == 0: the core
+// only where a block's tile sums would not fit kGemvStagedBytes (gemv.cuh). rows.base == 0: the core
 // cannot take it (the staged rows alone overflow).
 inline MmaRows mma_rows(const Props& props, const GemmShape& p, bool normed, int64_t* blocks) {
   MmaRows r;
@@ -194,8 +193,8 @@ inline MmaRows mma_rows(const Props& props, const GemmShape& p, bool normed, int
   r.staged_bytes = normed ? size_t(p.M * p.K) * 2 : 0;  // 16-bit x
   r.staged_bytes = (r.staged_bytes + 15) / 16 * 16;
   const size_t per_tile = mma_shared_bytes(r, 1) - r.staged_bytes;
-  if (r.staged_bytes + per_tile > kMmaSharedBytes) return r;
-  const int64_t max_tiles = int64_t((kMmaSharedBytes - r.staged_bytes) / per_tile);
+  if (r.staged_bytes + per_tile > size_t(kGemvStagedBytes)) return r;
+  const int64_t max_tiles = int64_t((size_t(kGemvStagedBytes) - r.staged_bytes) / per_tile);
   // Per batch: the wave spread over the batches, at least one block each.
   int64_t n = std::max<int64_t>(1, int64_t(props.sm_count) * kMmaBlocksPerSm / std::min(p.batches, kMaxGridYZ));
   n = std::min(n, p.N);
