@@ -25,11 +25,21 @@
 // sums of each tile in warp order and stores it. Nothing crosses blocks: no global scratch, and
 // the result does not depend on timing.
 //
+// Loads in flight: a decode GEMV is a few microseconds of transfer, so what bounds it is how many
+// bytes each SM keeps requested (latency × bandwidth ≈ 25 KB per SM on H100 HBM3). Registers cap
+// that (a double-buffered step in registers held ~24 KB per SM and ran at 27 % of DRAM bandwidth,
+// long-scoreboard stalls dominating), so the units travel through a ring in shared memory instead:
+// each thread keeps `Depth` units in flight with cp.async (16 bytes global → shared, no register
+// held) and reads back only what it copied itself, so the ring needs no barrier. Depth and blocks
+// per SM are chosen per product for the most bytes in flight that fit the SM's shared memory
+// (H100: 2 blocks × 12 units × 8 KB = 192 KB per SM; an RTX 4090's 100 KB gives less, and needs less).
+//
 // The prologue: weights are never written by a kernel of the step, so before waiting for the
-// previous kernel (chained launch, vendor.h) a block asks L2 for the start of its rows and each
-// warp loads its first step into registers; the block then normalises x into shared memory
-// (Normed, gemv.cuh normalize_row) while those loads are in flight.
+// previous kernel (chained launch, vendor.h) each thread fills its ring; the block then
+// normalises x into shared memory (Normed, gemv.cuh normalize_row) while those loads are in flight.
 #pragma once
+#include <iterator>
+
 #include "gemm_mma.cuh"
 #include "gemv.cuh"
 
@@ -39,12 +49,15 @@ namespace gemv {
 
 constexpr int kMmaRows = 16;   // rows of w per tile: the mma's m
 constexpr int kMmaChunk = 32;  // elements of K per unit: 4 lanes × 8
-constexpr int kMmaUnroll = 3;  // units per step; a warp loads the next step before this one's mmas
-                               // (4 spilled under the 128-register cap: ptxas -v, sm_90)
 constexpr int kMmaWarps = 8;   // per block
-// Blocks per SM, all resident at once (the register cap of __launch_bounds__; shared memory
-// stays within kGemvStagedBytes a block), so a grid of this many per SM is one wave.
-constexpr int kMmaBlocksPerSm = 2;
+constexpr int kMmaThreads = kMmaWarps * 32;
+// Registers are capped so that two blocks fit an SM (the step's working set is small: the ring
+// holds the loads in flight).
+constexpr int kMmaMaxBlocksPerSm = 2;
+// One ring slot of the block: each thread's 16 bytes of rows g and g + 8 of one unit.
+constexpr size_t kMmaSlotBytes = size_t(kMmaThreads) * 2 * sizeof(uint4);
+// Shared memory the driver keeps per resident block (sm_80+), out of the SM's total.
+constexpr size_t kSharedReservedPerBlock = 1024;
 
 // How the rows of w are dealt to the blocks: block i takes `base` rows, one more if i < extra,
 // from row i · base + min(i, extra), of every batch.
@@ -52,20 +65,23 @@ struct MmaRows {
   int base = 0, extra = 0;
   int chunks = 0;      // per tile: ceil(K / 32)
   int x_pairs = 0;     // ceil(M / 2): the lanes (q < x_pairs) whose sums hold rows of x
-  size_t staged_bytes = 0;  // Normed: norm(x) [M, K] ahead of the sums in shared memory
+  size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) ahead of the sums in shared memory
+  size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
 };
 
-// Shared memory of a block: the staged rows (Normed), then the warps' tile sums
-// [tile][warp][g][x_pairs] float4.
-inline size_t mma_shared_bytes(const MmaRows& r, int64_t tiles) {
-  return r.staged_bytes + size_t(tiles) * kMmaWarps * 8 * size_t(r.x_pairs) * sizeof(float4);
-}
+// A launch of the core: the row split, the ring depth (units in flight per thread) and the grid.
+struct MmaPlan {
+  MmaRows rows;
+  int depth = 0;  // 0: the core cannot take the product
+  int64_t blocks = 0;
+  size_t shared_bytes = 0;
+};
 
-template <class T, bool Normed>
-__global__ void __launch_bounds__(kMmaWarps * 32, kMmaBlocksPerSm) gemv_mma_kernel(const Params a, const MmaRows rs) {
+template <class T, bool Normed, int Depth>
+__global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kernel(const Params a, const MmaRows rs) {
 #if defined(DING_GPU_NVIDIA_MMA)
   const GemmShape& p = a.p;
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, q = lane % 4;
   const int block = int(blockIdx.x);
   const int64_t r0 = int64_t(block) * rs.base + min(block, rs.extra);
@@ -75,7 +91,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMmaBlocksPerSm) gemv_mma_kern
   extern __shared__ __align__(16) unsigned char shared[];
   T* staged = reinterpret_cast<T*>(shared);
   float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes);
+  uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.sums_bytes);
   auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * rs.x_pairs + q; };
+  // Slot s of this thread: rows g and g + 8 of a unit, each array lane-contiguous (no bank conflicts).
+  auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
+  auto slot_hi = [&](int s) { return ring + (Depth + s) * kMmaThreads + tid; };
 
   // This warp's units in order: w, w + 8, ... of the block's (tile, chunk) sequence.
   struct Cursor {
@@ -85,51 +105,55 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMmaBlocksPerSm) gemv_mma_kern
     c.chunk += kMmaWarps;
     while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, ++c.tile;
   };
-  struct Step {
-    uint4 lo[kMmaUnroll], hi[kMmaUnroll];
-  };
-  // The step's rows g and g + 8 of w, of batch b.
-  auto load_w = [&](Step& st, Cursor c, int64_t b) {
-#pragma unroll
-    for (int i = 0; i < kMmaUnroll; ++i, advance(c)) {
+  // The unit's rows g and g + 8 of w, of batch b, into slot s: one commit group per unit, empty
+  // past the block's last tile so that the group count stays in step with the units.
+  auto issue = [&](int s, Cursor c, int64_t b) {
+    if (c.tile < tiles) {
       const int row = c.tile * kMmaRows + g;
       const int k = c.chunk * kMmaChunk + q * 8;
-      const bool in = c.tile < tiles && k < p.K;  // K % 8 == 0: a lane's 8 elements are all in or all out
-      const T* w = static_cast<const T*>(p.w) + b * p.w_batch + (r0 + row) * p.K + k;
-      st.lo[i] = in && row < rows ? *reinterpret_cast<const uint4*>(w) : make_uint4(0, 0, 0, 0);
-      st.hi[i] = in && row + 8 < rows ? *reinterpret_cast<const uint4*>(w + 8 * p.K) : make_uint4(0, 0, 0, 0);
+      const bool in = k < p.K;  // K % 8 == 0: a lane's 8 elements are all in or all out
+      const T* w = static_cast<const T*>(p.w) + b * p.w_batch + r0 * p.K;
+      const bool lo = in && row < rows, hi = in && row + 8 < rows;
+      // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
+      cp_async_16(smem_address(slot_lo(s)), lo ? w + int64_t(row) * p.K + k : w, lo ? 16 : 0);
+      cp_async_16(smem_address(slot_hi(s)), hi ? w + int64_t(row + 8) * p.K + k : w, hi ? 16 : 0);
     }
+    cp_async_commit();
   };
-  // Row g of x at the unit's chunk: shared memory (Normed) or L1, so it is loaded when used
-  // rather than carried in the step's registers.
-  auto x_at = [&](Cursor c, const T* x) {
+  // Row g of the staged x at the unit's chunk.
+  auto x_at = [&](Cursor c) {
     const int k = c.chunk * kMmaChunk + q * 8;
-    return k < p.K && g < p.M ? *reinterpret_cast<const uint4*>(x + g * p.K + k) : make_uint4(0, 0, 0, 0);
+    return k < p.K && g < p.M ? *reinterpret_cast<const uint4*>(staged + g * p.K + k) : make_uint4(0, 0, 0, 0);
   };
 
   const Cursor first{warp / rs.chunks, warp % rs.chunks};
-  Step cur;
+  // The first Depth units of batch b into the ring; returns the cursor of the next to issue.
+  auto fill = [&](int64_t b) {
+    Cursor c = first;
+#pragma unroll
+    for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, b);
+    return c;
+  };
   const int64_t b0 = blockIdx.z;
-  if (b0 < p.batches) {
-    if (a.prefetch_bytes && threadIdx.x == 0) {
-      const int64_t bytes = int64_t(rows) * p.K * int64_t(sizeof(T));
-      prefetch_to_l2(static_cast<const T*>(p.w) + b0 * p.w_batch + r0 * p.K,
-                     uint32_t(std::min<int64_t>(bytes, a.prefetch_bytes)));
-    }
-    load_w(cur, first, b0);
-  }
+  Cursor ahead = first;
+  if (b0 < p.batches) ahead = fill(b0);
   wait_for_prior_kernels();
   release_dependents();
 
   // The batch loop is uniform across the block, so the barriers inside it are reached by all.
   for (int64_t b = b0; b < p.batches; b += gridDim.z) {
-    if (b != b0) load_w(cur, first, b);
+    if (b != b0) ahead = fill(b);
+    // x [M, K] into shared memory, normalised or as it is: read from there at every unit, it
+    // costs no L2 round trip in the chain wait → mma → refill.
     const T* x = static_cast<const T*>(p.x) + b * p.x_batch;
     if constexpr (Normed) {
       for (int m = warp; m < p.M; m += kMmaWarps) normalize_row<T, 8>(x + m * p.K, staged + m * p.K, p.K, a.norm);
-      __syncthreads();
-      x = staged;
+    } else {
+      const int vectors = p.M * p.K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
+      for (int i = tid; i < vectors; i += kMmaThreads)
+        reinterpret_cast<uint4*>(staged)[i] = reinterpret_cast<const uint4*>(x)[i];
     }
+    __syncthreads();
 
     // Every warp leaves a sum for every tile of the block (zero where it had no unit in it).
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -140,25 +164,23 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMmaBlocksPerSm) gemv_mma_kern
         d[0] = d[1] = d[2] = d[3] = 0.0f;
       }
     };
-    Cursor at = first;
-    while (at.tile < tiles) {
-      Cursor next_at = at;
-#pragma unroll
-      for (int i = 0; i < kMmaUnroll; ++i) advance(next_at);
-      Step next;
-      if (next_at.tile < tiles) load_w(next, next_at, b);
-#pragma unroll
-      for (int i = 0; i < kMmaUnroll; ++i, advance(at)) {
-        if (at.tile >= tiles) break;
-        leave_sums_before(at.tile);
-        const uint4 xv = x_at(at, x);
-        mma::mma_16816<T>(d, {cur.lo[i].x, cur.hi[i].x, cur.lo[i].y, cur.hi[i].y}, {xv.x, xv.y});
-        mma::mma_16816<T>(d, {cur.lo[i].z, cur.hi[i].z, cur.lo[i].w, cur.hi[i].w}, {xv.z, xv.w});
-      }
-      at = next_at;
-      cur = next;
+    // Unit u sits in slot u % Depth; Depth - 1 younger groups may still be in flight when it is
+    // used. A thread reads back only what it copied itself, so no barrier; its refill of the slot
+    // is issued after the mmas that consumed the slot.
+    int s = 0;
+    for (Cursor at = first; at.tile < tiles; advance(at)) {
+      cp_async_wait<Depth - 1>();
+      leave_sums_before(at.tile);
+      const uint4 lo = *slot_lo(s), hi = *slot_hi(s);
+      const uint4 xv = x_at(at);
+      mma::mma_16816<T>(d, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
+      mma::mma_16816<T>(d, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
+      issue(s, ahead, b);
+      advance(ahead);
+      s = s + 1 == Depth ? 0 : s + 1;
     }
     leave_sums_before(tiles);
+    cp_async_wait<0>();  // only empty groups remain: nothing lands in the ring after this batch
     __syncthreads();
 
     // Tile t by warp t % 8: the warps' sums in warp order; d holds rows g and g + 8 of the
@@ -183,39 +205,68 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMmaBlocksPerSm) gemv_mma_kern
 #endif
 }
 
-// The blocks for a product: one wave (kMmaBlocksPerSm per SM, fewer if w has fewer rows), more
-// only where a block's tile sums would not fit kGemvStagedBytes (gemv.cuh). rows.base == 0: the core
-// cannot take it (the staged rows alone overflow).
-inline MmaRows mma_rows(const Props& props, const GemmShape& p, bool normed, int64_t* blocks) {
-  MmaRows r;
+// The ring depths the core is built for (units in flight per thread).
+constexpr int kMmaDepths[] = {12, 8, 4};
+
+// The launch for a product: the most bytes in flight per SM (blocks per SM × ring depth) whose
+// shared memory fits, over one wave of blocks; if even the shallowest ring over one wave does not
+// fit (many tiles per block: long products at batch 8), more blocks of fewer rows. depth == 0:
+// the core cannot take it (the staged rows alone overflow).
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p) {
+  MmaPlan plan;
+  MmaRows& r = plan.rows;
   r.chunks = int(ceil_div(p.K, kMmaChunk));
   r.x_pairs = int(ceil_div(p.M, 2));
-  r.staged_bytes = normed ? size_t(p.M * p.K) * 2 : 0;  // 16-bit x
+  r.staged_bytes = size_t(p.M * p.K) * 2;  // 16-bit x
   r.staged_bytes = (r.staged_bytes + 15) / 16 * 16;
-  const size_t per_tile = mma_shared_bytes(r, 1) - r.staged_bytes;
-  if (r.staged_bytes + per_tile > size_t(kGemvStagedBytes)) return r;
-  const int64_t max_tiles = int64_t((size_t(kGemvStagedBytes) - r.staged_bytes) / per_tile);
-  // Per batch: the wave spread over the batches, at least one block each.
-  int64_t n = std::max<int64_t>(1, int64_t(props.sm_count) * kMmaBlocksPerSm / std::min(p.batches, kMaxGridYZ));
-  n = std::min(n, p.N);
-  n = std::max(n, ceil_div(p.N, max_tiles * kMmaRows));  // ceil(N / n) rows fit max_tiles tiles
-  r.base = int(p.N / n);
-  r.extra = int(p.N % n);
-  *blocks = n;
-  return r;
+  const size_t per_tile = size_t(kMmaWarps) * 8 * size_t(r.x_pairs) * sizeof(float4);
+  const int64_t batches = std::min(p.batches, kMaxGridYZ);
+  auto budget = [&](int per_sm) {
+    return std::min(props.shared_per_block_optin, props.shared_per_sm / per_sm - kSharedReservedPerBlock);
+  };
+  auto take = [&](int64_t blocks, int depth) {
+    const int64_t tiles = ceil_div(ceil_div(p.N, blocks), kMmaRows);
+    r.base = int(p.N / blocks);
+    r.extra = int(p.N % blocks);
+    r.sums_bytes = size_t(tiles) * per_tile;
+    plan.depth = depth;
+    plan.blocks = blocks;
+    plan.shared_bytes = r.staged_bytes + r.sums_bytes + size_t(depth) * kMmaSlotBytes;
+  };
+  // Blocks of one batch in a wave of per_sm blocks per SM, the wave spread over the batches.
+  auto wave = [&](int per_sm) {
+    return std::min(p.N, std::max<int64_t>(1, int64_t(props.sm_count) * per_sm / batches));
+  };
+  // (blocks per SM, depth) by bytes in flight per SM, most first.
+  int best_per_sm = 0, best_depth = 0;
+  for (int per_sm = kMmaMaxBlocksPerSm; per_sm >= 1; --per_sm)
+    for (int depth : kMmaDepths) {
+      const int64_t tiles = ceil_div(ceil_div(p.N, wave(per_sm)), kMmaRows);
+      const size_t bytes = r.staged_bytes + size_t(tiles) * per_tile + size_t(depth) * kMmaSlotBytes;
+      if (bytes <= budget(per_sm) && per_sm * depth > best_per_sm * best_depth) best_per_sm = per_sm, best_depth = depth;
+    }
+  if (best_depth) {
+    take(wave(best_per_sm), best_depth);
+    return plan;
+  }
+  const int shallow = kMmaDepths[std::size(kMmaDepths) - 1];
+  const size_t fixed = r.staged_bytes + size_t(shallow) * kMmaSlotBytes;
+  if (fixed + per_tile > budget(1)) return plan;
+  const int64_t max_tiles = int64_t((budget(1) - fixed) / per_tile);
+  take(std::max(wave(1), ceil_div(p.N, max_tiles * kMmaRows)), shallow);
+  return plan;
 }
 
 }  // namespace gemv
 
 // Whether the tensor-core GEMV takes the product: 16-bit x and w of one type, 16-byte rows, the
-// staged rows (normed) and one tile's sums within a block's shared memory.
+// staged rows of x, the ring and one tile's sums within a block's shared memory.
 template <class X, class W>
-bool gemv_mma_fits(const Props& props, const GemmShape& p, bool normed) {
+bool gemv_mma_fits(const Props& props, const GemmShape& p) {
   if (!(std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
         aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31)))
     return false;
-  int64_t blocks = 0;
-  return gemv::mma_rows(props, p, normed, &blocks).base > 0;
+  return gemv::mma_plan(props, p).depth > 0;
 }
 
 template <class T>
@@ -224,20 +275,27 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   const bool normed = norm.kind != ops::NormKind::none;
   Params a{p, ep, {}, 1, p.K, 0};
   if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
-  int64_t blocks = 0;
-  const MmaRows rows = mma_rows(s.props(), p, normed, &blocks);
-  const int64_t tiles = ceil_div(int64_t(rows.base) + (rows.extra ? 1 : 0), kMmaRows);
-  const size_t shared = mma_shared_bytes(rows, tiles);
+  const gemv::MmaPlan plan = gemv::mma_plan(s.props(), p);
   const bool chained = gemv_chained(s);
-  // The start of each block's rows, at most a share of L2 per block: a prefetch of more than
-  // L2 holds (the 160 MB LM head) would evict its own lines before the loads reach them.
-  if (chained && gemv_prefetch(s))
-    a.prefetch_bytes = uint32_t(std::min<size_t>(s.props().l2_bytes / (2 * size_t(blocks) * std::min<int64_t>(p.batches, kMaxGridYZ)), size_t(1) << 30) / 16 * 16);
-  const dim3 grid(unsigned(blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
+  const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
+  auto launch = [&](auto normed_tag, auto depth_tag) {
+    const auto kernel = gemv_mma_kernel<T, decltype(normed_tag)::value, decltype(depth_tag)::value>;
+    if (plan.shared_bytes > 48 * 1024)
+      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(plan.shared_bytes)));
+    DING_GPU_CHECK(launch_chained(chained, kernel, grid, dim3(kMmaThreads), plan.shared_bytes, s.handle(), a, plan.rows));
+  };
+  auto with_depth = [&](auto normed_tag) {
+    static_assert(std::size(kMmaDepths) == 3);
+    switch (plan.depth) {
+      case kMmaDepths[0]: launch(normed_tag, std::integral_constant<int, kMmaDepths[0]>{}); break;
+      case kMmaDepths[1]: launch(normed_tag, std::integral_constant<int, kMmaDepths[1]>{}); break;
+      default: launch(normed_tag, std::integral_constant<int, kMmaDepths[2]>{}); break;
+    }
+  };
   if (normed)
-    DING_GPU_CHECK(launch_chained(chained, gemv_mma_kernel<T, true>, grid, dim3(kMmaWarps * 32), shared, s.handle(), a, rows));
+    with_depth(std::true_type{});
   else
-    DING_GPU_CHECK(launch_chained(chained, gemv_mma_kernel<T, false>, grid, dim3(kMmaWarps * 32), shared, s.handle(), a, rows));
+    with_depth(std::false_type{});
   DING_GPU_CHECK_LAUNCH("gemv_mma_kernel");
 }
 
