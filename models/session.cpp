@@ -102,8 +102,9 @@ struct Session::State {
     run_blocks(n, [&](int64_t l, const Tensor& qkv_n, const Tensor& attn_n) {
       const HeadViews v = split_heads(qkv_n);
       const Tensor k_n = k_cache[size_t(l)].slice(0, 0, n), v_n = v_cache[size_t(l)].slice(0, 0, n);
-      ops::kv_append(*stream, k_n, v_n, v.k.unsqueeze(1), v.v.unsqueeze(1), positions.slice(0, 0, n));
-      ops::attention_decode(*stream, attn_n.reshape({n, c.n_head, c.d_head}), v.q, k_n, v_n, seq_lens.slice(0, 0, n));
+      // The token's k and v go into the caches inside the attention op (at seq_lens − 1 = its position).
+      ops::attention_decode(*stream, attn_n.reshape({n, c.n_head, c.d_head}), v.q, k_n, v_n, seq_lens.slice(0, 0, n), {},
+                            v.k, v.v);
     });
     lm_head(0, n);
   }

@@ -71,6 +71,20 @@ void validate(const Device& device, const AttentionDecodeArgs& a) {
   validate_scale(c, a.params);
   for (auto [name, t] : {std::pair{"q", &a.q}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}, {"seq_lens", &a.seq_lens}})
     c.disjoint("out", a.out, name, *t);
+  if (a.k_new.defined() || a.v_new.defined()) {
+    for (auto [name, t] : {std::pair{"k_new", &a.k_new}, {"v_new", &a.v_new}}) {
+      c.tensor(name, *t, 3, 3);
+      c.float_dtype(name, *t);
+      c.last_dim_contiguous(name, *t);
+      c.dim(name, *t, 0, a.q.dim(0), "B (from q)");
+      c.dim(name, *t, 1, a.k_cache.dim(2), "Hkv (from k_cache)");
+      c.dim(name, *t, 2, a.q.dim(2), "D (from q)");
+      c.disjoint("out", a.out, name, *t);
+      c.disjoint("k_cache", a.k_cache, name, *t);
+      c.disjoint("v_cache", a.v_cache, name, *t);
+    }
+    c.disjoint("k_cache", a.k_cache, "v_cache", a.v_cache);
+  }
 }
 
 void validate(const Device& device, const KvAppendArgs& a) {
@@ -99,6 +113,10 @@ void validate(const Device& device, const KvAppendArgs& a) {
   }
 }
 
+KvAppendArgs decode_append(const AttentionDecodeArgs& a, Tensor start) {
+  return {a.k_cache, a.v_cache, a.k_new.unsqueeze(1), a.v_new.unsqueeze(1), start};
+}
+
 Cost cost(const AttentionPrefillArgs& a) {
   const double B = double(a.q.dim(0)), Tq = double(a.q.dim(1)), H = double(a.q.dim(2)), D = double(a.q.dim(3));
   const double Tk = double(a.k.dim(1));
@@ -110,7 +128,12 @@ Cost cost(const AttentionPrefillArgs& a) {
 Cost cost(const AttentionDecodeArgs& a) {
   // The cache lengths live on the device; cost assumes full caches (an upper bound).
   const double B = double(a.q.dim(0)), H = double(a.q.dim(1)), D = double(a.q.dim(2)), S = double(a.k_cache.dim(1));
-  return {4.0 * B * H * D * S, double(a.q.nbytes() + a.k_cache.nbytes() + a.v_cache.nbytes() + a.out.nbytes())};
+  // With k_new and v_new: read once, written once into the caches (whose reads already count).
+  const double appended = a.k_new.defined() ? double(a.k_new.nbytes() + a.v_new.nbytes()) +
+                                                  double(a.k_new.numel() * 2) * double(dtype_size(a.k_cache.dtype))
+                                            : 0.0;
+  return {4.0 * B * H * D * S,
+          double(a.q.nbytes() + a.k_cache.nbytes() + a.v_cache.nbytes() + a.out.nbytes()) + appended};
 }
 
 Cost cost(const KvAppendArgs& a) {
@@ -124,8 +147,8 @@ void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v,
 }
 
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
-                      const AttentionParams& params) {
-  dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params});
+                      const AttentionParams& params, Tensor k_new, Tensor v_new) {
+  dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params, k_new, v_new});
 }
 
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start) {

@@ -5,7 +5,10 @@
 // attention_prefill: a block of Tq queries against Tk ≥ Tq keys of the same sequence; the
 //   queries are the last Tq positions, so with the causal mask query i sees keys j ≤ i + Tk - Tq.
 // attention_decode: one query per sequence against its KV cache; sequence b sees the first
-//   seq_lens[b] cached positions (which include the current token).
+//   seq_lens[b] cached positions (which include the current token). Given k_new and v_new (the
+//   current token's key and value), it first stores them at position seq_lens[b] − 1, as
+//   kv_append with start = seq_lens − 1 would: one op for the decode step, so a GPU backend
+//   attends to the new key where the QKV product left it instead of after a separate append.
 // Only the last dimension must be contiguous: k/v may be views into a larger KV cache.
 #pragma once
 #include <cstdint>
@@ -35,6 +38,8 @@ struct AttentionDecodeArgs {
   Tensor v_cache;   // [B, S, Hkv, D]
   Tensor seq_lens;  // i32 [B], each in [1, S]; a host backend raises Error for any other value
   AttentionParams params;
+  Tensor k_new;     // optional [B, Hkv, D], f32/f16/bf16 (converted), last dim contiguous
+  Tensor v_new;     // given with k_new
 };
 
 // kv_append: writes a step's keys and values into the KV cache at start positions held on the
@@ -51,6 +56,9 @@ struct KvAppendArgs {
 };
 
 float attention_scale(const AttentionParams& p, int64_t head_dim);
+// The kv_append that attention_decode's k_new and v_new stand for; `start` holds seq_lens − 1
+// (i32 [B] on the op's device: host backends pass a view of their own memory).
+KvAppendArgs decode_append(const AttentionDecodeArgs& a, Tensor start);
 
 void validate(const Device& device, const AttentionPrefillArgs& a);
 void validate(const Device& device, const AttentionDecodeArgs& a);
@@ -60,7 +68,7 @@ Cost cost(const AttentionDecodeArgs& a);
 Cost cost(const KvAppendArgs& a);
 void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params = {});
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
-                      const AttentionParams& params = {});
+                      const AttentionParams& params = {}, Tensor k_new = {}, Tensor v_new = {});
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start);
 
 }  // namespace ding::ops

@@ -283,7 +283,7 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
   });
 }
 
-void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
+void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const int64_t B = a.q.dim(0), H = a.q.dim(1), D = a.q.dim(2);
   const int64_t S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2), group = H / Hkv;
   const float scale = ops::attention_scale(a.params, D);
@@ -292,6 +292,11 @@ void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
     if (seq_lens[b] < 1 || seq_lens[b] > S)
       throw Error(ErrorCode::invalid_argument, fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})",
                                                            b, seq_lens[b], S, a.k_cache.shape_str()));
+  if (a.k_new.defined()) {
+    std::vector<int32_t> start(seq_lens, seq_lens + B);
+    for (int32_t& s : start) --s;
+    kv_append(stream, ops::decode_append(a, Tensor::view(start.data(), a.seq_lens.device, DType::i32, {B})));
+  }
 
   // Tasks: (b, split, a run of kv heads); rows = the query heads of those kv heads. Putting many
   // heads in one task makes a block of keys read whole [Hkv, D] cache rows, contiguous memory,

@@ -27,7 +27,12 @@
 // The split count depends on the cache capacity S, the batch, the heads and the device only,
 // never on the lengths: they live on the device and grow between replays of a recorded decode
 // step. The kernel is a chained launch (vendor.h): its index math overlaps the previous kernel
-// (kv_append in a decode step), and it waits for that kernel before reading anything.
+// (the QKV product in a decode step), and it waits for that kernel before reading anything.
+//
+// The op's k_new and v_new (the current token's key and value): the blocks whose split holds
+// position seq_lens − 1 read that key from them rather than from the cache, and the first head
+// block of each kv head stores them into the cache. A decode step then has no kv_append launch
+// between the QKV product and attention (one kernel boundary, ~3–5 µs, less per layer).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -80,6 +85,15 @@ struct DecodeShape {
   int splits;
   int64_t chunk;    // keys per split
   int lanes;        // lanes per key
+};
+
+// The current token's key and value (attention_decode's k_new and v_new, rows of the QKV
+// product) when the op appends them: k == nullptr otherwise. Same element type as the cache.
+template <class KV>
+struct NewKv {
+  const KV* k = nullptr;
+  const KV* v = nullptr;
+  int64_t k_b = 0, k_h = 0, v_b = 0, v_h = 0;  // strides of [B, Hkv, D]
 };
 
 // The splits' partial states: acc [B, H, splits, D] (first in the scratch, so 16-byte aligned
@@ -273,7 +287,8 @@ template <class KV, int HPB>
 __global__ void __launch_bounds__(kDecodeThreads,
                                   launch_min_blocks(kDecodeThreads, DecodeConfig<KV, HPB>::kBlocksPerSm))
     attention_decode_kernel(Operand out, Operand q, const KV* k, Strides3 ks, const KV* v, Strides3 vs, bool kv_vec,
-                            const int32_t* seq_lens, DecodeShape sh, float scale, Partials part) {
+                            const int32_t* seq_lens, DecodeShape sh, float scale, Partials part, NewKv<KV> fresh,
+                            KV* k_cache, KV* v_cache) {
   constexpr int kWarps = kDecodeThreads / warp_size();
   constexpr int U = DecodeConfig<KV, HPB>::kKeysInFlight;
   static_assert(HPB <= 4, "q and acc of more heads do not fit the register budget");
@@ -318,10 +333,29 @@ __global__ void __launch_bounds__(kDecodeThreads,
     }
   });
   // The length lives on the device: clamp it, never trust it (a host backend would raise).
-  const int64_t len = min(max(int64_t(seq_lens[b]), int64_t(1)), sh.S);
+  const int64_t raw_len = seq_lens[b];
+  const int64_t len = min(max(raw_len, int64_t(1)), sh.S);
   const int64_t begin = int64_t(split) * sh.chunk, end = min(len, begin + sh.chunk);
+  // The appended position len − 1 is read from the new rows, never from the cache, so no block
+  // waits for another's write; kv_append's rule for a length that does not fit: write nothing.
+  const bool appends = fresh.k && raw_len >= 1 && raw_len <= sh.S;
+  const int64_t fresh_j = appends ? len - 1 : -1;
+  const KV* k_fresh = appends ? fresh.k + b * fresh.k_b + kv_head * fresh.k_h + e0 : nullptr;
+  const KV* v_fresh = appends ? fresh.v + b * fresh.v_b + kv_head * fresh.v_h + e0 : nullptr;
 
   if (begin < end) {  // uniform over the block; split 0 always has keys
+    // The split holding the new position stores it (the first head block of the kv head):
+    // whole 16-byte pieces, as the fused path requires kv_vec.
+    if (fresh_j >= begin && fresh_j < end && hb == 0) {
+      KV* k_row = k_cache + b * ks.b + kv_head * ks.h + fresh_j * ks.t;
+      KV* v_row = v_cache + b * vs.b + kv_head * vs.h + fresh_j * vs.t;
+      const KV* k_in = k_fresh - e0;  // the lane's pointers carry its e0
+      const KV* v_in = v_fresh - e0;
+      for (int i = int(threadIdx.x); i < D / 8; i += kDecodeThreads) {
+        reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
+        reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
+      }
+    }
     float m_run[HPB], l_run[HPB], acc[HPB][8];
 #pragma unroll
     for (int g = 0; g < HPB; ++g) {
@@ -341,8 +375,8 @@ __global__ void __launch_bounds__(kDecodeThreads,
       for (int u = 0; u < U; ++u) {
         const int64_t j = j0 + key_group + int64_t(u) * key_groups;
         if (j < end && e0 < D) {
-          kx[u] = load_slice8(k_head + j * ks.t, e0, D, kv_vec);
-          vx[u] = load_slice8(v_head + j * vs.t, e0, D, kv_vec);
+          kx[u] = load_slice8(j == fresh_j ? k_fresh : k_head + j * ks.t, e0, D, kv_vec);
+          vx[u] = load_slice8(j == fresh_j ? v_fresh : v_head + j * vs.t, e0, D, kv_vec);
         } else {
           kx[u] = vx[u] = zero_slice8<KV>();
         }
@@ -475,7 +509,16 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const float scale = ops::attention_scale(a.params, D);
   const Operand out = operand(a.out, strides_bhd(a.out)), q = operand(a.q, strides_bhd(a.q));
   const int32_t* seq_lens = static_cast<const int32_t*>(a.seq_lens.data);
-  if (D > 8 * kDecodeMaxLanes || a.k_cache.dtype != a.v_cache.dtype) {
+  const bool kv_vec = D % 8 == 0 && rows_aligned(a.k_cache, 16 / int64_t(dtype_size(a.k_cache.dtype))) &&
+                      rows_aligned(a.v_cache, 16 / int64_t(dtype_size(a.v_cache.dtype)));
+  const bool fused = D <= 8 * kDecodeMaxLanes && a.k_cache.dtype == a.v_cache.dtype;
+  // The new rows are read by the decode kernel itself where they are the cache's type and whole
+  // 16-byte pieces; otherwise a kv_append launch (start = seq_lens − 1) goes first.
+  const bool fresh_in_kernel = a.k_new.defined() && fused && kv_vec && a.k_new.dtype == a.k_cache.dtype &&
+                               a.v_new.dtype == a.k_cache.dtype && rows_aligned(a.k_new, 16 / int64_t(dtype_size(a.k_new.dtype))) &&
+                               rows_aligned(a.v_new, 16 / int64_t(dtype_size(a.v_new.dtype)));
+  if (a.k_new.defined() && !fresh_in_kernel) launch_kv_append(s, ops::decode_append(a, a.seq_lens), -1);
+  if (!fused) {
     launch_rows(s, out, q, a.k_cache, strides3(a.k_cache), a.v_cache, strides3(a.v_cache),
                 RowShape{B, 1, S, H, group, int(D), false, seq_lens}, scale);
     return;
@@ -491,8 +534,6 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   sh.head_blocks = int(ceil_div(group, hpb));
   sh.lanes = 1;
   while (8 * sh.lanes < D) sh.lanes *= 2;
-  const bool kv_vec = D % 8 == 0 && rows_aligned(a.k_cache, 16 / int64_t(dtype_size(a.k_cache.dtype))) &&
-                      rows_aligned(a.v_cache, 16 / int64_t(dtype_size(a.v_cache.dtype)));
   const bool chained = s.props().has_chained_launch();
 
   with_float_type(a.k_cache.dtype, [&](auto kv_tag) {
@@ -513,6 +554,10 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
       sh.chunk = ceil_div(ceil_div(S, splits), key_groups) * key_groups;
       sh.splits = int(ceil_div(S, sh.chunk));  // no split starts past S; never more than `splits`
 
+      NewKv<KV> fresh;
+      if (fresh_in_kernel)
+        fresh = {static_cast<const KV*>(a.k_new.data), static_cast<const KV*>(a.v_new.data), a.k_new.strides[0],
+                 a.k_new.strides[1], a.v_new.strides[0], a.v_new.strides[1]};
       Partials part{nullptr, nullptr, nullptr};
       if (sh.splits > 1) {
         const int64_t states = B * H * sh.splits;
@@ -523,7 +568,8 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
                                     dim3(kDecodeThreads), 0, s.handle(), out, q,
                                     static_cast<const KV*>(a.k_cache.data), strides3(a.k_cache),
                                     static_cast<const KV*>(a.v_cache.data), strides3(a.v_cache), kv_vec, seq_lens, sh,
-                                    scale, part));
+                                    scale, part, fresh, static_cast<KV*>(a.k_cache.data),
+                                    static_cast<KV*>(a.v_cache.data)));
     };
     switch (hpb) {
       case 4: launch(std::integral_constant<int, 4>{}); break;

@@ -56,8 +56,9 @@ constexpr int kMmaThreads = kMmaWarps * 32;
 constexpr int kMmaMaxBlocksPerSm = 2;
 // One ring slot of the block: each thread's 16 bytes of rows g and g + 8 of one unit.
 constexpr size_t kMmaSlotBytes = size_t(kMmaThreads) * 2 * sizeof(uint4);
-// Shared memory the driver keeps per resident block (sm_80+), out of the SM's total.
-constexpr size_t kSharedReservedPerBlock = 1024;
+// Shared memory a block holds beside its dynamic share: the driver's reserve (1 KB, sm_80+) and
+// the kernel's static `red`.
+constexpr size_t kSharedReservedPerBlock = 1024 + 128;
 
 // How the rows of w are dealt to the blocks: block i takes `base` rows, one more if i < extra,
 // from row i · base + min(i, extra), of every batch.
@@ -65,7 +66,8 @@ struct MmaRows {
   int base = 0, extra = 0;
   int chunks = 0;      // per tile: ceil(K / 32)
   int x_pairs = 0;     // ceil(M / 2): the lanes (q < x_pairs) whose sums hold rows of x
-  size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) ahead of the sums in shared memory
+  size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory
+  size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
   size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
 };
 
@@ -76,6 +78,71 @@ struct MmaPlan {
   int64_t blocks = 0;
   size_t shared_bytes = 0;
 };
+
+// norm(x) [M, K] into `out` (shared memory) by the whole block: row m by the warps
+// [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all 8 for one row, where one
+// warp with the per-element parameter loads cost ~4 µs a GEMV), in 16-byte vectors. Statistics in
+// f32, two passes over the staged row (no cancellation); each thread reads back only vectors it
+// wrote, and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are
+// in shared memory already; `red` holds kMmaWarps floats.
+template <class T>
+__device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta, int M, int K, const Norm& norm,
+                               float* red) {
+  using Vec = Pack<T, 8>;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int wpr = M == 1 ? 8 : M == 2 ? 4 : M <= 4 ? 2 : 1;
+  const int m = warp / wpr;
+  const bool mine = m < M;
+  const int vectors = K / 8, stride = 32 * wpr, first = (warp % wpr) * 32 + lane;
+  const Vec* row = reinterpret_cast<const Vec*>(x + int64_t(m) * K);
+  Vec* staged = reinterpret_cast<Vec*>(out + int64_t(m) * K);
+  // Over the row's warps, the same total in every lane; uniform over the block (two barriers).
+  auto row_total = [&](float part) {
+    part = warp_sum(part);
+    if (lane == 0) red[warp] = part;
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; mine && i < wpr; ++i) total += red[m * wpr + i];
+    __syncthreads();
+    return total;
+  };
+  constexpr int kBatch = 4;  // loads issued before the stores (x and out may alias for the compiler)
+  float sum = 0.0f;
+  for (int v0 = first; mine && v0 < vectors; v0 += kBatch * stride) {
+    Vec pk[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i)
+      if (v0 + i * stride < vectors) pk[i] = row[v0 + i * stride];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (v0 + i * stride >= vectors) break;
+      staged[v0 + i * stride] = pk[i];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum += to_float(pk[i].v[e]);
+    }
+  }
+  const float mean = norm.center ? row_total(sum) / float(K) : 0.0f;
+  float q = 0.0f;  // Σ(x − mean)²; rms_norm: Σx²
+  for (int v = first; mine && v < vectors; v += stride) {
+    const Vec pk = staged[v];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float d = to_float(pk.v[e]) - mean;
+      q += d * d;
+    }
+  }
+  const float rstd = 1.0f / sqrtf(row_total(q) / float(K) + norm.eps);
+  for (int v = first; mine && v < vectors; v += stride) {
+    const Vec pk = staged[v], gv = reinterpret_cast<const Vec*>(gamma)[v];
+    Vec bv{};
+    if (beta) bv = reinterpret_cast<const Vec*>(beta)[v];
+    Vec o;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      o.v[e] = from_float<T>((to_float(pk.v[e]) - mean) * rstd * to_float(gv.v[e]) + (beta ? to_float(bv.v[e]) : 0.0f));
+    staged[v] = o;
+  }
+}
 
 template <class T, bool Normed, int Depth>
 __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kernel(const Params a, const MmaRows rs) {
@@ -90,8 +157,11 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
 
   extern __shared__ __align__(16) unsigned char shared[];
   T* staged = reinterpret_cast<T*>(shared);
-  float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes);
-  uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.sums_bytes);
+  T* gamma = reinterpret_cast<T*>(shared + rs.staged_bytes);
+  T* beta = a.norm.bias ? gamma + p.K : nullptr;
+  float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes + rs.params_bytes);
+  uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.params_bytes + rs.sums_bytes);
+  __shared__ float red[kMmaWarps];
   auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * rs.x_pairs + q; };
   // Slot s of this thread: rows g and g + 8 of a unit, each array lane-contiguous (no bank conflicts).
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
@@ -134,6 +204,14 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, b);
     return c;
   };
+  // The norm's parameters (constants of the model) as the first group, before the ring's.
+  if constexpr (Normed) {
+    for (int v = tid; v < p.K / 8; v += kMmaThreads) {
+      cp_async_16(smem_address(gamma + 8 * v), static_cast<const T*>(a.norm.weight) + 8 * v, 16);
+      if (beta) cp_async_16(smem_address(beta + 8 * v), static_cast<const T*>(a.norm.bias) + 8 * v, 16);
+    }
+    cp_async_commit();
+  }
   const int64_t b0 = blockIdx.z;
   Cursor ahead = first;
   if (b0 < p.batches) ahead = fill(b0);
@@ -147,7 +225,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     // costs no L2 round trip in the chain wait → mma → refill.
     const T* x = static_cast<const T*>(p.x) + b * p.x_batch;
     if constexpr (Normed) {
-      for (int m = warp; m < p.M; m += kMmaWarps) normalize_row<T, 8>(x + m * p.K, staged + m * p.K, p.K, a.norm);
+      cp_async_wait<Depth>();  // the parameters' group: older than the ring's Depth
+      __syncthreads();         // ... and every thread's part of it
+      normalize_rows(x, staged, gamma, beta, p.M, p.K, a.norm, red);
     } else {
       const int vectors = p.M * p.K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
       for (int i = tid; i < vectors; i += kMmaThreads)
@@ -212,13 +292,15 @@ constexpr int kMmaDepths[] = {12, 8, 4};
 // shared memory fits, over one wave of blocks; if even the shallowest ring over one wave does not
 // fit (many tiles per block: long products at batch 8), more blocks of fewer rows. depth == 0:
 // the core cannot take it (the staged rows alone overflow).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p) {
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
   MmaPlan plan;
   MmaRows& r = plan.rows;
   r.chunks = int(ceil_div(p.K, kMmaChunk));
   r.x_pairs = int(ceil_div(p.M, 2));
   r.staged_bytes = size_t(p.M * p.K) * 2;  // 16-bit x
   r.staged_bytes = (r.staged_bytes + 15) / 16 * 16;
+  r.params_bytes = normed ? size_t(p.K) * 2 * 2 : 0;  // K % 8 == 0: 16-byte multiples
+  const size_t fixed_bytes = r.staged_bytes + r.params_bytes;
   const size_t per_tile = size_t(kMmaWarps) * 8 * size_t(r.x_pairs) * sizeof(float4);
   const int64_t batches = std::min(p.batches, kMaxGridYZ);
   auto budget = [&](int per_sm) {
@@ -231,7 +313,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p) {
     r.sums_bytes = size_t(tiles) * per_tile;
     plan.depth = depth;
     plan.blocks = blocks;
-    plan.shared_bytes = r.staged_bytes + r.sums_bytes + size_t(depth) * kMmaSlotBytes;
+    plan.shared_bytes = fixed_bytes + r.sums_bytes + size_t(depth) * kMmaSlotBytes;
   };
   // Blocks of one batch in a wave of per_sm blocks per SM, the wave spread over the batches.
   auto wave = [&](int per_sm) {
@@ -242,7 +324,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p) {
   for (int per_sm = kMmaMaxBlocksPerSm; per_sm >= 1; --per_sm)
     for (int depth : kMmaDepths) {
       const int64_t tiles = ceil_div(ceil_div(p.N, wave(per_sm)), kMmaRows);
-      const size_t bytes = r.staged_bytes + size_t(tiles) * per_tile + size_t(depth) * kMmaSlotBytes;
+      const size_t bytes = fixed_bytes + size_t(tiles) * per_tile + size_t(depth) * kMmaSlotBytes;
       if (bytes <= budget(per_sm) && per_sm * depth > best_per_sm * best_depth) best_per_sm = per_sm, best_depth = depth;
     }
   if (best_depth) {
@@ -250,7 +332,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p) {
     return plan;
   }
   const int shallow = kMmaDepths[std::size(kMmaDepths) - 1];
-  const size_t fixed = r.staged_bytes + size_t(shallow) * kMmaSlotBytes;
+  const size_t fixed = fixed_bytes + size_t(shallow) * kMmaSlotBytes;
   if (fixed + per_tile > budget(1)) return plan;
   const int64_t max_tiles = int64_t((budget(1) - fixed) / per_tile);
   take(std::max(wave(1), ceil_div(p.N, max_tiles * kMmaRows)), shallow);
@@ -260,13 +342,18 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p) {
 }  // namespace gemv
 
 // Whether the tensor-core GEMV takes the product: 16-bit x and w of one type, 16-byte rows, the
-// staged rows of x, the ring and one tile's sums within a block's shared memory.
+// staged rows of x (and the norm's parameters), the ring and one tile's sums within a block's
+// shared memory.
 template <class X, class W>
-bool gemv_mma_fits(const Props& props, const GemmShape& p) {
+bool gemv_mma_fits(const Props& props, const GemmShape& p, const ops::MatmulNorm& norm) {
+  const bool normed = norm.kind != ops::NormKind::none;
   if (!(std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
         aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31)))
     return false;
-  return gemv::mma_plan(props, p).depth > 0;
+  // The norm's parameters are copied to shared memory in 16-byte pieces.
+  if (normed && !(aligned_to(norm.weight.data, 16) && (!norm.bias.defined() || aligned_to(norm.bias.data, 16))))
+    return false;
+  return gemv::mma_plan(props, p, normed).depth > 0;
 }
 
 template <class T>
@@ -275,7 +362,7 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   const bool normed = norm.kind != ops::NormKind::none;
   Params a{p, ep, {}, 1, p.K, 0};
   if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
-  const gemv::MmaPlan plan = gemv::mma_plan(s.props(), p);
+  const gemv::MmaPlan plan = gemv::mma_plan(s.props(), p, normed);
   const bool chained = gemv_chained(s);
   const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   auto launch = [&](auto normed_tag, auto depth_tag) {

@@ -11,6 +11,10 @@ namespace ding::gpu {
 DING_OP_LIST(DING_GPU_DECL)
 #undef DING_GPU_DECL
 
+class GpuStream;
+// kv_append at positions start[b] + start_offset (attention_decode appends at seq_lens − 1).
+void launch_kv_append(GpuStream& s, const ops::KvAppendArgs& a, int start_offset);
+
 // The table a GPU device hands out.
 const ops::Kernels& kernel_table();
 

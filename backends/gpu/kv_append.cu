@@ -29,12 +29,12 @@ __device__ inline void copy4(Cache* dst, const In* src) {
 // quads never straddle a head and move as single accesses.
 template <class Cache, class In>
 __global__ void kv_append_kernel(Cache* k_cache, Strides3 kc, Cache* v_cache, Strides3 vc, const In* k, Strides3 ks,
-                                 const In* v, Strides3 vs, const int32_t* start, int64_t T, int64_t S, int64_t Hkv,
-                                 int64_t D, bool vec4) {
+                                 const In* v, Strides3 vs, const int32_t* start, int start_offset, int64_t T, int64_t S,
+                                 int64_t Hkv, int64_t D, bool vec4) {
   const int64_t b = blockIdx.x / T, t = blockIdx.x % T;
   wait_for_prior_kernels();  // start, k and v come from earlier kernels; the cache is read by them
   release_dependents();
-  const int64_t first = start[b];
+  const int64_t first = int64_t(start[b]) + start_offset;
   if (first < 0 || first + T > S) return;
   const int64_t pos = first + t;
   if (vec4) {
@@ -54,10 +54,11 @@ __global__ void kv_append_kernel(Cache* k_cache, Strides3 kc, Cache* v_cache, St
 
 }  // namespace
 
-void kv_append(Stream& stream, const ops::KvAppendArgs& a) {
+void kv_append(Stream& stream, const ops::KvAppendArgs& a) { launch_kv_append(gpu_stream(stream), a, 0); }
+
+void launch_kv_append(GpuStream& s, const ops::KvAppendArgs& a, int start_offset) {
   const int64_t B = a.k.dim(0), T = a.k.dim(1), S = a.k_cache.dim(1), Hkv = a.k.dim(2), D = a.k.dim(3);
   if (B * T * Hkv * D == 0) return;
-  GpuStream& s = gpu_stream(stream);
   const bool vec4 = D % 4 == 0 && rows_aligned(a.k_cache, 4) && rows_aligned(a.v_cache, 4) && rows_aligned(a.k, 4) &&
                     rows_aligned(a.v, 4);
   const int64_t per_thread = vec4 ? 4 : 1;
@@ -70,7 +71,7 @@ void kv_append(Stream& stream, const ops::KvAppendArgs& a) {
                                     dim3(unsigned(threads)), 0, s.handle(), static_cast<Cache*>(a.k_cache.data),
                                     strides3(a.k_cache), static_cast<Cache*>(a.v_cache.data), strides3(a.v_cache),
                                     static_cast<const In*>(a.k.data), strides3(a.k), static_cast<const In*>(a.v.data),
-                                    strides3(a.v), static_cast<const int32_t*>(a.start.data), T, S, Hkv, D, vec4));
+                                    strides3(a.v), static_cast<const int32_t*>(a.start.data), start_offset, T, S, Hkv, D, vec4));
     });
   });
 }

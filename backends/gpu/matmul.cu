@@ -85,7 +85,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
         const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
 #if defined(DING_GPU_NVIDIA)
         if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
-          if (gemv_mma_fits<X, W>(s.props(), p)) {
+          if (gemv_mma_fits<X, W>(s.props(), p, prologue)) {
             launch_gemv_mma<X>(s, p, ep, prologue);
             return;
           }

@@ -57,7 +57,7 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
       }
 }
 
-void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
+void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const int64_t B = a.q.dim(0), H = a.q.dim(1), S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2);
   const int64_t group = H / Hkv;
   const double scale = ops::attention_scale(a.params, a.q.dim(2));
@@ -69,6 +69,11 @@ void attention_decode(Stream&, const ops::AttentionDecodeArgs& a) {
       throw Error(ErrorCode::invalid_argument,
                   fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})", b,
                               seq_len[size_t(b)], S, a.k_cache.shape_str()));
+  }
+  if (a.k_new.defined()) {
+    std::vector<int32_t> start(seq_len.begin(), seq_len.end());
+    for (int32_t& s : start) --s;
+    kv_append(stream, ops::decode_append(a, Tensor::view(start.data(), a.seq_lens.device, DType::i32, {B})));
   }
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)

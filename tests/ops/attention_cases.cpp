@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "ding/ops/attention.h"
 #include "op_cases.h"
@@ -76,6 +77,9 @@ struct Decode {
   bool views = false;  // q from a fused [B, H + 2, D]; caches from one [B, S + 3, 2·Hkv, D] tensor
   bool full = false;   // every seq_len = S (bench); otherwise 1, random in [1, S] …, S
   int32_t len = 0;     // > 0: every seq_len = len (a short sequence in a long cache)
+  // k_new and v_new of this dtype (views into a fused qkv row, as the decoder passes them) stored
+  // at seq_lens − 1 by the op; the caches are then in-out and compared whole and exactly.
+  std::optional<DType> append;
   bool in_tests = true;
 };
 
@@ -86,10 +90,19 @@ OpCase decode_case(const Decode& p) {
   if (p.views) name += "_views";
   if (p.full) name += "_full";
   if (p.len > 0) name += fmt::format("_len{}", p.len);
+  if (p.append) name += fmt::format("_append{}", dtype_name(*p.append));
   OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
-    Tensor q, k, v;
-    if (p.views) {
+    Tensor q, k, v, k_new, v_new;
+    if (p.append) {
+      // Written by the op: compared exactly (a copy, rounded the same on both sides).
+      q = run.normal(p.q, {p.B, p.H, p.D});
+      k = run.inout("k_cache", p.kv, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
+      v = run.inout("v_cache", p.kv, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
+      const Tensor qkv = run.normal(*p.append, {p.B, p.H + 2 * p.Hkv, p.D});
+      k_new = qkv.slice(1, p.H, p.H + p.Hkv);
+      v_new = qkv.slice(1, p.H + p.Hkv, p.H + 2 * p.Hkv);
+    } else if (p.views) {
       q = run.normal(p.q, {p.B, p.H + 2, p.D}).slice(1, 2, p.H + 2);
       const Tensor cache = run.normal(p.kv, {p.B, p.S + 3, 2 * p.Hkv, p.D}).slice(1, 0, p.S);
       k = cache.slice(2, 0, p.Hkv);
@@ -111,8 +124,8 @@ OpCase decode_case(const Decode& p) {
     const Tensor seq_lens = run.ints({p.B}, lens);
     const Tensor out = run.output("out", p.out, {p.B, p.H, p.D});
     const ops::AttentionParams params{p.scale, true};
-    run.launch = [=](Stream& s) { ops::attention_decode(s, out, q, k, v, seq_lens, params); };
-    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params});
+    run.launch = [=](Stream& s) { ops::attention_decode(s, out, q, k, v, seq_lens, params, k_new, v_new); };
+    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params, k_new, v_new});
   };
   return c;
 }
@@ -230,6 +243,19 @@ std::vector<OpCase> attention_cases() {
   // f32 pairs of heads (2 keys per key group and step).
   decode({.B = 2, .S = 5000, .H = 64, .Hkv = 64, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .len = 4999});
   decode({.B = 2, .S = 3000, .H = 32, .Hkv = 16, .D = 128});
+
+  // Decode with the step's k and v appended by the op: the fused GPU path (new rows of the cache's
+  // type: MHA at gpt2's head size, GQA), converting (f32 rows into a bf16 cache: a kv_append
+  // launch first on GPUs), odd and large head dims (the generic kernel).
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 8, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .append = bf16});
+  decode({.B = 3, .S = 33, .H = 8, .Hkv = 2, .D = 128, .q = f16, .kv = f16, .out = f16, .append = f16});
+  decode({.B = 3, .S = 1100, .H = 4, .Hkv = 2, .D = 64, .append = f32});
+  decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .q = f32, .kv = bf16, .out = f32, .append = f32});
+  decode({.B = 3, .S = 33, .H = 3, .Hkv = 3, .D = 7, .append = f32});
+  decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300, .q = bf16, .kv = bf16, .out = bf16, .append = bf16});
+  // The seed benchmark's decode step with its append (bench only).
+  for (DType t : {bf16})
+    decode({.S = 512, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .len = 384, .append = t, .in_tests = false});
 
   // KV append: one decode step and a prefill chunk, converting and not, odd head dims.
   auto append = [&](Append p) { cases.push_back(append_case(p)); };

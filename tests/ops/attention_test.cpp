@@ -270,6 +270,29 @@ TEST(AttentionDecodeBadInput, OutOverlapsKCache) {
   expect_error([&] { in.call(); }, ErrorCode::aliasing, {"attention_decode", "out", "overlaps k_cache"});
 }
 
+// k_new and v_new are [B, Hkv, D] of the step, both or neither.
+TEST(AttentionDecodeBadInput, KNewHeads3ForHkv2) {
+  DecodeInputs in(cpu(), {5});
+  const Tensor k_new = in.run.normal(DType::f32, {1, 3, 16}), v_new = in.run.normal(DType::f32, {1, 3, 16});
+  expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new); },
+               ErrorCode::shape_mismatch, {"attention_decode", "k_new", "Hkv (from k_cache)", "= 3"});
+}
+
+TEST(AttentionDecodeBadInput, KNewWithoutVNew) {
+  DecodeInputs in(cpu(), {5});
+  const Tensor k_new = in.run.normal(DType::f32, {1, 2, 16});
+  expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new); },
+               ErrorCode::invalid_argument, {"attention_decode", "v_new is missing"});
+}
+
+TEST(AttentionDecodeBadInput, KNewOverlapsKCache) {
+  DecodeInputs in(cpu(), {5});
+  const Tensor k_new = Tensor::view(in.k_cache.data, &cpu(), DType::f32, {1, 2, 16});
+  const Tensor v_new = in.run.normal(DType::f32, {1, 2, 16});
+  expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new); },
+               ErrorCode::aliasing, {"attention_decode", "k_cache", "overlaps k_new"});
+}
+
 TEST(AttentionDecodeBadInput, NegativeScaleMinus2) {
   DecodeInputs in(cpu(), {5});
   expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {.scale = -2.0f}); },
