@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
       KV* v_row = v_cache + b * vs.b + kv_head * vs.h + fresh_j * vs.t;
       const KV* k_in = k_fresh - e0;  // the lane's pointers carry its e0
       const KV* v_in = v_fresh - e0;
-      for (int i = int(threadIdx.x); i < D / 8; i += kDecodeThreads) {
+      for (int i = int(threadIdx.x); i < D * int(sizeof(KV)) / 16; i += kDecodeThreads) {
         reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
         reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
       }
