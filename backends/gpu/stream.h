@@ -41,7 +41,8 @@ struct MatmulTuning {
                                // 64x64 on mma.sync, 128x128 or 128x256 on wgmma; others: automatic
   int splits = 0;              // force this K split on the mma.sync path (0: chosen per shape)
   bool gemv_chained = true;    // decode GEMVs as chained launches where the device has them
-  bool gemv_prefetch = true;   // and their weights asked of L2 before the wait
+  bool gemv_prefetch = true;   // and the FMA GEMV's weights asked of L2 before the wait (the
+                               // tensor-core GEMV's cp.async ring starts its loads there instead)
 };
 
 class GpuStream : public Stream {
