@@ -128,10 +128,8 @@ Cost cost(const AttentionPrefillArgs& a) {
 Cost cost(const AttentionDecodeArgs& a) {
   // The cache lengths live on the device; cost assumes full caches (an upper bound).
   const double B = double(a.q.dim(0)), H = double(a.q.dim(1)), D = double(a.q.dim(2)), S = double(a.k_cache.dim(1));
-  // With k_new and v_new: read once, written once into the caches (whose reads already count).
-  const double appended = a.k_new.defined() ? double(a.k_new.nbytes() + a.v_new.nbytes()) +
-                                                  double(a.k_new.numel() * 2) * double(dtype_size(a.k_cache.dtype))
-                                            : 0.0;
+  // With k_new and v_new, the append's bytes as kv_append counts them (seq_lens in start's place).
+  const double appended = a.k_new.defined() ? cost(decode_append(a, a.seq_lens)).bytes : 0.0;
   return {4.0 * B * H * D * S,
           double(a.q.nbytes() + a.k_cache.nbytes() + a.v_cache.nbytes() + a.out.nbytes()) + appended};
 }

@@ -511,14 +511,14 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const int32_t* seq_lens = static_cast<const int32_t*>(a.seq_lens.data);
   const bool kv_vec = D % 8 == 0 && rows_aligned(a.k_cache, 16 / int64_t(dtype_size(a.k_cache.dtype))) &&
                       rows_aligned(a.v_cache, 16 / int64_t(dtype_size(a.v_cache.dtype)));
-  const bool fused = D <= 8 * kDecodeMaxLanes && a.k_cache.dtype == a.v_cache.dtype;
+  const bool flash = D <= 8 * kDecodeMaxLanes && a.k_cache.dtype == a.v_cache.dtype;  // else launch_rows
   // The new rows are read by the decode kernel itself where they are the cache's type and whole
   // 16-byte pieces; otherwise a kv_append launch (start = seq_lens − 1) goes first.
-  const bool fresh_in_kernel = a.k_new.defined() && fused && kv_vec && a.k_new.dtype == a.k_cache.dtype &&
+  const bool fresh_in_kernel = a.k_new.defined() && flash && kv_vec && a.k_new.dtype == a.k_cache.dtype &&
                                a.v_new.dtype == a.k_cache.dtype && rows_aligned(a.k_new, 16 / int64_t(dtype_size(a.k_new.dtype))) &&
                                rows_aligned(a.v_new, 16 / int64_t(dtype_size(a.v_new.dtype)));
   if (a.k_new.defined() && !fresh_in_kernel) launch_kv_append(s, ops::decode_append(a, a.seq_lens), -1);
-  if (!fused) {
+  if (!flash) {
     launch_rows(s, out, q, a.k_cache, strides3(a.k_cache), a.v_cache, strides3(a.v_cache),
                 RowShape{B, 1, S, H, group, int(D), false, seq_lens}, scale);
     return;

@@ -26,9 +26,10 @@
 // the result does not depend on timing.
 //
 // Loads in flight: a decode GEMV is a few microseconds of transfer, so what bounds it is how many
-// bytes each SM keeps requested (latency × bandwidth ≈ 25 KB per SM on H100 HBM3). Registers cap
-// that (a double-buffered step in registers held ~24 KB per SM and ran at 27 % of DRAM bandwidth,
-// long-scoreboard stalls dominating), so the units travel through a ring in shared memory instead:
+// bytes each SM keeps requested (Little's law: ~1 µs of loaded latency × 3 TB/s ≈ 25 KB per SM on
+// H100 HBM3, an estimate). Registers cap that (a double-buffered step in registers held, by count,
+// ~24 KB per SM; ncu: 27 % of DRAM bandwidth, long-scoreboard stalls dominating), so the units
+// travel through a ring in shared memory instead:
 // each thread keeps `Depth` units in flight with cp.async (16 bytes global → shared, no register
 // held) and reads back only what it copied itself, so the ring needs no barrier. Depth and blocks
 // per SM are chosen per product for the most bytes in flight that fit the SM's shared memory
@@ -83,8 +84,9 @@ struct MmaPlan {
 };
 
 // norm(x) [M, K] into `out` (shared memory) by the whole block: row m by the warps
-// [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all 8 for one row, where one
-// warp with the per-element parameter loads cost ~4 µs a GEMV), in 16-byte vectors. Statistics in
+// [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all 8 for one row), in 16-byte
+// vectors (one warp per row with 2-byte parameter loads cost ~1 µs per normed GEMV at batch 1 under
+// ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
 // f32, two passes over the staged row (no cancellation); each thread reads back only vectors it
 // wrote, and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are
 // in shared memory already; `red` holds kMmaWarps floats.
@@ -309,11 +311,12 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
   auto budget = [&](int per_sm) {
     return std::min(props.shared_per_block_optin, props.shared_per_sm / per_sm - kSharedReservedPerBlock);
   };
+  // The tile sums of a block when the rows are dealt to `blocks` (its share rounded up).
+  auto sums_bytes = [&](int64_t blocks) { return size_t(ceil_div(ceil_div(p.N, blocks), kMmaRows)) * per_tile; };
   auto take = [&](int64_t blocks, int depth) {
-    const int64_t tiles = ceil_div(ceil_div(p.N, blocks), kMmaRows);
     r.base = int(p.N / blocks);
     r.extra = int(p.N % blocks);
-    r.sums_bytes = size_t(tiles) * per_tile;
+    r.sums_bytes = sums_bytes(blocks);
     plan.depth = depth;
     plan.blocks = blocks;
     plan.shared_bytes = fixed_bytes + r.sums_bytes + size_t(depth) * kMmaSlotBytes;
@@ -326,8 +329,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
   int best_per_sm = 0, best_depth = 0;
   for (int per_sm = kMmaMaxBlocksPerSm; per_sm >= 1; --per_sm)
     for (int depth : kMmaDepths) {
-      const int64_t tiles = ceil_div(ceil_div(p.N, wave(per_sm)), kMmaRows);
-      const size_t bytes = fixed_bytes + size_t(tiles) * per_tile + size_t(depth) * kMmaSlotBytes;
+      const size_t bytes = fixed_bytes + sums_bytes(wave(per_sm)) + size_t(depth) * kMmaSlotBytes;
       if (bytes <= budget(per_sm) && per_sm * depth > best_per_sm * best_depth) best_per_sm = per_sm, best_depth = depth;
     }
   if (best_depth) {
