@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -38,18 +39,23 @@ struct MatmulCase {
 //   bound 10·(K + 8)·rounding_nmse(f32); measured ≤ 0.12 × that bound (worst of 300 seeds, K = 7).
 // f16/bf16 out: both sides round to the same dtype, so elements differ by one step at most, and
 //   only where the f32 sum straddles a rounding boundary (~K·ε/ulp of them). Measured ≤ 0.005 ×
-//   rounding_nmse(out) (40 seeds); the bound rounding_nmse(out)/4 still admits a few such
-//   elements in the smallest, 33-element outputs, where one alone costs ~ulp²/33.
-double tolerance(DType out, int64_t K) {
+//   rounding_nmse(out) (40 seeds) on large outputs. In small ones a single such flip decides:
+//   one step at element i costs ulp_i²/Σy², up to 24·rounding_nmse·y_i²/Σy² (a full step, at the
+//   bottom of a binade), and a Gaussian output's largest y_i² reaches ~16× the mean square. With
+//   rounding_nmse/4 alone, M1_N64_K4096 (64 outputs, norm prologue) failed 3 of 400 seeds on the
+//   CPU backend. Bound: the larger of rounding_nmse/4 and two such worst flips, 768·rounding_nmse
+//   / elements (the same for outputs of ≥ 3072 elements).
+double tolerance(DType out, int64_t K, int64_t elements) {
   if (out == DType::f32) return 10.0 * double(K + 8) * rounding_nmse(DType::f32);
-  return rounding_nmse(out) / 4;
+  return std::max(rounding_nmse(out) / 4, 768.0 * rounding_nmse(out) / double(elements));
 }
 
 std::string reason(DType out, int64_t K) {
   if (out == DType::f32)
     return fmt::format("f32 sums of K = {} products vs f64 (NMSE ~ K·ε²) plus the epilogue's roundings: "
                        "bound 10·(K + 8)·rounding_nmse(f32)", K);
-  return fmt::format("both sides round the output to {}: a few elements one step apart, bound rounding_nmse({})/4",
+  return fmt::format("both sides round the output to {}: a few elements one step apart, bound "
+                     "max(rounding_nmse({})/4, two worst-case flips: 768·rounding_nmse/elements)",
                      dtype_name(out), dtype_name(out));
 }
 
@@ -76,7 +82,7 @@ OpCase make_case(const MatmulCase& c) {
   OpCase oc;
   oc.op = "matmul";
   oc.name = case_name(c);
-  oc.tolerance = tolerance(c.out, c.K);
+  oc.tolerance = tolerance(c.out, c.K, std::max<int64_t>(c.B, 1) * c.M * c.N);
   oc.reason = reason(c.out, c.K);
   // The prologue: both sides round norm(x) to x's dtype, from f32 statistics here and f64 ones in
   // the reference; an element differs by one step of x's dtype only where the two straddle a
@@ -141,7 +147,7 @@ OpCase make_chain_case(const ChainCase& c) {
                             intermediates, dtype_name(c.factors), dtype_name(c.out), dtype_name(c.factors));
   } else {
     // Each intermediate is an f32 sum (rounded once per product) where the reference keeps f64.
-    oc.tolerance = tolerance(c.out, inner);
+    oc.tolerance = tolerance(c.out, inner, c.dims.front() * c.dims.back());
     oc.reason = c.out == DType::f32 ? fmt::format("f32 products through the chain, {} summed terms in all: "
                                                   "bound 10·(Σinner + 8)·rounding_nmse(f32)", inner)
                                     : reason(c.out, inner);
