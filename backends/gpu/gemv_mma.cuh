@@ -172,46 +172,52 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
   auto slot_hi = [&](int s) { return ring + (Depth + s) * kMmaThreads + tid; };
 
-  // This warp's units in order: w, w + 8, ... of the block's (tile, chunk) sequence.
+  // This warp's units in order: w, w + 8, ... of the block's (tile, chunk) sequence. The lane's
+  // element of K and row of the block travel with the cursor, so a unit costs no division and no
+  // 64-bit product (mma_plan keeps a block's run of w below 2^31 elements).
+  const int K = int(p.K);
   struct Cursor {
     int tile, chunk;
+    int k;    // the lane's first element of K in the unit: 32 · chunk + 8q
+    int row;  // the lane's row g of the unit's tile, from the block's first row: 16 · tile + g
   };
   auto advance = [&](Cursor& c) {
-    c.chunk += kMmaWarps;
-    while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, ++c.tile;
+    c.chunk += kMmaWarps, c.k += kMmaWarps * kMmaChunk;
+    while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, c.k -= rs.chunks * kMmaChunk, ++c.tile, c.row += kMmaRows;
   };
-  // The unit's rows g and g + 8 of w, of batch b, into slot s: one commit group per unit, empty
-  // past the block's last tile so that the group count stays in step with the units.
-  auto issue = [&](int s, Cursor c, int64_t b) {
+  // The unit's rows g and g + 8 of the block's run `w`, into slot s: one commit group per unit,
+  // empty past the block's last tile so that the group count stays in step with the units.
+  auto issue = [&](int s, const Cursor& c, const T* w) {
     if (c.tile < tiles) {
-      const int row = c.tile * kMmaRows + g;
-      const int k = c.chunk * kMmaChunk + q * 8;
-      const bool in = k < p.K;  // K % 8 == 0: a lane's 8 elements are all in or all out
-      const T* w = static_cast<const T*>(p.w) + b * p.w_batch + r0 * p.K;
-      const bool lo = in && row < rows, hi = in && row + 8 < rows;
+      const bool in = c.k < K;  // K % 8 == 0: a lane's 8 elements are all in or all out
+      const bool lo = in && c.row < rows, hi = in && c.row + 8 < rows;
+      const T* src = w + (c.row * K + c.k);
       // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
-      cp_async_16(smem_address(slot_lo(s)), lo ? w + int64_t(row) * p.K + k : w, lo ? 16 : 0);
-      cp_async_16(smem_address(slot_hi(s)), hi ? w + int64_t(row + 8) * p.K + k : w, hi ? 16 : 0);
+      cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0);
+      cp_async_16(smem_address(slot_hi(s)), hi ? src + 8 * K : w, hi ? 16 : 0);
     }
     cp_async_commit();
   };
   // Row g of the staged x at the unit's chunk.
-  auto x_at = [&](Cursor c) {
-    const int k = c.chunk * kMmaChunk + q * 8;
-    return k < p.K && g < p.M ? *reinterpret_cast<const uint4*>(staged + g * p.K + k) : make_uint4(0, 0, 0, 0);
+  const T* x_row = staged + g * K;
+  auto x_at = [&](const Cursor& c) {
+    return c.k < K && g < p.M ? *reinterpret_cast<const uint4*>(x_row + c.k) : make_uint4(0, 0, 0, 0);
   };
 
-  const Cursor first{warp / rs.chunks, warp % rs.chunks};
-  // The first Depth units of batch b into the ring; returns the cursor of the next to issue.
-  auto fill = [&](int64_t b) {
+  const int first_tile = warp / rs.chunks, first_chunk = warp % rs.chunks;
+  const Cursor first{first_tile, first_chunk, first_chunk * kMmaChunk + q * 8, first_tile * kMmaRows + g};
+  // The block's run of w in batch b.
+  auto run_of = [&](int64_t b) { return static_cast<const T*>(p.w) + b * p.w_batch + r0 * p.K; };
+  // The first Depth units of the run into the ring; returns the cursor of the next to issue.
+  auto fill = [&](const T* w) {
     Cursor c = first;
 #pragma unroll
-    for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, b);
+    for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, w);
     return c;
   };
   // The norm's parameters (constants of the model) as the first group, before the ring's.
   if constexpr (Normed) {
-    for (int v = tid; v < p.K / 8; v += kMmaThreads) {
+    for (int v = tid; v < K / 8; v += kMmaThreads) {
       cp_async_16(smem_address(gamma + 8 * v), static_cast<const T*>(a.norm.weight) + 8 * v, 16);
       if (beta) cp_async_16(smem_address(beta + 8 * v), static_cast<const T*>(a.norm.bias) + 8 * v, 16);
     }
@@ -219,34 +225,37 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   }
   const int64_t b0 = blockIdx.z;
   Cursor ahead = first;
-  if (b0 < p.batches) ahead = fill(b0);
+  if (b0 < p.batches) ahead = fill(run_of(b0));
   wait_for_prior_kernels();
   release_dependents();
 
   // The batch loop is uniform across the block, so the barriers inside it are reached by all.
   for (int64_t b = b0; b < p.batches; b += gridDim.z) {
-    if (b != b0) ahead = fill(b);
+    const T* w = run_of(b);
+    if (b != b0) ahead = fill(w);
     // x [M, K] into shared memory, normalised or as it is: read from there at every unit, it
     // costs no L2 round trip in the chain wait → mma → refill.
     const T* x = static_cast<const T*>(p.x) + b * p.x_batch;
     if constexpr (Normed) {
       cp_async_wait<Depth>();  // the parameters' group: older than the ring's Depth
       __syncthreads();         // ... and every thread's part of it
-      normalize_rows(x, staged, gamma, beta, p.M, p.K, a.norm, red);
+      normalize_rows(x, staged, gamma, beta, p.M, K, a.norm, red);
     } else {
-      const int vectors = p.M * p.K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
+      const int vectors = p.M * K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
       for (int i = tid; i < vectors; i += kMmaThreads)
         reinterpret_cast<uint4*>(staged)[i] = reinterpret_cast<const uint4*>(x)[i];
     }
     __syncthreads();
 
-    // Every warp leaves a sum for every tile of the block (zero where it had no unit in it).
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Every warp leaves a sum for every tile of the block (zero where it had no unit in it). The
+    // two mmas of a unit accumulate apart (d0, d1), halving the chain of dependent mmas.
+    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int tile = 0;
     auto leave_sums_before = [&](int end) {
       for (; tile < end; ++tile) {
-        if (q < rs.x_pairs) *sum_at(tile, warp) = make_float4(d[0], d[1], d[2], d[3]);
-        d[0] = d[1] = d[2] = d[3] = 0.0f;
+        if (q < rs.x_pairs) *sum_at(tile, warp) = make_float4(d0[0] + d1[0], d0[1] + d1[1], d0[2] + d1[2], d0[3] + d1[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d0[i] = d1[i] = 0.0f;
       }
     };
     // Unit u sits in slot u % Depth; Depth - 1 younger groups may still be in flight when it is
@@ -258,9 +267,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       leave_sums_before(at.tile);
       const uint4 lo = *slot_lo(s), hi = *slot_hi(s);
       const uint4 xv = x_at(at);
-      mma::mma_16816<T>(d, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
-      mma::mma_16816<T>(d, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
-      issue(s, ahead, b);
+      mma::mma_16816<T>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
+      mma::mma_16816<T>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
+      issue(s, ahead, w);
       advance(ahead);
       s = s + 1 == Depth ? 0 : s + 1;
     }
@@ -334,13 +343,16 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
     }
   if (best_depth) {
     take(wave(best_per_sm), best_depth);
-    return plan;
+  } else {
+    const int shallow = kMmaDepths[std::size(kMmaDepths) - 1];
+    const size_t fixed = fixed_bytes + size_t(shallow) * kMmaSlotBytes;
+    if (fixed + per_tile > budget(1)) return plan;
+    const int64_t max_tiles = int64_t((budget(1) - fixed) / per_tile);
+    take(std::max(wave(1), ceil_div(p.N, max_tiles * kMmaRows)), shallow);
   }
-  const int shallow = kMmaDepths[std::size(kMmaDepths) - 1];
-  const size_t fixed = fixed_bytes + size_t(shallow) * kMmaSlotBytes;
-  if (fixed + per_tile > budget(1)) return plan;
-  const int64_t max_tiles = int64_t((budget(1) - fixed) / per_tile);
-  take(std::max(wave(1), ceil_div(p.N, max_tiles * kMmaRows)), shallow);
+  // The kernel's element offsets within a block's run of w are 32-bit: its rows, plus the last
+  // tile's overhang, times K.
+  if ((ceil_div(p.N, plan.blocks) + kMmaRows) * p.K >= (int64_t(1) << 31)) return MmaPlan{};
   return plan;
 }
 
