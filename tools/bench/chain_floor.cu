@@ -17,70 +17,31 @@
 //   slice       each block one contiguous run, like a GEMV's rows
 //   persistent  one kernel for all 192 matrices, with or without a grid barrier
 //   after each
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cuda_runtime.h>
 #include <vector>
 
-#define CHECK(x)                                                               \
-  do {                                                                         \
-    cudaError_t err_ = (x);                                                    \
-    if (err_ != cudaSuccess) {                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,           \
-                   cudaGetErrorString(err_));                                  \
-      std::exit(1);                                                            \
-    }                                                                          \
+#include "read_kernels.cuh"
+
+#define CHECK(x)                                                                                \
+  do {                                                                                          \
+    cudaError_t err_ = (x);                                                                     \
+    if (err_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
   } while (0)
-
-__device__ inline void pdl_wait() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ inline void pdl_release() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-// Grid-stride read; mode 0: plain, 1: wait first, then release the next kernel,
-// 2: release, read, wait.
-template <int U>
-__global__ void __launch_bounds__(256)
-    read_kernel(const uint4 *__restrict__ p, size_t n, unsigned *sink,
-                int mode) {
-  if (mode == 1) {
-    pdl_wait();
-    pdl_release();
-  }
-  if (mode == 2)
-    pdl_release();
-  unsigned acc = 0;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      v[u] = __ldcs(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride)
-    acc ^= p[i].x;
-  if (mode == 2)
-    pdl_wait();
-  if (acc == 0x12345678u)
-    *sink = acc;
-}
 
 // Block b reads one contiguous run (a GEMV's rows), 16 bytes per thread per
 // step.
 template <int U>
-__global__ void __launch_bounds__(256)
-    slice_kernel(const uint4 *__restrict__ p, size_t n, unsigned *sink,
-                 int mode) {
+__global__ void __launch_bounds__(256) slice_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink, int mode) {
   if (mode == 1) {
-    pdl_wait();
-    pdl_release();
+    ding::gpu::wait_for_prior_kernels();
+    ding::gpu::release_dependents();
   }
   const size_t per = (n + gridDim.x - 1) / gridDim.x;
   const size_t b0 = blockIdx.x * per, b1 = n < b0 + per ? n : b0 + per;
@@ -89,41 +50,35 @@ __global__ void __launch_bounds__(256)
   for (; i + (U - 1) * 256 < b1; i += U * 256) {
     uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      v[u] = __ldcs(p + i + u * 256);
+    for (int u = 0; u < U; ++u) v[u] = __ldcs(p + i + u * 256);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
-  for (; i < b1; i += 256)
-    acc ^= p[i].x;
-  if (acc == 0x12345678u)
-    *sink = acc;
+  for (; i < b1; i += 256) acc ^= p[i].x;
+  if (acc == 0x12345678u) *sink = acc;
 }
 
 // Every matrix of every layer in turn; barrier != 0: a grid barrier (counter in
 // global memory) after each.
 struct Mats {
-  const uint4 *p[48 * 4];
+  const uint4* p[48 * 4];
   size_t n[48 * 4];
 };
 __device__ unsigned g_arrive;
 __global__ void __launch_bounds__(256)
-    persistent_kernel(Mats m, int count, unsigned *sink, int barrier,
-                      unsigned epoch0) {
+    persistent_kernel(Mats m, int count, unsigned* sink, int barrier, unsigned epoch0) {
   unsigned acc = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (int k = 0; k < count; ++k) {
-    const uint4 *p = m.p[k];
+    const uint4* p = m.p[k];
     const size_t n = m.n[k];
     size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
     for (; i + 3 * stride < n; i += 4 * stride) {
-      uint4 v0 = __ldcs(p + i), v1 = __ldcs(p + i + stride),
-            v2 = __ldcs(p + i + 2 * stride), v3 = __ldcs(p + i + 3 * stride);
+      uint4 v0 = __ldcs(p + i), v1 = __ldcs(p + i + stride), v2 = __ldcs(p + i + 2 * stride),
+            v3 = __ldcs(p + i + 3 * stride);
       acc ^= v0.x ^ v1.y ^ v2.z ^ v3.w;
     }
-    for (; i < n; i += stride)
-      acc ^= p[i].x;
+    for (; i < n; i += stride) acc ^= p[i].x;
     if (barrier) {
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -132,36 +87,24 @@ __global__ void __launch_bounds__(256)
         atomicAdd(&g_arrive, 1u);
         unsigned v;
         do {
-          asm volatile("ld.acquire.gpu.u32 %0, [%1];"
-                       : "=r"(v)
-                       : "l"(&g_arrive));
+          asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(&g_arrive));
         } while (int(v - target) < 0);
       }
       __syncthreads();
     }
   }
-  if (acc == 0x12345678u)
-    *sink = acc;
+  if (acc == 0x12345678u) *sink = acc;
 }
 
-template <class K, class... A>
-void launch(bool pdl, K kernel, int grid, cudaStream_t s, A... a) {
-  cudaLaunchConfig_t c{};
-  c.gridDim = grid;
-  c.blockDim = 256;
-  c.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  c.attrs = at;
-  c.numAttrs = pdl ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&c, kernel, a...));
+template <class... Params, class... Args>
+void launch(bool chained, void (*kernel)(Params...), int grid, cudaStream_t s, Args... args) {
+  CHECK(ding::gpu::launch_chained(chained, kernel, dim3(grid), dim3(256), 0, s, args...));
 }
 
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  unsigned *sink;
+  unsigned* sink;
   CHECK(cudaMalloc(&sink, 4));
   const size_t layer_bytes[4] = {15360000, 5120000, 20480000, 20480000};
   const int layers = 48;
@@ -169,10 +112,10 @@ int main() {
   double total = 0;
   for (int l = 0; l < layers; ++l)
     for (int j = 0; j < 4; ++j) {
-      void *p;
+      void* p;
       CHECK(cudaMalloc(&p, layer_bytes[j]));
       CHECK(cudaMemset(p, 1, layer_bytes[j]));
-      m.p[l * 4 + j] = (const uint4 *)p;
+      m.p[l * 4 + j] = (const uint4*)p;
       m.n[l * 4 + j] = layer_bytes[j] / 16;
       total += layer_bytes[j];
     }
@@ -181,7 +124,7 @@ int main() {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  auto time_graph = [&](const char *name, auto record) {
+  auto time_graph = [&](const char* name, auto record) {
     cudaGraph_t g;
     cudaGraphExec_t e;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -196,14 +139,12 @@ int main() {
       CHECK(cudaEventSynchronize(b));
       float ms;
       CHECK(cudaEventElapsedTime(&ms, a, b));
-      if (it >= 5)
-        t.push_back(ms);
+      if (it >= 5) t.push_back(ms);
     }
     std::sort(t.begin(), t.end());
     const float ms = t[t.size() / 2];
-    std::printf("%-48s %.3f ms  %.1f us/layer  %.0f GB/s (%.0f%% of 3000)\n",
-                name, ms, ms * 1000 / layers, total / ms / 1e6,
-                total / ms / 1e6 / 30);
+    std::printf("%-48s %.3f ms  %.1f us/layer  %.0f GB/s (%.0f%% of 3000)\n", name, ms, ms * 1000 / layers,
+                total / ms / 1e6, total / ms / 1e6 / 30);
     CHECK(cudaGraphExecDestroy(e));
     CHECK(cudaGraphDestroy(g));
   };
@@ -212,39 +153,33 @@ int main() {
       char name[96];
       std::snprintf(name, sizeof name, "linear %d/SM %s", per_sm,
                     mode == 0   ? "plain"
-                    : mode == 1 ? "pdl wait-first"
-                                : "pdl wait-last");
+                    : mode == 1 ? "chained wait-first"
+                                : "chained wait-last");
       time_graph(name, [&] {
         for (int k = 0; k < layers * 4; ++k)
-          launch(mode != 0, read_kernel<4>, sms * per_sm, s, m.p[k], m.n[k],
-                 sink, mode);
+          launch(mode != 0, read_kernel<4>, sms * per_sm, s, m.p[k], m.n[k], sink, mode);
       });
     }
   for (int per_sm : {1, 2})
     for (int mode : {0, 1}) {
       char name[96];
-      std::snprintf(name, sizeof name, "slice %d/SM %s", per_sm,
-                    mode == 0 ? "plain" : "pdl wait-first");
+      std::snprintf(name, sizeof name, "slice %d/SM %s", per_sm, mode == 0 ? "plain" : "chained wait-first");
       time_graph(name, [&] {
         for (int k = 0; k < layers * 4; ++k)
-          launch(mode != 0, slice_kernel<4>, sms * per_sm, s, m.p[k], m.n[k],
-                 sink, mode);
+          launch(mode != 0, slice_kernel<4>, sms * per_sm, s, m.p[k], m.n[k], sink, mode);
       });
     }
   unsigned epoch = 0;
   for (int per_sm : {1, 2})
     for (int barrier : {0, 1}) {
       char name[96];
-      std::snprintf(name, sizeof name, "persistent %d/SM %s", per_sm,
-                    barrier ? "barrier per matrix" : "no barrier");
+      std::snprintf(name, sizeof name, "persistent %d/SM %s", per_sm, barrier ? "barrier per matrix" : "no barrier");
       CHECK(cudaMemcpyToSymbol(g_arrive, &epoch, 4));
       time_graph(name, [&] {
-        unsigned *ptr;
-        CHECK(cudaGetSymbolAddress((void **)&ptr, g_arrive));
-        CHECK(cudaMemsetAsync(
-            ptr, 0, 4, s)); // the barrier counter restarts at every replay
-        launch(false, persistent_kernel, sms * per_sm, s, m, layers * 4, sink,
-               barrier, 0u);
+        unsigned* ptr;
+        CHECK(cudaGetSymbolAddress((void**)&ptr, g_arrive));
+        CHECK(cudaMemsetAsync(ptr, 0, 4, s));  // the barrier counter restarts at every replay
+        launch(false, persistent_kernel, sms * per_sm, s, m, layers * 4, sink, barrier, 0u);
       });
     }
   return 0;

@@ -5,6 +5,8 @@
 // the median of 50 launches, each timed alone; an empty kernel gives the launch + event overhead.
 #include <cuda_runtime.h>
 
+#include "read_kernels.cuh"
+
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -17,23 +19,6 @@
       return 1;                                                               \
     }                                                                         \
   } while (0)
-
-// Grid-stride 16-byte streaming loads, U in flight per thread; the XOR keeps them live.
-template <int U>
-__global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = __ldcs(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) acc ^= p[i].x;
-  if (acc == 0x12345678u) *sink = acc;
-}
 
 __global__ void empty_kernel() {}
 
@@ -74,9 +59,9 @@ int main() {
         const float ms = median_ms(a, b, [&](int it) {
           const uint4* p = bufs[size_t(it % copies)];
           if (unroll == 4)
-            read_kernel<4><<<sms * blocks_per_sm, 256>>>(p, bytes / 16, sink);
+            read_kernel<4><<<sms * blocks_per_sm, 256>>>(p, bytes / 16, sink, 0);
           else
-            read_kernel<8><<<sms * blocks_per_sm, 256>>>(p, bytes / 16, sink);
+            read_kernel<8><<<sms * blocks_per_sm, 256>>>(p, bytes / 16, sink, 0);
         });
         CHECK(cudaGetLastError());
         std::printf("read %9zu B  %d blocks/SM unroll %d: %.4f ms = %.0f GB/s\n", bytes, blocks_per_sm, unroll, ms,
