@@ -15,14 +15,6 @@
 // gemv_mma.cuh does (equal runs of rows in 16-row tiles, units dealt to the warps in turn) with
 // its own MmaRows; a block's work differs per step, the ring and the shared memory are shared.
 //
-// Short runs: a step of few rows per block (a 1600-row product over 264 blocks: 6 rows) would
-// fill 6 of a tile's 16 mma rows, and every unit costs its instructions whether its rows are real
-// or not. At M ≤ 4 the mma's 8 columns of x are mostly zero, so a tile instead takes 16/S rows of w
-// over S segments of K: mma row v is row v / S of the tile at segment v % S, and column n is row
-// n / S of x at segment n % S; the entries whose segments match (v % S == n % S) are the partial
-// sums, added over segments when the tile is reduced. S = 1 is the plain tile. The plan picks S
-// per step for the fewest units per block (the 1600-row products: 450 → ~280 units per layer).
-//
 // Between steps: step s + 1 reads what step s (or any earlier step) wrote, from any block. Each
 // block, after its stores of step s, arrives at counter s; before staging x of step s + 1 it waits
 // until all blocks have arrived (the pattern of a cooperative grid sync: barrier, fence, atomic;
@@ -40,19 +32,11 @@ namespace gemv {
 
 constexpr int kMaxSequenceSteps = ops::kMaxSequenceSteps;
 
-// How a step's rows and K are dealt: block i takes `base` rows, one more if i < extra (as MmaRows);
-// K in `segments` (S) runs of seg_len elements, each in `chunks` units of 32.
-struct SequenceSplit {
-  int base = 0, extra = 0;
-  int segments = 1, seg_len = 0, chunks = 0;
-  int x_pairs = 0;  // the lanes (q < x_pairs) whose sums hold partial sums: ceil(M / 2), or 4 if S > 1
-};
-
 struct SequenceStep {
   GemmShape p;  // M ≤ 8, one batch
   Epilogue ep;
   Norm norm;    // weight null: x as given
-  SequenceSplit split;
+  MmaRows rows; // base, extra, chunks, x_pairs
 };
 
 struct SequenceParams {
@@ -90,32 +74,25 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm)
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
   auto slot_hi = [&](int s) { return ring + (Depth + s) * kMmaThreads + tid; };
 
-  // The block's share of step s: its first row, its run of w, its rows in tiles of 16 / S rows;
-  // and the lane's constants: where its segment of K ends, its tile rows' distance (8 / S).
+  // The block's share of step s: its first row, its run of w, and its rows in 16-row tiles.
   struct Share {
     const T* w;
     int64_t r0;
     int K, rows, tiles, chunks;
-    int tile_rows, hi_rows, k_end;
   };
   auto share_of = [&](int s) {
     const SequenceStep& st = a.steps[s];
-    const SequenceSplit& sp = st.split;
     Share sh;
-    sh.r0 = int64_t(block) * sp.base + min(block, sp.extra);
-    sh.rows = sp.base + (block < sp.extra ? 1 : 0);
+    sh.r0 = int64_t(block) * st.rows.base + min(block, st.rows.extra);
+    sh.rows = st.rows.base + (block < st.rows.extra ? 1 : 0);
     sh.K = int(st.p.K);
     sh.w = static_cast<const T*>(st.p.w) + sh.r0 * st.p.K;
-    sh.tile_rows = kMmaRows / sp.segments;
-    sh.hi_rows = 8 / sp.segments;
-    sh.tiles = (sh.rows + sh.tile_rows - 1) / sh.tile_rows;
-    sh.chunks = sp.chunks;
-    sh.k_end = min((g % sp.segments + 1) * sp.seg_len, sh.K);
+    sh.tiles = (sh.rows + kMmaRows - 1) / kMmaRows;
+    sh.chunks = st.rows.chunks;
     return sh;
   };
-  // A unit of the whole sequence: step, tile, chunk, and the lane's element of K (in its segment)
-  // and row of the block for mma row g (32-bit offsets into the block's run of w:
-  // mma_sequence_plan keeps them below 2^31).
+  // A unit of the whole sequence: step, tile, chunk, and the lane's element of K and row of the
+  // block (32-bit offsets into the block's run of w: mma_sequence_plan keeps them below 2^31).
   struct Cursor {
     int step, tile, chunk, k, row;
   };
@@ -124,28 +101,25 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm)
   auto first_from = [&](int s, Share& sh) {
     for (; s < a.count; ++s) {
       sh = share_of(s);
-      const SequenceSplit& sp = a.steps[s].split;
       const int tile = warp / sh.chunks, chunk = warp % sh.chunks;
-      if (tile < sh.tiles)
-        return Cursor{s, tile, chunk, (g % sp.segments) * sp.seg_len + chunk * kMmaChunk + q * 8,
-                      tile * sh.tile_rows + g / sp.segments};
+      if (tile < sh.tiles) return Cursor{s, tile, chunk, chunk * kMmaChunk + q * 8, tile * kMmaRows + g};
     }
     return Cursor{a.count, 0, 0, 0, 0};
   };
   auto advance = [&](Cursor& c, Share& sh) {
     c.chunk += kMmaWarps, c.k += kMmaWarps * kMmaChunk;
-    while (c.chunk >= sh.chunks) c.chunk -= sh.chunks, c.k -= sh.chunks * kMmaChunk, ++c.tile, c.row += sh.tile_rows;
+    while (c.chunk >= sh.chunks) c.chunk -= sh.chunks, c.k -= sh.chunks * kMmaChunk, ++c.tile, c.row += kMmaRows;
     if (c.tile >= sh.tiles) c = first_from(c.step + 1, sh);
   };
-  // The unit's mma rows g and g + 8 (rows row and row + 8 / S of w) into slot s: one commit group
-  // per unit, empty past the sequence's end, so that the group count stays in step with the units.
+  // The unit's rows g and g + 8 into slot s: one commit group per unit, empty past the sequence's
+  // end, so that the group count stays in step with the units.
   auto issue = [&](int s, const Cursor& c, const Share& sh) {
     if (c.step < a.count) {
-      const bool in = c.k < sh.k_end;  // K and seg_len % 8 == 0: a lane's 8 elements are all in or all out
-      const bool lo = in && c.row < sh.rows, hi = in && c.row + sh.hi_rows < sh.rows;
+      const bool in = c.k < sh.K;  // K % 8 == 0: a lane's 8 elements are all in or all out
+      const bool lo = in && c.row < sh.rows, hi = in && c.row + 8 < sh.rows;
       const T* src = sh.w + (c.row * sh.K + c.k);
       cp_async_16(smem_address(slot_lo(s)), lo ? src : sh.w, lo ? 16 : 0);
-      cp_async_16(smem_address(slot_hi(s)), hi ? src + sh.hi_rows * sh.K : sh.w, hi ? 16 : 0);
+      cp_async_16(smem_address(slot_hi(s)), hi ? src + 8 * sh.K : sh.w, hi ? 16 : 0);
     }
     cp_async_commit();
   };
@@ -188,13 +162,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm)
     __syncthreads();
 
     const Share sh = share_of(s);
-    const SequenceSplit& sp = st.split;
-    const int x_pairs = sp.x_pairs;
-    auto sums_of = [&](int tile, int w, int lane_g) { return sums + ((tile * kMmaWarps + w) * 8 + lane_g) * x_pairs; };
-    auto sum_at = [&](int tile, int w) { return sums_of(tile, w, g) + q; };
-    // Column g of the mma: row g / S of x, at the lane's segment (the same as its rows of w).
-    const int x_m = g / sp.segments;
-    const T* x_row = staged + x_m * K;
+    const int x_pairs = st.rows.x_pairs;
+    auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * x_pairs + q; };
+    const T* x_row = staged + g * K;
     float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int tile = 0;
     auto leave_sums_before = [&](int end) {
@@ -210,7 +180,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm)
       cp_async_wait<Depth - 1>();
       leave_sums_before(at.tile);
       const uint4 lo = *slot_lo(slot), hi = *slot_hi(slot);
-      const uint4 xv = at.k < sh.k_end && x_m < M ? *reinterpret_cast<const uint4*>(x_row + at.k) : make_uint4(0, 0, 0, 0);
+      const uint4 xv = at.k < K && g < M ? *reinterpret_cast<const uint4*>(x_row + at.k) : make_uint4(0, 0, 0, 0);
       mma::mma_16816<T>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
       mma::mma_16816<T>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
       issue(slot, ahead, ahead_share);
@@ -220,41 +190,21 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm)
     leave_sums_before(sh.tiles);
     __syncthreads();
 
-    if (sp.segments == 1) {
-      // Tile t by warp t % 8: the warps' sums in warp order (as gemv_mma_kernel).
-      for (int t = warp; t < sh.tiles; t += kMmaWarps) {
-        if (q >= x_pairs) continue;
-        float4 sum = *sum_at(t, 0);
+    // Tile t by warp t % 8: the warps' sums in warp order (as gemv_mma_kernel).
+    for (int t = warp; t < sh.tiles; t += kMmaWarps) {
+      if (q >= x_pairs) continue;
+      float4 sum = *sum_at(t, 0);
 #pragma unroll
-        for (int w = 1; w < kMmaWarps; ++w) {
-          const float4 v = *sum_at(t, w);
-          sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-        }
-        const int row = t * kMmaRows + g, m = 2 * q;
-        const int64_t n = sh.r0 + row;
-        if (row < sh.rows && m < M) st.ep.store(m, n, sum.x);
-        if (row < sh.rows && m + 1 < M) st.ep.store(m + 1, n, sum.y);
-        if (row + 8 < sh.rows && m < M) st.ep.store(m, n + 8, sum.z);
-        if (row + 8 < sh.rows && m + 1 < M) st.ep.store(m + 1, n + 8, sum.w);
+      for (int w = 1; w < kMmaWarps; ++w) {
+        const float4 v = *sum_at(t, w);
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
       }
-    } else {
-      // Tile t by warp t % 8, lane (r, m) of its tile_rows × M outputs (≤ 32 for S ≥ 2): the sum
-      // over warps, then segments, of mma entry (r·S + j, m·S + j), held by lane (g, q) = ((r·S +
-      // j) % 8, (m·S + j) / 2) in component 2·[r·S + j ≥ 8] + (m·S + j) % 2.
-      const int S = sp.segments;
-      const int r = lane / M, m = lane % M;
-      for (int t = warp; t < sh.tiles; t += kMmaWarps) {
-        const int row = t * sh.tile_rows + r;
-        if (r >= sh.tile_rows || row >= sh.rows) continue;
-        float sum = 0.0f;
-        for (int w = 0; w < kMmaWarps; ++w)
-          for (int j = 0; j < S; ++j) {
-            const int v = r * S + j, n = m * S + j;
-            const float* e = reinterpret_cast<const float*>(sums_of(t, w, v % 8) + n / 2);
-            sum += e[(v >= 8 ? 2 : 0) + n % 2];
-          }
-        st.ep.store(m, sh.r0 + row, sum);
-      }
+      const int row = t * kMmaRows + g, m = 2 * q;
+      const int64_t n = sh.r0 + row;
+      if (row < sh.rows && m < M) st.ep.store(m, n, sum.x);
+      if (row < sh.rows && m + 1 < M) st.ep.store(m + 1, n, sum.y);
+      if (row + 8 < sh.rows && m < M) st.ep.store(m, n + 8, sum.z);
+      if (row + 8 < sh.rows && m + 1 < M) st.ep.store(m + 1, n + 8, sum.w);
     }
     __syncthreads();  // the block's stores done; the sums and staged rows are rewritten next step
     if (s + 1 < a.count && tid == 0) {
@@ -282,7 +232,7 @@ struct SequencePlan {
   int64_t blocks = 0;
   size_t shared_bytes = 0;
   uint32_t params_offset = 0, sums_offset = 0, ring_offset = 0;
-  SequenceSplit splits[kMaxSequenceSteps];
+  MmaRows rows[kMaxSequenceSteps];
 };
 
 // The most bytes in flight per SM (blocks per SM × depth) whose shared memory (the largest staged
@@ -298,29 +248,16 @@ inline SequencePlan mma_sequence_plan(const Props& props, const GemmShape* steps
     SequencePlan plan;
     for (int i = 0; i < count; ++i) {
       const GemmShape& p = steps[i];
-      SequenceSplit& sp = plan.splits[i];
-      sp.base = int(p.N / blocks);
-      sp.extra = int(p.N % blocks);
-      // Segments of K for the fewest units per block (ties: fewer segments), within the mma's
-      // 8 columns (M · S ≤ 8) and with segments of whole 16-byte vectors.
-      const int64_t most_rows = ceil_div(p.N, blocks);
-      int64_t fewest = 0;
-      for (int S = 1; S <= 8 && p.M * S <= 8; S *= 2) {
-        const int64_t len = ceil_div(ceil_div(p.K, S), 8) * 8;
-        const int64_t units = ceil_div(most_rows, kMmaRows / S) * ceil_div(len, kMmaChunk);
-        if (fewest == 0 || units < fewest) {
-          fewest = units;
-          sp.segments = S;
-          sp.seg_len = int(len);
-          sp.chunks = int(ceil_div(len, kMmaChunk));
-        }
-      }
-      sp.x_pairs = sp.segments == 1 ? int(ceil_div(p.M, 2)) : 4;
+      MmaRows& r = plan.rows[i];
+      r.base = int(p.N / blocks);
+      r.extra = int(p.N % blocks);
+      r.chunks = int(ceil_div(p.K, kMmaChunk));
+      r.x_pairs = int(ceil_div(p.M, 2));
       staged = std::max(staged, round16(size_t(p.M * p.K) * 2));
       params = std::max(params, normed[i] ? size_t(p.K) * 2 * 2 : size_t(0));
-      const int64_t tiles = ceil_div(most_rows, kMmaRows / sp.segments);
-      sums = std::max(sums, size_t(tiles) * kMmaWarps * 8 * size_t(sp.x_pairs) * sizeof(float4));
-      if ((most_rows + kMmaRows) * p.K >= (int64_t(1) << 31)) fits = false;
+      const int64_t tiles = ceil_div(ceil_div(p.N, blocks), kMmaRows);
+      sums = std::max(sums, size_t(tiles) * kMmaWarps * 8 * size_t(r.x_pairs) * sizeof(float4));
+      if ((ceil_div(p.N, blocks) + kMmaRows) * p.K >= (int64_t(1) << 31)) fits = false;
     }
     const size_t budget =
         std::min(props.shared_per_block_optin, props.shared_per_sm / per_sm - kSharedReservedPerBlock);

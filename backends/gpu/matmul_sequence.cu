@@ -1,6 +1,5 @@
 // matmul_sequence on the GPU: one kernel for the whole sequence where every step is a decode
 // product the tensor-core GEMV takes (gemv_sequence.cuh), otherwise the steps' matmuls in turn.
-#include <cstdlib>
 #include <type_traits>
 
 #include "check.h"
@@ -53,7 +52,7 @@ bool launch_gemv_sequence(GpuStream& s, const ops::MatmulSequenceArgs& a) {
   }
   const SequencePlan plan = mma_sequence_plan(s.props(), shapes, normed, a.count);
   if (plan.depth == 0) return false;
-  for (int i = 0; i < a.count; ++i) params.steps[i].split = plan.splits[i];
+  for (int i = 0; i < a.count; ++i) params.steps[i].rows = plan.rows[i];
   params.params_offset = plan.params_offset;
   params.sums_offset = plan.sums_offset;
   params.ring_offset = plan.ring_offset;
@@ -65,11 +64,6 @@ bool launch_gemv_sequence(GpuStream& s, const ops::MatmulSequenceArgs& a) {
     // Every block must be resident at once (they wait for each other between steps).
     if (occupancy_blocks_per_sm(kernel, kMmaThreads, plan.shared_bytes) < plan.per_sm) return false;
     params.counters = s.grid_counters();
-    static const bool experiment_plain = std::getenv("DING_SEQ_PLAIN") != nullptr;  // EXPERIMENT
-    if (experiment_plain)
-      DING_GPU_CHECK(launch_chained(gemv_chained(s), kernel, dim3(unsigned(plan.blocks)), dim3(kMmaThreads),
-                                   plan.shared_bytes, s.handle(), params));
-    else
     DING_GPU_CHECK(launch_resident(gemv_chained(s), kernel, dim3(unsigned(plan.blocks)), dim3(kMmaThreads),
                                    plan.shared_bytes, s.handle(), params));
     DING_GPU_CHECK_LAUNCH("gemv_sequence_kernel");

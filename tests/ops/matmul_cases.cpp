@@ -186,7 +186,6 @@ struct SequenceCase {
   DType dtype = DType::bf16;
   ops::NormKind norm = ops::NormKind::layer_norm;
   bool in_tests = true;
-  int first = 0, count = 4;  // the steps run: [first, first + count) of the four
 };
 
 OpCase make_sequence_case(const SequenceCase& c) {
@@ -194,7 +193,6 @@ OpCase make_sequence_case(const SequenceCase& c) {
   oc.op = "matmul_sequence";
   oc.name = fmt::format("matmul_sequence/block_M{}_C{}_F{}_{}{}", c.M, c.C, c.F, dtype_tag(c.dtype),
                         c.norm == ops::NormKind::rms_norm ? "_rmsnorm" : "_layernorm");
-  if (c.count != 4) oc.name += fmt::format("_steps{}to{}", c.first, c.first + c.count - 1);
   const int64_t summed = c.C + c.C + c.F + c.C;  // K of the four steps
   if (c.dtype == DType::f32) {
     oc.tolerance = tolerance(DType::f32, summed, c.M * c.C);
@@ -231,10 +229,10 @@ OpCase make_sequence_case(const SequenceCase& c) {
         ops::MatmulArgs{qkv, x, weights(3 * c.C, c.C), {.bias = run.normal(d, {3 * c.C}, 0.5), .norm = norm()}},
     };
     ops::MatmulSequenceArgs args;
-    args.count = c.count;
-    std::copy(steps.begin() + c.first, steps.begin() + c.first + c.count, args.steps.begin());
+    args.count = int(steps.size());
+    std::copy(steps.begin(), steps.end(), args.steps.begin());
     run.cost = ops::cost(args);
-    run.launch = [=](Stream& s) { ops::matmul_sequence(s, args.steps.data(), args.count); };
+    run.launch = [=](Stream& s) { ops::matmul_sequence(s, steps.data(), int(steps.size())); };
   };
   return oc;
 }
@@ -403,12 +401,6 @@ std::vector<OpCase> matmul_cases() {
       {.M = 12},
       {.M = 1, .C = 1600, .F = 6400, .in_tests = false},
       {.M = 8, .C = 1600, .F = 6400, .in_tests = false},
-      // Each step alone and the MLP pair: what a step costs in the one-kernel path, and a barrier.
-      {.M = 1, .C = 1600, .F = 6400, .in_tests = false, .first = 0, .count = 1},
-      {.M = 1, .C = 1600, .F = 6400, .in_tests = false, .first = 1, .count = 1},
-      {.M = 1, .C = 1600, .F = 6400, .in_tests = false, .first = 2, .count = 1},
-      {.M = 1, .C = 1600, .F = 6400, .in_tests = false, .first = 3, .count = 1},
-      {.M = 1, .C = 1600, .F = 6400, .in_tests = false, .first = 1, .count = 2},
   };
   for (const SequenceCase& c : sequences) cases.push_back(make_sequence_case(c));
   // The seed's example (issue 5) in bf16: W_E [V, C] · W_V [C, 64] · W_O [64, C] · W_U[:, :1024]
