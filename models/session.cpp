@@ -57,29 +57,15 @@ struct Session::State {
     const ModelConfig& c = model->config();
     const Tensor x_n = x.slice(0, 0, n), qkv_n = qkv.slice(0, 0, n);
     const Tensor attn_n = attn.slice(0, 0, n), ffn_n = ffn.slice(0, 0, n);
-    // Each norm is the prologue of the product it feeds: decode streams W straight from x.
-    auto qkv_of = [&](const BlockWeights& w) {
-      return ops::MatmulArgs{qkv_n, x_n, w.qkv_w, {.bias = w.qkv_b, .norm = block_norm(w.attn_norm_w, w.attn_norm_b)}};
-    };
-    const std::vector<BlockWeights>& blocks = model->weights().blocks;
-    if (c.n_layer > 0) {
-      const ops::MatmulArgs first = qkv_of(blocks[0]);
-      ops::matmul(*stream, first.out, first.x, first.w, first.params);
-    }
     for (int64_t l = 0; l < c.n_layer; ++l) {
-      const BlockWeights& w = blocks[size_t(l)];
+      const BlockWeights& w = model->weights().blocks[size_t(l)];
+      // Each norm is the prologue of the product it feeds: decode streams W straight from x.
+      ops::matmul(*stream, qkv_n, x_n, w.qkv_w, {.bias = w.qkv_b, .norm = block_norm(w.attn_norm_w, w.attn_norm_b)});
       attend(l, qkv_n, attn_n);
-      // The products from this attention to the next one as one sequence (a backend may run
-      // them as one kernel): out-projection, MLP, and the next layer's qkv.
-      ops::MatmulArgs steps[4] = {
-          {x_n, attn_n, w.out_w, {.bias = w.out_b, .residual = x_n}},
-          {ffn_n, x_n, w.up_w,
-           {.bias = w.up_b, .activation = c.activation, .norm = block_norm(w.ffn_norm_w, w.ffn_norm_b)}},
-          {x_n, ffn_n, w.down_w, {.bias = w.down_b, .residual = x_n}},
-      };
-      const bool last = l + 1 == c.n_layer;
-      if (!last) steps[3] = qkv_of(blocks[size_t(l + 1)]);
-      ops::matmul_sequence(*stream, steps, last ? 3 : 4);
+      ops::matmul(*stream, x_n, attn_n, w.out_w, {.bias = w.out_b, .residual = x_n});
+      ops::matmul(*stream, ffn_n, x_n, w.up_w,
+                  {.bias = w.up_b, .activation = c.activation, .norm = block_norm(w.ffn_norm_w, w.ffn_norm_b)});
+      ops::matmul(*stream, x_n, ffn_n, w.down_w, {.bias = w.down_b, .residual = x_n});
     }
   }
 

@@ -110,48 +110,6 @@ void matmul(Stream& stream, Tensor out, Tensor x, Tensor w, const MatmulParams& 
   dispatch(stream, MatmulArgs{out, x, w, params});
 }
 
-// ---- matmul_sequence ----
-
-void validate(const Device& device, const MatmulSequenceArgs& a) {
-  if (a.count < 1 || a.count > kMaxSequenceSteps)
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("matmul_sequence: needs 1 to {} steps, got {}", kMaxSequenceSteps, a.count));
-  for (int i = 0; i < a.count; ++i) {
-    try {
-      validate(device, a.steps[size_t(i)]);
-    } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("matmul_sequence: step {}: {}", i, e.what()));
-    }
-  }
-  // Weights are constants of the sequence (ops/matmul.h): a backend may load a step's w before
-  // the steps ahead of it have run.
-  Check c("matmul_sequence", device);
-  for (int i = 0; i < a.count; ++i)
-    for (int j = 0; j < a.count; ++j)
-      c.disjoint(fmt::format("step {} out", i).c_str(), a.steps[size_t(i)].out, fmt::format("step {} w", j).c_str(),
-                 a.steps[size_t(j)].w);
-}
-
-Cost cost(const MatmulSequenceArgs& a) {
-  Cost c;
-  for (int i = 0; i < a.count; ++i) {
-    const Cost step = cost(a.steps[size_t(i)]);
-    c.flops += step.flops;
-    c.bytes += step.bytes;
-  }
-  return c;
-}
-
-void matmul_sequence(Stream& stream, const MatmulArgs* steps, int count) {
-  MatmulSequenceArgs a;
-  if (count < 1 || count > kMaxSequenceSteps)
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("matmul_sequence: needs 1 to {} steps, got {}", kMaxSequenceSteps, count));
-  a.count = count;
-  std::copy(steps, steps + count, a.steps.begin());
-  dispatch(stream, a);
-}
-
 // ---- matmul_chain ----
 
 void validate(const Device& device, const MatmulChainArgs& a) {

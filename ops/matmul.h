@@ -104,15 +104,4 @@ size_t matmul_chain_scratch_bytes(const MatmulChainArgs& a, int64_t chunk_rows);
 void matmul_chain(Stream& stream, Tensor out, const Tensor* factors, int count, Workspace& workspace,
                   const MatmulChainParams& params = {});
 
-constexpr int kMaxSequenceSteps = 8;
-
-struct MatmulSequenceArgs {
-  std::array<MatmulArgs, kMaxSequenceSteps> steps{};
-  int count = 0;  // 1 ≤ count ≤ kMaxSequenceSteps
-};
-
-void validate(const Device& device, const MatmulSequenceArgs& a);
-Cost cost(const MatmulSequenceArgs& a);
-void matmul_sequence(Stream& stream, const MatmulArgs* steps, int count);
-
 }  // namespace ding::ops

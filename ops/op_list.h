@@ -7,7 +7,6 @@
   X(copy, CopyArgs)                         \
   X(matmul, MatmulArgs)                     \
   X(matmul_chain, MatmulChainArgs)          \
-  X(matmul_sequence, MatmulSequenceArgs)    \
   X(softmax, SoftmaxArgs)                   \
   X(layer_norm, LayerNormArgs)              \
   X(rms_norm, RmsNormArgs)                  \

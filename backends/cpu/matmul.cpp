@@ -1,6 +1,5 @@
-// CPU matmul, matmul_sequence and matmul_chain: choose the core (gemv for decode rows, gemm
-// otherwise) per batch; a sequence is its matmuls in turn (each already streams its weights once);
-// the chain runs chunk by chunk through Eigen with the intermediates in the ping-pong scratch.
+// CPU matmul and matmul_chain: choose the core (gemv for decode rows, gemm otherwise) per batch,
+// and run the chain chunk by chunk through Eigen with the intermediates in the ping-pong scratch.
 #include <Eigen/Dense>
 
 #include <algorithm>
@@ -50,10 +49,6 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     else
       gemm(p);
   }
-}
-
-void matmul_sequence(Stream& stream, const ops::MatmulSequenceArgs& a) {
-  for (int i = 0; i < a.count; ++i) matmul(stream, a.steps[size_t(i)]);
 }
 
 // Chunk of rows c of A0 (cr rows): s ← A0[c]; s ← s·A1; …; out[c] ← s·An. Each product is an Eigen

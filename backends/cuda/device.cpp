@@ -69,7 +69,6 @@ gpu::MatmulTuning matmul_tuning_from_environment() {
   if (const char* v = std::getenv("DING_GEMM_SPLIT")) t.splits = std::max(0, std::atoi(v));
   if (const char* v = std::getenv("DING_GEMV_CHAINED")) t.gemv_chained = std::string_view(v) != "0";
   if (const char* v = std::getenv("DING_GEMV_PREFETCH")) t.gemv_prefetch = std::string_view(v) != "0";
-  if (const char* v = std::getenv("DING_GEMV_SEQUENCE")) t.gemv_sequence = std::string_view(v) != "0";
   return t;
 }
 
@@ -220,14 +219,6 @@ void* CudaStream::scratch(size_t bytes, ScratchSlot slot) {
     s.bytes = grown;
   }
   return s.blocks.empty() ? nullptr : s.blocks.back().data();
-}
-
-unsigned* CudaStream::grid_counters() {
-  if (!grid_counters_.data()) {
-    grid_counters_ = device_.alloc(kGridCounters * sizeof(unsigned));
-    DING_GPU_CHECK(cudaMemsetAsync(grid_counters_.data(), 0, kGridCounters * sizeof(unsigned), stream_));
-  }
-  return static_cast<unsigned*>(grid_counters_.data());
 }
 
 namespace {

@@ -26,7 +26,6 @@ class CudaStream final : public gpu::GpuStream {
   gpu::stream_t handle() const override { return stream_; }
   const gpu::Props& props() const override { return props_; }
   void* scratch(size_t bytes, ScratchSlot slot = ScratchSlot::kernel) override;
-  unsigned* grid_counters() override;
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
   std::unique_ptr<Graph> end_capture() override;
@@ -47,7 +46,6 @@ class CudaStream final : public gpu::GpuStream {
     size_t bytes = 0;
   };
   std::array<Scratch, 2> scratch_;  // by ScratchSlot
-  Buffer grid_counters_;            // allocated (and zeroed in stream order) at first use
   MatmulPath matmul_path_ = MatmulPath::ding;
   gpu::MatmulTuning matmul_tuning_;
   cublasHandle_t cublas_ = nullptr;  // created on the cuBLAS path's first call

@@ -7,7 +7,6 @@
 #pragma once
 #include <cstdint>
 
-#include "ding/ops/matmul.h"
 #include "elements.cuh"
 #include "vendor.h"
 
@@ -60,26 +59,6 @@ struct Epilogue {
   }
 
 };
-
-// The epilogue of a matmul call (ops::MatmulParams), writing a.out.
-inline Epilogue epilogue_of(const ops::MatmulArgs& a) {
-  Epilogue ep;
-  const ops::MatmulParams& params = a.params;
-  if (params.bias.defined()) {
-    ep.bias = params.bias.data;
-    ep.bias_dtype = params.bias.dtype;
-    ep.bias_stride = params.bias.strides[0];
-  }
-  ep.gelu = params.activation == ops::Activation::gelu_tanh;
-  if (params.residual.defined()) {
-    ep.residual = params.residual.data;
-    ep.residual_dtype = params.residual.dtype;
-  }
-  ep.out = a.out.data;
-  ep.out_dtype = a.out.dtype;
-  ep.ld = a.w.dim(-2);
-  return ep;
-}
 
 // One launch's worth of product: `batches` independent problems x [M, K] · w [N, K]ᵀ (or w
 // [K, N] for the SIMT core's matmul_chain variant) whose operands are `x_batch` and `w_batch`

@@ -89,12 +89,10 @@ struct MmaPlan {
 // ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
 // f32, two passes over the staged row (no cancellation); each thread reads back only vectors it
 // wrote, and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are
-// in shared memory; with `from` (the norm's parameters in global memory) the first pass copies
-// them there, its loads in flight beside those of x; without, they are there already. `red`
-// holds kMmaWarps floats.
+// in shared memory already; `red` holds kMmaWarps floats.
 template <class T>
-__device__ void normalize_rows(const T* x, T* out, T* gamma, T* beta, int M, int K, const Norm& norm, float* red,
-                               const Norm* from = nullptr) {
+__device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta, int M, int K, const Norm& norm,
+                               float* red) {
   using Vec = Pack<T, 8>;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int wpr = M == 1 ? 8 : M == 2 ? 4 : M <= 4 ? 2 : 1;
@@ -114,29 +112,16 @@ __device__ void normalize_rows(const T* x, T* out, T* gamma, T* beta, int M, int
     return total;
   };
   constexpr int kBatch = 4;  // loads issued before the stores (x and out may alias for the compiler)
-  // The warps of row 0 cover every vector of K: they copy the parameters (read after the
-  // barriers of row_total).
-  const bool copies = from && m == 0;
-  const Vec* gamma_from = copies ? static_cast<const Vec*>(from->weight) : nullptr;
-  const Vec* beta_from = copies && beta ? static_cast<const Vec*>(from->bias) : nullptr;
   float sum = 0.0f;
   for (int v0 = first; mine && v0 < vectors; v0 += kBatch * stride) {
-    Vec pk[kBatch], gk[kBatch], bk[kBatch];
+    Vec pk[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i)
+      if (v0 + i * stride < vectors) pk[i] = row[v0 + i * stride];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int v = v0 + i * stride;
-      if (v >= vectors) continue;
-      pk[i] = row[v];
-      if (gamma_from) gk[i] = gamma_from[v];
-      if (beta_from) bk[i] = beta_from[v];
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int v = v0 + i * stride;
-      if (v >= vectors) break;
-      staged[v] = pk[i];
-      if (gamma_from) reinterpret_cast<Vec*>(gamma)[v] = gk[i];
-      if (beta_from) reinterpret_cast<Vec*>(beta)[v] = bk[i];
+      if (v0 + i * stride >= vectors) break;
+      staged[v0 + i * stride] = pk[i];
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum += to_float(pk[i].v[e]);
     }

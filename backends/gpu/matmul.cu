@@ -24,6 +24,29 @@
 
 namespace ding::gpu {
 
+namespace {
+
+Epilogue epilogue_of(const ops::MatmulArgs& a) {
+  Epilogue ep;
+  const ops::MatmulParams& params = a.params;
+  if (params.bias.defined()) {
+    ep.bias = params.bias.data;
+    ep.bias_dtype = params.bias.dtype;
+    ep.bias_stride = params.bias.strides[0];
+  }
+  ep.gelu = params.activation == ops::Activation::gelu_tanh;
+  if (params.residual.defined()) {
+    ep.residual = params.residual.data;
+    ep.residual_dtype = params.residual.dtype;
+  }
+  ep.out = a.out.data;
+  ep.out_dtype = a.out.dtype;
+  ep.ld = a.w.dim(-2);
+  return ep;
+}
+
+}  // namespace
+
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
   GpuStream& s = gpu_stream(stream);
   if (s.vendor_blas_matmul(a)) return;  // a comparison path, off unless asked for

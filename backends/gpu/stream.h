@@ -33,8 +33,8 @@ struct Props {
 
 // How the matmul cores choose their kernel, for experiments and as a bypass: the defaults are the
 // production choice. The cuda backend reads DING_GEMM_WGMMA (0: off), DING_GEMM_TILE (e.g.
-// "64x128"), DING_GEMM_SPLIT (a K split count), DING_GEMV_CHAINED, DING_GEMV_PREFETCH and
-// DING_GEMV_SEQUENCE (0: off) once per device (backends/cuda/device.cpp).
+// "64x128"), DING_GEMM_SPLIT (a K split count), DING_GEMV_CHAINED and DING_GEMV_PREFETCH (0: off)
+// once per device (backends/cuda/device.cpp).
 struct MatmulTuning {
   bool wgmma = true;           // the sm_90a wgmma core where it fits (gemm_wgmma.h)
   int tile_m = 0, tile_n = 0;  // force this tile (0: chosen per shape): 128x128, 128x64, 64x128 or
@@ -43,7 +43,6 @@ struct MatmulTuning {
   bool gemv_chained = true;    // decode GEMVs as chained launches where the device has them
   bool gemv_prefetch = true;   // and the FMA GEMV's weights asked of L2 before the wait (the
                                // tensor-core GEMV's cp.async ring starts its loads there instead)
-  bool gemv_sequence = true;   // matmul_sequence of decode products as one kernel (gemv_sequence.cuh)
 };
 
 class GpuStream : public Stream {
@@ -56,11 +55,6 @@ class GpuStream : public Stream {
   // an input (staged_input) may then call a core that takes kernel scratch.
   enum class ScratchSlot { kernel, staged_input };
   virtual void* scratch(size_t bytes, ScratchSlot slot = ScratchSlot::kernel) = 0;
-  // kGridCounters device counters, zero on allocation, for kernels whose blocks wait for each
-  // other (gemv_sequence.cuh): such a kernel leaves them zero when it ends, so the kernels of one
-  // stream (which never overlap there) share them.
-  static constexpr int kGridCounters = 16;
-  virtual unsigned* grid_counters() = 0;
   // The vendor's BLAS as a comparison path for ding-bench: true when it computed the matmul
   // (only if the user switched it on, e.g. ding::cuda::set_matmul_path); false to run ding's
   // own kernels.

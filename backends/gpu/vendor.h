@@ -82,54 +82,6 @@ inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid
 #endif
 }
 
-// Blocks of `kernel` (block threads, dynamic shared bytes) that one SM (CU) holds at once.
-template <class Kernel>
-inline int occupancy_blocks_per_sm(Kernel kernel, int threads, size_t shared) {
-  int blocks = 0;
-#if defined(__HIPCC__)
-  if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared) != hipSuccess) return 0;
-#else
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared) != cudaSuccess) return 0;
-#endif
-  return blocks;
-}
-
-// launch_chained() for a kernel whose blocks wait for each other (a grid barrier): launched as a
-// cooperative kernel, so the driver refuses a grid that cannot be resident all at once rather
-// than letting it hang. The caller sizes the grid to fit (occupancy_blocks_per_sm).
-template <class... Params, class... Args>
-inline error_t launch_resident(bool chained, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
-                               stream_t stream, Args&&... args) {
-#if defined(__HIPCC__)
-  (void)chained;
-  void* packed[] = {const_cast<void*>(static_cast<const void*>(&args))...};
-  return hipLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), grid, block, packed, unsigned(shared),
-                                    stream);
-#else
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeCooperative;
-  attrs[0].val.cooperative = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attrs;
-  config.numAttrs = chained ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-#endif
-}
-
-// A kernel parameter read in place (its address taken, indexed at run time) rather than copied
-// to registers or local memory: CUDA's __grid_constant__ (sm_70+); HIP reads parameters in place.
-#if defined(__HIPCC__)
-#define DING_GRID_CONSTANT
-#else
-#define DING_GRID_CONSTANT __grid_constant__
-#endif
-
 // The second argument of __launch_bounds__ for "at least `blocks` blocks of `threads` resident
 // per SM (CU)": CUDA reads it as that block count, HIP as waves per SIMD (4 SIMDs of wave64 per
 // CU on CDNA), so passing a CUDA block count to HIP would starve the registers 4-fold.

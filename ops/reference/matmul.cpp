@@ -9,7 +9,6 @@
 //                 ops::matmul_chain_intermediate_dtype (16-bit for 16-bit chains, ops/matmul.h) is
 //                 an error the backends are allowed, budgeted in the parity tolerance
 //                 (tests/ops/matmul_cases.cpp).
-//   matmul_sequence: the steps' matmuls one after another, each as above.
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -51,10 +50,6 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
         if (residual.defined()) acc += load(residual, at(residual, b, m, n));
         store(a.out, at(a.out, b, m, n), acc);
       }
-}
-
-void matmul_sequence(Stream& stream, const ops::MatmulSequenceArgs& a) {
-  for (int i = 0; i < a.count; ++i) matmul(stream, a.steps[size_t(i)]);
 }
 
 void matmul_chain(Stream&, const ops::MatmulChainArgs& a) {

@@ -1,4 +1,4 @@
-// matmul, matmul_sequence and matmul_chain cases: decode rows (the gemv core, M ≤ 6) and prefill rows (the gemm
+// matmul and matmul_chain cases: decode rows (the gemv core, M ≤ 6) and prefill rows (the gemm
 // core), every dtype mix the contract allows, each optional epilogue part, batched x with shared or
 // batched w, odd sizes around the SIMD width; the GPU cores' tile, split and alignment edges; plus
 // gpt2-xl-shaped bench cases.
@@ -6,7 +6,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -178,65 +177,6 @@ OpCase make_chain_case(const ChainCase& c) {
   return oc;
 }
 
-// A decoder block's products from one attention to the next, as the model issues them:
-//   x ← x + attn·Woᵀ + bo;  ffn ← gelu(norm(x)·Wuᵀ + bu);  x ← x + ffn·Wdᵀ + bd;  qkv ← norm(x)·Wqᵀ + bq
-// (x [M, C] in place, ffn [M, F], qkv [M, 3C]): every step reads what the one before wrote.
-struct SequenceCase {
-  int64_t M = 1, C = 64, F = 256;
-  DType dtype = DType::bf16;
-  ops::NormKind norm = ops::NormKind::layer_norm;
-  bool in_tests = true;
-};
-
-OpCase make_sequence_case(const SequenceCase& c) {
-  OpCase oc;
-  oc.op = "matmul_sequence";
-  oc.name = fmt::format("matmul_sequence/block_M{}_C{}_F{}_{}{}", c.M, c.C, c.F, dtype_tag(c.dtype),
-                        c.norm == ops::NormKind::rms_norm ? "_rmsnorm" : "_layernorm");
-  const int64_t summed = c.C + c.C + c.F + c.C;  // K of the four steps
-  if (c.dtype == DType::f32) {
-    oc.tolerance = tolerance(DType::f32, summed, c.M * c.C);
-    oc.reason = fmt::format("f32 sums through four steps, {} summed terms in all: bound 10·(ΣK + 8)·rounding_nmse(f32)",
-                            summed);
-  } else {
-    // Both sides round every step's output to the dtype; they differ by one step only where the
-    // f32 and f64 sums straddle a rounding boundary, and the later steps carry such a difference
-    // on at its relative size (unit-scale weights after the norm): as matmul_chain's n rounded
-    // intermediates, bound 4·(n + 2)·rounding_nmse with n = 3 steps before the last.
-    oc.tolerance = 4.0 * (3 + 2) * rounding_nmse(c.dtype);
-    oc.reason = fmt::format("outputs rounded to {} at every step on both sides, one-step differences carried to the "
-                            "later steps: bound 4·(3 + 2)·rounding_nmse",
-                            dtype_name(c.dtype));
-  }
-  oc.in_tests = c.in_tests;
-  oc.build = [c](CaseRun& run) {
-    const DType d = c.dtype;
-    auto weights = [&](int64_t n, int64_t k) { return run.normal(d, {n, k}, 1.0 / std::sqrt(double(k))); };
-    auto norm = [&]() {
-      ops::MatmulNorm n{.kind = c.norm, .weight = run.normal(d, {c.C}, 1.0), .eps = 1e-5f};
-      if (c.norm == ops::NormKind::layer_norm) n.bias = run.normal(d, {c.C}, 0.5);
-      return n;
-    };
-    const Tensor x = run.inout("x", d, {c.M, c.C});
-    const Tensor attn = run.normal(d, {c.M, c.C});
-    const Tensor ffn = run.output("ffn", d, {c.M, c.F});
-    const Tensor qkv = run.output("qkv", d, {c.M, 3 * c.C});
-    const std::array<ops::MatmulArgs, 4> steps = {
-        ops::MatmulArgs{x, attn, weights(c.C, c.C), {.bias = run.normal(d, {c.C}, 0.5), .residual = x}},
-        ops::MatmulArgs{ffn, x, weights(c.F, c.C),
-                        {.bias = run.normal(d, {c.F}, 0.5), .activation = ops::Activation::gelu_tanh, .norm = norm()}},
-        ops::MatmulArgs{x, ffn, weights(c.C, c.F), {.bias = run.normal(d, {c.C}, 0.5), .residual = x}},
-        ops::MatmulArgs{qkv, x, weights(3 * c.C, c.C), {.bias = run.normal(d, {3 * c.C}, 0.5), .norm = norm()}},
-    };
-    ops::MatmulSequenceArgs args;
-    args.count = int(steps.size());
-    std::copy(steps.begin(), steps.end(), args.steps.begin());
-    run.cost = ops::cost(args);
-    run.launch = [=](Stream& s) { ops::matmul_sequence(s, steps.data(), int(steps.size())); };
-  };
-  return oc;
-}
-
 }  // namespace
 
 std::vector<OpCase> matmul_cases() {
@@ -389,20 +329,6 @@ std::vector<OpCase> matmul_cases() {
       {.dims = {8192, 768, 64, 768, 8192}, .chunk_rows = 8192, .in_tests = false},
   };
   for (const ChainCase& c : chains) cases.push_back(make_chain_case(c));
-
-  // Sequences: decode rows (the GPU's one-kernel path for 16-bit x and w, M ≤ 8), ragged tiles
-  // (C = 72: 4.5 tiles of 16 rows; F = 200), blocks with no rows (C = 64 on a 264-block grid),
-  // f32 and 12 rows (the steps' matmuls one by one on every backend); gpt2-xl's layer for the bench.
-  const SequenceCase sequences[] = {
-      {.M = 1}, {.M = 3}, {.M = 8},
-      {.M = 2, .C = 72, .F = 200, .dtype = f16, .norm = ops::NormKind::rms_norm},
-      {.M = 5, .C = 72, .F = 200},
-      {.M = 1, .dtype = f32},
-      {.M = 12},
-      {.M = 1, .C = 1600, .F = 6400, .in_tests = false},
-      {.M = 8, .C = 1600, .F = 6400, .in_tests = false},
-  };
-  for (const SequenceCase& c : sequences) cases.push_back(make_sequence_case(c));
   // The seed's example (issue 5) in bf16: W_E [V, C] · W_V [C, 64] · W_O [64, C] · W_U[:, :1024]
   // over the whole padded vocabulary V = 50304, for C = 768 (gpt2) and 1600 (gpt2-xl), chunked
   // by the cache against computed whole. The widest intermediate of the whole product, V × C in

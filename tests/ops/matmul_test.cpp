@@ -1,7 +1,6 @@
-// matmul, matmul_sequence and matmul_chain: the reference against facts known without running it
-// (identity weights, a product worked by hand, GELU's limits, a sequence whose steps read each
-// other's outputs), the chain's chunk-size rule, and every rejected input through the public
-// front end.
+// matmul and matmul_chain: the reference against facts known without running it (identity
+// weights, a product worked by hand, GELU's limits), the chain's chunk-size rule, and every
+// rejected input through the public front end.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,19 +107,6 @@ TEST(MatmulReference, BatchedWeightsUseTheirOwnBatch_B2_M1_N1_K2) {
   const Tensor x = t.f32({2, 1, 2}, {1, 1, 1, 1}), w = t.f32({2, 1, 2}, {1, 2, 10, 20}), out = t.f32({2, 1, 1});
   ops::matmul(t.stream, out, x, w);
   EXPECT_EQ(t.read(out), (std::vector<float>{3, 30}));
-}
-
-// x → h = x·W0ᵀ → out = h·W1ᵀ + h (the second step reads the first one's output twice, as x and
-// as residual), worked by hand: W0 = [[1, 2], [0, 1]], W1 = [[0, 1], [1, 0]] (swap), x = [1, 1]:
-// h = [3, 1], out = [1, 3] + [3, 1] = [4, 4].
-TEST(MatmulSequenceReference, StepsReadEarlierOutputs_M1_K2) {
-  Tensors t(Device::open("ref"));
-  const Tensor x = t.f32({1, 2}, {1, 1}), w0 = t.f32({2, 2}, {1, 2, 0, 1}), w1 = t.f32({2, 2}, {0, 1, 1, 0});
-  const Tensor h = t.f32({1, 2}), out = t.f32({1, 2});
-  const ops::MatmulArgs steps[] = {{h, x, w0, {}}, {out, h, w1, {.residual = h}}};
-  ops::matmul_sequence(t.stream, steps, 2);
-  EXPECT_EQ(t.read(h), (std::vector<float>{3, 1}));
-  EXPECT_EQ(t.read(out), (std::vector<float>{4, 4}));
 }
 
 TEST(MatmulChainReference, IdentityFactorsLeaveA0_R4_D3_Chunk1) {
@@ -341,39 +327,6 @@ TEST_F(MatmulBadInput, OverflowSize_x2p31x2p31) {
   x.strides[0] = int64_t(1) << 31;
   const Tensor w = t.f32({5, 4}), out = t.f32({1, 5});
   expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::invalid_argument, {"matmul", "x", "2147483648"});
-}
-
-// ---- matmul_sequence bad input ----
-
-struct MatmulSequenceBadInput : ::testing::Test {
-  Tensors t{Device::open("cpu")};
-};
-
-TEST_F(MatmulSequenceBadInput, NoSteps) {
-  expect_error([&] { ops::matmul_sequence(t.stream, nullptr, 0); }, ErrorCode::invalid_argument,
-               {"matmul_sequence", "1 to 8", "got 0"});
-}
-
-TEST_F(MatmulSequenceBadInput, NineSteps) {
-  const Tensor x = t.f32({1, 4}), w = t.f32({4, 4}), out = t.f32({1, 4});
-  std::vector<ops::MatmulArgs> steps(9, ops::MatmulArgs{out, x, w, {}});
-  expect_error([&] { ops::matmul_sequence(t.stream, steps.data(), 9); }, ErrorCode::invalid_argument,
-               {"matmul_sequence", "1 to 8", "got 9"});
-}
-
-TEST_F(MatmulSequenceBadInput, SecondStepKMismatch_x1x4_w3x5) {
-  const Tensor x = t.f32({1, 4}), w0 = t.f32({4, 4}), h = t.f32({1, 4}), w1 = t.f32({3, 5}), out = t.f32({1, 3});
-  const ops::MatmulArgs steps[] = {{h, x, w0, {}}, {out, h, w1, {}}};
-  expect_error([&] { ops::matmul_sequence(t.stream, steps, 2); }, ErrorCode::shape_mismatch,
-               {"matmul_sequence", "step 1", "matmul", "w", "K"});
-}
-
-// Weights are constants of the sequence: a later step may not overwrite an earlier step's w.
-TEST_F(MatmulSequenceBadInput, StepWritesAnotherStepsWeights) {
-  const Tensor x = t.f32({4, 4}), w0 = t.f32({4, 4}), h = t.f32({4, 4}), w1 = t.f32({4, 4});
-  const ops::MatmulArgs steps[] = {{h, x, w0, {}}, {w0, h, w1, {}}};
-  expect_error([&] { ops::matmul_sequence(t.stream, steps, 2); }, ErrorCode::aliasing,
-               {"matmul_sequence", "step 1 out", "step 0 w"});
 }
 
 // ---- matmul_chain bad input ----
