@@ -221,9 +221,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
       __syncthreads();     // every warp is done with the stages: they become the epilogue's staging
 
       // Out goes through shared memory one m16 piece at a time: each warp writes its 16 × kWarpN
-      // f32 piece, then its lanes walk it row by row, so each store instruction covers kWarpN
-      // consecutive columns of out (the fragments alone would scatter 8 rows × 8 bytes), and one
-      // rolled loop holds the epilogue's code. Accumulator piece (i, j): d0, d1 at row lane / 4,
+      // f32 piece, then stores it by rows (SplitK::store_piece: 8 consecutive columns per lane,
+      // where the fragments alone would scatter 8 rows × 8 bytes), one rolled loop for the epilogue. Accumulator piece (i, j): d0, d1 at row lane / 4,
       // columns 2 · (lane % 4) + {0, 1}; d2, d3 eight rows further down.
       float* const piece = reinterpret_cast<float*>(smem_chunks) + warp * 16 * Tl::kPieceLd;
 #pragma unroll
@@ -237,14 +236,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
             at[1] = acc[i][j][2 * h + 1];
           }
         __syncwarp();
-#pragma unroll 1
-        for (int e = lane; e < 16 * Tl::kWarpN; e += kLanes) {
-          const int r = e / Tl::kWarpN, c = e % Tl::kWarpN;
-          const int64_t m = m0 + warp_m + i * 16 + r, n = n0 + warp_n + c;
-          if (m < p.M && n < p.N) {
-            split.store(ep, p, s, b, m, n, piece[r * Tl::kPieceLd + c]);
-          }
-        }
+        split.store_piece(ep, p, s, b, piece, Tl::kPieceLd, 16, Tl::kWarpN, m0 + warp_m + i * 16, n0 + warp_n, lane);
         __syncwarp();  // read before the next piece overwrites it
       }
       __syncthreads();  // the staging is the next tile's first stage

@@ -34,6 +34,37 @@ struct SplitK {
     else
       partial[((s * p.batches + b) * p.M + m) * p.N + n] = v;
   }
+
+  // A warp's staged piece of its tile, `rows` × `cols` floats at `piece` (row stride ld_piece, a
+  // multiple of 4; cols a multiple of 8; 16-byte aligned), whose element (r, c) is the sum for
+  // out[b · M + m0 + r, n0 + c]: each lane takes 8 consecutive columns of a row at a time, so a
+  // store instruction covers whole rows, and the epilogue writes 16-bit outputs 16 bytes at once.
+  __device__ void store_piece(const Epilogue& ep, const GemmShape& p, int64_t s, int64_t b, const float* piece,
+                              int ld_piece, int rows, int cols, int64_t m0, int64_t n0, int lane) const {
+    const int vecs = cols / 8;
+#pragma unroll 1
+    for (int e = lane; e < rows * vecs; e += 32) {
+      const int r = e / vecs, c = (e % vecs) * 8;
+      const int64_t m = m0 + r, n = n0 + c;
+      if (m >= p.M || n >= p.N) continue;
+      const float4 lo = *reinterpret_cast<const float4*>(piece + r * ld_piece + c);
+      const float4 hi = *reinterpret_cast<const float4*>(piece + r * ld_piece + c + 4);
+      const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      float* const part = splits == 1 ? nullptr : partial + ((s * p.batches + b) * p.M + m) * p.N + n;
+      if (splits == 1 && n + 8 <= p.N) {
+        ep.store8(b * p.M + m, n, v);
+      } else if (part && n + 8 <= p.N && reinterpret_cast<uintptr_t>(part) % 16 == 0) {
+        // Partials as two 16-byte stores (eight scalar stores 32 bytes apart per lane scattered a
+        // warp's store over eight times the sectors: M = 256 split products ran 2× slower).
+        reinterpret_cast<float4*>(part)[0] = lo;
+        reinterpret_cast<float4*>(part)[1] = hi;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (n + i < p.N) store(ep, p, s, b, m, n + i, v[i]);
+      }
+    }
+  }
 };
 
 inline constexpr size_t kMaxPartialBytes = size_t(16) << 20;

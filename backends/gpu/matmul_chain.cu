@@ -10,6 +10,7 @@
 // The chunk size comes from the front end (the device's last-level cache, Caps::llc_bytes = the
 // L2): a chunk's two intermediates stay in L2 between the product that writes them and the one
 // that reads them, instead of a round trip through memory for the whole product.
+#include <algorithm>
 #include <type_traits>
 
 #include "check.h"
@@ -85,6 +86,36 @@ void launch_product(GpuStream& s, GemmShape p, const Epilogue& ep, DType src_dty
   });
 }
 
+// Rows per chunk for the products that run chunk by chunk (2 … n): at most the front end's
+// chunk_rows (what the slots and L2 hold), rounded down to whole 128-row tiles and chosen so that
+// those products run whole waves of 128 × 128 tiles. A chunk is a separate launch, so a chunk
+// whose tiles end just past a wave pays a nearly empty wave each time: at d_model 768 the L2's
+// 8533 rows gave the 1024-wide product 536 tiles, 4.06 waves on 132 SMs, i.e. 5 (the same rows
+// whole are 23.8 waves, i.e. 24), and chunking lost to the whole product. The cost counts each
+// product's waves times its K (a tile's time), over every chunk with the last one's remainder.
+int64_t whole_wave_chunk_rows(const Props& props, const ops::MatmulChainArgs& a) {
+  constexpr int64_t kTile = 128;
+  const int64_t R = a.factors[0].dim(0), most = a.chunk_rows;
+  if (a.count <= 2 || most < kTile || props.sm_count <= 0) return most;
+  auto cost = [&](int64_t rows) {
+    auto waves = [&](int64_t r, int64_t N) { return ceil_div(ceil_div(r, kTile) * ceil_div(N, kTile), props.sm_count); };
+    const int64_t full = R / rows, rest = R % rows;
+    double total = 0;
+    for (int i = 2; i < a.count; ++i) {
+      const int64_t K = a.factors[i].dim(0), N = a.factors[i].dim(1);
+      total += double(K) * double(full * waves(rows, N) + (rest ? waves(rest, N) : 0));
+    }
+    return total;
+  };
+  int64_t best = most;
+  double best_cost = cost(most);
+  for (int64_t rows = most / kTile * kTile; rows >= std::max(kTile, most / 2); rows -= kTile) {
+    const double c = cost(rows);
+    if (c < best_cost) best = rows, best_cost = c;
+  }
+  return best;
+}
+
 }  // namespace
 
 // Chunk c of A0's rows (cr of them): A0[c]·A1 → slot 1; ·A2 → slot 0; …; the last product lands
@@ -92,11 +123,11 @@ void launch_product(GpuStream& s, GemmShape p, const Epilogue& ep, DType src_dty
 void matmul_chain(Stream& stream, const ops::MatmulChainArgs& a) {
   GpuStream& s = gpu_stream(stream);
   const Tensor& first = a.factors[0];
-  const int64_t R = first.dim(0), chunk_rows = a.chunk_rows, out_cols = a.out.dim(1);
+  const int64_t R = first.dim(0), chunk_rows = whole_wave_chunk_rows(s.props(), a), out_cols = a.out.dim(1);
   if (R == 0 || out_cols == 0) return;
   const DType inter = a.scratch.dtype;
   const int64_t inter_size = int64_t(dtype_size(inter));
-  const int64_t slot_elements = ops::matmul_chain_slot_elements(a, chunk_rows);
+  const int64_t slot_elements = ops::matmul_chain_slot_elements(a, a.chunk_rows);  // as the front end sized them
   char* const scratch = static_cast<char*>(a.scratch.data);
   void* const slot[2] = {scratch, scratch + slot_elements * inter_size};
 

@@ -3,6 +3,8 @@
 // weights in another dtype, bias on and off, each residual mode: none, residual only,
 // residual + separate sum_out, sum_out == x and sum_out == residual (both in place), and a
 // residual stream in another dtype than x.
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -29,18 +31,25 @@ const char* residual_name(Residual r) {
 
 // Measured worst NMSE over 15 seeds of every case: f32 1.9·10⁻¹³ for layer_norm (C = 3: h − mean
 // cancels, so one element's few-ulp error is the whole NMSE) and 1.8·10⁻¹⁴ for rms_norm; f16
-// 0.027 × and bf16 0.0035 × rounding_nmse. Bounds ~15× above.
-double tolerance(const std::string& op, DType out) {
+// 0.027 × and bf16 0.0035 × rounding_nmse. Bounds ~15× above. A 16-bit output that lands on the
+// other neighbour costs ulp² · v² / Σout², which for a few outputs is far above any share of
+// rounding_nmse (layer_norm rows3_C3 bf16: 1.6·10⁻⁶ from one of 9 outputs, seed 3254552046): so
+// each bound also allows one such output, at up to 18 × the mean square (rows normalised to mean
+// square 1 times weights in [0.5, 1.5]), which adds nothing that matters once there are thousands.
+double tolerance(const std::string& op, DType out, int64_t outputs) {
+  const double ulp = out == DType::f16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  const double one_flip = 18.0 * ulp * ulp / double(std::max<int64_t>(outputs, 1));
   switch (out) {
     case DType::f32: return op == "layer_norm" ? 3e-12 : 3e-13;
-    case DType::f16: return 0.5 * rounding_nmse(out);
-    default: return 0.05 * rounding_nmse(out);
+    case DType::f16: return 0.5 * rounding_nmse(out) + one_flip;
+    default: return 0.05 * rounding_nmse(out) + one_flip;
   }
 }
 const char* kReason =
     "f32: f32 row statistics vs double, cancellation in h - mean for tiny C (measured ≤ 1.9e-13); f16/bf16: "
     "out and sum_out are rounded once in both, and the f32 kernel lands on the other neighbour only within "
-    "~1 f32 ulp of a rounding midpoint (measured ≤ 0.027 / 0.0035 × rounding_nmse)";
+    "~1 f32 ulp of a rounding midpoint (measured ≤ 0.027 / 0.0035 × rounding_nmse), plus one such output "
+    "at up to 18× the mean square (what one flip costs among a few outputs)";
 
 struct NormShape {
   int64_t rows, C;
@@ -57,7 +66,7 @@ OpCase norm_case(const std::string& op, NormShape s) {
   c.name = op + "/rows" + std::to_string(s.rows) + "_C" + std::to_string(s.C) + "_" + dt(s.x) +
            (s.weight != s.x ? "_w" + dt(s.weight) : "") + (s.stream ? "_stream" + dt(*s.stream) : "") +
            (s.bias ? "_bias" : "") + residual_name(s.residual);
-  c.tolerance = tolerance(op, s.x);
+  c.tolerance = tolerance(op, s.x, s.rows * s.C);
   c.reason = kReason;
   c.in_tests = s.in_tests;
   c.build = [op, s](CaseRun& run) {

@@ -244,22 +244,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
 
       // Accumulator i of a thread: row 16 · (warp % 4) + lane / 4 + 8 · ((i / 2) % 2) of its
       // warpgroup's 64, column 8 · (i / 4) + 2 · (lane % 4) + i % 2 (m16n8 pieces side by side).
-      // Each warp stages its 16 × BN piece, then walks it row by row so that a store instruction
-      // covers consecutive columns of out.
+      // Each warp stages its 16 × BN piece, then stores it by rows (SplitK::store_piece).
       float* const piece = reinterpret_cast<float*>(smem) + warp * 16 * Tl::kPieceLd;
 #pragma unroll
       for (int i = 0; i < Tl::kAccs; ++i)
         piece[(lane / 4 + 8 * ((i / 2) % 2)) * Tl::kPieceLd + 8 * (i / 4) + 2 * (lane % 4) + i % 2] = acc[i];
       __syncwarp();
-      const int64_t piece_m = m0 + group * 64 + (warp % 4) * 16;
-#pragma unroll 1
-      for (int e = lane; e < 16 * Tl::BN; e += 32) {
-        const int r = e / Tl::BN, c = e % Tl::BN;
-        const int64_t m = piece_m + r, n = n0 + c;
-        if (m < p.M && n < p.N) {
-          split.store(ep, p, s, b, m, n, piece[r * Tl::kPieceLd + c]);
-        }
-      }
+      split.store_piece(ep, p, s, b, piece, Tl::kPieceLd, 16, Tl::BN, m0 + group * 64 + (warp % 4) * 16, n0, lane);
       __syncthreads();  // the staging is the next tile's first stages
     }
 #endif  // __CUDA_ARCH__
