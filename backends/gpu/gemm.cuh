@@ -51,42 +51,38 @@ struct Epilogue {
 
   // In place (residual == out) is safe: each element's residual is read by the thread that
   // writes that element, before it writes it.
-  __device__ void store(int64_t row, int64_t col, float acc) const {
+  __device__ float value(int64_t row, int64_t col, float acc) const {
     if (bias) acc += load_as_float(bias, bias_dtype, col * bias_stride);
     if (gelu) acc = gelu_tanh(acc);
     if (residual) acc += load_as_float(residual, residual_dtype, row * ld + col);
-    store_from_float(out, out_dtype, row * ld + col, acc);
+    return acc;
+  }
+  __device__ void store(int64_t row, int64_t col, float acc) const {
+    store_from_float(out, out_dtype, row * ld + col, value(row, col, acc));
   }
 
-  // Columns col … col + 7 of one row, each as store() computes it; a 16-bit out whose eight
-  // elements start on a 16-byte boundary takes them as one 16-byte store (the per-element stores
-  // cost the GEMM cores' epilogues more instructions than a 1600-deep tile's math leaves room for).
+  // Columns col … col + 7 of one row, as store() writes them; a 16-bit out whose eight elements
+  // start on a 16-byte boundary takes them as one 16-byte store (the per-element stores cost the
+  // GEMM cores' epilogues more instructions than a 1600-deep tile's math leaves room for).
   __device__ void store8(int64_t row, int64_t col, const float (&acc)[8]) const {
     const int64_t i = row * ld + col;
     float v[8];
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      float a = acc[c];
-      if (bias) a += load_as_float(bias, bias_dtype, (col + c) * bias_stride);
-      if (gelu) a = gelu_tanh(a);
-      if (residual) a += load_as_float(residual, residual_dtype, i + c);
-      v[c] = a;
-    }
+    for (int c = 0; c < 8; ++c) v[c] = value(row, col + c, acc[c]);
     char* const at = static_cast<char*>(out) + i * 2;
     if (out_dtype != DType::f32 && reinterpret_cast<uintptr_t>(at) % 16 == 0) {
+      auto bits = [&](float x) {
+        return uint32_t(out_dtype == DType::bf16 ? from_float<ding::bf16>(x).bits : from_float<ding::f16>(x).bits);
+      };
       uint32_t w[4];
 #pragma unroll
-      for (int c = 0; c < 4; ++c)
-        w[c] = out_dtype == DType::bf16
-                   ? uint32_t(from_float<ding::bf16>(v[2 * c]).bits) | uint32_t(from_float<ding::bf16>(v[2 * c + 1]).bits) << 16
-                   : uint32_t(from_float<ding::f16>(v[2 * c]).bits) | uint32_t(from_float<ding::f16>(v[2 * c + 1]).bits) << 16;
+      for (int c = 0; c < 4; ++c) w[c] = bits(v[2 * c]) | bits(v[2 * c + 1]) << 16;
       *reinterpret_cast<uint4*>(at) = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
 #pragma unroll
       for (int c = 0; c < 8; ++c) store_from_float(out, out_dtype, i + c, v[c]);
     }
   }
-
 };
 
 // One launch's worth of product: `batches` independent problems x [M, K] · w [N, K]ᵀ (or w

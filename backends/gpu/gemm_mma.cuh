@@ -222,8 +222,9 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
 
       // Out goes through shared memory one m16 piece at a time: each warp writes its 16 × kWarpN
       // f32 piece, then stores it by rows (SplitK::store_piece: 8 consecutive columns per lane,
-      // where the fragments alone would scatter 8 rows × 8 bytes), one rolled loop for the epilogue. Accumulator piece (i, j): d0, d1 at row lane / 4,
-      // columns 2 · (lane % 4) + {0, 1}; d2, d3 eight rows further down.
+      // where the fragments alone would scatter 8 rows × 8 bytes), one rolled loop for the
+      // epilogue. Accumulator piece (i, j): d0, d1 at row lane / 4, columns 2 · (lane % 4) +
+      // {0, 1}; d2, d3 eight rows further down.
       float* const piece = reinterpret_cast<float*>(smem_chunks) + warp * 16 * Tl::kPieceLd;
 #pragma unroll
       for (int i = 0; i < Tl::kFragsM; ++i) {

@@ -50,10 +50,12 @@ struct SplitK {
       const float4 lo = *reinterpret_cast<const float4*>(piece + r * ld_piece + c);
       const float4 hi = *reinterpret_cast<const float4*>(piece + r * ld_piece + c + 4);
       const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      float* const part = splits == 1 ? nullptr : partial + ((s * p.batches + b) * p.M + m) * p.N + n;
-      if (splits == 1 && n + 8 <= p.N) {
+      if (n + 8 <= p.N && splits == 1) {
         ep.store8(b * p.M + m, n, v);
-      } else if (part && n + 8 <= p.N && reinterpret_cast<uintptr_t>(part) % 16 == 0) {
+        continue;
+      }
+      float* const part = splits == 1 ? nullptr : partial + ((s * p.batches + b) * p.M + m) * p.N + n;
+      if (part && n + 8 <= p.N && reinterpret_cast<uintptr_t>(part) % 16 == 0) {
         // Partials as two 16-byte stores (eight scalar stores 32 bytes apart per lane scattered a
         // warp's store over eight times the sectors: M = 256 split products ran 2× slower).
         reinterpret_cast<float4*>(part)[0] = lo;

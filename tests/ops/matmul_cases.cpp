@@ -323,6 +323,9 @@ std::vector<OpCase> matmul_cases() {
       // and groups of 3 chunks of 20 rows (5 groups).
       {.dims = {200, 64, 8, 72, 40}, .factors = bf16, .out = bf16, .chunk_rows = 48},
       {.dims = {300, 16, 8, 24, 16}, .factors = f16, .chunk_rows = 20},
+      // Chunks the GPU backend shortens to whole waves of 128-row tiles (matmul_chain.cu): 17000
+      // rows are 133 tiles, two waves on 132 SMs, so it runs 16896-row chunks and a 1000-row rest.
+      {.dims = {34792, 64, 8, 64, 8}, .factors = bf16, .out = bf16, .chunk_rows = 17000},
       // W_E·W_V·W_O·W_U on 8192 rows of the vocabulary (d_model 768, d_head 64), 8192 output
       // columns: cache-chunked against the whole product in one go.
       {.dims = {8192, 768, 64, 768, 8192}, .in_tests = false},
