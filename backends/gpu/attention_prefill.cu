@@ -8,6 +8,7 @@
 
 #include "attention.cuh"
 #include "check.h"
+#include "cp_async.cuh"
 #include "kernels.h"
 
 namespace ding::gpu {
@@ -241,7 +242,12 @@ struct MmaTile {
   // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix land in 8 different 16-byte
   // bank groups (pitch 144 or 272 bytes, 9 or 17 groups apart).
   static constexpr int kPitch = DH + 8;  // elements
-  static constexpr size_t shared_bytes = size_t(kMmaRows + 2 * kMmaKeys) * kPitch * sizeof(uint16_t);  // Q, K, V
+  // K/V tiles in flight: while the block computes on one, the next Stages - 1 are being copied
+  // (cp.async), so a walk over n key tiles waits for one memory round trip, not n. Two blocks
+  // per SM fit either way (D = 64: 64 KB per block; D = 128: 87 KB).
+  static constexpr int kStages = DH == 64 ? 3 : 2;
+  static constexpr int kTileElems = kMmaKeys * kPitch;
+  static constexpr size_t shared_bytes = size_t(kMmaRows * kPitch + kStages * 2 * kTileElems) * sizeof(uint16_t);  // Q, then K and V per stage
 };
 
 #if defined(DING_GPU_NVIDIA_MMA)
@@ -288,15 +294,15 @@ __device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], in
   }
 }
 
-// dst[r][0, DH) = row t0 + r for r < 64 (16 bytes at a time), zero from row `valid` on.
+// dst[r][0, DH) = row t0 + r for r < 64, zero from row `valid` on: 16-byte cp.async copies
+// this thread issues (the caller commits and waits).
 template <int DH, class T>
-__device__ inline void stage_mma_tile(T* dst, const T* base, int64_t row_stride, int64_t valid) {
+__device__ inline void copy_mma_tile(T* dst, const T* base, int64_t row_stride, int64_t valid) {
   constexpr int kChunks = DH / 8;
   for (int idx = threadIdx.x; idx < kMmaRows * kChunks; idx += kMmaThreads) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (r < valid) x = *reinterpret_cast<const uint4*>(base + r * row_stride + c);
-    *reinterpret_cast<uint4*>(dst + r * MmaTile<DH>::kPitch + c) = x;
+    const bool in = r < valid;
+    cp_async_16(smem_address(dst + r * MmaTile<DH>::kPitch + c), in ? base + r * row_stride + c : base, in ? 16 : 0);
   }
 }
 #endif  // DING_GPU_NVIDIA_MMA
@@ -309,11 +315,11 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
                                  PrefillShape sh, float scale) {
 #if defined(DING_GPU_NVIDIA_MMA)
   constexpr int kPitch = MmaTile<DH>::kPitch, kSteps = DH / 16;
+  constexpr int kStages = MmaTile<DH>::kStages, kTileElems = MmaTile<DH>::kTileElems;
   constexpr int kParts = std::is_same_v<T, ding::bf16> ? 3 : 2;  // P = Σ parts, see above
   extern __shared__ uint4 shared_words[];
   T* Qs = reinterpret_cast<T*>(shared_words);  // [64][kPitch]
-  T* Ks = Qs + kMmaRows * kPitch;               // [64][kPitch]
-  T* Vs = Ks + kMmaKeys * kPitch;               // [64][kPitch]
+  T* KVs = Qs + kMmaRows * kPitch;              // per stage: K [64][kPitch], then V [64][kPitch]
 
   const int64_t heads = sh.B * sh.H, bh = blockIdx.x % heads;
   const int64_t tile = sh.q_tiles - 1 - blockIdx.x / heads;  // heaviest causal tiles first
@@ -324,8 +330,25 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
   const int quad_row = lane / 4, quad_col = lane % 4;  // an accumulator row pair and column pair
   const int row0 = warp * 16;
 
-  stage_mma_tile<DH>(Qs, q + qs.at(b, i0, h), qs.t, sh.Tq - i0);
-  __syncthreads();
+  // Copies in commit groups: Q, then key tiles 0 … kStages - 2; tile t + kStages - 1 goes out
+  // while tile t is computed on. A group per call, empty past the last tile, so that "tile t has
+  // landed" is always "at most kStages - 1 groups in flight".
+  const int64_t kv_end = sh.causal ? min(sh.Tk, i0 + kMmaRows + shift) : sh.Tk;
+  const int tiles = int((kv_end + kMmaKeys - 1) / kMmaKeys);
+  auto stage_of = [&](int t) { return KVs + (t % kStages) * 2 * kTileElems; };
+  auto copy_kv = [&](int t) {
+    if (t < tiles) {
+      const int64_t j0 = int64_t(t) * kMmaKeys;
+      copy_mma_tile<DH>(stage_of(t), k + ks.at(b, j0, kv_head), ks.t, sh.Tk - j0);
+      copy_mma_tile<DH>(stage_of(t) + kTileElems, v + vs.at(b, j0, kv_head), vs.t, sh.Tk - j0);
+    }
+    cp_async_commit();
+  };
+  copy_mma_tile<DH>(Qs, q + qs.at(b, i0, h), qs.t, sh.Tq - i0);
+  cp_async_commit();
+  for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
+  cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
+  __syncthreads();                // ... and for every thread's
   uint32_t qa[kSteps][4];
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk)
@@ -339,12 +362,14 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
   float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};  // rows quad_row and quad_row + 8
   const int64_t row_i[2] = {i0 + row0 + quad_row, i0 + row0 + quad_row + 8};
 
-  const int64_t kv_end = sh.causal ? min(sh.Tk, i0 + kMmaRows + shift) : sh.Tk;
-  for (int64_t j0 = 0; j0 < kv_end; j0 += kMmaKeys) {
-    __syncthreads();  // the previous tile's ldmatrix reads are done
-    stage_mma_tile<DH>(Ks, k + ks.at(b, j0, kv_head), ks.t, sh.Tk - j0);
-    stage_mma_tile<DH>(Vs, v + vs.at(b, j0, kv_head), vs.t, sh.Tk - j0);
-    __syncthreads();
+  for (int t = 0; t < tiles; ++t) {
+    if (t > 0) __syncthreads();  // every warp is done with tile t - 1, whose stage is refilled now
+    copy_kv(t + kStages - 1);
+    cp_async_wait<kStages - 1>();  // tile t has landed for this thread's copies ...
+    __syncthreads();                // ... and for every thread's
+    const int64_t j0 = int64_t(t) * kMmaKeys;
+    const T* Ks = stage_of(t);
+    const T* Vs = Ks + kTileElems;
 
     float s[kMmaKeys / 8][4];
 #pragma unroll

@@ -181,22 +181,40 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
       const int64_t k_first = split.first_tile(s), k_tiles = split.tile_count(s, k_tiles_all);
       const T* const x = static_cast<const T*>(p.x) + b * p.x_batch;
       const T* const w = static_cast<const T*>(p.w) + b * p.w_batch;
+      // The sources of this thread's copies at the split's first slice, formed once per tile: a
+      // slice then costs one add per copy. Formed per slice from m, n and k, the 64-bit address
+      // arithmetic took ~280 instructions per warp and slice (ncu, 256 × 4800 × 1600, 2 warps per
+      // scheduler); formed once, the M = 2048 products ran 12–16 % faster (ding-bench ops, H100).
+      const int64_t k0 = k_first * kBK + chunk * 8;  // this thread's element of K in slice 0
+      const T* a_src[kCopiesA];
+      const T* b_src[kCopiesB];
+      bool a_ok[kCopiesA], b_ok[kCopiesB];
+#pragma unroll
+      for (int i = 0; i < kCopiesA; ++i) {
+        const int64_t m = m0 + row0 + 32 * i;
+        a_ok[i] = m < p.M;
+        a_src[i] = x + (a_ok[i] ? m * p.K : 0) + k0;
+      }
+#pragma unroll
+      for (int i = 0; i < kCopiesB; ++i) {
+        const int64_t n = n0 + row0 + 32 * i;
+        b_ok[i] = n < p.N;
+        b_src[i] = w + (b_ok[i] ? n * p.K : 0) + k0;
+      }
       auto load_stage = [&](int stage, int64_t kt) {  // this block's slice kt
         const uint32_t a_dst = base + uint32_t(stage * Tl::kStageBytes) + dst0;
         const uint32_t b_dst = a_dst + kBM * kRowBytes;
-        const int64_t k = (k_first + kt) * kBK + chunk * 8;
-        const bool k_ok = k < p.K;
+        const int64_t dk = kt * kBK;
+        const bool k_ok = k0 + dk < p.K;
 #pragma unroll
         for (int i = 0; i < kCopiesA; ++i) {
-          const int64_t m = m0 + row0 + 32 * i;
-          const bool ok = k_ok && m < p.M;
-          cp_async_16(a_dst + uint32_t(i * 32 * kRowBytes), ok ? x + m * p.K + k : x, ok ? 16 : 0);
+          const bool ok = k_ok && a_ok[i];
+          cp_async_16(a_dst + uint32_t(i * 32 * kRowBytes), ok ? a_src[i] + dk : x, ok ? 16 : 0);
         }
 #pragma unroll
         for (int i = 0; i < kCopiesB; ++i) {
-          const int64_t n = n0 + row0 + 32 * i;
-          const bool ok = k_ok && n < p.N;
-          cp_async_16(b_dst + uint32_t(i * 32 * kRowBytes), ok ? w + n * p.K + k : w, ok ? 16 : 0);
+          const bool ok = k_ok && b_ok[i];
+          cp_async_16(b_dst + uint32_t(i * 32 * kRowBytes), ok ? b_src[i] + dk : w, ok ? 16 : 0);
         }
       };
 
