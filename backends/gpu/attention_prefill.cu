@@ -243,8 +243,9 @@ struct MmaTile {
   // bank groups (pitch 144 or 272 bytes, 9 or 17 groups apart).
   static constexpr int kPitch = DH + 8;  // elements
   // K/V tiles in flight: while the block computes on one, the next Stages - 1 are being copied
-  // (cp.async), so a walk over n key tiles waits for one memory round trip, not n. Two blocks
-  // per SM fit either way (D = 64: 64 KB per block; D = 128: 87 KB).
+  // (cp.async), so the walk over the key tiles does not wait a memory round trip per tile (each
+  // tile was staged synchronously before). Two blocks per SM fit either way (D = 64: 64 KB per
+  // block; D = 128: 87 KB).
   static constexpr int kStages = DH == 64 ? 3 : 2;
   static constexpr int kTileElems = kMmaKeys * kPitch;
   static constexpr size_t shared_bytes = size_t(kMmaRows * kPitch + kStages * 2 * kTileElems) * sizeof(uint16_t);  // Q, then K and V per stage

@@ -274,8 +274,8 @@ std::vector<OpCase> matmul_cases() {
       {.M = 65, .N = 904, .K = 1032, .x = bf16, .w = bf16, .out = bf16, .bias = true, .gelu = true, .residual = inplace},
       {.M = 40, .N = 1696, .K = 1032, .x = f16, .w = f16, .bias = true},
       {.M = 40, .N = 40, .K = 520, .x = bf16, .w = bf16, .out = bf16, .residual = sep},
-      // Split (4 on wgmma) with rows the reduce cannot take in whole 8-column vectors: a ragged
-      // last vector (N % 8 = 4) and rows that are not 16-byte aligned (N odd).
+      // Split (4 and 3 ways on wgmma) with rows the reduce cannot take in whole 8-column vectors:
+      // a ragged last vector (N % 8 = 4) and rows that are not 16-byte aligned (N odd).
       {.M = 40, .N = 1004, .K = 1032, .x = bf16, .w = bf16, .out = bf16, .bias = true, .residual = sep},
       {.M = 33, .N = 1001, .K = 776, .x = f16, .w = f16, .out = f16, .bias = true},
       // Unsplit 128 × 64 tiles on mma.sync (46 large tiles would leave SMs idle; too few K slices
