@@ -93,6 +93,12 @@ __device__ inline float4 scaled(float4 a, float s) { return make_float4(a.x * s,
 // e^(x - m) for a running max m that may still be -inf (nothing seen yet): 0 instead of NaN.
 __device__ inline float exp_from(float x, float m) { return x == -INFINITY ? 0.0f : expf(x - m); }
 
+// The same through the hardware's exp2 approximation (__expf: a multiply and one MUFU.EX2,
+// relative error ~2^-21 against expf's dozen instructions), for the tensor-core kernels only:
+// their outputs are bf16, whose rounding (2^-9) dwarfs it, and their per-key work is short enough
+// that the accurate exp was a large share of it.
+__device__ inline float exp_from_fast(float x, float m) { return x == -INFINITY ? 0.0f : __expf(x - m); }
+
 
 // ---- generic: one query row per block (attention_rows.cu) -------------------------------------
 struct RowShape {

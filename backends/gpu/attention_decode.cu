@@ -33,6 +33,15 @@
 // position seq_lens − 1 read that key from them rather than from the cache, and the first head
 // block of each kv head stores them into the cache. A decode step then has no kv_append launch
 // between the QKV product and attention (one kernel boundary, ~3–5 µs, less per layer).
+//
+// Two kernels do the split's work. The SIMT kernel (any float dtypes, D ≤ 256) scores a key by a
+// group of lanes and a shuffle butterfly per key and head. The tensor-core kernel (NVIDIA sm_80+;
+// 16-bit q, k, v of one dtype, a bf16 output, D = 64 or 128) makes the query heads of a block the
+// rows of m16n8k16 tiles: K/V tiles of 64 keys come through a cp.async ring, warp w takes keys
+// 16w … 16w + 15 of each tile, S = Q·Kᵀ, its online softmax and O += P·V are a few mmas per 16
+// keys (P as 16-bit parts, as in attention_prefill.cu, whose precision argument holds here), and
+// nothing on the path from memory to the math waits on registers or shuffles. Both end the same
+// way: the warps' states combined in shared memory, then the output or the split's partial.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -40,7 +49,9 @@
 
 #include "attention.cuh"
 #include "check.h"
+#include "cp_async.cuh"
 #include "kernels.h"
+#include "mma_sync.cuh"
 #include "reduce.cuh"
 
 namespace ding::gpu {
@@ -283,6 +294,136 @@ __device__ void merge_splits(Operand out, Partials part, const DecodeShape& sh, 
   }
 }
 
+// Which (b, kv head, head block, split) a block works on. Head blocks of one kv head and split
+// are neighbours in launch order: the second reads the K/V rows the first brought into L2.
+struct DecodeBlock {
+  int hb, split;
+  int64_t kv_head, b;
+  int64_t group_id;  // (b, kv head, head block): the ticket slot of its splits
+  int64_t h0;        // first query head
+  int heads;         // query heads of this block (≤ sh.heads)
+};
+
+__device__ inline DecodeBlock decode_block(const DecodeShape& sh) {
+  // 32-bit: the grid is below 2^31 blocks, and 64-bit divisions are software loops.
+  unsigned idx = blockIdx.x;
+  DecodeBlock blk;
+  blk.hb = int(idx % unsigned(sh.head_blocks));
+  idx /= unsigned(sh.head_blocks);
+  blk.split = int(idx % unsigned(sh.splits));
+  idx /= unsigned(sh.splits);
+  blk.kv_head = int64_t(idx % unsigned(sh.Hkv));
+  blk.b = int64_t(idx / unsigned(sh.Hkv));
+  blk.group_id = (blk.b * sh.Hkv + blk.kv_head) * sh.head_blocks + blk.hb;
+  blk.h0 = blk.kv_head * sh.group + int64_t(blk.hb) * sh.heads;
+  blk.heads = int(min(int64_t(sh.heads), sh.group - int64_t(blk.hb) * sh.heads));
+  return blk;
+}
+
+// The keys of a block's split, [begin, end), and where the step's own key sits.
+struct DecodeKeys {
+  int64_t len;      // keys the sequence sees: seq_lens[b] clamped to [1, S]
+  int64_t begin, end;
+  int64_t fresh_j;  // position len − 1 when the op appends (read from k_new / v_new), else -1
+};
+
+// The length lives on the device: clamp it, never trust it (a host backend would raise). The
+// appended position len − 1 is read from the new rows, never from the cache, so no block waits
+// for another's write; kv_append's rule for a length that does not fit: write nothing.
+__device__ inline DecodeKeys decode_keys(const int32_t* seq_lens, const DecodeShape& sh, const DecodeBlock& blk,
+                                         bool appends_op) {
+  const int64_t raw_len = seq_lens[blk.b];
+  DecodeKeys keys;
+  keys.len = min(max(raw_len, int64_t(1)), sh.S);
+  keys.begin = int64_t(blk.split) * sh.chunk;
+  keys.end = min(keys.len, keys.begin + sh.chunk);
+  keys.fresh_j = appends_op && raw_len >= 1 && raw_len <= sh.S ? keys.len - 1 : -1;
+  return keys;
+}
+
+// The split holding the new position stores it (the first head block of the kv head): whole
+// 16-byte pieces, as the fused path requires 16-byte rows.
+template <class KV>
+__device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh, const DecodeBlock& blk,
+                                   const DecodeKeys& keys, Strides3 ks, Strides3 vs, KV* k_cache, KV* v_cache) {
+  if (keys.fresh_j < keys.begin || keys.fresh_j >= keys.end || blk.hb != 0) return;
+  KV* k_row = k_cache + blk.b * ks.b + blk.kv_head * ks.h + keys.fresh_j * ks.t;
+  KV* v_row = v_cache + blk.b * vs.b + blk.kv_head * vs.h + keys.fresh_j * vs.t;
+  const KV* k_in = fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h;
+  const KV* v_in = fresh.v + blk.b * fresh.v_b + blk.kv_head * fresh.v_h;
+  for (int i = int(threadIdx.x); i < sh.D * int(sizeof(KV)) / 16; i += kDecodeThreads) {
+    reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
+    reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
+  }
+}
+
+// The block's warps have published their online-softmax states in shared memory, per warp w and
+// head g of the block: m at red_m[w·rows + g], l at red_l[w·rows + g], acc row at
+// red_acc[(w·rows + g)·acc_ld]. Each output element combines the warps' states in warp order and
+// becomes the output (one split) or the split's partial state.
+__device__ inline void store_block_state(const float* red_m, const float* red_l, const float* red_acc, int rows,
+                                         int acc_ld, Operand out, Partials part, const DecodeShape& sh,
+                                         const DecodeBlock& blk) {
+  constexpr int kWarps = kDecodeThreads / 32;
+  for (int t = threadIdx.x; t < blk.heads * sh.D; t += kDecodeThreads) {
+    const int g = t / sh.D, d = t % sh.D;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w * rows + g]);
+    float l_all = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = exp_from(red_m[w * rows + g], m_all);  // 0 for a warp that saw no key
+      l_all += wt * red_l[w * rows + g];
+      o += wt * red_acc[(w * rows + g) * acc_ld + d];
+    }
+    if (sh.splits == 1) {
+      with_element_type(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        static_cast<T*>(out.data)[out.at.at(blk.b, 0, blk.h0 + g) + d] = from_float<T>(o * (1.0f / l_all));
+      });
+    } else {
+      const int64_t state = (blk.b * sh.H + blk.h0 + g) * sh.splits + blk.split;
+      part.acc[state * sh.D + d] = o;
+      if (d == 0) part.m[state] = m_all, part.l[state] = l_all;
+    }
+  }
+}
+
+// Several splits: arrive at the group's ticket; the block that arrives last merges the splits
+// that have keys into the output and leaves the ticket at 0 for the next call.
+//
+// merge_space: shared memory for kMergeFloatsPerBlock floats that nothing else uses from here on.
+constexpr int kMergeFloatsPerBlock = 6 * kDecodeThreads;
+
+template <int kMergeBatch>
+__device__ void merge_if_last(Operand out, Partials part, const DecodeShape& sh, const DecodeBlock& blk,
+                              const DecodeKeys& keys, float* merge_space) {
+  float* const merge_m = merge_space;
+  float* const merge_l = merge_m + kDecodeThreads;
+  float(*const merge_o)[4] = reinterpret_cast<float(*)[4]>(merge_l + kDecodeThreads);
+  __shared__ bool merges;
+  // Arrive: this block's partial (if any) is visible device-wide before its ticket counts.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned ticket = atomicAdd(&decode_tickets[blk.group_id], 1u);
+    merges = ticket == unsigned(sh.splits - 1);
+    // Every split of the group has arrived: nobody touches the slot again in this launch.
+    if (merges) atomicExch(&decode_tickets[blk.group_id], 0u);
+  }
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();  // the partial loads below stay after the ticket
+
+  // Splits 0 .. used - 1 have keys; the others wrote nothing.
+  const int used = int((keys.len + sh.chunk - 1) / sh.chunk);
+  if (sh.D % 4 == 0)
+    merge_splits<4, kMergeBatch>(out, part, sh, blk.b, blk.h0, blk.heads, used, merge_m, merge_l, merge_o);
+  else
+    merge_splits<1, kMergeBatch>(out, part, sh, blk.b, blk.h0, blk.heads, used, merge_m, merge_l, merge_o);
+}
+
 template <class KV, int HPB>
 __global__ void __launch_bounds__(kDecodeThreads,
                                   launch_min_blocks(kDecodeThreads, DecodeConfig<KV, HPB>::kBlocksPerSm))
@@ -294,28 +435,18 @@ __global__ void __launch_bounds__(kDecodeThreads,
   static_assert(HPB <= 4, "q and acc of more heads do not fit the register budget");
   __shared__ float red_m[kWarps][HPB], red_l[kWarps][HPB];
   __shared__ float red_acc[kWarps][HPB][8 * kDecodeMaxLanes];
-  __shared__ float merge_m[kDecodeThreads], merge_l[kDecodeThreads], merge_o[kDecodeThreads][4];
-  __shared__ bool merges;
 
-  int64_t idx = blockIdx.x;
-  // Head blocks of one kv head and split are neighbours in launch order: the second reads the
-  // K/V rows the first brought into L2.
-  const int hb = int(idx % sh.head_blocks);
-  idx /= sh.head_blocks;
-  const int split = int(idx % sh.splits);
-  idx /= sh.splits;
-  const int64_t kv_head = idx % sh.Hkv, b = idx / sh.Hkv;
-  const int64_t group_id = (b * sh.Hkv + kv_head) * sh.head_blocks + hb;
-  const int64_t h0 = kv_head * sh.group + int64_t(hb) * sh.heads;
-  const int heads = int(min(int64_t(sh.heads), sh.group - int64_t(hb) * sh.heads));
+  const DecodeBlock blk = decode_block(sh);
+  const int64_t b = blk.b, h0 = blk.h0;
+  const int heads = blk.heads;
   const int D = sh.D;
   const int lanes = sh.lanes;
   const int lane = threadIdx.x % warp_size(), warp = threadIdx.x / warp_size();
   const int key_lane = lane % lanes, e0 = 8 * key_lane;
   const int groups_per_warp = warp_size() / lanes;
   const int key_group = warp * groups_per_warp + lane / lanes, key_groups = kWarps * groups_per_warp;
-  const KV* k_head = k + b * ks.b + kv_head * ks.h + e0;
-  const KV* v_head = v + b * vs.b + kv_head * vs.h + e0;
+  const KV* k_head = k + b * ks.b + blk.kv_head * ks.h + e0;
+  const KV* v_head = v + b * vs.b + blk.kv_head * vs.h + e0;
 
   // q, seq_lens and the caches come from earlier kernels of the step.
   wait_for_prior_kernels();
@@ -332,30 +463,13 @@ __global__ void __launch_bounds__(kDecodeThreads,
       for (int c = 0; c < 8; ++c) qr[g][c] = g < heads && e0 + c < D ? scale * to_float(row[e0 + c]) : 0.0f;
     }
   });
-  // The length lives on the device: clamp it, never trust it (a host backend would raise).
-  const int64_t raw_len = seq_lens[b];
-  const int64_t len = min(max(raw_len, int64_t(1)), sh.S);
-  const int64_t begin = int64_t(split) * sh.chunk, end = min(len, begin + sh.chunk);
-  // The appended position len − 1 is read from the new rows, never from the cache, so no block
-  // waits for another's write; kv_append's rule for a length that does not fit: write nothing.
-  const bool appends = fresh.k && raw_len >= 1 && raw_len <= sh.S;
-  const int64_t fresh_j = appends ? len - 1 : -1;
-  const KV* k_fresh = appends ? fresh.k + b * fresh.k_b + kv_head * fresh.k_h + e0 : nullptr;
-  const KV* v_fresh = appends ? fresh.v + b * fresh.v_b + kv_head * fresh.v_h + e0 : nullptr;
+  const DecodeKeys keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
+  const int64_t begin = keys.begin, end = keys.end, fresh_j = keys.fresh_j;
+  const KV* k_fresh = fresh_j >= 0 ? fresh.k + b * fresh.k_b + blk.kv_head * fresh.k_h + e0 : nullptr;
+  const KV* v_fresh = fresh_j >= 0 ? fresh.v + b * fresh.v_b + blk.kv_head * fresh.v_h + e0 : nullptr;
 
   if (begin < end) {  // uniform over the block; split 0 always has keys
-    // The split holding the new position stores it (the first head block of the kv head):
-    // whole 16-byte pieces, as the fused path requires kv_vec.
-    if (fresh_j >= begin && fresh_j < end && hb == 0) {
-      KV* k_row = k_cache + b * ks.b + kv_head * ks.h + fresh_j * ks.t;
-      KV* v_row = v_cache + b * vs.b + kv_head * vs.h + fresh_j * vs.t;
-      const KV* k_in = k_fresh - e0;  // the lane's pointers carry its e0
-      const KV* v_in = v_fresh - e0;
-      for (int i = int(threadIdx.x); i < D * int(sizeof(KV)) / 16; i += kDecodeThreads) {
-        reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
-        reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
-      }
-    }
+    store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache);
     float m_run[HPB], l_run[HPB], acc[HPB][8];
 #pragma unroll
     for (int g = 0; g < HPB; ++g) {
@@ -364,7 +478,6 @@ __global__ void __launch_bounds__(kDecodeThreads,
 #pragma unroll
       for (int c = 0; c < 8; ++c) acc[g][c] = 0.0f;
     }
-
     // Step keys: key group kg takes keys j0 + kg + u·key_groups (u < U) of the step at j0.
     // Every lane runs the same number of steps (the shuffles need the whole warp); a key past
     // `end` loads nothing and leaves the state alone.
@@ -453,51 +566,275 @@ __global__ void __launch_bounds__(kDecodeThreads,
       }
     }
     __syncthreads();
-    for (int t = threadIdx.x; t < heads * D; t += kDecodeThreads) {
-      const int g = t / D, d = t % D;
-      float m_all = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w][g]);
-      float l_all = 0.0f, o = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float wt = exp_from(red_m[w][g], m_all);  // 0 for a warp that saw no key
-        l_all += wt * red_l[w][g];
-        o += wt * red_acc[w][g][d];
+    store_block_state(&red_m[0][0], &red_l[0][0], &red_acc[0][0][0], HPB, 8 * kDecodeMaxLanes, out, part, sh, blk);
+  }
+  if (sh.splits > 1) {
+    __shared__ float4 merge_space[kMergeFloatsPerBlock / 4];
+    merge_if_last<DecodeConfig<KV, HPB>::kMergeBatch>(out, part, sh, blk, keys, &merge_space[0].x);
+  }
+}
+
+// ---- the tensor-core kernel (see the top of the file) --------------------------------------------
+constexpr int kMmaKeys = 64;  // keys per K/V tile: 16 per warp
+constexpr int kMmaRows = 16;  // query heads per block: the rows of an m16 tile
+
+// D = 64: three stages (57.6 KB) and three blocks per SM; D = 128: two stages (74 KB), also three
+// blocks per SM on an H100 (228 KB) and one on an RTX 4090 (100 KB), where three stages would not
+// fit a block. Either way two to three 64-key tiles per block are in flight while one is consumed.
+template <int DH>
+struct DecodeMmaTile {
+  static constexpr int kPitch = DH + 8;  // rows padded by 16 bytes: ldmatrix's 8 rows hit 8 bank groups
+  static constexpr int kStages = DH == 64 ? 3 : 2;
+  static constexpr int kBlocksPerSm = 3;
+  static constexpr int kTileElems = kMmaKeys * kPitch;
+  static constexpr int kQElems = kMmaRows * kPitch;
+  // After the walk the ring holds the warps' states: m, l and an acc row per (warp, head), rows
+  // padded by 4 floats so the 8 rows a warp stores at once spread over the banks.
+  static constexpr int kStateLd = DH + 4;
+  static constexpr size_t kStateBytes = sizeof(float) * size_t(kDecodeThreads / 32) * kMmaRows * (kStateLd + 2);
+  static constexpr size_t kRingBytes = sizeof(uint16_t) * size_t(kStages) * 2 * kTileElems;
+  static_assert(kRingBytes >= kStateBytes && kRingBytes >= sizeof(float) * kMergeFloatsPerBlock,
+                "the ring holds the warps' states, then the merge's staging");
+  static constexpr size_t shared_bytes = sizeof(uint16_t) * size_t(kQElems) + kRingBytes;
+};
+
+template <class T, int DH>
+__global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThreads, DecodeMmaTile<DH>::kBlocksPerSm))
+    attention_decode_mma_kernel(Operand out, const T* q, Strides3 qs, const T* k, Strides3 ks, const T* v, Strides3 vs,
+                                const int32_t* seq_lens, DecodeShape sh, float scale, Partials part, NewKv<T> fresh,
+                                T* k_cache, T* v_cache) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  using Tile = DecodeMmaTile<DH>;
+  constexpr int kPitch = Tile::kPitch, kStages = Tile::kStages, kTileElems = Tile::kTileElems;
+  constexpr int kSteps = DH / 16, kChunks = DH / 8;
+  constexpr int kWarps = kDecodeThreads / 32;
+  constexpr int kParts = std::is_same_v<T, ding::bf16> ? 3 : 2;  // P = Σ parts (attention_prefill.cu)
+  extern __shared__ uint4 decode_shared[];
+  T* const Qs = reinterpret_cast<T*>(decode_shared);  // [16][kPitch]: the block's heads, zero past them
+  T* const ring = Qs + Tile::kQElems;                  // per stage: K [64][kPitch], then V [64][kPitch]
+
+  const DecodeBlock blk = decode_block(sh);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int quad_row = lane / 4, quad_col = lane % 4;  // accumulator rows quad_row, quad_row + 8
+
+  // q, seq_lens and the caches come from earlier kernels of the step.
+  wait_for_prior_kernels();
+  release_dependents();
+  const DecodeKeys keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
+
+  if (keys.begin < keys.end) {  // uniform over the block; split 0 always has keys
+    store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache);
+    const T* const k_head = k + blk.b * ks.b + blk.kv_head * ks.h;
+    const T* const v_head = v + blk.b * vs.b + blk.kv_head * vs.h;
+    const T* const k_fresh = keys.fresh_j >= 0 ? fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h : k;
+    const T* const v_fresh = keys.fresh_j >= 0 ? fresh.v + blk.b * fresh.v_b + blk.kv_head * fresh.v_h : v;
+
+    // Copies in commit groups: Q, then key tiles 0 … kStages - 2; tile t + kStages - 1 goes out
+    // while tile t is computed on, one group per call (empty past the last tile) so that "tile t
+    // has landed" is always "at most kStages - 1 groups in flight". Rows past the split's end
+    // are zero-filled (nothing read): a cache row there may hold anything, NaN included.
+    for (int idx = threadIdx.x; idx < kMmaRows * kChunks; idx += kDecodeThreads) {
+      const int g = idx / kChunks, c = (idx % kChunks) * 8;
+      const bool in = g < blk.heads;
+      cp_async_16(smem_address(Qs + g * kPitch + c), in ? q + blk.b * qs.b + (blk.h0 + g) * qs.h + c : q, in ? 16 : 0);
+    }
+    cp_async_commit();
+    const int tiles = int((keys.end - keys.begin + kMmaKeys - 1) / kMmaKeys);
+    auto stage_of = [&](int t) { return ring + (t % kStages) * 2 * kTileElems; };
+    // A thread copies chunk copy_c of rows copy_r + kRowsPerPass·i of every tile: its sources are
+    // formed once, and a copy costs an offset, a bounds test and the fresh-row test.
+    constexpr int kRowsPerPass = kDecodeThreads / kChunks, kPasses = kMmaKeys / kRowsPerPass;
+    const int copy_c = (threadIdx.x % kChunks) * 8, copy_r = threadIdx.x / kChunks;
+    const T* const k_first = k_head + (keys.begin + copy_r) * ks.t + copy_c;
+    const T* const v_first = v_head + (keys.begin + copy_r) * vs.t + copy_c;
+    const uint32_t dst_first = smem_address(ring + copy_r * kPitch + copy_c);
+    auto copy_kv = [&](int t) {
+      if (t < tiles) {
+        const uint32_t dst = dst_first + uint32_t((t % kStages) * 2 * kTileElems * int(sizeof(T)));
+#pragma unroll 4
+        for (int i = 0; i < kPasses; ++i) {
+          const int row = t * kMmaKeys + i * kRowsPerPass;  // from the split's first key
+          const int64_t j = keys.begin + copy_r + row;
+          const bool in = j < keys.end, is_fresh = j == keys.fresh_j;
+          const T* k_src = is_fresh ? k_fresh + copy_c : in ? k_first + row * ks.t : k;
+          const T* v_src = is_fresh ? v_fresh + copy_c : in ? v_first + row * vs.t : v;
+          const uint32_t at = dst + uint32_t(i * kRowsPerPass * kPitch * int(sizeof(T)));
+          cp_async_16(at, k_src, in ? 16 : 0);
+          cp_async_16(at + uint32_t(kTileElems * int(sizeof(T))), v_src, in ? 16 : 0);
+        }
       }
-      if (sh.splits == 1) {
-        with_element_type(out.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          static_cast<T*>(out.data)[out.at.at(b, 0, h0 + g) + d] = from_float<T>(o * (1.0f / l_all));
-        });
-      } else {
-        const int64_t state = (b * sh.H + h0 + g) * sh.splits + split;
-        part.acc[state * D + d] = o;
-        if (d == 0) part.m[state] = m_all, part.l[state] = l_all;
+      cp_async_commit();
+    };
+    for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
+    cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
+    __syncthreads();                // ... and for every thread's
+    uint32_t qa[kSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) ldmatrix_x4(qa[kk], Qs + (lane % 16) * kPitch + kk * 16 + (lane / 16) * 8);
+
+    float o[DH / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};
+
+    for (int t = 0; t < tiles; ++t) {
+      if (t > 0) __syncthreads();  // every warp is done with tile t - 1, whose stage is refilled now
+      copy_kv(t + kStages - 1);
+      cp_async_wait<kStages - 1>();  // tile t has landed for this thread's copies ...
+      __syncthreads();                // ... and for every thread's
+      const T* const Ks = stage_of(t) + warp * 16 * kPitch;  // this warp's 16 keys
+      const T* const Vs = Ks + kTileElems;
+
+      // S = Q·Kᵀ: n-tile 0 is keys +0 … 7, n-tile 1 keys +8 … 15; each ldmatrix.x4 brings both
+      // key halves × both d halves of a k-step.
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, Ks + ((lane / 16) * 8 + lane % 8) * kPitch + kk * 16 + ((lane / 8) % 2) * 8);
+        mma_16816<T>(s[0], qa[kk], kb[0], kb[1]);
+        mma_16816<T>(s[1], qa[kk], kb[2], kb[3]);
+      }
+
+      // Online softmax; element e of n-tile nt is row quad_row + 8·(e / 2), key 8·nt + 2·quad_col + e % 2.
+      const int64_t j_warp = keys.begin + int64_t(t) * kMmaKeys + warp * 16;
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool visible = j_warp + nt * 8 + 2 * quad_col + e % 2 < keys.end;
+          s[nt][e] = visible ? s[nt][e] * scale : -INFINITY;
+          tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 2));
+        const float m_new = fmaxf(m_run[r], tile_max[r]);
+        alpha[r] = exp_from_fast(m_run[r], m_new);
+        m_run[r] = m_new;
+        l_part[r] *= alpha[r];
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = exp_from_fast(s[nt][e], m_run[e / 2]);
+          l_part[e / 2] += s[nt][e];
+        }
+#pragma unroll
+      for (int nt = 0; nt < DH / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e / 2];
+
+      // O += P·V over the warp's 16 keys (one k-step): the accumulators of the two n-tiles are
+      // the A fragment of P.
+      uint32_t p[kParts][4];
+      split_pair<T>(s[0][0], s[0][1], p, 0);
+      split_pair<T>(s[0][2], s[0][3], p, 1);
+      split_pair<T>(s[1][0], s[1][1], p, 2);
+      split_pair<T>(s[1][2], s[1][3], p, 3);
+#pragma unroll
+      for (int dtp = 0; dtp < DH / 16; ++dtp) {
+        // Transposed: matrices keys +0..7 and +8..15 × d tiles 2·dtp and 2·dtp + 1.
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, Vs + (((lane / 8) % 2) * 8 + lane % 8) * kPitch + dtp * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int n = 0; n < kParts; ++n) {
+          mma_16816<T>(o[2 * dtp], p[n], vb[0], vb[1]);
+          mma_16816<T>(o[2 * dtp + 1], p[n], vb[2], vb[3]);
+        }
       }
     }
-  }
-  if (sh.splits == 1) return;
 
-  // Arrive: this block's partial (if any) is visible device-wide before its ticket counts.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned ticket = atomicAdd(&decode_tickets[group_id], 1u);
-    merges = ticket == unsigned(sh.splits - 1);
-    // Every split of the group has arrived: nobody touches the slot again in this launch.
-    if (merges) atomicExch(&decode_tickets[group_id], 0u);
+    // The warps' states through shared memory (the ring is free once every warp is past its
+    // last tile): a row's l is spread over its quad.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l_part[r] += shfl_xor(l_part[r], 1);
+      l_part[r] += shfl_xor(l_part[r], 2);
+    }
+    cp_async_wait<0>();  // only empty groups remain; nothing may land in the ring after this
+    __syncthreads();
+    float* const red_m = reinterpret_cast<float*>(ring);
+    float* const red_l = red_m + kWarps * kMmaRows;
+    float* const red_acc = red_l + kWarps * kMmaRows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * kMmaRows + quad_row + 8 * r;
+      if (quad_col == 0) red_m[row] = m_run[r], red_l[row] = l_part[r];
+#pragma unroll
+      for (int nt = 0; nt < DH / 8; ++nt) {
+        red_acc[row * Tile::kStateLd + nt * 8 + 2 * quad_col] = o[nt][2 * r];
+        red_acc[row * Tile::kStateLd + nt * 8 + 2 * quad_col + 1] = o[nt][2 * r + 1];
+      }
+    }
+    __syncthreads();
+    store_block_state(red_m, red_l, red_acc, kMmaRows, Tile::kStateLd, out, part, sh, blk);
   }
-  __syncthreads();
-  if (!merges) return;
-  __threadfence();  // the partial loads below stay after the ticket
-
-  // Splits 0 .. used - 1 have keys; the others wrote nothing.
-  const int used = int((len + sh.chunk - 1) / sh.chunk);
-  constexpr int kBatch = DecodeConfig<KV, HPB>::kMergeBatch;
-  if (D % 4 == 0) merge_splits<4, kBatch>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
-  else merge_splits<1, kBatch>(out, part, sh, b, h0, heads, used, merge_m, merge_l, merge_o);
+  // The merge's staging in the ring (free by then): the block's static shared memory stays a
+  // few bytes, so that three blocks fit an H100 SM at D = 128.
+  if (sh.splits > 1) merge_if_last<8>(out, part, sh, blk, keys, reinterpret_cast<float*>(ring));
+#endif  // DING_GPU_NVIDIA_MMA
 }
+
+// Splits from shapes and the device only, never the lengths (they live on the device and grow
+// between replays of a recorded step): enough blocks to fill every SM at the kernel's occupancy
+// (`resident` blocks at once: no second wave's tail), fewer where the merge would read more than
+// kMergeFloats per group. Chunks are whole multiples of `keys_multiple` (a kernel's keys per step
+// or tile), so every step of a full split is full.
+void plan_splits(DecodeShape& sh, int64_t B, int64_t resident, int64_t keys_multiple) {
+  const int64_t groups = B * sh.Hkv * sh.head_blocks;
+  int64_t splits = groups > kTicketSlots ? 1 : std::max<int64_t>(1, resident / groups);
+  splits = std::min(splits, std::max<int64_t>(1, kMergeFloats / (int64_t(sh.heads) * sh.D)));
+  splits = std::min<int64_t>(splits, kMaxSplits);
+  sh.chunk = ceil_div(ceil_div(sh.S, splits), keys_multiple) * keys_multiple;
+  sh.splits = int(ceil_div(sh.S, sh.chunk));  // no split starts past S; never more than `splits`
+}
+
+// The partial states of sh.splits > 1 in the stream's scratch.
+Partials partials(GpuStream& s, const DecodeShape& sh, int64_t B) {
+  if (sh.splits == 1) return {nullptr, nullptr, nullptr};
+  const int64_t states = B * sh.H * sh.splits;
+  float* scratch = static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (sh.D + 2))));
+  return {scratch, scratch + states * sh.D, scratch + states * (sh.D + 1)};
+}
+
+template <class KV>
+NewKv<KV> new_kv(const ops::AttentionDecodeArgs& a, bool fresh_in_kernel) {
+  if (!fresh_in_kernel) return {};
+  return {static_cast<const KV*>(a.k_new.data), static_cast<const KV*>(a.v_new.data), a.k_new.strides[0],
+          a.k_new.strides[1], a.v_new.strides[0], a.v_new.strides[1]};
+}
+
+#if defined(DING_GPU_NVIDIA)
+// The tensor-core kernel for T = the q, k and v dtype, DH = D; false (nothing launched) where a
+// block's shared memory does not fit this device.
+template <class T, int DH>
+bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeShape sh, float scale,
+                       bool fresh_in_kernel) {
+  const size_t shared = DecodeMmaTile<DH>::shared_bytes;
+  if (shared > s.props().shared_per_block_optin) return false;
+  const auto kernel = attention_decode_mma_kernel<T, DH>;
+  DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared)));
+  int per_sm = 0;
+  DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kDecodeThreads, shared));
+  const int64_t B = a.q.dim(0);
+  plan_splits(sh, B, int64_t(std::max(per_sm, 1)) * s.props().sm_count, kMmaKeys);
+  T* const k = static_cast<T*>(a.k_cache.data);
+  T* const v = static_cast<T*>(a.v_cache.data);
+  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, dim3(unsigned(B * sh.Hkv * sh.head_blocks * sh.splits)),
+                                dim3(kDecodeThreads), shared, s.handle(), operand(a.out, strides_bhd(a.out)),
+                                static_cast<const T*>(a.q.data), strides_bhd(a.q), k, strides3(a.k_cache), v,
+                                strides3(a.v_cache), static_cast<const int32_t*>(a.seq_lens.data), sh, scale,
+                                partials(s, sh, B), new_kv<T>(a, fresh_in_kernel), k, v));
+  return true;
+}
+#endif
 
 }  // namespace
 
@@ -526,6 +863,27 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
 
   DecodeShape sh{};
   sh.H = H, sh.S = S, sh.Hkv = Hkv, sh.group = group, sh.D = int(D);
+#if defined(DING_GPU_NVIDIA)
+  // Tensor cores: one 16-bit dtype for q, k and v, a bf16 output (the precision argument of
+  // attention_prefill.cu), D = 64 or 128, 16-byte rows for the cp.async copies. Up to 16 heads
+  // of a kv head's group per block (an m16 tile's rows); larger groups take several blocks.
+  const DType t = a.q.dtype;
+  const bool mma = s.props().has_mma_sync() && (t == DType::f16 || t == DType::bf16) && a.k_cache.dtype == t &&
+                   a.out.dtype == DType::bf16 && (D == 64 || D == 128) && kv_vec && rows_aligned(a.q, 8);
+  if (mma) {
+    DecodeShape mma_sh = sh;
+    mma_sh.heads = int(std::min<int64_t>(group, kMmaRows));
+    mma_sh.head_blocks = int(ceil_div(group, mma_sh.heads));
+    const bool bf = t == DType::bf16;
+    const bool launched =
+        D == 64 ? (bf ? launch_decode_mma<ding::bf16, 64>(s, a, mma_sh, scale, fresh_in_kernel)
+                      : launch_decode_mma<ding::f16, 64>(s, a, mma_sh, scale, fresh_in_kernel))
+                : (bf ? launch_decode_mma<ding::bf16, 128>(s, a, mma_sh, scale, fresh_in_kernel)
+                      : launch_decode_mma<ding::f16, 128>(s, a, mma_sh, scale, fresh_in_kernel));
+    if (launched) return;
+  }
+#endif
+
   // Heads per block: the group's heads (3 rounded up to 4, the extra slot idle), at most 4 so
   // that q and acc stay in registers (8 heads cost 240 registers and ran at half the
   // bandwidth); larger groups take several blocks per kv head.
@@ -541,35 +899,13 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
     auto launch = [&](auto hpb_tag) {
       constexpr int HPB = decltype(hpb_tag)::value;
       using Config = DecodeConfig<KV, HPB>;
-      // Splits from shapes and the device only: enough blocks to fill every SM at the
-      // occupancy the kernel is built for (all resident: no second wave's tail), fewer where
-      // the merge would read more than kMergeFloats per group. Chunks are whole multiples of
-      // the key groups, so every key group of a full split gets the same number of keys.
-      const int64_t groups = B * Hkv * sh.head_blocks;
-      const int64_t key_groups = kDecodeThreads / sh.lanes;
-      const int64_t resident = int64_t(Config::kBlocksPerSm) * s.props().sm_count;
-      int64_t splits = groups > kTicketSlots ? 1 : std::max<int64_t>(1, resident / groups);
-      splits = std::min(splits, std::max<int64_t>(1, kMergeFloats / (int64_t(HPB) * D)));
-      splits = std::min<int64_t>(splits, kMaxSplits);
-      sh.chunk = ceil_div(ceil_div(S, splits), key_groups) * key_groups;
-      sh.splits = int(ceil_div(S, sh.chunk));  // no split starts past S; never more than `splits`
-
-      NewKv<KV> fresh;
-      if (fresh_in_kernel)
-        fresh = {static_cast<const KV*>(a.k_new.data), static_cast<const KV*>(a.v_new.data), a.k_new.strides[0],
-                 a.k_new.strides[1], a.v_new.strides[0], a.v_new.strides[1]};
-      Partials part{nullptr, nullptr, nullptr};
-      if (sh.splits > 1) {
-        const int64_t states = B * H * sh.splits;
-        float* scratch = static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (D + 2))));
-        part = {scratch, scratch + states * D, scratch + states * (D + 1)};
-      }
-      DING_GPU_CHECK(launch_chained(chained, attention_decode_kernel<KV, HPB>, dim3(unsigned(groups * sh.splits)),
-                                    dim3(kDecodeThreads), 0, s.handle(), out, q,
-                                    static_cast<const KV*>(a.k_cache.data), strides3(a.k_cache),
+      plan_splits(sh, B, int64_t(Config::kBlocksPerSm) * s.props().sm_count, kDecodeThreads / sh.lanes);
+      DING_GPU_CHECK(launch_chained(chained, attention_decode_kernel<KV, HPB>,
+                                    dim3(unsigned(B * Hkv * sh.head_blocks * sh.splits)), dim3(kDecodeThreads), 0,
+                                    s.handle(), out, q, static_cast<const KV*>(a.k_cache.data), strides3(a.k_cache),
                                     static_cast<const KV*>(a.v_cache.data), strides3(a.v_cache), kv_vec, seq_lens, sh,
-                                    scale, part, fresh, static_cast<KV*>(a.k_cache.data),
-                                    static_cast<KV*>(a.v_cache.data)));
+                                    scale, partials(s, sh, B), new_kv<KV>(a, fresh_in_kernel),
+                                    static_cast<KV*>(a.k_cache.data), static_cast<KV*>(a.v_cache.data)));
     };
     switch (hpb) {
       case 4: launch(std::integral_constant<int, 4>{}); break;

@@ -10,6 +10,7 @@
 #include "check.h"
 #include "cp_async.cuh"
 #include "kernels.h"
+#include "mma_sync.cuh"
 
 namespace ding::gpu {
 namespace {
@@ -252,49 +253,6 @@ struct MmaTile {
 };
 
 #if defined(DING_GPU_NVIDIA_MMA)
-__device__ inline uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
-
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
-
-// d += a·b for one 16×8×16 tile, f32 accumulation.
-template <class T>
-__device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, ding::bf16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// x0, x1 as N pairs of T (x0 in the low half: the lower column) that sum to them: part 0 is
-// round(x), each next part rounds what the previous ones left (exactly, in f32).
-template <class T, int N>
-__device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], int reg) {
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-    const T a = from_float<T>(x0), b = from_float<T>(x1);
-    part[n][reg] = uint32_t(a.bits) | uint32_t(b.bits) << 16;
-    x0 -= to_float(a);
-    x1 -= to_float(b);
-  }
-}
-
 // dst[r][0, DH) = row t0 + r for r < 64, zero from row `valid` on: 16-byte cp.async copies
 // this thread issues (the caller commits and waits).
 template <int DH, class T>
@@ -405,7 +363,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
       tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 2));
       const float m_new = fmaxf(m_run[r], tile_max[r]);
-      alpha[r] = exp_from(m_run[r], m_new);
+      alpha[r] = exp_from_fast(m_run[r], m_new);
       m_run[r] = m_new;
       l_part[r] *= alpha[r];
     }
@@ -413,7 +371,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
     for (int nt = 0; nt < kMmaKeys / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp_from(s[nt][e], m_run[e / 2]);
+        s[nt][e] = exp_from_fast(s[nt][e], m_run[e / 2]);
         l_part[e / 2] += s[nt][e];
       }
 #pragma unroll

@@ -28,6 +28,7 @@
 #include "cp_async.cuh"
 #include "gemm.cuh"
 #include "gemm_split.cuh"
+#include "mma_sync.cuh"
 #include "stream.h"
 
 namespace ding::gpu {
@@ -71,33 +72,6 @@ using TileSmall = Tile<64, 64, 2, 2, 4>;
 
 // Element offset of chunk c of row r in a stage's A or B part (see the swizzle above).
 __device__ inline int swizzle(int r, int c) { return r * kBK + ((c ^ ((r >> 1) & 3)) * 8); }
-
-#if defined(DING_GPU_NVIDIA_MMA)
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a · b for one m16n8k16 piece.
-template <class T>
-__device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  if constexpr (std::is_same_v<T, ding::bf16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
-#endif  // DING_GPU_NVIDIA_MMA
 
 // kMinBlocks caps registers at 128 per thread: two 256-thread blocks (or four 128-thread ones) per SM.
 template <class T, class Tl>

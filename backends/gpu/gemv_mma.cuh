@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       leave_sums_before(at.tile);
       const uint4 lo = *slot_lo(s), hi = *slot_hi(s);
       const uint4 xv = x_at(at);
-      mma::mma_16816<T>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
-      mma::mma_16816<T>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
+      mma_16816<T>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
+      mma_16816<T>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
       issue(s, ahead, w);
       advance(ahead);
       s = s + 1 == Depth ? 0 : s + 1;

@@ -82,6 +82,17 @@ inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid
 #endif
 }
 
+// Blocks of `threads` threads with `shared` bytes of dynamic shared memory that fit one SM (CU)
+// at once, by the runtime's occupancy calculator (registers, shared memory, block limits).
+template <class... Params>
+inline error_t resident_blocks(int* blocks, void (*kernel)(Params...), int threads, size_t shared) {
+#if defined(__HIPCC__)
+  return hipOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, shared);
+#else
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, shared);
+#endif
+}
+
 // The second argument of __launch_bounds__ for "at least `blocks` blocks of `threads` resident
 // per SM (CU)": CUDA reads it as that block count, HIP as waves per SIMD (4 SIMDs of wave64 per
 // CU on CDNA), so passing a CUDA block count to HIP would starve the registers 4-fold.

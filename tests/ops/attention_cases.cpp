@@ -244,11 +244,22 @@ std::vector<OpCase> attention_cases() {
   decode({.B = 2, .S = 5000, .H = 64, .Hkv = 64, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .len = 4999});
   decode({.B = 2, .S = 3000, .H = 32, .Hkv = 16, .D = 128});
 
+  // The GPU's tensor-core decode (16-bit q/k/v of one dtype, bf16 out, D = 64 or 128; query
+  // heads as the rows of 16-row tiles): a group of 32 (two blocks of 16 heads per kv head), a
+  // group of 3 (rows past the group idle), f16 operands (two parts of P per mma), strided views,
+  // and several 64-key tiles per split with the last one partial.
+  decode({.B = 2, .S = 300, .H = 32, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
+  decode({.B = 3, .S = 200, .H = 6, .Hkv = 2, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
+  decode({.B = 3, .S = 700, .H = 12, .Hkv = 4, .D = 128, .q = f16, .kv = f16, .out = bf16});
+  decode({.B = 3, .S = 150, .H = 6, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .views = true});
+  decode({.B = 1, .S = 1000, .H = 2, .Hkv = 1, .D = 64, .q = f16, .kv = f16, .out = bf16, .len = 999});
+
   // Decode with the step's k and v appended by the op: the fused GPU path (new rows of the cache's
   // type: MHA at gpt2's head size, GQA), converting (f32 rows into a bf16 cache: a kv_append
   // launch first on GPUs), odd and large head dims (the generic kernel).
   decode({.B = 3, .S = 300, .H = 8, .Hkv = 8, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .append = bf16});
   decode({.B = 3, .S = 33, .H = 8, .Hkv = 2, .D = 128, .q = f16, .kv = f16, .out = f16, .append = f16});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16});
   decode({.B = 3, .S = 1100, .H = 4, .Hkv = 2, .D = 64, .append = f32});
   decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .q = f32, .kv = bf16, .out = f32, .append = f32});
   decode({.B = 3, .S = 33, .H = 3, .Hkv = 3, .D = 7, .append = f32});

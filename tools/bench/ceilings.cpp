@@ -109,7 +109,7 @@ Timing time_calls(const std::function<void()>& fn, int warmup, int min_reps, dou
 }
 
 Timing time_stream_calls(Stream& stream, const std::function<void()>& enqueue, int warmup, int min_reps,
-                         double min_seconds) {
+                         double min_seconds, bool recorded, int min_calls) {
   const std::unique_ptr<StreamTimer> timer = stream.make_timer();
   // Calls back to back, as a model issues them: a batch of them between the timer's marks, so
   // that a short call is not charged the launch latency of an idle device. The batch is sized
@@ -122,6 +122,33 @@ Timing time_stream_calls(Stream& stream, const std::function<void()>& enqueue, i
   };
   const double one = timed_batch(1);
   const int calls = int(std::clamp(std::ceil(200e-6 / std::max(one, 1e-9)), 1.0, 64.0));
+  const int recorded_calls = std::max(calls, min_calls);
+  std::unique_ptr<Graph> graph;
+  if (recorded && stream.supports_graphs()) {
+    // The batch recorded once and replayed: the device's time for the calls, without the host's
+    // per-call work (argument checks, launch API), which a kernel of a few microseconds would
+    // otherwise wait for. A decode step runs its kernels the same way.
+    for (int i = 0; i < warmup; ++i) enqueue();  // scratch reaches its size before recording
+    stream.begin_capture();
+    try {
+      for (int i = 0; i < recorded_calls; ++i) enqueue();
+      graph = stream.end_capture();
+    } catch (const Error&) {  // work that cannot be recorded: timed as enqueued, below
+      try {
+        stream.end_capture();  // leave the stream usable; the partial recording is dropped
+      } catch (const Error&) {
+      }
+    }
+  }
+  if (graph)
+    return repeat_timed(
+        [&] {
+          timer->start();
+          graph->replay(stream);
+          timer->stop();
+          return timer->seconds() / recorded_calls;
+        },
+        warmup, min_reps, min_seconds);
   return repeat_timed([&] { return timed_batch(calls) / calls; }, warmup, min_reps, min_seconds);
 }
 

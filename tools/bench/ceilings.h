@@ -25,8 +25,10 @@ struct Timing {
 // Times calls of fn after `warmup` untimed ones, at least min_reps and until min_seconds is spent.
 Timing time_calls(const std::function<void()>& fn, int warmup, int min_reps, double min_seconds);
 // The same for work enqueued on a stream, timed by the stream's own clock (events) over batches of
-// back-to-back calls (the time per call is the batch's over its size).
+// back-to-back calls (the time per call is the batch's over its size). `recorded`: where the
+// stream records graphs, a batch of at least `min_calls` calls is recorded once and its replays
+// are timed.
 Timing time_stream_calls(Stream& stream, const std::function<void()>& enqueue, int warmup, int min_reps,
-                         double min_seconds);
+                         double min_seconds, bool recorded = false, int min_calls = 1);
 
 }  // namespace ding::bench

@@ -31,6 +31,7 @@ struct OpsOptions {
   std::vector<std::string> filters;  // a case must match each; a filter matches if one of its |-separated texts is in the name
   bool all = false;
   bool warm = false;
+  bool graphs = true;
   double min_time = 0.3;
   std::string matmul = "ding";  // who computes matmul on cuda: ding's kernels or cuBLAS
 };
@@ -86,8 +87,11 @@ int run_ops(const OpsOptions& o) {
   fmt::print("ceilings (measured now, best of repeated runs): bandwidth {:.1f} GB/s ({}); compute {:.1f} GFLOP/s ({})\n", ceil.bandwidth_gbs,
              ceil.bandwidth_how, ceil.gflops, ceil.gflops_how);
   fmt::print("roof% = time the roofline allows (max of bytes/bandwidth, FLOPs/compute) / measured time\n");
-  fmt::print("{}\n\n", o.warm ? "warm: each case reuses one set of tensors, which may stay in cache"
-                                : "cold: each case rotates through copies of its tensors (≥ 3 × LLC) so they come from memory");
+  fmt::print("{}\n", o.warm ? "warm: each case reuses one set of tensors, which may stay in cache"
+                              : "cold: each case rotates through copies of its tensors (≥ 3 × LLC) so they come from memory");
+  if (o.graphs && device.default_stream().supports_graphs())
+    fmt::print("timed: a batch of back-to-back calls (every copy at least once) recorded as one graph and replayed\n");
+  fmt::print("\n");
   fmt::print("{:<60} {:>10} {:>9} {:>9} {:>8} {:>5} {:>6}\n", "case", "median ms", "GB/s", "GFLOP/s", "FLOP/B", "bound",
              "roof%");
   int ran = 0;
@@ -117,7 +121,7 @@ int run_ops(const OpsOptions& o) {
           testing::CaseRun& r = *runs[next++ % runs.size()];
           r.launch(r.stream);
         },
-        2, 5, o.min_time).median;
+        2, 5, o.min_time, o.graphs, int(runs.size())).median;
     const Cost& cost = runs[0]->cost;
     const double gbs = cost.bytes / seconds * 1e-9, gflops = cost.flops / seconds * 1e-9;
     const double memory_time = cost.bytes / (ceil.bandwidth_gbs * 1e9), compute_time = cost.flops / (ceil.gflops * 1e9);
@@ -151,6 +155,7 @@ int main(int argc, char** argv) {
                       "only cases whose name contains this text (A|B: either; repeated: every filter must match)");
   ops_cmd->add_flag("--all", ops.all, "also time the small parity-test cases, not only the benchmark shapes");
   ops_cmd->add_flag("--warm", ops.warm, "reuse one set of tensors (cache-resident) instead of rotating through copies");
+  ops_cmd->add_flag("!--no-graphs", ops.graphs, "time calls as enqueued from the host instead of replaying a recorded batch");
   ops_cmd->add_option("--min-time", ops.min_time, "seconds to spend timing each case (default 0.3)")->check(CLI::PositiveNumber);
   ops_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
   ops_cmd->add_option("--matmul", ops.matmul, "cuda: matmul by ding's kernels or by cuBLAS, for comparison (default ding)")

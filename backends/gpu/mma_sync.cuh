@@ -1,0 +1,72 @@
+// The warp-level tensor-core instructions of NVIDIA sm_80+ that the mma.sync kernels share
+// (gemm_mma.cuh, gemv_mma.cuh, attention_prefill.cu, attention_decode.cu): ldmatrix and
+// m16n8k16 with f32 accumulation, for bf16 or f16 operands. Device code only, inside
+// DING_GPU_NVIDIA_MMA (vendor.h); a HIP build never sees it.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane (g, c) = (lane / 4,
+// lane % 4) holds accumulator elements (row g, columns 2c, 2c + 1) and (row g + 8, same columns)
+// of an m16n8 tile, in that order.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "cp_async.cuh"
+#include "elements.cuh"
+
+#if defined(DING_GPU_NVIDIA_MMA)
+namespace ding::gpu {
+
+// Four 8 × 8 matrices of 16-bit elements from shared memory; lane i names row i % 8 of matrix i / 8.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4(r, smem_address(row)); }
+
+// The same, each matrix transposed (a row-major [k, n] tile as the "col" B operand).
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row))
+               : "memory");
+}
+
+// d += a · b for one m16n8k16 tile, T = ding::bf16 or ding::f16.
+template <class T>
+__device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  static_assert(std::is_same_v<T, ding::bf16> || std::is_same_v<T, ding::f16>, "16-bit operands only");
+  if constexpr (std::is_same_v<T, ding::bf16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+template <class T>
+__device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  mma_16816<T>(d, a, b[0], b[1]);
+}
+
+// x0, x1 as N pairs of T (x0 in the low half: the lower column) that sum to them: part 0 is
+// round(x), each next part rounds what the previous ones left (exactly, in f32). How the
+// attention kernels feed f32 probabilities to a 16-bit mma without rounding them once.
+template <class T, int N>
+__device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], int reg) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const T a = from_float<T>(x0), b = from_float<T>(x1);
+    part[n][reg] = uint32_t(a.bits) | uint32_t(b.bits) << 16;
+    x0 -= to_float(a);
+    x1 -= to_float(b);
+  }
+}
+
+}  // namespace ding::gpu
+#endif  // DING_GPU_NVIDIA_MMA
