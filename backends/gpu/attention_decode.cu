@@ -639,30 +639,35 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       cp_async_16(smem_address(Qs + g * kPitch + c), in ? q + blk.b * qs.b + (blk.h0 + g) * qs.h + c : q, in ? 16 : 0);
     }
     cp_async_commit();
-    const int tiles = int((keys.end - keys.begin + kMmaKeys - 1) / kMmaKeys);
-    auto stage_of = [&](int t) { return ring + (t % kStages) * 2 * kTileElems; };
+    // Keys from the split's first one, in 32 bits (a split is at most S keys, S < 2^31).
+    const int split_keys = int(keys.end - keys.begin);
+    const int fresh_key = keys.fresh_j >= keys.begin ? int(keys.fresh_j - keys.begin) : -1;
+    const int tiles = (split_keys + kMmaKeys - 1) / kMmaKeys;
+    constexpr uint32_t kStageBytes = 2 * kTileElems * sizeof(T), kVBytes = kTileElems * sizeof(T);
     // A thread copies chunk copy_c of rows copy_r + kRowsPerPass·i of every tile: its sources are
     // formed once, and a copy costs an offset, a bounds test and the fresh-row test.
     constexpr int kRowsPerPass = kDecodeThreads / kChunks, kPasses = kMmaKeys / kRowsPerPass;
     const int copy_c = (threadIdx.x % kChunks) * 8, copy_r = threadIdx.x / kChunks;
     const T* const k_first = k_head + (keys.begin + copy_r) * ks.t + copy_c;
     const T* const v_first = v_head + (keys.begin + copy_r) * vs.t + copy_c;
-    const uint32_t dst_first = smem_address(ring + copy_r * kPitch + copy_c);
+    const uint32_t ring_first = smem_address(ring + copy_r * kPitch + copy_c);
+    int fill_stage = 0;  // the stage the next copy_kv fills: tile t's is t % kStages
     auto copy_kv = [&](int t) {
       if (t < tiles) {
-        const uint32_t dst = dst_first + uint32_t((t % kStages) * 2 * kTileElems * int(sizeof(T)));
+        const uint32_t dst = ring_first + uint32_t(fill_stage) * kStageBytes;
 #pragma unroll 4
         for (int i = 0; i < kPasses; ++i) {
-          const int row = t * kMmaKeys + i * kRowsPerPass;  // from the split's first key
-          const int64_t j = keys.begin + copy_r + row;
-          const bool in = j < keys.end, is_fresh = j == keys.fresh_j;
+          const int key = t * kMmaKeys + i * kRowsPerPass + copy_r;
+          const bool in = key < split_keys, is_fresh = key == fresh_key;
+          const int64_t row = int64_t(key - copy_r);
           const T* k_src = is_fresh ? k_fresh + copy_c : in ? k_first + row * ks.t : k;
           const T* v_src = is_fresh ? v_fresh + copy_c : in ? v_first + row * vs.t : v;
           const uint32_t at = dst + uint32_t(i * kRowsPerPass * kPitch * int(sizeof(T)));
           cp_async_16(at, k_src, in ? 16 : 0);
-          cp_async_16(at + uint32_t(kTileElems * int(sizeof(T))), v_src, in ? 16 : 0);
+          cp_async_16(at + kVBytes, v_src, in ? 16 : 0);
         }
       }
+      fill_stage = fill_stage + 1 == kStages ? 0 : fill_stage + 1;
       cp_async_commit();
     };
     for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
@@ -679,13 +684,15 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};
 
+    int read_stage = 0;
     for (int t = 0; t < tiles; ++t) {
       if (t > 0) __syncthreads();  // every warp is done with tile t - 1, whose stage is refilled now
       copy_kv(t + kStages - 1);
       cp_async_wait<kStages - 1>();  // tile t has landed for this thread's copies ...
       __syncthreads();                // ... and for every thread's
-      const T* const Ks = stage_of(t) + warp * 16 * kPitch;  // this warp's 16 keys
+      const T* const Ks = ring + read_stage * 2 * kTileElems + warp * 16 * kPitch;  // this warp's 16 keys
       const T* const Vs = Ks + kTileElems;
+      read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
 
       // S = Q·Kᵀ: n-tile 0 is keys +0 … 7, n-tile 1 keys +8 … 15; each ldmatrix.x4 brings both
       // key halves × both d halves of a k-step.
@@ -698,26 +705,39 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
         mma_16816<T>(s[1], qa[kk], kb[2], kb[3]);
       }
 
-      // Online softmax; element e of n-tile nt is row quad_row + 8·(e / 2), key 8·nt + 2·quad_col + e % 2.
-      const int64_t j_warp = keys.begin + int64_t(t) * kMmaKeys + warp * 16;
+      // Online softmax; element e of n-tile nt is row quad_row + 8·(e / 2), key 8·nt + 2·quad_col
+      // + e % 2 of the warp's 16. Only a split's last tile has keys past its end (a warp-uniform
+      // test), so the mask costs the others nothing.
+      const int warp_keys = split_keys - (t * kMmaKeys + warp * 16);
       float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const bool visible = j_warp + nt * 8 + 2 * quad_col + e % 2 < keys.end;
+          const bool visible = warp_keys >= 16 || nt * 8 + 2 * quad_col + e % 2 < warp_keys;
           s[nt][e] = visible ? s[nt][e] * scale : -INFINITY;
           tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
         }
-      float alpha[2];
+      bool grew = false;  // some row's running max rose: its l and O are rescaled
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], shfl_xor(tile_max[r], 2));
-        const float m_new = fmaxf(m_run[r], tile_max[r]);
-        alpha[r] = exp_from_fast(m_run[r], m_new);
-        m_run[r] = m_new;
-        l_part[r] *= alpha[r];
+        grew |= tile_max[r] > m_run[r];
+      }
+      // Once the running max has settled, tiles rarely raise it: the rescale of the D/8 × 4
+      // accumulators is skipped for the whole warp unless a row's max rose (e^0 = 1 exactly, so
+      // the skip changes no bit).
+      if (ballot(grew) != 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_new = fmaxf(m_run[r], tile_max[r]);
+          const float alpha = exp_from_fast(m_run[r], m_new);
+          m_run[r] = m_new;
+          l_part[r] *= alpha;
+#pragma unroll
+          for (int nt = 0; nt < DH / 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -726,10 +746,6 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
           s[nt][e] = exp_from_fast(s[nt][e], m_run[e / 2]);
           l_part[e / 2] += s[nt][e];
         }
-#pragma unroll
-      for (int nt = 0; nt < DH / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e / 2];
 
       // O += P·V over the warp's 16 keys (one k-step): the accumulators of the two n-tiles are
       // the A fragment of P.

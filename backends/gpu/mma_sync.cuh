@@ -57,14 +57,22 @@ __device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const ui
 // x0, x1 as N pairs of T (x0 in the low half: the lower column) that sum to them: part 0 is
 // round(x), each next part rounds what the previous ones left (exactly, in f32). How the
 // attention kernels feed f32 probabilities to a 16-bit mma without rounding them once.
+// Each part is one paired conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32).
 template <class T, int N>
 __device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], int reg) {
 #pragma unroll
   for (int n = 0; n < N; ++n) {
-    const T a = from_float<T>(x0), b = from_float<T>(x1);
-    part[n][reg] = uint32_t(a.bits) | uint32_t(b.bits) << 16;
-    x0 -= to_float(a);
-    x1 -= to_float(b);
+    if constexpr (std::is_same_v<T, ding::bf16>) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);  // .x = x0: the low half
+      part[n][reg] = *reinterpret_cast<const uint32_t*>(&h);
+      x0 -= __low2float(h);
+      x1 -= __high2float(h);
+    } else {
+      const __half2 h = __floats2half2_rn(x0, x1);
+      part[n][reg] = *reinterpret_cast<const uint32_t*>(&h);
+      x0 -= __low2float(h);
+      x1 -= __high2float(h);
+    }
   }
 }
 

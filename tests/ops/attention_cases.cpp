@@ -286,6 +286,10 @@ std::vector<OpCase> attention_cases() {
     decode({.S = 4096, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
     decode({.S = 4096, .H = 32, .Hkv = 8, .D = 128, .q = t, .kv = t, .out = t, .full = true, .in_tests = false});
   }
+  // The gpt2-xl case's bytes and grid with each head's keys contiguous (25 sequences of one head)
+  // rather than 128-byte rows 25 heads apart: what the cache layout costs the S4096 decode.
+  decode({.B = 25, .S = 4096, .H = 1, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .full = true,
+          .in_tests = false});
   // Tensor-core prefill (16-bit inputs, bf16 output): the GQA shape over 2048 tokens.
   prefill({.Tq = 2048, .Tk = 2048, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .in_tests = false});
   return cases;
