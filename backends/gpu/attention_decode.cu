@@ -577,6 +577,12 @@ __global__ void __launch_bounds__(kDecodeThreads,
 // ---- the tensor-core kernel (see the top of the file) --------------------------------------------
 constexpr int kMmaKeys = 64;  // keys per K/V tile: 16 per warp
 constexpr int kMmaRows = 16;  // query heads per block: the rows of an m16 tile
+// The merge's read per group (kMergeFloats for the SIMT kernel): half, since this kernel's splits
+// stream faster and the merge is a larger share of the launch. Swept on the H100 (ding-bench ops,
+// S = 4096, a forced split count): the GQA group of 4 at D = 128 took 0.0178 ms at 32 splits (the
+// SIMT kernel's cap), 0.0136 at 16, 0.0158 at 8 and 24; gpt2-xl's heads (25 × 64, 13 splits by
+// the occupancy rule, well under either cap) 0.0179-0.0189 ms anywhere from 8 to 16.
+constexpr int64_t kMmaMergeFloats = kMergeFloats / 2;
 
 // D = 64: three stages (57.6 KB) and three blocks per SM; D = 128: two stages (74 KB), also three
 // blocks per SM on an H100 (228 KB) and one on an RTX 4090 (100 KB), where three stages would not
@@ -801,12 +807,12 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
 // Splits from shapes and the device only, never the lengths (they live on the device and grow
 // between replays of a recorded step): enough blocks to fill every SM at the kernel's occupancy
 // (`resident` blocks at once: no second wave's tail), fewer where the merge would read more than
-// kMergeFloats per group. Chunks are whole multiples of `keys_multiple` (a kernel's keys per step
+// merge_floats per group. Chunks are whole multiples of `keys_multiple` (a kernel's keys per step
 // or tile), so every step of a full split is full.
-void plan_splits(DecodeShape& sh, int64_t B, int64_t resident, int64_t keys_multiple) {
+void plan_splits(DecodeShape& sh, int64_t B, int64_t resident, int64_t keys_multiple, int64_t merge_floats) {
   const int64_t groups = B * sh.Hkv * sh.head_blocks;
   int64_t splits = groups > kTicketSlots ? 1 : std::max<int64_t>(1, resident / groups);
-  splits = std::min(splits, std::max<int64_t>(1, kMergeFloats / (int64_t(sh.heads) * sh.D)));
+  splits = std::min(splits, std::max<int64_t>(1, merge_floats / (int64_t(sh.heads) * sh.D)));
   splits = std::min<int64_t>(splits, kMaxSplits);
   sh.chunk = ceil_div(ceil_div(sh.S, splits), keys_multiple) * keys_multiple;
   sh.splits = int(ceil_div(sh.S, sh.chunk));  // no split starts past S; never more than `splits`
@@ -840,7 +846,7 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
   int per_sm = 0;
   DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kDecodeThreads, shared));
   const int64_t B = a.q.dim(0);
-  plan_splits(sh, B, int64_t(std::max(per_sm, 1)) * s.props().sm_count, kMmaKeys);
+  plan_splits(sh, B, int64_t(std::max(per_sm, 1)) * s.props().sm_count, kMmaKeys, kMmaMergeFloats);
   T* const k = static_cast<T*>(a.k_cache.data);
   T* const v = static_cast<T*>(a.v_cache.data);
   DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, dim3(unsigned(B * sh.Hkv * sh.head_blocks * sh.splits)),
@@ -915,7 +921,7 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
     auto launch = [&](auto hpb_tag) {
       constexpr int HPB = decltype(hpb_tag)::value;
       using Config = DecodeConfig<KV, HPB>;
-      plan_splits(sh, B, int64_t(Config::kBlocksPerSm) * s.props().sm_count, kDecodeThreads / sh.lanes);
+      plan_splits(sh, B, int64_t(Config::kBlocksPerSm) * s.props().sm_count, kDecodeThreads / sh.lanes, kMergeFloats);
       DING_GPU_CHECK(launch_chained(chained, attention_decode_kernel<KV, HPB>,
                                     dim3(unsigned(B * Hkv * sh.head_blocks * sh.splits)), dim3(kDecodeThreads), 0,
                                     s.handle(), out, q, static_cast<const KV*>(a.k_cache.data), strides3(a.k_cache),

@@ -232,7 +232,8 @@ std::vector<OpCase> attention_cases() {
   decode({.B = 3, .S = 150, .H = 4, .Hkv = 2, .D = 20, .views = true});
   decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300});
   // The in-kernel merge of the splits at the bench's head shapes over a 2048-key cache (several
-  // splits on any GPU: 7 for B = 3 and 32 for the GQA B = 1 on an H100): gpt2-xl heads with
+  // splits on any GPU; on an H100's tensor-core kernel 5 for B = 3 and 16 for the GQA B = 1, on
+  // the SIMT kernel 7 and 32): gpt2-xl heads with
   // lengths 1, random and 2048 (one, some and all splits with keys), the GQA group of 4 with
   // every split in use, then with random lengths through views.
   decode({.B = 3, .S = 2048, .H = 25, .Hkv = 25, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
