@@ -680,8 +680,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
     cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
     __syncthreads();                // ... and for every thread's
     uint32_t qa[kSteps][4];
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) ldmatrix_x4(qa[kk], Qs + (lane % 16) * kPitch + kk * 16 + (lane / 16) * 8);
+    load_a_fragments(qa, Qs, kPitch, lane);
 
     float o[DH / 8][4];
 #pragma unroll

@@ -309,9 +309,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
   cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
   __syncthreads();                // ... and for every thread's
   uint32_t qa[kSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk)
-    ldmatrix_x4(qa[kk], Qs + (row0 + lane % 16) * kPitch + kk * 16 + (lane / 16) * 8);
+  load_a_fragments(qa, Qs + row0 * kPitch, kPitch, lane);
 
   float o[DH / 8][4];
 #pragma unroll

@@ -33,6 +33,14 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
                : "memory");
 }
 
+// The A fragments of the k-steps of a 16-row tile stored row-major in shared memory, rows `pitch`
+// elements apart: fragment kk covers columns 16·kk … 16·kk + 15.
+template <int kSteps, class T>
+__device__ inline void load_a_fragments(uint32_t (&a)[kSteps][4], const T* tile, int pitch, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) ldmatrix_x4(a[kk], tile + (lane % 16) * pitch + kk * 16 + (lane / 16) * 8);
+}
+
 // d += a · b for one m16n8k16 tile, T = ding::bf16 or ding::f16.
 template <class T>
 __device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
