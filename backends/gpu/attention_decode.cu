@@ -357,14 +357,14 @@ __device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh
   }
 }
 
-// The block's warps have published their online-softmax states in shared memory, per warp w and
+// The block's kWarps warps have published their online-softmax states in shared memory, per warp w and
 // head g of the block: m at red_m[w·rows + g], l at red_l[w·rows + g], acc row at
 // red_acc[(w·rows + g)·acc_ld]. Each output element combines the warps' states in warp order and
 // becomes the output (one split) or the split's partial state.
+template <int kWarps>
 __device__ inline void store_block_state(const float* red_m, const float* red_l, const float* red_acc, int rows,
                                          int acc_ld, Operand out, Partials part, const DecodeShape& sh,
                                          const DecodeBlock& blk) {
-  constexpr int kWarps = kDecodeThreads / 32;
   for (int t = threadIdx.x; t < blk.heads * sh.D; t += kDecodeThreads) {
     const int g = t / sh.D, d = t % sh.D;
     float m_all = -INFINITY;
@@ -566,7 +566,8 @@ __global__ void __launch_bounds__(kDecodeThreads,
       }
     }
     __syncthreads();
-    store_block_state(&red_m[0][0], &red_l[0][0], &red_acc[0][0][0], HPB, 8 * kDecodeMaxLanes, out, part, sh, blk);
+    store_block_state<kWarps>(&red_m[0][0], &red_l[0][0], &red_acc[0][0][0], HPB, 8 * kDecodeMaxLanes, out, part, sh,
+                              blk);
   }
   if (sh.splits > 1) {
     __shared__ float4 merge_space[kMergeFloatsPerBlock / 4];
@@ -795,7 +796,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       }
     }
     __syncthreads();
-    store_block_state(red_m, red_l, red_acc, kMmaRows, Tile::kStateLd, out, part, sh, blk);
+    store_block_state<kWarps>(red_m, red_l, red_acc, kMmaRows, Tile::kStateLd, out, part, sh, blk);
   }
   // The merge's staging in the ring (free by then): the block's static shared memory stays a
   // few bytes, so that three blocks fit an H100 SM at D = 128.
@@ -848,11 +849,12 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
   plan_splits(sh, B, int64_t(std::max(per_sm, 1)) * s.props().sm_count, kMmaKeys, kMmaMergeFloats);
   T* const k = static_cast<T*>(a.k_cache.data);
   T* const v = static_cast<T*>(a.v_cache.data);
-  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, dim3(unsigned(B * sh.Hkv * sh.head_blocks * sh.splits)),
-                                dim3(kDecodeThreads), shared, s.handle(), operand(a.out, strides_bhd(a.out)),
-                                static_cast<const T*>(a.q.data), strides_bhd(a.q), k, strides3(a.k_cache), v,
-                                strides3(a.v_cache), static_cast<const int32_t*>(a.seq_lens.data), sh, scale,
-                                partials(s, sh, B), new_kv<T>(a, fresh_in_kernel), k, v));
+  const dim3 grid(unsigned(B * sh.Hkv * sh.head_blocks * sh.splits));
+  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, grid, dim3(kDecodeThreads), shared, s.handle(),
+                                operand(a.out, strides_bhd(a.out)), static_cast<const T*>(a.q.data), strides_bhd(a.q),
+                                k, strides3(a.k_cache), v, strides3(a.v_cache),
+                                static_cast<const int32_t*>(a.seq_lens.data), sh, scale, partials(s, sh, B),
+                                new_kv<T>(a, fresh_in_kernel), k, v));
   return true;
 }
 #endif
