@@ -1,9 +1,18 @@
 // attention_decode on the GPU: flash-decoding (split the keys, merge the splits' softmax states)
 // in a single launch, the cross-split merge included.
 //
-// Block (b, kv head, head block, split): up to HPB query heads of one kv head's group over the
-// split's keys [split·chunk, min(seq_len, (split + 1)·chunk)), so every K/V row loaded serves all
-// of those heads. A key is scored by a group of `lanes` lanes (a power of two ≥ D/8, ≤ 32), each
+// Block (b, kv head, head block, split): query heads of one kv head's group over the split's keys
+// [split·chunk, min(seq_len, (split + 1)·chunk)), so every K/V row loaded serves all of those
+// heads. Two kernels do a split's work and end it the same way (the warps' states combined in
+// shared memory, then the output or the split's partial):
+//   - the tensor-core kernel (NVIDIA sm_80+; 16-bit q, k, v of one dtype, a bf16 output, D = 64
+//     or 128; up to 16 heads per block) makes the heads the rows of m16n8k16 tiles: K/V tiles of
+//     64 keys come through a cp.async ring, warp w takes keys 16w … 16w + 15 of each tile, and
+//     S = Q·Kᵀ, its online softmax and O += P·V are a few mmas per 16 keys (P as 16-bit parts, as
+//     in attention_prefill.cu, whose precision argument holds here), with no per-key shuffles;
+//   - the SIMT kernel (any float dtypes, D ≤ 256; up to HPB heads per block), below.
+//
+// SIMT kernel: a key is scored by a group of `lanes` lanes (a power of two ≥ D/8, ≤ 32), each
 // lane holding 8 elements of q per head and 8 of the row (one 16-byte load for f16/bf16, two for
 // f32), so K and V rows are read whole and contiguous. A key group takes U keys per step and
 // issues all their K/V loads before any math; the next step's U keys are loaded into a second set
@@ -15,7 +24,9 @@
 //
 // Splits are many and short (a few steps each; enough blocks for every SM to hold several), so a
 // block's loads go out at once and its serial chain is short: the latency of a short context is a
-// few memory round trips, and a long one keeps enough bytes in flight to stream at bandwidth.
+// few memory round trips, and a long one has many bytes in flight. (At 4096 keys the launch still
+// reaches only about half the copy bandwidth: a fixed part of ~8 µs — the first round trip, the
+// ticket, the merge — sits beside the transfer; docs/PERFORMANCE.md, eighth session.)
 //
 // With several splits, the block of a (b, kv head, head block) group that arrives last (an atomic
 // ticket per group) merges the partials of the splits that have keys. Its threads split the work
@@ -33,15 +44,7 @@
 // position seq_lens − 1 read that key from them rather than from the cache, and the first head
 // block of each kv head stores them into the cache. A decode step then has no kv_append launch
 // between the QKV product and attention (one kernel boundary, ~3–5 µs, less per layer).
-//
-// Two kernels do the split's work. The SIMT kernel (any float dtypes, D ≤ 256) scores a key by a
-// group of lanes and a shuffle butterfly per key and head. The tensor-core kernel (NVIDIA sm_80+;
-// 16-bit q, k, v of one dtype, a bf16 output, D = 64 or 128) makes the query heads of a block the
-// rows of m16n8k16 tiles: K/V tiles of 64 keys come through a cp.async ring, warp w takes keys
-// 16w … 16w + 15 of each tile, S = Q·Kᵀ, its online softmax and O += P·V are a few mmas per 16
-// keys (P as 16-bit parts, as in attention_prefill.cu, whose precision argument holds here), and
-// nothing on the path from memory to the math waits on registers or shuffles. Both end the same
-// way: the warps' states combined in shared memory, then the output or the split's partial.
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
