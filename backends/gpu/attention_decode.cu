@@ -52,6 +52,7 @@
 
 #include "attention.cuh"
 #include "check.h"
+#include "attention_mma.cuh"
 #include "cp_async.cuh"
 #include "kernels.h"
 #include "mma_sync.cuh"
@@ -618,7 +619,6 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   constexpr int kPitch = Tile::kPitch, kStages = Tile::kStages, kTileElems = Tile::kTileElems;
   constexpr int kSteps = DH / 16, kChunks = DH / 8;
   constexpr int kWarps = kDecodeThreads / 32;
-  constexpr int kParts = std::is_same_v<T, ding::bf16> ? 3 : 2;  // P = Σ parts (attention_prefill.cu)
   extern __shared__ uint4 decode_shared[];
   T* const Qs = reinterpret_cast<T*>(decode_shared);  // [16][kPitch]: the block's heads, zero past them
   T* const ring = Qs + Tile::kQElems;                  // per stage: K [64][kPitch], then V [64][kPitch]
@@ -703,16 +703,9 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       const T* const Vs = Ks + kTileElems;
       read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
 
-      // S = Q·Kᵀ: n-tile 0 is keys +0 … 7, n-tile 1 keys +8 … 15; each ldmatrix.x4 brings both
-      // key halves × both d halves of a k-step.
+      // S = Q·Kᵀ: n-tile 0 is keys +0 … 7, n-tile 1 keys +8 … 15.
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, Ks + ((lane / 16) * 8 + lane % 8) * kPitch + kk * 16 + ((lane / 8) % 2) * 8);
-        mma_16816<T>(s[0], qa[kk], kb[0], kb[1]);
-        mma_16816<T>(s[1], qa[kk], kb[2], kb[3]);
-      }
+      add_scores16<T, kSteps>(s[0], s[1], qa, Ks, kPitch, lane);
 
       // Online softmax; element e of n-tile nt is row quad_row + 8·(e / 2), key 8·nt + 2·quad_col
       // + e % 2 of the warp's 16. Only a split's last tile has keys past its end (a warp-uniform
@@ -756,24 +749,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
           l_part[e / 2] += s[nt][e];
         }
 
-      // O += P·V over the warp's 16 keys (one k-step): the accumulators of the two n-tiles are
-      // the A fragment of P.
-      uint32_t p[kParts][4];
-      split_pair<T>(s[0][0], s[0][1], p, 0);
-      split_pair<T>(s[0][2], s[0][3], p, 1);
-      split_pair<T>(s[1][0], s[1][1], p, 2);
-      split_pair<T>(s[1][2], s[1][3], p, 3);
-#pragma unroll
-      for (int dtp = 0; dtp < DH / 16; ++dtp) {
-        // Transposed: matrices keys +0..7 and +8..15 × d tiles 2·dtp and 2·dtp + 1.
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, Vs + (((lane / 8) % 2) * 8 + lane % 8) * kPitch + dtp * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n = 0; n < kParts; ++n) {
-          mma_16816<T>(o[2 * dtp], p[n], vb[0], vb[1]);
-          mma_16816<T>(o[2 * dtp + 1], p[n], vb[2], vb[3]);
-        }
-      }
+      add_pv16<T, DH>(o, s[0], s[1], Vs, kPitch, lane);  // O += P·V over the warp's 16 keys
     }
 
     // The warps' states through shared memory (the ring is free once every warp is past its

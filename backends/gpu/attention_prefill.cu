@@ -10,6 +10,7 @@
 #include "check.h"
 #include "cp_async.cuh"
 #include "kernels.h"
+#include "attention_mma.cuh"
 #include "mma_sync.cuh"
 
 namespace ding::gpu {
@@ -275,7 +276,6 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
 #if defined(DING_GPU_NVIDIA_MMA)
   constexpr int kPitch = MmaTile<DH>::kPitch, kSteps = DH / 16;
   constexpr int kStages = MmaTile<DH>::kStages, kTileElems = MmaTile<DH>::kTileElems;
-  constexpr int kParts = std::is_same_v<T, ding::bf16> ? 3 : 2;  // P = Σ parts, see above
   extern __shared__ uint4 shared_words[];
   T* Qs = reinterpret_cast<T*>(shared_words);  // [64][kPitch]
   T* KVs = Qs + kMmaRows * kPitch;              // per stage: K [64][kPitch], then V [64][kPitch]
@@ -334,15 +334,8 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk)
-#pragma unroll
-      for (int ntp = 0; ntp < kMmaKeys / 16; ++ntp) {
-        // Matrices: keys +0..7 and +8..15 of the pair × d halves of the k-step.
-        uint32_t kb[4];
-        ldmatrix_x4(kb, Ks + (ntp * 16 + (lane / 16) * 8 + lane % 8) * kPitch + kk * 16 + ((lane / 8) % 2) * 8);
-        mma_16816<T>(s[2 * ntp], qa[kk], kb[0], kb[1]);
-        mma_16816<T>(s[2 * ntp + 1], qa[kk], kb[2], kb[3]);
-      }
+    for (int ntp = 0; ntp < kMmaKeys / 16; ++ntp)
+      add_scores16<T, kSteps>(s[2 * ntp], s[2 * ntp + 1], qa, Ks + ntp * 16 * kPitch, kPitch, lane);
 
     // Online softmax; element e of n-tile nt is row quad_row + 8·(e / 2), key 8·nt + 2·quad_col + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -378,24 +371,8 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
       for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e / 2];
 
 #pragma unroll
-    for (int kp = 0; kp < kMmaKeys / 16; ++kp) {
-      uint32_t p[kParts][4];  // A fragments of P's parts for keys 16·kp .. 16·kp + 15
-      split_pair<T>(s[2 * kp][0], s[2 * kp][1], p, 0);
-      split_pair<T>(s[2 * kp][2], s[2 * kp][3], p, 1);
-      split_pair<T>(s[2 * kp + 1][0], s[2 * kp + 1][1], p, 2);
-      split_pair<T>(s[2 * kp + 1][2], s[2 * kp + 1][3], p, 3);
-#pragma unroll
-      for (int dtp = 0; dtp < DH / 16; ++dtp) {
-        // Transposed: matrices keys +0..7 and +8..15 of the k-step × d tiles 2·dtp and 2·dtp + 1.
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, Vs + (kp * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kPitch + dtp * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n = 0; n < kParts; ++n) {
-          mma_16816<T>(o[2 * dtp], p[n], vb[0], vb[1]);
-          mma_16816<T>(o[2 * dtp + 1], p[n], vb[2], vb[3]);
-        }
-      }
-    }
+    for (int kp = 0; kp < kMmaKeys / 16; ++kp)
+      add_pv16<T, DH>(o, s[2 * kp], s[2 * kp + 1], Vs + kp * 16 * kPitch, kPitch, lane);
   }
 
   float inv_l[2];
