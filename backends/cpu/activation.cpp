@@ -15,21 +15,12 @@ namespace {
 constexpr int64_t kChunk = 1024;              // f32 elements per chunk: 4 KiB, resident in L1
 constexpr int64_t kParallelMinimum = 1 << 15;  // below this, thread start-up costs more than it saves
 
-// gelu (tanh form) without tanh: ½(1 + tanh u) = σ(2u), so gelu(x) = x·σ(2u) with
-// u = √(2/π)(x + 0.044715x³). This avoids the cancellation 1 + tanh u suffers for u ≪ 0.
 void gelu_chunk(float* v, int64_t n) {
-  constexpr float k2 = 2.0f * 0.7978845608028654f;  // 2·√(2/π)
-  constexpr float k3 = 0.044715f;
   int64_t i = 0;
 #ifdef DING_CPU_AVX2
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(v + i);
-    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-    const __m256 two_u = _mm256_mul_ps(_mm256_set1_ps(k2), _mm256_fmadd_ps(_mm256_set1_ps(k3), x3, x));
-    _mm256_storeu_ps(v + i, _mm256_mul_ps(x, sigmoid8(two_u)));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, gelu8(_mm256_loadu_ps(v + i)));
 #endif
-  for (; i < n; ++i) v[i] = v[i] * sigmoid_scalar(k2 * (v[i] + k3 * v[i] * v[i] * v[i]));
+  for (; i < n; ++i) v[i] = gelu_scalar(v[i]);
 }
 
 void silu_chunk(float* v, int64_t n) {

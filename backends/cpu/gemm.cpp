@@ -26,24 +26,6 @@ using RowMajorF32 = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::
 using ConstMatrixMap = Eigen::Map<const RowMajorF32, Eigen::Unaligned, Eigen::OuterStride<>>;
 using MatrixMap = Eigen::Map<RowMajorF32, Eigen::Unaligned, Eigen::OuterStride<>>;
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-
-// GELU (tanh form) as v·σ(2u), u = √(2/π)(v + 0.044715v³): the same function as 0.5v(1 + tanh u)
-// but needs only exp, and saturates cleanly for large |v| instead of computing 1 - 1.
-float gelu_scalar(float v) {
-  const float u = kSqrt2OverPi * (v + 0.044715f * v * v * v);
-  return v / (1.0f + std::exp(-2.0f * u));
-}
-
-#ifdef DING_CPU_AVX2
-__m256 gelu8(__m256 v) {
-  const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
-  const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), v3, v));
-  const __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
-  return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
-#endif
-
 void gelu_row(float* acc, int64_t count) {
   int64_t i = 0;
 #ifdef DING_CPU_AVX2

@@ -1,7 +1,7 @@
-// Vectorised exponential and logistic functions shared by the CPU kernels (softmax, silu,
-// swiglu, gelu), accurate to about 1 ulp in f32 so f32 parity tolerances can stay tight.
-// Each has a scalar twin for the tails of rows and for builds without AVX2. Also the one row
-// helper the norm and embedding kernels share.
+// Vectorised exponential, logistic and gelu shared by the CPU kernels (softmax, silu, swiglu,
+// gelu and the GEMM's gelu epilogue), accurate to a few f32 ulp relative to the result so f32
+// parity tolerances can stay tight. Each has a scalar twin for the tails of rows and for builds
+// without AVX2. Also the one row helper the norm and embedding kernels share.
 #pragma once
 #include <cmath>
 
@@ -11,6 +11,18 @@ namespace ding::cpu {
 
 inline float exp_scalar(float x) { return std::exp(x); }
 inline float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// gelu, tanh form: ½x(1 + tanh u) = x·σ(t) with t = 2u = c1·x + c3·x³, c1 = 2√(2/π),
+// c3 = 0.044715·c1. The σ form has no cancellation in 1 + tanh u for u ≪ 0, but σ turns an
+// absolute error δ of t into a relative error δ of the result, and |t| reaches ~100 before the
+// result underflows: an f32 t (error ~|t|·2⁻²³) would cost up to ~7 bits. t is therefore
+// formed in double (the scalar twin does everything in double).
+constexpr double kGeluC1 = 1.5957691216057308;   // 2·√(2/π)
+constexpr double kGeluC3 = 0.044715 * kGeluC1;
+inline float gelu_scalar(float x) {
+  const double xd = x, t = xd * (kGeluC1 + kGeluC3 * xd * xd);
+  return float(xd / (1.0 + std::exp(-t)));
+}
 
 #ifdef DING_CPU_AVX2
 // e^x = 2^n · e^r with n = round(x / ln 2) and r = x − n·ln 2 ∈ [−ln2/2, ln2/2].
@@ -42,12 +54,33 @@ inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, two_to_n));
 }
 
-// σ(x) = 1 / (1 + e^−x). For x ≪ 0, e^−x saturates and σ comes out ≈ 6·10⁻³⁹ instead of
-// smaller still: an absolute error far below anything f16/bf16/f32 outputs of x·σ(x) resolve.
+// σ(x) from e = e^−|x|, which never overflows: 1 / (1 + e) for x ≥ 0, e / (1 + e) for x < 0.
+// The second keeps σ's relative accuracy for x ≪ 0 (1 / (1 + e^−x) would saturate with e^−x at
+// e^88) down to where e^x leaves the normal range and σ is 0 within 1.2·10⁻³⁸.
 inline __m256 sigmoid8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
-  return _mm256_div_ps(one, _mm256_add_ps(one, e));
+  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  const __m256 minus_abs = _mm256_or_ps(x, _mm256_set1_ps(-0.0f));
+  const __m256 e = exp8(minus_abs);
+  return _mm256_div_ps(_mm256_blendv_ps(one, e, negative), _mm256_add_ps(one, e));
+}
+
+// gelu as above: t in double, split into t_hi + t_lo (both f32), and σ(t_hi + t_lo) to first
+// order, σ(t_hi) + σ(t_hi)(1 − σ(t_hi))·t_lo (|t_lo| ≤ 2⁻²⁴|t_hi|, so the dropped term is
+// below an ulp).
+inline __m256 gelu8(__m256 x) {
+  const auto t_of = [](__m128 half) {
+    const __m256d xd = _mm256_cvtps_pd(half);
+    return _mm256_mul_pd(xd, _mm256_fmadd_pd(_mm256_set1_pd(kGeluC3), _mm256_mul_pd(xd, xd), _mm256_set1_pd(kGeluC1)));
+  };
+  const __m256d t_lo_half = t_of(_mm256_castps256_ps128(x)), t_hi_half = t_of(_mm256_extractf128_ps(x, 1));
+  const __m128 hi_lo = _mm256_cvtpd_ps(t_lo_half), hi_hi = _mm256_cvtpd_ps(t_hi_half);
+  const __m128 lo_lo = _mm256_cvtpd_ps(_mm256_sub_pd(t_lo_half, _mm256_cvtps_pd(hi_lo)));
+  const __m128 lo_hi = _mm256_cvtpd_ps(_mm256_sub_pd(t_hi_half, _mm256_cvtps_pd(hi_hi)));
+  const __m256 t_hi = _mm256_set_m128(hi_hi, hi_lo), t_lo = _mm256_set_m128(lo_hi, lo_lo);
+  const __m256 s = sigmoid8(t_hi);
+  const __m256 slope = _mm256_mul_ps(s, _mm256_sub_ps(_mm256_set1_ps(1.0f), s));
+  return _mm256_mul_ps(x, _mm256_fmadd_ps(slope, t_lo, s));
 }
 #endif
 
