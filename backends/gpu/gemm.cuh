@@ -7,7 +7,6 @@
 #pragma once
 #include <cstdint>
 
-#include "activation_math.cuh"
 #include "elements.cuh"
 #include "vendor.h"
 
@@ -30,6 +29,13 @@ __device__ inline void store_from_float(void* base, DType dtype, int64_t i, floa
   }
 }
 
+// GELU, tanh form, as v·σ(2u) = v / (1 + e^(-2u)) with u = √(2/π)·(v + 0.044715·v³): the same
+// formula as the CPU backend. For v → -∞, e^(-2u) overflows to inf and the result is -0, not NaN.
+__device__ inline float gelu_tanh(float v) {
+  const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+  return v / (1.0f + expf(-2.0f * u));
+}
+
 // out = act(acc + bias) + residual, rounded to out's dtype. Rows index the flattened output
 // ([B·M, N] for a batched one: contiguous, so row b·M + m), so the cores need no batch offsets here.
 struct Epilogue {
@@ -47,7 +53,7 @@ struct Epilogue {
   // writes that element, before it writes it.
   __device__ float value(int64_t row, int64_t col, float acc) const {
     if (bias) acc += load_as_float(bias, bias_dtype, col * bias_stride);
-    if (gelu) acc = gpu::gelu(acc);
+    if (gelu) acc = gelu_tanh(acc);
     if (residual) acc += load_as_float(residual, residual_dtype, row * ld + col);
     return acc;
   }
