@@ -129,26 +129,28 @@ void gather_band(const Elem* x, int64_t V, float lower, float upper, std::vector
     if (widen(x[i]) >= lower && widen(x[i]) < upper) out.push_back({widen(x[i]), int32_t(i), 0.0});
 }
 
-// Σ_v exp((x_v − x_max) / temperature): the softmax denominator over the whole row. f32 exps
-// (relative error ~1e-7), summed in double; the only approximate quantity in sample_row.
+// Σ_v exp(x_v / temperature − z_max): the softmax denominator over the whole row, each term
+// formed as the reference forms it, in double (a draw lands within the difference of two sums
+// of a boundary with probability ~that difference: f32 exps, ~1e-7, moved ~1 row in 10⁵).
 template <class Elem>
-double total_weight(const Elem* x, int64_t V, float x_max, float temperature) {
-  const float inv_t = 1.0f / temperature;
+double total_weight(const Elem* x, int64_t V, double z_max, float temperature) {
+  const double t = temperature;
   double total = 0;
   int64_t i = 0;
 #ifdef DING_CPU_AVX2
   __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
-  const __m256 max8 = _mm256_set1_ps(x_max), inv_t8 = _mm256_set1_ps(inv_t);
+  const __m256d t4 = _mm256_set1_pd(t), z_max4 = _mm256_set1_pd(z_max);
+  auto weight = [&](__m128 v) { return exp4d(_mm256_sub_pd(_mm256_div_pd(_mm256_cvtps_pd(v), t4), z_max4)); };
   for (; i + 8 <= V; i += 8) {
-    const __m256 w = exp8(_mm256_mul_ps(_mm256_sub_ps(load8(x + i), max8), inv_t8));
-    sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(w)));
-    sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
+    const __m256 v = load8(x + i);
+    sum_lo = _mm256_add_pd(sum_lo, weight(_mm256_castps256_ps128(v)));
+    sum_hi = _mm256_add_pd(sum_hi, weight(_mm256_extractf128_ps(v, 1)));
   }
   alignas(32) double lanes[4];
   _mm256_store_pd(lanes, _mm256_add_pd(sum_lo, sum_hi));
   total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
 #endif
-  for (; i < V; ++i) total += std::exp(double(widen(x[i]) - x_max) * inv_t);
+  for (; i < V; ++i) total += std::exp(double(widen(x[i])) / t - z_max);
   return total;
 }
 
@@ -239,7 +241,7 @@ int64_t sample_row(const Elem* x, int64_t V, const ops::SampleParams& params, fl
   }
   const float x_max = widen(x[row_argmax(x, V)]);
   const double z_max = double(x_max) / params.temperature;
-  const double sum = total_weight(x, V, x_max, params.temperature);
+  const double sum = total_weight(x, V, z_max, params.temperature);
   float upper = std::numeric_limits<float>::infinity();
   for (float delta : {4.0f, 8.0f, 12.0f, 16.0f, 24.0f, 32.0f, std::numeric_limits<float>::infinity()}) {
     const float lower = x_max - delta * params.temperature;

@@ -3,6 +3,7 @@
 // parity tolerances can stay tight. Each has a scalar twin for the tails of rows and for builds
 // without AVX2. Also the one row helper the norm and embedding kernels share.
 #pragma once
+#include <array>
 #include <cmath>
 
 #include "simd.h"
@@ -52,6 +53,30 @@ inline __m256 exp8(__m256 x) {
   const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
   const __m256 two_to_n = _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, two_to_n));
+}
+
+// e^x in double, for sums that must match the reference's std::exp to ~1e-16 (sample's
+// softmax denominator): the same Cody–Waite reduction with ln 2 split so that n·ln2_hi is exact
+// (its low 11 bits are zero), and e^r to r¹³ (truncation |r|¹⁴/14! ≤ 4·10⁻¹⁸, under an ulp).
+// Inputs below ln(DBL_MIN) give 0; above 709 it saturates at e^709.
+inline __m256d exp4d(__m256d x) {
+  const __m256d lowest = _mm256_set1_pd(-708.3964185322641);  // ln(DBL_MIN)
+  const __m256d underflow = _mm256_cmp_pd(x, lowest, _CMP_LT_OQ);
+  x = _mm256_min_pd(_mm256_max_pd(x, lowest), _mm256_set1_pd(709.0));
+  const __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(0x1.62e42fee00000p-1), x);
+  r = _mm256_fnmadd_pd(n, _mm256_set1_pd(0x1.a39ef35793c76p-33), r);
+  constexpr auto inverse_factorials = [] {
+    std::array<double, 14> f{1.0};
+    for (int k = 1; k < 14; ++k) f[k] = f[k - 1] / k;
+    return f;
+  }();
+  __m256d p = _mm256_set1_pd(inverse_factorials[13]);
+  for (int k = 12; k >= 0; --k) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(inverse_factorials[k]));
+  const __m256i biased = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)), _mm256_set1_epi64x(1023));
+  const __m256d two_to_n = _mm256_castsi256_pd(_mm256_slli_epi64(biased, 52));
+  return _mm256_andnot_pd(underflow, _mm256_mul_pd(p, two_to_n));
 }
 
 // σ(x) from e = e^−|x|, which never overflows: 1 / (1 + e) for x ≥ 0, e / (1 + e) for x < 0.
