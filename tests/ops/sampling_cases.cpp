@@ -105,7 +105,7 @@ OpCase sample_case(int64_t B, int64_t V, const ops::SampleParams& p, DType dtype
     // reference does; only the order of the denominator's sum differs (~1e-16 relative), so a
     // top_p cut or a draw moves only if it lands that close to a boundary. Measured over 300
     // repeats of every case (~8·10⁵ rows): no row differed (with f32 exps in the denominator,
-    // 5 rows did, 2 % of runs failed). Allow none.
+    // 6 rows did: 2 % of runs failed). Allow none.
     Tensor out = run.output("out", DType::i32, {B}, {Compare::exact, 0});
     run.launch = [=](Stream& st) { ops::sample(st, out, logits, uniforms, p); };
     run.cost = ops::cost(ops::SampleArgs{out, logits, uniforms, p});
