@@ -139,8 +139,9 @@ double total_weight(const Elem* x, int64_t V, double z_max, float temperature) {
   int64_t i = 0;
 #ifdef DING_CPU_AVX2
   __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
-  const __m256d t4 = _mm256_set1_pd(t), z_max4 = _mm256_set1_pd(z_max);
-  auto weight = [&](__m128 v) { return exp4d(_mm256_sub_pd(_mm256_div_pd(_mm256_cvtps_pd(v), t4), z_max4)); };
+  // x·(1/t) instead of x/t: ~1e-16 apart, like the summation order, and no division per lane.
+  const __m256d inv_t4 = _mm256_set1_pd(1.0 / t), z_max4 = _mm256_set1_pd(z_max);
+  auto weight = [&](__m128 v) { return exp4d(_mm256_fmsub_pd(_mm256_cvtps_pd(v), inv_t4, z_max4)); };
   for (; i + 8 <= V; i += 8) {
     const __m256 v = load8(x + i);
     sum_lo = _mm256_add_pd(sum_lo, weight(_mm256_castps256_ps128(v)));
