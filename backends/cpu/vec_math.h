@@ -56,8 +56,9 @@ inline __m256 exp8(__m256 x) {
 }
 
 // e^x in double, for sums that must match the reference's std::exp to ~1e-16 (sample's
-// softmax denominator): the same Cody–Waite reduction with ln 2 split so that n·ln2_hi is exact
-// (its low 11 bits are zero), and e^r to r¹³ (truncation |r|¹⁴/14! ≤ 4·10⁻¹⁸, under an ulp).
+// softmax denominator): the same Cody–Waite reduction, ln 2 split into a head whose low 21 bits
+// are zero (n·ln2_hi is exact for |n| ≤ 1024) and the remainder, and e^r to r¹³ (truncation
+// |r|¹⁴/14! ≤ 4·10⁻¹⁸, under an ulp).
 // Inputs below ln(DBL_MIN) give 0; above 709 it saturates at e^709.
 inline __m256d exp4d(__m256d x) {
   const __m256d lowest = _mm256_set1_pd(-708.3964185322641);  // ln(DBL_MIN)
