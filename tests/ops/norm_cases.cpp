@@ -37,8 +37,7 @@ const char* residual_name(Residual r) {
 // each bound also allows one such output, at up to 18 × the mean square (rows normalised to mean
 // square 1 times weights in [0.5, 1.5]), which adds nothing that matters once there are thousands.
 double tolerance(const std::string& op, DType out, int64_t outputs) {
-  const double ulp = out == DType::f16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
-  const double one_flip = 18.0 * ulp * ulp / double(std::max<int64_t>(outputs, 1));
+  const double one_flip = flip_nmse(out, outputs, 18.0);
   switch (out) {
     case DType::f32: return op == "layer_norm" ? 3e-12 : 3e-13;
     case DType::f16: return 0.5 * rounding_nmse(out) + one_flip;

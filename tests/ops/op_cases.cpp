@@ -1,5 +1,6 @@
 #include "op_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -135,6 +136,10 @@ double rounding_nmse(DType dtype) {
     case DType::f8e4m3: return std::ldexp(1.0, -6) / 12;
     default: return 0;
   }
+}
+
+double flip_nmse(DType out, int64_t elements, double peak, int flips) {
+  return flips * 12.0 * rounding_nmse(out) * std::min(1.0, peak / double(std::max<int64_t>(elements, 1)));
 }
 
 const std::vector<OpCase>& all_op_cases() {

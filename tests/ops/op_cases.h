@@ -106,4 +106,13 @@ double nmse(const std::vector<double>& actual, const std::vector<double>& refere
 // The NMSE a dtype's rounding alone produces on unit-scale data: ≈ ulp²/12 relative.
 double rounding_nmse(DType dtype);
 
+// What rounding flips cost. A kernel that computes in f32 and rounds to a 16-bit (or f8) output
+// lands on the other neighbour of the reference's rounded value wherever its f32 result sits
+// within its own error of a rounding midpoint: one step, at most one ulp ≤ 2⁻ᵖ|y| (p mantissa
+// bits), i.e. a squared error ≤ 12·rounding_nmse·y². `flips` such outputs, each with y² up to
+// `peak` times the mean square of the `elements` outputs, add at most
+// flips · 12·rounding_nmse · min(1, peak / elements) to the NMSE: the whole dtype's rounding
+// NMSE ×12 in a case of one element, nothing that matters in a case of thousands.
+double flip_nmse(DType out, int64_t elements, double peak, int flips = 1);
+
 }  // namespace ding::testing

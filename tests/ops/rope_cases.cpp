@@ -25,18 +25,21 @@ struct RopeShape {
 };
 
 // Measured worst NMSE over 15 seeds of every case: f32 3.2·10⁻¹⁵, f16 0.0056 × and bf16
-// 0.0007 × rounding_nmse. Bounds ~15× above.
-double tolerance(DType out) {
+// 0.0007 × rounding_nmse; bounds ~15× above. A 16-bit output that lands on the other neighbour
+// costs more than that in a case of a few thousand outputs (B1_T2_H2_D1040 bf16: 0.0117 ×
+// rounding_nmse from one flip, seed 2618276771), so the bound also allows one flip on an output
+// of up to 25× the mean square (the outputs are rotated unit normals: 5σ).
+double tolerance(DType out, int64_t elements) {
   switch (out) {
     case DType::f32: return 5e-14;
-    case DType::f16: return 0.1 * rounding_nmse(out);
-    default: return 0.01 * rounding_nmse(out);
+    case DType::f16: return 0.1 * rounding_nmse(out) + flip_nmse(out, elements, 25.0);
+    default: return 0.01 * rounding_nmse(out) + flip_nmse(out, elements, 25.0);
   }
 }
 const char* kReason =
     "f32: cos/sin of double angles rounded to f32 and one f32 rotation (measured ≤ 3.2e-15); f16/bf16: the "
     "output is rounded once in both, and the f32 kernel lands on the other neighbour only within ~1 f32 ulp "
-    "of a rounding midpoint (measured ≤ 0.0056 × rounding_nmse)";
+    "of a rounding midpoint (measured ≤ 0.0056 × rounding_nmse), plus one such flip on a 5-sigma output";
 
 OpCase rope_case(RopeShape s) {
   OpCase c;
@@ -47,7 +50,7 @@ OpCase rope_case(RopeShape s) {
            (s.layout == ops::RopeLayout::neox ? "_neox" : "_interleaved") +
            (s.positions_tensor ? std::string("_positions") : "_offset" + std::to_string(s.offset)) +
            (s.theta != 10000.0f ? "_theta" + std::to_string(int64_t(s.theta)) : "") + (s.in_place ? "_inplace" : "");
-  c.tolerance = tolerance(s.out);
+  c.tolerance = tolerance(s.out, s.B * s.T * s.H * s.D);
   c.reason = kReason;
   c.in_tests = s.in_tests;
   c.build = [s](CaseRun& run) {
