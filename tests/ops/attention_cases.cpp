@@ -19,7 +19,7 @@ namespace {
 double tolerance(DType out, int64_t elements) {
   if (out == DType::f32) return 5e-12;  // measured ≤ 2.2e-13 (S = 1100 decode), ≤ 3e-14 elsewhere
   // Allow 4 flips plus 0.1% of the elements: measured ≤ 5e-10 (f16), ≤ 7e-11 (bf16) over 5 seeds.
-  return 12 * rounding_nmse(out) * (4.0 / double(elements) + 1e-3);
+  return flip_nmse(out, elements, 1.0, 4) + 12e-3 * rounding_nmse(out);
 }
 
 const char* tolerance_reason(DType out) {
