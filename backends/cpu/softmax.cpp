@@ -36,21 +36,26 @@ float scale_and_max(float* v, int64_t n, float s) {
   return m;
 }
 
-// v[j] ← exp(v[j] − m) for j < n; returns Σ v[j].
+// v[j] ← exp(v[j] − m) for j < n; returns Σ v[j]. The sum is kept in double: every output is
+// divided by it, so its relative error is every output's, and an f32 sum over a vocabulary row
+// (6,000 adds per lane) drifts by ~10⁻⁶ (NMSE 1.2·10⁻¹² measured at Tk = 50257).
 float exp_and_sum(float* v, int64_t n, float m) {
-  float sum = 0;
+  double sum = 0;
   int64_t j = 0;
 #ifdef DING_CPU_AVX2
-  __m256 sum8 = _mm256_setzero_ps();
+  __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
   for (; j + 8 <= n; j += 8) {
     const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(v + j), _mm256_set1_ps(m)));
     _mm256_storeu_ps(v + j, e);
-    sum8 = _mm256_add_ps(sum8, e);
+    sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
   }
-  sum = hsum(sum8);
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(sum_lo, sum_hi));
+  sum = lanes[0] + lanes[1] + lanes[2] + lanes[3];
 #endif
   for (; j < n; ++j) sum += v[j] = exp_scalar(v[j] - m);
-  return sum;
+  return float(sum);
 }
 
 void scale_row(float* v, int64_t n, float c) {

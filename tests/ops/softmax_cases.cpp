@@ -23,18 +23,22 @@ Tensor with_shape(const std::vector<int64_t>& d, Make make) {
 }
 
 // Measured worst NMSE over 15 seeds of every case: f32 6.5·10⁻¹⁴ (Tk = 4097: the row sum runs
-// ~512 f32 adds per lane), f16 0.032 × and bf16 0.0037 × rounding_nmse. Bounds ~15× above.
-double tolerance(DType out) {
+// ~512 f32 adds per lane), f16 0.032 × and bf16 0.0037 × rounding_nmse; bounds ~15× above. Plus
+// one rounding flip (flip_nmse) on an output that carries up to its whole row's Σp² (a peaked row
+// puts nearly all of it in one probability; rows are drawn alike, so that is 1/rows of the case's):
+// rows3_Tk37_hugenegative f16 failed without it at 0.74 × rounding_nmse, seed 2772834936.
+double tolerance(DType out, int64_t elements, int64_t row_length) {
   switch (out) {
     case DType::f32: return 1e-12;
-    case DType::f16: return 0.5 * rounding_nmse(out);
-    default: return 0.05 * rounding_nmse(out);
+    case DType::f16: return 0.5 * rounding_nmse(out) + flip_nmse(out, elements, double(row_length));
+    default: return 0.05 * rounding_nmse(out) + flip_nmse(out, elements, double(row_length));
   }
 }
 const char* kReason =
     "f32: ~1-ulp vector exp and f32 row sums vs double (measured ≤ 6.5e-14); f16/bf16: the output is rounded "
     "once in both, and the f32 kernel lands on the other neighbour only for values within ~1 f32 ulp of a "
-    "rounding midpoint (measured ≤ 0.032 / 0.0037 × rounding_nmse)";
+    "rounding midpoint (measured ≤ 0.032 / 0.0037 × rounding_nmse), plus one such flip on an output holding its "
+    "whole row's sum of squares";
 
 OpCase softmax_case(std::string params, DType in, DType out, std::initializer_list<int64_t> shape, ops::SoftmaxParams p,
                     bool in_place = false, double stddev = 2.0, bool in_tests = true) {
@@ -42,10 +46,12 @@ OpCase softmax_case(std::string params, DType in, DType out, std::initializer_li
   c.op = "softmax";
   c.name = "softmax/" + params + "_" + dt(in) + (out != in ? "_out" + dt(out) : "") + (in_place ? "_inplace" : "") +
            (p.causal ? "_causal" : "") + (p.scale != 1.0f ? "_scaled" : "");
-  c.tolerance = tolerance(out);
+  const std::vector<int64_t> dims(shape);
+  int64_t elements = 1;
+  for (int64_t d : dims) elements *= d;
+  c.tolerance = tolerance(out, elements, dims.back());
   c.reason = kReason;
   c.in_tests = in_tests;
-  const std::vector<int64_t> dims(shape);
   c.build = [=](CaseRun& run) {
     Tensor x, y;
     if (in_place) {
@@ -93,7 +99,7 @@ std::vector<OpCase> softmax_cases() {
     OpCase c;
     c.op = "softmax";
     c.name = "softmax/rows3_Tk37_hugenegative_" + dt(d);
-    c.tolerance = tolerance(d);
+    c.tolerance = tolerance(d, 3 * 37, 37);  // the shape below: 3 rows of 37
     c.reason = kReason;
     c.build = [d](CaseRun& run) {
       std::normal_distribution<double> noise(0.0, 2.0);
