@@ -95,8 +95,10 @@ inline __m256 sigmoid8(__m256 x) {
 // order, σ(t_hi) + σ(t_hi)(1 − σ(t_hi))·t_lo (|t_lo| ≤ 2⁻²⁴|t_hi|, so the dropped term is
 // below an ulp).
 inline __m256 gelu8(__m256 x) {
+  // Beyond |x| = 20, |t| > 600 and σ(t) is 0 or 1 in f32; the clamp keeps t finite for x = ±inf
+  // (inf − inf in t_lo would make gelu(inf) NaN).
   const auto t_of = [](__m128 half) {
-    const __m256d xd = _mm256_cvtps_pd(half);
+    const __m256d xd = _mm256_min_pd(_mm256_max_pd(_mm256_cvtps_pd(half), _mm256_set1_pd(-20.0)), _mm256_set1_pd(20.0));
     return _mm256_mul_pd(xd, _mm256_fmadd_pd(_mm256_set1_pd(kGeluC3), _mm256_mul_pd(xd, xd), _mm256_set1_pd(kGeluC1)));
   };
   const __m256d t_lo_half = t_of(_mm256_castps256_ps128(x)), t_hi_half = t_of(_mm256_extractf128_ps(x, 1));
