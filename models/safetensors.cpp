@@ -145,6 +145,30 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   return f;
 }
 
+namespace {
+
+uintptr_t page_size() {
+  static const uintptr_t size = uintptr_t(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+}  // namespace
+
+// Both are hints: a failure leaves the mapping as it was, which is correct, only larger.
+void mapped_will_need(const void* data, size_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) / page_size() * page_size();
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + bytes;
+  if (bytes != 0) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+}
+
+// Only the pages wholly inside the range: a page it shares with a neighbour that is still to be
+// read stays mapped.
+void mapped_release(const void* data, size_t bytes) {
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page_size() - 1) / page_size() * page_size();
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page_size() * page_size();
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (map_) munmap(map_, size_);
 }

@@ -25,6 +25,14 @@ struct StoredTensor {
   std::string shape_str() const;  // "[768, 2304] bf16"
 };
 
+// Paging hints for bytes of a mapping (a StoredTensor's data). The file is mapped without
+// MAP_POPULATE: pages come in as they are read. will_need starts reading a range ahead of its use
+// (a no-op for pages already in the page cache); release drops the whole pages inside a range
+// from this process once they are consumed, so a load's resident memory stays near what is being
+// converted (the page cache keeps them: reading the range again maps them again).
+void mapped_will_need(const void* data, size_t bytes);
+void mapped_release(const void* data, size_t bytes);
+
 // One mapped .safetensors file.
 class SafetensorsFile {
  public:

@@ -139,6 +139,21 @@ Buffer CudaDevice::alloc(size_t bytes) {
   return Buffer(this, p, bytes);
 }
 
+HostBuffer CudaDevice::alloc_staging(size_t bytes) {
+  DING_GPU_CHECK(cudaSetDevice(index_));
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("cuda:{}: cannot allocate {} bytes ({:.2f} GiB) of page-locked host memory for staging", index_,
+                            bytes, double(bytes) / (1 << 30)));
+  }
+  DING_GPU_CHECK(e);
+  // Called from destructors, possibly after the runtime unloaded at exit: never throws.
+  return HostBuffer(p, bytes, [](void* data) { (void)cudaFreeHost(data); });
+}
+
 void CudaDevice::free(void* data, size_t) {
   // Called from destructors, possibly after the runtime unloaded at exit: never throws.
   (void)cudaFree(data);

@@ -61,6 +61,8 @@ class CudaDevice final : public Device {
 
   Buffer alloc(size_t bytes) override;
   void free(void* data, size_t) override;
+  // Page-locked (cudaHostAlloc), so that copies from it are asynchronous and run at full speed.
+  HostBuffer alloc_staging(size_t bytes) override;
 
   void copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) override;
   void copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) override;

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -22,6 +24,28 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     bytes_ = std::exchange(o.bytes_, 0);
   }
   return *this;
+}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_) release_(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    release_ = std::exchange(o.release_, nullptr);
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() {
+  if (data_) release_(data_);
+}
+
+HostBuffer Device::alloc_staging(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // aligned_alloc wants a multiple
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr)
+    throw Error(ErrorCode::out_of_memory, fmt::format("{}: cannot allocate {} bytes of host memory for staging", name(), bytes));
+  return HostBuffer(p, bytes, [](void* data) { std::free(data); });
 }
 
 void Stream::begin_capture() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ceilings.h"
+#include "load_bench.h"
 #include "model_bench.h"
 #include "op_cases.h"
 #ifdef DING_HAVE_CUDA
@@ -175,6 +176,16 @@ int main(int argc, char** argv) {
   model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of decode steps");
   model_cmd->add_flag("!--no-graphs", model.graphs, "decode op by op instead of replaying recorded CUDA graphs");
   model_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
+  ding::bench::LoadBenchOptions load;
+  CLI::App* load_cmd = app.add_subcommand("load", "time weight upload (upload_weights) from a folder's safetensors");
+  load_cmd->add_option("-m,--model", load.model_dir, "the model folder")->required();
+  load_cmd->add_option("--backend", load.backend, "backend (default cpu)");
+  load_cmd->add_option("--dtype", load.dtype, "compute dtype: f32, f16, bf16 (default f32)");
+  load_cmd->add_option("--repeat", load.repeat, "loads to time (default 5)")->check(CLI::PositiveNumber);
+  load_cmd->add_option("--chunk-mib", load.chunk_mib, "pipeline chunk in MiB (default 32)")->check(CLI::PositiveNumber);
+  load_cmd->add_option("--write-gpt2", load.write_gpt2, "first write random weights of this GPT-2 shape (gpt2 … gpt2-xl) into the folder");
+  load_cmd->add_option("--stored", load.stored, "dtype --write-gpt2 stores: f32, f16, bf16 (default f16)");
+  load_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
   if (ops_cmd->parsed() && !ops.op.empty()) {
@@ -187,6 +198,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (model_cmd->parsed()) return ding::bench::run_model(model);
+    if (load_cmd->parsed()) return ding::bench::run_load(load);
     return ding::bench::run_ops(ops);
   } catch (const ding::Error& e) {
     std::cerr << "ding-bench: " << e.what() << "\n";

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ding/tensor.h"
@@ -51,6 +52,28 @@ class Buffer {
   Device* device_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// Host memory that a device copies from at full speed: page-locked on GPUs, so that a copy from
+// it runs asynchronously at the bus's rate. Move-only; freed by the function it came with.
+class HostBuffer {
+ public:
+  using Release = void (*)(void* data);
+  HostBuffer() = default;
+  HostBuffer(void* data, size_t bytes, Release release) : data_(data), bytes_(bytes), release_(release) {}
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Release release_ = nullptr;
 };
 
 // An ordered queue of work on one device. Host backends run synchronously.
@@ -104,6 +127,9 @@ class Device {
   // Allocation throws Error(out_of_memory) naming requested and free bytes.
   virtual Buffer alloc(size_t bytes) = 0;
   virtual void free(void* data, size_t bytes) = 0;
+  // Host memory to stage copies to this device in (weight upload); ordinary host memory unless
+  // the device has a faster kind. Throws Error(out_of_memory) naming the bytes requested.
+  virtual HostBuffer alloc_staging(size_t bytes);
 
   // Copies ordered on `stream`; for host-accessible devices both sides are host memory.
   virtual void copy_to_device(Stream& stream, void* dst, const void* src_host, size_t bytes) = 0;

@@ -1,0 +1,66 @@
+// Weight upload: the weights a family asks for, read from memory-mapped safetensors, converted to
+// the compute dtype with vector code on every core, and copied into one device allocation in
+// chunks that overlap the conversion of the next chunk with the copy of the last.
+//
+// A destination weight is one or more stored tensors concatenated along dim 0 (q/k/v into one
+// fused projection, gate/up into one), each optionally transposed (GPT-2's Conv1D stores [K, N];
+// ops::matmul wants [N, K]). Weights with no stored parts are generated (random benchmarks).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ding/device.h"
+#include "ding/models/safetensors.h"
+
+namespace ding {
+
+struct WeightPart {
+  const StoredTensor* tensor = nullptr;
+  bool transpose = false;  // stored [K, N] (2-D only): its rows of the destination are its columns
+};
+
+enum class WeightInit : uint8_t { stored, normal, ones, zeros };
+
+struct WeightPlan {
+  std::string name;                // for messages: the stored name, or the family's name for a fused weight
+  std::vector<int64_t> shape;      // the destination shape (after transposition and concatenation)
+  std::vector<WeightPart> parts;   // concatenated along dim 0 (their dim-0 extents sum to shape[0]); init stored
+  WeightInit init = WeightInit::stored;
+  float normal_std = 0.02f;        // init normal: N(0, σ²) from a counter-based generator (any thread order,
+                                   // same values for the same seed and plan order)
+  Tensor* target = nullptr;        // receives the view of the weight in the arena
+};
+
+struct UploadOptions {
+  DType dtype = DType::f32;        // the compute dtype: f32, f16 or bf16
+  uint64_t seed = 0;               // for WeightInit::normal
+  // Called after each chunk with the arena bytes written so far and the arena's size.
+  std::function<void(size_t done, size_t total)> progress;
+  // The unit of the pipeline: each chunk of the arena is converted on every core, then copied
+  // while the next one is converted. Devices with host memory are written in place (no copy).
+  // Tests make it tiny so that chunks split weights at odd places.
+  size_t chunk_bytes = size_t(32) << 20;
+};
+
+struct UploadStats {
+  size_t bytes_read = 0;     // stored bytes converted
+  size_t bytes_written = 0;  // device bytes written
+  double seconds = 0;        // wall time of the whole upload, copies included
+};
+
+// Allocates `arena` on `device`, lays every weight out in it (each 256-byte aligned), points each
+// plan's target at its view. Checks every plan before allocating: Error(invalid_argument) for a
+// plan that cannot be carried out (no target, a rank outside 1…kMaxRank, a generated weight with
+// parts), Error(parse) naming the tensor and its file for a stored part whose dtype is not a float
+// or whose shape does not concatenate to plan.shape. While converting, throws Error(parse) naming
+// the tensor, its file and the element when a stored value is NaN or ±Inf or a finite value
+// overflows the compute dtype (an f32 weight beyond f16's range); and Error(out_of_memory) from
+// the device when the arena does not fit. On any error `arena` and the targets are left as they
+// were. Stored pages already converted are released from the process (madvise), so after a GPU
+// upload the host holds little of the file.
+UploadStats upload_weights(Device& device, std::span<WeightPlan> plans, Buffer& arena, const UploadOptions& options);
+
+}  // namespace ding
