@@ -1,43 +1,80 @@
-// ModelConfig: the decoder-family hyperparameters, read from a Hugging Face config.json.
-// One struct covers the family; variants are fields (norm kind, FFN kind, positions), never
-// separate model classes. Only gpt2 is parsed so far; other model_types raise a clear error.
+// ModelConfig: a decoder's hyperparameters, read from a Hugging Face config.json by the family
+// that owns its model_type (models/families/). One struct covers every family; variants are
+// fields (norm, positions, FFN, biases) and a type per layer, never separate model classes.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "ding/dtype.h"
 #include "ding/ops/matmul.h"
+#include "ding/ops/rope.h"
 
 namespace ding {
 
 using ops::NormKind;  // the block's norm: layer_norm or rms_norm (never none)
 enum class PositionKind : uint8_t { learned, rope };
-enum class FfnKind : uint8_t { mlp, swiglu };  // mlp: act(x·W1 + b1)·W2 + b2
+// mlp:   down(act(up(h) + b_up)) + b_down                    (GPT-2)
+// gated: down(silu(gate(h)) ⊙ up(h)), gate and up stacked    (Llama's SwiGLU)
+enum class FfnKind : uint8_t { mlp, gated };
+// What mixes tokens in a layer. Latent and linear attention come with their families.
+enum class MixerKind : uint8_t { attention };
+
+// One decoder layer's type: its mixer and how far back it sees.
+struct LayerSpec {
+  MixerKind mixer = MixerKind::attention;
+  int64_t window = 0;  // > 0: sliding-window attention over the last `window` positions; 0: full
+};
 
 struct ModelConfig {
-  std::string model_type;       // "gpt2"
+  std::string model_type;       // as config.json names it: "gpt2", "llama", "mistral", "qwen2"
   int64_t n_layer = 0;
-  int64_t n_head = 0;
-  int64_t n_kv_head = 0;        // = n_head for MHA
+  int64_t n_head = 0;           // H
+  int64_t n_kv_head = 0;        // Hkv: = H for MHA, < H for GQA, 1 for MQA
   int64_t d_model = 0;          // C
-  int64_t d_head = 0;           // D = C / n_head
-  int64_t d_ff = 0;             // the FFN's hidden width
+  int64_t d_head = 0;           // D (C / H unless the config says otherwise)
+  int64_t d_ff = 0;             // F, the FFN's hidden width
   int64_t n_positions = 0;      // the longest context the model was built for
-  int64_t vocab_size = 0;       // V
+  int64_t vocab_size = 0;       // V, rows of the embedding table
   NormKind norm = NormKind::layer_norm;
   float norm_eps = 1e-5f;
   PositionKind positions = PositionKind::learned;
+  double rope_theta = 10000.0;
+  int64_t rotary_dim = 0;       // R ≤ D; 0 = D
+  ops::RopeScaling rope_scaling;
   FfnKind ffn = FfnKind::mlp;
-  ops::Activation activation = ops::Activation::gelu_tanh;
+  ops::Activation activation = ops::Activation::gelu_tanh;  // the mlp's; gated FFNs use swiglu
+  bool qkv_bias = false;        // biases of the q, k, v projections
+  bool out_bias = false;        // of the attention's output projection
+  bool ffn_bias = false;        // of the FFN's projections
   bool tied_embeddings = true;  // the LM head reuses the token embedding
-  int32_t bos_token = -1;       // -1: none
-  int32_t eos_token = -1;
+  std::vector<LayerSpec> layers;    // one per layer
+  int32_t bos_token = -1;           // -1: none
+  std::vector<int32_t> eos_tokens;  // generation stops on any of them; ids outside the vocabulary are kept
+                                    // (transformers accepts them) and can never be sampled
+  std::optional<DType> stored_dtype;  // torch_dtype / dtype: what the checkpoint holds
 
-  // Parses `path` (a config.json); throws Error(io | parse) naming the file and the field.
+  // Parses `path` (a config.json); throws Error(io | parse) naming the file and the field, and
+  // Error(parse) naming the model_type when no family owns it.
   static ModelConfig from_json_file(const std::string& path);
   static ModelConfig from_json_text(const std::string& text, const std::string& origin);
 
   // Parameters of the whole model (embeddings counted once when tied).
   int64_t parameter_count() const;
+  // Ids in [0, vocab_size) among eos_tokens: the ones a sampler can produce.
+  std::vector<int32_t> reachable_eos() const;
+};
+
+// generation_config.json: what transformers' generate() would use unless told otherwise.
+struct GenerationDefaults {
+  std::optional<bool> do_sample;  // false: greedy
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+  std::vector<int32_t> eos_tokens;  // empty: the config's
+
+  // Absent file: all unset. Throws Error(parse) naming the file and the field for a bad value.
+  static GenerationDefaults from_json_file(const std::string& path);
 };
 
 }  // namespace ding

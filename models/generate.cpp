@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "ding/error.h"
@@ -42,8 +43,9 @@ GenerateResult generate(Session& session, Sampler& sampler, std::span<const Toke
   result.clamped = result.max_new_tokens < options.max_new_tokens;
   if (result.max_new_tokens == 0) return result;
 
-  std::optional<Token> eos;
-  if (options.stop_at_eos && session.model().config().eos_token >= 0) eos = session.model().config().eos_token;
+  // Any of the model's end ids stops it (Llama-3 instruct models end turns with one of two).
+  std::vector<Token> eos;
+  if (options.stop_at_eos) eos = session.model().config().reachable_eos();
   std::vector<Token> history(prompt.begin(), prompt.end());
   std::string text;  // generated text, for stop strings
   size_t longest_stop = 0;
@@ -60,7 +62,7 @@ GenerateResult generate(Session& session, Sampler& sampler, std::span<const Toke
     const Token next = sampler.sample_one(session.stream(), logits, history);
     result.tokens.push_back(next);
     history.push_back(next);
-    if (eos && next == *eos) {
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
       result.reason = StopReason::eos;
       break;
     }

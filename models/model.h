@@ -4,52 +4,46 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ding/device.h"
 #include "ding/models/config.h"
+#include "ding/models/layers/block.h"
 #include "ding/models/tokenizer.h"
 
 namespace ding {
 
 struct LoadOptions {
-  DType dtype = DType::f32;  // compute dtype of weights and activations: f32, f16 or bf16
+  // Compute dtype of weights and activations: f32, f16 or bf16. Absent: the checkpoint's own
+  // (config.json torch_dtype / dtype) on a GPU, f32 on a host device (cpu, ref), whose kernels
+  // are fastest and exact in f32.
+  std::optional<DType> dtype;
   // Called as weights are converted and uploaded, with bytes done and bytes in all.
   std::function<void(size_t done, size_t total)> progress;
-};
-
-// Weights of one decoder block, in the orientation ops::matmul takes: W [N, K] (out × in).
-struct BlockWeights {
-  Tensor attn_norm_w, attn_norm_b;  // [C]
-  Tensor qkv_w;                     // [(H + 2·Hkv)·D, C]: rows of q, then k, then v
-  Tensor qkv_b;                     // [(H + 2·Hkv)·D]
-  Tensor out_w;                     // [C, H·D]
-  Tensor out_b;                     // [C]
-  Tensor ffn_norm_w, ffn_norm_b;    // [C]
-  Tensor up_w;                      // [F, C]
-  Tensor up_b;                      // [F]
-  Tensor down_w;                    // [C, F]
-  Tensor down_b;                    // [C]
 };
 
 struct ModelWeights {
   Tensor token_embedding;     // [V, C]
   Tensor position_embedding;  // [P, C] (learned positions only)
-  std::vector<BlockWeights> blocks;
-  Tensor final_norm_w, final_norm_b;  // [C]
+  std::vector<LayerWeights> layers;
+  Tensor final_norm_w, final_norm_b;  // [C]; final_norm_b layer_norm only
   Tensor lm_head;                     // [V, C]; the token embedding itself when tied
+  Tensor rope_inv_freq;               // f32 [R/2] (rope positions only)
 };
+
+class Family;
 
 class Model {
  public:
   // Throws ding::Error naming the file and field for a missing or malformed config, weights
   // or tokenizer, an unknown model_type, and any tensor whose name, dtype or shape does not
-  // match the config.
+  // match the config. A folder without tokenizer files loads (has_tokenizer() is false).
   static Model load(const std::string& dir, Device& device, const LoadOptions& options = {});
 
   // A model of the given shape with random weights (normal, σ = 0.02, GPT-2's initialisation;
-  // norms at weight 1, bias 0) and no tokenizer: for benchmarks of named shapes.
+  // norms at weight 1, biases 0) and no tokenizer: for benchmarks of named shapes.
   static Model random(const ModelConfig& config, Device& device, const LoadOptions& options = {}, uint64_t seed = 0);
 
   Model(Model&&) noexcept;
@@ -57,10 +51,17 @@ class Model {
   ~Model();
 
   const ModelConfig& config() const { return config_; }
-  // Throws Error(invalid_argument) for a model made by random(), which has none.
+  // Throws Error(invalid_argument) when the model has none (random weights, or a folder
+  // without tokenizer files: such a model runs on token ids).
   const Tokenizer& tokenizer() const;
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
   const ModelWeights& weights() const { return weights_; }
+  const Family& family() const { return *family_; }
+  // generation_config.json's defaults (all unset when the folder has none).
+  const GenerationDefaults& generation() const { return generation_; }
+  // Seconds and stored bytes of the weight upload, for load-speed reports.
+  double load_seconds() const { return load_seconds_; }
+  size_t stored_bytes() const { return stored_bytes_; }
   Device& device() const { return *device_; }
   DType dtype() const { return dtype_; }
   size_t weight_bytes() const { return arena_.size(); }
@@ -69,12 +70,17 @@ class Model {
  private:
   Model() = default;
   ModelConfig config_;
+  GenerationDefaults generation_;
+  const Family* family_ = nullptr;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelWeights weights_;
   Device* device_ = nullptr;
   DType dtype_ = DType::f32;
-  Buffer arena_;  // every weight, one allocation
+  Buffer arena_;      // every weight, one allocation
+  Buffer constants_;  // tables computed from the config (rope frequencies)
   std::string folder_;
+  double load_seconds_ = 0;
+  size_t stored_bytes_ = 0;
 };
 
 }  // namespace ding

@@ -1,5 +1,7 @@
-// Session: the per-request state of a model — a static KV cache for a batch of sequences and
-// the activation buffers, all allocated once here, so prefill and decode never allocate.
+// Session: the per-request state of a model — each layer's cache (a KV cache for attention
+// layers) for a batch of sequences and the activation buffers, all allocated once here, so
+// prefill and decode never allocate. What runs is the model's family's block, layer by layer;
+// the session owns buffers, input checks and the recording of decode steps.
 //
 //   prefill(b, tokens) appends a prompt (or a chunk of one) to sequence b;
 //   decode(tokens)     appends one token to each of sequences 0..n-1 in one batched step;
@@ -15,7 +17,10 @@ namespace ding {
 
 struct SessionOptions {
   int64_t max_batch = 1;          // sequences decoded together
-  int64_t max_tokens = 0;         // KV-cache positions per sequence; 0 = the model's n_positions
+  // Cache positions per sequence; 0 = the model's n_positions, at most kDefaultContext (a
+  // 128k-position model would otherwise take its whole cache up front: ask for more explicitly).
+  int64_t max_tokens = 0;
+  static constexpr int64_t kDefaultContext = 4096;
   int64_t prefill_chunk = 256;    // prompt tokens processed per step (bounds activation memory)
   // Record each decode step once per batch size and replay it (a CUDA graph: one launch instead
   // of hundreds). Off runs every op eagerly, for debugging; streams that cannot record ignore it.
@@ -35,11 +40,15 @@ class Session {
   // One token for each of sequences 0..tokens.size()-1; returns their logits, f32 [n, V].
   Tensor decode(std::span<const Token> tokens);
 
+  // Runs a prefill chunk and two decode steps in sequence 0, then forgets every sequence, so that
+  // the first real request pays no first-call costs (kernel loading, scratch growth, recording).
+  void warm_up();
+
   int64_t length(int64_t seq) const;     // positions held for the sequence
   void reset(int64_t seq);                // forget a sequence (its cache is reused)
   int64_t max_tokens() const;
   int64_t max_batch() const;
-  size_t kv_cache_bytes() const;          // K and V of every layer, all sequences
+  size_t kv_cache_bytes() const;          // every layer's cache (K and V for attention), all sequences
   size_t activation_bytes() const;
   const Model& model() const;
   Stream& stream() const;

@@ -1,6 +1,7 @@
 // Rotary position embedding on the CPU, in two parallel phases:
-//  1. cos φ and sin φ for every (token, i), once per token rather than once per head. The angle
-//     φ = pos · θ^(−2i/R) and its cos/sin are computed in double and only then rounded to f32:
+//  1. f·cos φ and f·sin φ (f = attention_factor) for every (token, i), once per token rather than
+//     once per head. The angle φ = pos · θ_i (θ_i = θ^(−2i/R), or widened from the inv_freq table)
+//     and its cos/sin are computed in double and only then rounded to f32:
 //     in f32, pos·freq near pos = 8192 already carries an absolute error of ~5·10⁻⁴ rad (half
 //     an ulp of 8192), which would dominate the error of the whole op. The table costs
 //     tokens·R/2 double sincos calls, small beside the tokens·H·D elements rotated.
@@ -69,34 +70,41 @@ void rope(Stream&, const ops::RopeArgs& a) {
   const int64_t tokens = a.x.dim(0) * T, rows = tokens * H;
   const int32_t* positions = p.positions.defined() ? p.positions.ptr<int32_t>() : nullptr;
 
+  const float* table = p.inv_freq.defined() ? p.inv_freq.ptr<const float>() : nullptr;
   std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(double(p.theta), -2.0 * double(i) / double(R));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = table ? double(table[i]) : std::pow(double(p.theta), -2.0 * double(i) / double(R));
+  const double f = p.attention_factor;
   std::vector<float> cos(size_t(tokens * half)), sin(size_t(tokens * half));  // [tokens, R/2]
 #pragma omp parallel for schedule(static) if (tokens * half >= 4096)
   for (int64_t n = 0; n < tokens; ++n) {
     const double pos = positions ? double(positions[n]) : double(p.position_offset + n % T);
     for (int64_t i = 0; i < half; ++i) {
       const double phi = pos * inv_freq[i];
-      cos[n * half + i] = float(std::cos(phi));
-      sin[n * half + i] = float(std::sin(phi));
+      cos[n * half + i] = float(f * std::cos(phi));
+      sin[n * half + i] = float(f * std::sin(phi));
     }
   }
 
   const char* x = static_cast<const char*>(a.x.data);
   char* out = static_cast<char*>(a.out.data);
-  const size_t in_row_bytes = size_t(D) * dtype_size(a.x.dtype), out_row_bytes = size_t(D) * dtype_size(a.out.dtype);
+  // Row r = (token n = b·T + t, head h) starts at b·s0 + t·s1 + h·s2 elements (views of a fused product).
+  auto row_bytes = [T, H](const Tensor& t, int64_t r) {
+    const int64_t n = r / H, h = r % H;
+    return size_t((n / T) * t.stride(0) + (n % T) * t.stride(1) + h * t.stride(2)) * dtype_size(t.dtype);
+  };
 #pragma omp parallel if (rows * D >= (1 << 14))
   {
     std::vector<float> v(static_cast<size_t>(D));  // one scratch row per thread
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = r / H;  // the token this head belongs to
-      load_row(v.data(), x + r * in_row_bytes, a.x.dtype, D);
+      load_row(v.data(), x + row_bytes(a.x, r), a.x.dtype, D);
       if (p.layout == ops::RopeLayout::neox)
         rotate_neox(v.data(), R, &cos[n * half], &sin[n * half]);
       else
         rotate_interleaved(v.data(), R, &cos[n * half], &sin[n * half]);
-      store_row(out + r * out_row_bytes, a.out.dtype, v.data(), D);
+      store_row(out + row_bytes(a.out, r), a.out.dtype, v.data(), D);
     }
   }
 }

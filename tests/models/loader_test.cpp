@@ -10,6 +10,7 @@
 #include "ding/ding.h"
 #include "ding/models/model.h"
 #include "ding/models/safetensors.h"
+#include "ding/models/session.h"
 #include "expect_error.h"
 
 namespace ding::testing {
@@ -186,13 +187,44 @@ TEST_F(BadModel, MissingTokenizerFiles) {
   expect_error([&] { load(); }, ErrorCode::io, {"merges.txt"});
 }
 
-TEST_F(BadModel, TokenizerLargerThanTheModelVocabulary) {
+TEST_F(BadModel, HalfATokenizerIsNamed) {
+  fs::remove(dir / "vocab.json");
+  expect_error([&] { load(); }, ErrorCode::io, {"vocab.json"});
+}
+
+// What transformers loads, ding loads: a folder without tokenizer files runs on token ids.
+TEST_F(BadModel, FolderWithoutTokenizerFilesLoadsForTokenIds) {
+  fs::remove(dir / "merges.txt");
+  fs::remove(dir / "vocab.json");
+  const Model model = Model::load(dir.string(), Device::open("cpu"));
+  EXPECT_FALSE(model.has_tokenizer());
+  expect_error([&] { model.tokenizer(); }, ErrorCode::invalid_argument, {"no tokenizer", dir.string()});
+  Session session(model);
+  EXPECT_NO_THROW(session.prefill(0, std::vector<Token>{1, 2, 3}));
+}
+
+// Padded or truncated embedding tables are common: a tokenizer larger than vocab_size and
+// bos/eos ids outside the table load; an id outside the table is refused where it enters.
+TEST_F(BadModel, TokenizerLargerThanTheEmbeddingTableLoads) {
   nlohmann::json cfg = nlohmann::json::parse(read_all(dir / "config.json"));
   cfg["vocab_size"] = 300;
-  cfg["bos_token_id"] = 0;
-  cfg["eos_token_id"] = 0;
+  cfg["bos_token_id"] = 50256;
+  cfg["eos_token_id"] = 50256;
   write_all(dir / "config.json", cfg.dump());
-  expect_error([&] { load(); }, ErrorCode::parse, {"tokenizer has 512 tokens", "vocab_size is 300"});
+  nlohmann::json header_json = header();
+  const std::string d = data();
+  // Keep the file consistent with vocab_size 300: wte's first 300 rows are a view of its bytes.
+  auto& wte = header_json[header_json.contains("transformer.wte.weight") ? "transformer.wte.weight" : "wte.weight"];
+  wte["shape"][0] = 300;
+  const int64_t begin = wte["data_offsets"][0];
+  wte["data_offsets"][1] = begin + 300 * int64_t(wte["shape"][1]) * 4;
+  write_safetensors(header_json, d);
+  const Model model = Model::load(dir.string(), Device::open("cpu"));
+  EXPECT_TRUE(model.has_tokenizer());
+  EXPECT_EQ(model.tokenizer().vocab_size(), 512);
+  EXPECT_TRUE(model.config().reachable_eos().empty());
+  Session session(model);
+  expect_error([&] { session.prefill(0, std::vector<Token>{1, 400}); }, ErrorCode::invalid_argument, {"400", "300"});
 }
 
 TEST_F(BadModel, NotAFolder) {

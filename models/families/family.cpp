@@ -1,0 +1,87 @@
+// The registry of families, and WeightMap, the shared way families name their weights.
+#include "ding/models/families/family.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "ding/error.h"
+
+namespace ding {
+
+// Each family file defines its accessor; this list is the only place that names them all.
+const Family& gpt2_family();
+const Family& llama_family();
+
+namespace {
+
+std::array<const Family*, 2> families() { return {&gpt2_family(), &llama_family()}; }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::vector<std::string_view> supported_model_types() {
+  std::vector<std::string_view> types;
+  for (const Family* f : families())
+    for (std::string_view t : f->model_types()) types.push_back(t);
+  return types;
+}
+
+const Family& find_family(std::string_view model_type, const std::string& origin) {
+  for (const Family* f : families())
+    for (std::string_view t : f->model_types())
+      if (t == model_type) return *f;
+  throw Error(ErrorCode::parse, fmt::format("{}: unknown model_type \"{}\" (supported: {})", origin, model_type,
+                                            fmt::join(supported_model_types(), ", ")));
+}
+
+const StoredTensor* WeightMap::stored(const std::string& name, std::vector<int64_t> shape) const {
+  if (!files_) return nullptr;
+  const StoredTensor& t = files_->get(prefix_ + name);
+  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
+    throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has dtype {}, expected f32, f16 or bf16", t.file, t.name,
+                                              dtype_name(t.dtype)));
+  if (t.shape != shape)
+    throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has shape {} but config.json implies {}", t.file, t.name,
+                                              shape_text(t.shape), shape_text(shape)));
+  return &t;
+}
+
+void WeightMap::matrix(Tensor* target, const std::string& name, int64_t rows, int64_t cols, bool transposed) {
+  WeightPlan p{.name = prefix_ + name, .shape = {rows, cols}, .init = files_ ? WeightInit::stored : WeightInit::normal, .target = target};
+  if (files_) p.parts.push_back({stored(name, transposed ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols}), transposed});
+  plans_.push_back(std::move(p));
+}
+
+void WeightMap::stacked(Tensor* target, const std::string& fused_name, std::span<const std::string> names,
+                        std::span<const int64_t> rows, int64_t cols) {
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  WeightPlan p{.name = prefix_ + fused_name, .shape = {total, cols}, .init = files_ ? WeightInit::stored : WeightInit::normal, .target = target};
+  if (files_)
+    for (size_t i = 0; i < names.size(); ++i) p.parts.push_back({stored(names[i], {rows[i], cols}), false});
+  plans_.push_back(std::move(p));
+}
+
+void WeightMap::vector(Tensor* target, const std::string& name, int64_t n, WeightInit generated) {
+  WeightPlan p{.name = prefix_ + name, .shape = {n}, .init = files_ ? WeightInit::stored : generated, .target = target};
+  if (files_) p.parts.push_back({stored(name, {n}), false});
+  plans_.push_back(std::move(p));
+}
+
+void WeightMap::stacked_vector(Tensor* target, const std::string& fused_name, std::span<const std::string> names,
+                               std::span<const int64_t> sizes) {
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  WeightPlan p{.name = prefix_ + fused_name, .shape = {total}, .init = files_ ? WeightInit::stored : WeightInit::zeros, .target = target};
+  if (files_)
+    for (size_t i = 0; i < names.size(); ++i) p.parts.push_back({stored(names[i], {sizes[i]}), false});
+  plans_.push_back(std::move(p));
+}
+
+}  // namespace ding

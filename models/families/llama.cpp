@@ -1,0 +1,173 @@
+// Llama (Touvron et al. 2023) and the families that share its block: Mistral (sliding-window
+// attention) and Qwen2 (q/k/v biases, per-layer windows). RMSNorm, rotary positions with
+// grouped KV heads (GQA/MQA by num_key_value_heads), SwiGLU feed-forward:
+//   x = x + W_o · attn(rope(W_q h), rope(W_k h), W_v h),   h = rms_norm(x)
+//   x = x + W_down · (silu(W_gate h) ⊙ W_up h),             h = rms_norm(x)
+// Configs as transformers 4 writes them (rope_theta, rope_scaling) and as transformers 5 does
+// (rope_parameters) both load.
+#include <fmt/format.h>
+
+#include "ding/models/families/family.h"
+
+namespace ding {
+
+namespace {
+
+// The rotary base and its scaling: transformers 5's rope_parameters, or transformers 4's
+// rope_theta beside rope_scaling. Scalings ding does not implement are refused by name.
+void parse_rope(const ConfigFields& f, ModelConfig& c) {
+  const bool v5 = f.has("rope_parameters");
+  if (v5 && f.at("rope_parameters").is_object() && !f.at("rope_parameters").contains("rope_type") &&
+      !f.at("rope_parameters").contains("rope_theta"))
+    f.fail("rope_parameters names neither rope_type nor rope_theta (per-layer-type parameters are not supported)");
+  c.rope_theta = v5 ? f.object("rope_parameters").positive_number_or("rope_theta", f.positive_number_or("rope_theta", 10000.0))
+                    : f.positive_number_or("rope_theta", 10000.0);
+  const char* key = v5 ? "rope_parameters" : "rope_scaling";
+  if (!f.has(key)) return;
+  const ConfigFields s = f.object(key);
+  const std::string type = s.string_or("rope_type", s.string_or("type", "default"));
+  ops::RopeScaling& r = c.rope_scaling;
+  if (type == "default") {
+    r.kind = ops::RopeScalingKind::none;
+  } else if (type == "linear") {
+    r.kind = ops::RopeScalingKind::linear;
+    r.factor = s.positive_number("factor");
+  } else if (type == "llama3") {
+    r.kind = ops::RopeScalingKind::llama3;
+    r.factor = s.positive_number("factor");
+    r.low_freq_factor = s.positive_number("low_freq_factor");
+    r.high_freq_factor = s.positive_number("high_freq_factor");
+    r.original_max_position = s.positive_int("original_max_position_embeddings");
+    if (!(r.high_freq_factor > r.low_freq_factor))
+      s.fail(fmt::format("high_freq_factor ({}) must exceed low_freq_factor ({})", r.high_freq_factor, r.low_freq_factor));
+  } else {
+    s.fail(fmt::format("rope type \"{}\" is not supported (ding has default, linear and llama3)", type));
+  }
+}
+
+// Which layers attend through a sliding window, and how wide it is.
+void parse_windows(const ConfigFields& f, ModelConfig& c) {
+  const std::string& type = c.model_type;
+  // Mistral's window applies to every layer (its config class defaults it to 4096; null turns it off).
+  // Qwen2's needs use_sliding_window and covers layers from max_window_layers on.
+  int64_t window = 0;
+  if (type == "mistral") window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
+  if (type == "qwen2" && f.boolean_or("use_sliding_window", false)) window = f.positive_int_or("sliding_window", 4096);
+  if (type == "llama") window = 0;
+  c.layers.assign(size_t(c.n_layer), LayerSpec{});
+  const std::vector<std::string> layer_types = f.string_list("layer_types");
+  if (!layer_types.empty()) {
+    if (int64_t(layer_types.size()) != c.n_layer)
+      f.fail(fmt::format("layer_types lists {} layers, num_hidden_layers is {}", layer_types.size(), c.n_layer));
+    for (size_t l = 0; l < layer_types.size(); ++l) {
+      if (layer_types[l] == "sliding_attention") c.layers[l].window = window;
+      else if (layer_types[l] != "full_attention")
+        f.fail(fmt::format("layer_types[{}] = \"{}\" is not supported for {} (full_attention, sliding_attention)", l,
+                           layer_types[l], type));
+    }
+    return;
+  }
+  const int64_t first_windowed = type == "qwen2" ? f.non_negative_int_or("max_window_layers", 28) : 0;
+  for (int64_t l = first_windowed; l < c.n_layer; ++l) c.layers[size_t(l)].window = window;
+}
+
+class Llama final : public Family {
+ public:
+  std::span<const std::string_view> model_types() const override {
+    static constexpr std::string_view types[] = {"llama", "mistral", "qwen2"};
+    return types;
+  }
+
+  void parse_config(const ConfigFields& f, ModelConfig& c) const override {
+    const bool qwen2 = c.model_type == "qwen2";
+    c.d_model = f.positive_int("hidden_size");
+    c.n_layer = f.positive_int("num_hidden_layers");
+    c.n_head = f.positive_int("num_attention_heads");
+    c.n_kv_head = f.positive_int_or("num_key_value_heads", c.n_head);
+    if (c.n_head % c.n_kv_head != 0)
+      f.fail(fmt::format("num_attention_heads = {} is not a multiple of num_key_value_heads = {}", c.n_head, c.n_kv_head));
+    if (f.has("head_dim")) {
+      c.d_head = f.positive_int("head_dim");
+    } else {
+      if (c.d_model % c.n_head != 0)
+        f.fail(fmt::format("hidden_size = {} is not divisible by num_attention_heads = {} (and no head_dim)", c.d_model, c.n_head));
+      c.d_head = c.d_model / c.n_head;
+    }
+    if (c.d_head % 2 != 0) f.fail(fmt::format("head_dim = {} is odd; rotary positions rotate pairs", c.d_head));
+    c.d_ff = f.positive_int("intermediate_size");
+    c.n_positions = f.positive_int_or("max_position_embeddings", 2048);
+    c.vocab_size = f.positive_int("vocab_size");
+    c.norm = NormKind::rms_norm;
+    c.norm_eps = f.positive_float_or("rms_norm_eps", 1e-6f);
+    const std::string act = f.string_or("hidden_act", "silu");
+    if (act != "silu") f.fail(fmt::format("hidden_act \"{}\" is not supported ({} uses silu)", act, c.model_type));
+    c.positions = PositionKind::rope;
+    parse_rope(f, c);
+    c.ffn = FfnKind::gated;
+    c.activation = ops::Activation::swiglu;
+    const bool attention_bias = f.boolean_or("attention_bias", false);
+    c.qkv_bias = qwen2 || attention_bias;
+    c.out_bias = !qwen2 && attention_bias;
+    c.ffn_bias = f.boolean_or("mlp_bias", false);
+    c.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+    parse_windows(f, c);
+    const std::vector<int32_t> bos = f.token_list("bos_token_id");
+    c.bos_token = bos.empty() ? -1 : bos[0];
+    c.eos_tokens = f.token_list("eos_token_id");
+  }
+
+  // *ForCausalLM checkpoints prefix the decoder's names with "model."; bare *Model ones do not.
+  std::vector<WeightPlan> weight_plans(const ModelConfig& c, const WeightFiles* files, ModelWeights& w) const override {
+    const int64_t C = c.d_model, F = c.d_ff, V = c.vocab_size, q = c.n_head * c.d_head, kv = c.n_kv_head * c.d_head;
+    WeightMap map(files, files && files->has("model.embed_tokens.weight") ? "model." : "");
+    map.matrix(&w.token_embedding, "embed_tokens.weight", V, C);
+    w.layers.resize(size_t(c.n_layer));
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      AttentionWeights& a = w.layers[size_t(l)].attention;
+      FeedForwardWeights& m = w.layers[size_t(l)].ffn;
+      const std::string p = fmt::format("layers.{}.", l), at = p + "self_attn.", mlp = p + "mlp.";
+      map.vector(&a.norm_w, p + "input_layernorm.weight", C, WeightInit::ones);
+      const std::string qkv[] = {at + "q_proj.weight", at + "k_proj.weight", at + "v_proj.weight"};
+      const int64_t qkv_rows[] = {q, kv, kv};
+      map.stacked(&a.qkv_w, at + "qkv_proj.weight", qkv, qkv_rows, C);
+      if (c.qkv_bias) {
+        const std::string biases[] = {at + "q_proj.bias", at + "k_proj.bias", at + "v_proj.bias"};
+        map.stacked_vector(&a.qkv_b, at + "qkv_proj.bias", biases, qkv_rows);
+      }
+      map.matrix(&a.out_w, at + "o_proj.weight", C, q);
+      if (c.out_bias) map.vector(&a.out_b, at + "o_proj.bias", C, WeightInit::zeros);
+      map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
+      const std::string gate_up[] = {mlp + "gate_proj.weight", mlp + "up_proj.weight"};
+      const int64_t gate_up_rows[] = {F, F};
+      map.stacked(&m.up_w, mlp + "gate_up_proj.weight", gate_up, gate_up_rows, C);
+      map.matrix(&m.down_w, mlp + "down_proj.weight", C, F);
+      if (c.ffn_bias) {
+        const std::string biases[] = {mlp + "gate_proj.bias", mlp + "up_proj.bias"};
+        map.stacked_vector(&m.up_b, mlp + "gate_up_proj.bias", biases, gate_up_rows);
+        map.vector(&m.down_b, mlp + "down_proj.bias", C, WeightInit::zeros);
+      }
+    }
+    map.vector(&w.final_norm_w, "norm.weight", C, WeightInit::ones);
+    std::vector<WeightPlan> plans = map.take();
+    if (!c.tied_embeddings) {
+      WeightMap head(files, "");
+      head.matrix(&w.lm_head, "lm_head.weight", V, C);
+      for (WeightPlan& p : head.take()) plans.push_back(std::move(p));
+    }
+    return plans;
+  }
+
+  void block(const Step& step, const LayerWeights& w, LayerCache& cache) const override {
+    self_attention(step, w.attention, cache);  // x = x + attn(rms_norm(x)), rotary q and k
+    feed_forward(step, w.ffn);                 // x = x + down(silu(gate(h)) ⊙ up(h)), h = rms_norm(x)
+  }
+};
+
+}  // namespace
+
+const Family& llama_family() {
+  static const Llama family;
+  return family;
+}
+
+}  // namespace ding

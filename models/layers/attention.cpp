@@ -1,0 +1,87 @@
+// Self-attention as a decoder layer: x ← x + W_o · attn(rope(q), rope(k), v) with q, k, v from one
+// fused projection of norm(x). Keys and values go into the layer's KvCache at their positions.
+#include <fmt/format.h>
+
+#include "ding/error.h"
+#include "ding/models/layers/block.h"
+#include "ding/ops/ops.h"
+
+namespace ding {
+
+KvCache::KvCache(Device& device, DType dtype, int64_t batch, int64_t positions, int64_t kv_heads, int64_t head_dim) {
+  const Tensor shape = Tensor::view(nullptr, &device, dtype, {batch, positions, kv_heads, head_dim});
+  buffer_ = device.alloc(2 * shape.nbytes());
+  k = Tensor::view(buffer_.data(), &device, dtype, {batch, positions, kv_heads, head_dim});
+  v = Tensor::view(static_cast<char*>(buffer_.data()) + shape.nbytes(), &device, dtype, {batch, positions, kv_heads, head_dim});
+}
+
+std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
+                                             int64_t max_batch, int64_t max_tokens) {
+  switch (c.layers[size_t(layer)].mixer) {
+    case MixerKind::attention:
+      return std::make_unique<KvCache>(device, dtype, max_batch, max_tokens, c.n_kv_head, c.d_head);
+  }
+  throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
+}
+
+namespace {
+
+ops::MatmulNorm prologue(const ModelConfig& c, const Tensor& weight, const Tensor& bias) {
+  return {.kind = c.norm, .weight = weight, .bias = bias, .eps = c.norm_eps};
+}
+
+// Rotates q or k ([rows, heads, D] view of the qkv product) in place at the step's positions.
+void rotate(const Step& s, const AttentionWeights& w, const Tensor& heads) {
+  const ModelConfig& c = *s.config;
+  // Prefill rows are one sequence's consecutive tokens, [1, n]; decode rows are n sequences, [n, 1].
+  const bool prefill = s.kind == StepKind::prefill;
+  const Tensor x = prefill ? heads.unsqueeze(0) : heads.unsqueeze(1);
+  const Tensor positions = prefill ? s.positions.reshape({1, s.n}) : s.positions.reshape({s.n, 1});
+  ops::rope(*s.stream, x, x,
+            {.layout = ops::RopeLayout::neox, .theta = float(c.rope_theta), .rotary_dim = c.rotary_dim,
+             .positions = positions, .inv_freq = w.rope_inv_freq});
+}
+
+}  // namespace
+
+void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_cache) {
+  const ModelConfig& c = *s.config;
+  auto* cache = dynamic_cast<KvCache*>(&layer_cache);
+  if (!cache) throw Error(ErrorCode::internal, fmt::format("layer {}: self_attention needs a KvCache", s.layer));
+  const int64_t n = s.n, H = c.n_head, Hkv = c.n_kv_head, D = c.d_head;
+  const DType dt = s.x.dtype;
+  const Tensor qkv = s.scratch->take(dt, {n, (H + 2 * Hkv) * D});
+  const Tensor attended = s.scratch->take(dt, {n, H * D});
+  ops::matmul(*s.stream, qkv, s.x, w.qkv_w, {.bias = w.qkv_b, .norm = prologue(c, w.norm_w, w.norm_b)});
+
+  const Tensor heads = qkv.reshape({n, H + 2 * Hkv, D});
+  const Tensor q = heads.slice(1, 0, H), k = heads.slice(1, H, H + Hkv), v = heads.slice(1, H + Hkv, H + 2 * Hkv);
+  if (c.positions == PositionKind::rope) {
+    rotate(s, w, q);
+    rotate(s, w, k);
+  }
+  const ops::AttentionParams params{.window = c.layers[size_t(s.layer)].window};
+  if (s.kind == StepKind::decode) {
+    // The token's k and v go into the cache inside the attention op, at seq_lens − 1 = its position.
+    ops::attention_decode(*s.stream, attended.reshape({n, H, D}), q, cache->k.slice(0, 0, n), cache->v.slice(0, 0, n),
+                          s.seq_lens, params, k, v);
+  } else {
+    const Tensor k_seq = cache->k.slice(0, s.seq, s.seq + 1), v_seq = cache->v.slice(0, s.seq, s.seq + 1);
+    ops::kv_append(*s.stream, k_seq, v_seq, k.unsqueeze(0), v.unsqueeze(0), s.start_dev);
+    // The chunk's queries see every earlier position of the sequence (or the window's).
+    const int64_t keys = s.start + n;
+    ops::attention_prefill(*s.stream, attended.reshape({1, n, H, D}), q.unsqueeze(0), k_seq.slice(1, 0, keys),
+                           v_seq.slice(1, 0, keys), params);
+  }
+  ops::matmul(*s.stream, s.x, attended, w.out_w, {.bias = w.out_b, .residual = s.x});
+}
+
+size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
+  const int64_t attention = rows * ((c.n_head + 2 * c.n_kv_head) * c.d_head + c.n_head * c.d_head);
+  const int64_t ffn = rows * c.d_ff;
+  // A block takes all three (qkv, attention output, FFN hidden) between resets; each take is
+  // rounded up to 256 bytes.
+  return size_t(attention + ffn) * dtype_size(dtype) + 3 * 256;
+}
+
+}  // namespace ding

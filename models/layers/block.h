@@ -1,0 +1,91 @@
+// The layers a family's decoder block is assembled from, and what one forward step over them
+// sees. Every layer reads and updates the residual stream x in place (x ← x + layer(norm(x))), so
+// a block reads like its math:
+//   self_attention(step, w.attention, cache);   // x = x + attn(norm(x))
+//   feed_forward(step, w.ffn);                  // x = x + ffn(norm(x))
+// Each norm is the prologue of the product it feeds (ops::MatmulNorm), so no normalised copy of x
+// is written. A layer's cache (KvCache now; a latent cache or a recurrent state later) is made by
+// make_layer_cache from the layer's type and owned by the session, which never looks inside.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "ding/device.h"
+#include "ding/models/config.h"
+#include "ding/workspace.h"
+
+namespace ding {
+
+struct AttentionWeights {
+  Tensor norm_w, norm_b;  // [C]; norm_b layer_norm only
+  Tensor qkv_w;           // [(H + 2·Hkv)·D, C]: rows of q, then k, then v
+  Tensor qkv_b;           // [(H + 2·Hkv)·D], optional
+  Tensor out_w;           // [C, H·D]
+  Tensor out_b;           // [C], optional
+  Tensor rope_inv_freq;   // f32 [R/2], rope positions only: θ_i with the config's scaling applied
+};
+
+struct FeedForwardWeights {
+  Tensor norm_w, norm_b;  // [C]; norm_b layer_norm only
+  Tensor up_w;            // mlp [F, C]; gated [2F, C] = [W_gate; W_up]
+  Tensor up_b;            // [F] or [2F], optional
+  Tensor down_w;          // [C, F]
+  Tensor down_b;          // [C], optional
+};
+
+struct LayerWeights {
+  AttentionWeights attention;
+  FeedForwardWeights ffn;
+};
+
+// A layer's per-session state, sized once for the session's batch and context.
+class LayerCache {
+ public:
+  virtual ~LayerCache() = default;
+  virtual size_t bytes() const = 0;
+};
+
+class KvCache final : public LayerCache {
+ public:
+  KvCache(Device& device, DType dtype, int64_t batch, int64_t positions, int64_t kv_heads, int64_t head_dim);
+  size_t bytes() const override { return 2 * k.nbytes(); }
+  Tensor k, v;  // [B, S, Hkv, D]
+
+ private:
+  Buffer buffer_;
+};
+
+// The cache layer `layer` needs: its mixer's kind decides (attention: a KvCache).
+std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
+                                             int64_t max_batch, int64_t max_tokens);
+
+enum class StepKind : uint8_t { prefill, decode };
+
+// One forward step: a prefill chunk of sequence `seq` (rows are its positions start..start+n−1)
+// or a decode step (row b is sequence b's next token). Everything a decode step reads that
+// changes between steps is a device tensor, so the step can be recorded once and replayed.
+struct Step {
+  Stream* stream = nullptr;
+  const ModelConfig* config = nullptr;
+  StepKind kind = StepKind::prefill;
+  int64_t layer = 0;      // the layer being run (its type is config->layers[layer])
+  int64_t n = 0;          // token rows
+  int64_t seq = 0;        // prefill: the sequence
+  int64_t start = 0;      // prefill: the chunk's first position
+  Tensor start_dev;       // prefill: i32 [1], start on the device
+  Tensor positions;       // i32 [n]: each row's position
+  Tensor seq_lens;        // decode: i32 [n], each sequence's length including this token
+  Tensor x;               // [n, C] the residual stream, updated in place
+  Workspace* scratch = nullptr;  // reset before each layer
+};
+
+// x ← x + attention(norm(x)): the fused q/k/v projection, rotary positions where the config has
+// them, causal attention (full or sliding-window, per the layer's type) over the cache after
+// appending this step's keys and values, and the output projection added to x.
+void self_attention(const Step& step, const AttentionWeights& w, LayerCache& cache);
+// x ← x + down(act(up(norm(x)))): GELU MLP, or silu(gate) ⊙ up fused into the up product's epilogue.
+void feed_forward(const Step& step, const FeedForwardWeights& w);
+// Scratch one block needs for `rows` token rows in `dtype`.
+size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
+
+}  // namespace ding

@@ -1,0 +1,156 @@
+// ModelConfig from config.json text as transformers 4 and 5 write it, per family: the fields each
+// family reads, the per-layer windows, and the errors for what ding does not run.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ding/models/config.h"
+#include "expect_error.h"
+
+namespace ding::testing {
+namespace {
+
+using json = nlohmann::json;
+
+json llama_json() {
+  return {{"model_type", "llama"}, {"hidden_size", 64}, {"intermediate_size", 96}, {"num_hidden_layers", 3},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 300}, {"max_position_embeddings", 256},
+          {"rms_norm_eps", 1e-5}, {"rope_theta", 500000.0}, {"hidden_act", "silu"}, {"torch_dtype", "bfloat16"},
+          {"bos_token_id", 128000}, {"eos_token_id", json::array({128001, 128009, 7})}};
+}
+
+ModelConfig parse(const json& j) { return ModelConfig::from_json_text(j.dump(), "config.json"); }
+
+TEST(LlamaConfig, ReadsTheFieldsTransformersWrites) {
+  const ModelConfig c = parse(llama_json());
+  EXPECT_EQ(c.n_layer, 3);
+  EXPECT_EQ(c.n_head, 4);
+  EXPECT_EQ(c.n_kv_head, 2);
+  EXPECT_EQ(c.d_head, 16);
+  EXPECT_EQ(c.d_ff, 96);
+  EXPECT_EQ(c.norm, NormKind::rms_norm);
+  EXPECT_EQ(c.positions, PositionKind::rope);
+  EXPECT_EQ(c.ffn, FfnKind::gated);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.stored_dtype, DType::bf16);
+  EXPECT_EQ(c.bos_token, 128000);  // outside the vocabulary: accepted, as transformers does
+  EXPECT_EQ(c.eos_tokens, (std::vector<int32_t>{128001, 128009, 7}));
+  EXPECT_EQ(c.reachable_eos(), (std::vector<int32_t>{7}));
+  ASSERT_EQ(c.layers.size(), 3u);
+  for (const LayerSpec& l : c.layers) EXPECT_EQ(l.window, 0);
+}
+
+TEST(LlamaConfig, ExplicitHeadDimAndBiases) {
+  json j = llama_json();
+  j["head_dim"] = 32;
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.d_head, 32);
+  EXPECT_TRUE(c.qkv_bias && c.out_bias && c.ffn_bias);
+}
+
+TEST(LlamaConfig, Llama3ScalingAsTransformers4And5WriteIt) {
+  json v4 = llama_json();
+  v4["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 8192}};
+  json v5 = llama_json();
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = v4["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  for (const json& j : {v4, v5}) {
+    const ModelConfig c = parse(j);
+    EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+    EXPECT_EQ(c.rope_scaling.kind, ops::RopeScalingKind::llama3);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
+    EXPECT_EQ(c.rope_scaling.original_max_position, 8192);
+  }
+}
+
+TEST(LlamaConfig, LinearScalingUnderTheOldKeyName) {
+  json j = llama_json();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.kind, ops::RopeScalingKind::linear);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.0);
+}
+
+TEST(LlamaConfig, UnsupportedRopeScalingIsNamed) {
+  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+    json j = llama_json();
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
+    expect_error([&] { parse(j); }, ErrorCode::parse, {type});
+  }
+}
+
+TEST(LlamaConfig, BadValuesAreNamed) {
+  json j = llama_json();
+  j["num_key_value_heads"] = 3;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_key_value_heads"});
+  j = llama_json();
+  j["hidden_act"] = "gelu";
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"hidden_act"});
+  j = llama_json();
+  j["rms_norm_eps"] = 1e-50;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"rms_norm_eps"});
+  j = llama_json();
+  j["rms_norm_eps"] = 1e39;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"rms_norm_eps"});
+  j = llama_json();
+  j.erase("intermediate_size");
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"intermediate_size"});
+}
+
+TEST(MistralConfig, SlidingWindowOnEveryLayerUnlessNull) {
+  json j = llama_json();
+  j["model_type"] = "mistral";
+  j["sliding_window"] = 32;
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 32);
+  j["sliding_window"] = nullptr;
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 0);
+}
+
+TEST(Qwen2Config, WindowFromMaxWindowLayersOnAndQkvBiases) {
+  json j = llama_json();
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 16;
+  j["max_window_layers"] = 1;
+  const ModelConfig c = parse(j);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.out_bias);
+  EXPECT_EQ(c.layers[0].window, 0);
+  EXPECT_EQ(c.layers[1].window, 16);
+  EXPECT_EQ(c.layers[2].window, 16);
+  j["use_sliding_window"] = false;
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 0);
+}
+
+TEST(Qwen2Config, LayerTypesWhenWritten) {
+  json j = llama_json();
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 16;
+  j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.layers[0].window, 16);
+  EXPECT_EQ(c.layers[1].window, 0);
+  EXPECT_EQ(c.layers[2].window, 16);
+  j["layer_types"] = {"sliding_attention", "linear_attention", "full_attention"};
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"linear_attention"});
+  j["layer_types"] = {"full_attention"};
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"layer_types"});
+}
+
+TEST(ModelConfigFamilies, UnknownModelTypeListsTheSupportedOnes) {
+  json j = llama_json();
+  j["model_type"] = "mamba";
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"llama, mistral, qwen2"});
+}
+
+}  // namespace
+}  // namespace ding::testing

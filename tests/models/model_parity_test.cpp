@@ -1,0 +1,198 @@
+// Model parity with transformers: every fixture folder (tiny random models written by
+// tools/fixtures/make_gpt2_fixtures.py and make_llama_fixtures.py, with float64 reference logits
+// from transformers' own model classes) is loaded and run on every available backend in each
+// compute dtype: the logits of every prompt position, and a greedy continuation through decode.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ding/ding.h"
+#include "ding/models/generate.h"
+#include "op_cases.h"
+
+namespace ding::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kData = fs::path(DING_TEST_DATA);
+// The fixture sets: GPT-2 folders (with tokenizers) and Llama/Mistral/Qwen2 folders (token ids only).
+const char* const kFixtureSets[] = {"gpt2-fixtures", "llama-fixtures"};
+
+struct Fixture {
+  std::string name;
+  nlohmann::json meta;
+  std::vector<double> logits;  // [T, V]
+};
+
+Fixture read_fixture(const fs::path& folder) {
+  Fixture f;
+  f.name = folder.filename().string();
+  std::ifstream meta(folder / "reference.json");
+  f.meta = nlohmann::json::parse(meta);
+  std::ifstream raw(folder / "reference_logits.f64", std::ios::binary);
+  const int64_t T = f.meta["logits_shape"][0], V = f.meta["logits_shape"][1];
+  f.logits.resize(size_t(T * V));
+  raw.read(reinterpret_cast<char*>(f.logits.data()), std::streamsize(f.logits.size() * sizeof(double)));
+  EXPECT_TRUE(raw.good()) << "reference_logits.f64 of " << f.name << " is short";
+  return f;
+}
+
+std::vector<fs::path> fixture_folders(const char* set) {
+  std::vector<fs::path> folders;
+  if (fs::exists(kData / set))
+    for (const auto& entry : fs::directory_iterator(kData / set))
+      if (entry.is_directory()) folders.push_back(entry.path());
+  std::sort(folders.begin(), folders.end());
+  return folders;
+}
+
+// Logits NMSE bound per compute dtype, against the float64 reference.
+// f32: 1e-6; measured ≈ 1e-13 (GPT-2) and ≈ 1e-11 (rotary models: transformers forms the rotary
+// angle and its cos/sin in float32 even in a float64 model, which ding's f32 kernels also do, but
+// not identically). f16/bf16: every activation and weight rounded to the dtype at each of ~10 ops
+// per block; the error compounds over layers, so the bound is a few hundred times rounding_nmse.
+double logits_bound(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 1e-6;
+    case DType::f16: return 300 * rounding_nmse(DType::f16);
+    default: return 300 * rounding_nmse(DType::bf16);
+  }
+}
+
+// A greedy step is compared only where the reference's top-1/top-2 logit margin exceeds what
+// the dtype's error can flip: comfortably above the largest logit error seen at the bound.
+double margin_needed(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 1e-3;
+    case DType::f16: return 0.05;
+    default: return 0.25;
+  }
+}
+
+struct ParityParam {
+  fs::path folder;
+  std::string backend;
+  DType dtype;
+  int64_t prefill_chunk = 256;  // smaller than the prompt: chunks carry the cache across
+};
+
+void PrintTo(const ParityParam& p, std::ostream* os) {
+  *os << p.folder.filename().string() << " on " << p.backend << " in " << dtype_name(p.dtype) << " chunk " << p.prefill_chunk;
+}
+
+class ModelParity : public ::testing::TestWithParam<ParityParam> {};
+
+TEST_P(ModelParity, LogitsOfEveryPromptPositionMatchTransformers) {
+  const ParityParam& p = GetParam();
+  if (!registry::is_available(p.backend)) GTEST_SKIP() << "backend " << p.backend << " has no device here";
+  const Fixture f = read_fixture(p.folder);
+  Model model = Model::load(p.folder.string(), Device::open(p.backend), {.dtype = p.dtype});
+  Session session(model, {.prefill_chunk = p.prefill_chunk});
+  const std::vector<Token> prompt = f.meta["prompt_ids"].get<std::vector<Token>>();
+  std::vector<float> logits;
+  session.prefill(0, prompt, &logits);
+  ASSERT_EQ(logits.size(), f.logits.size());
+  const double err = nmse(std::vector<double>(logits.begin(), logits.end()), f.logits);
+  EXPECT_LE(err, logits_bound(p.dtype)) << "NMSE against transformers' float64 logits";
+  RecordProperty("logits_nmse", fmt::format("{:.3g}", err));
+  std::printf("[ parity   ] %s on %s in %s (chunk %lld): logits NMSE %.3g (bound %.3g)\n", f.name.c_str(), p.backend.c_str(),
+              std::string(dtype_name(p.dtype)).c_str(), (long long)p.prefill_chunk, err, logits_bound(p.dtype));
+}
+
+TEST_P(ModelParity, GreedyTokensMatchWhereTheMarginAllows) {
+  const ParityParam& p = GetParam();
+  if (!registry::is_available(p.backend)) GTEST_SKIP() << "backend " << p.backend << " has no device here";
+  const Fixture f = read_fixture(p.folder);
+  Model model = Model::load(p.folder.string(), Device::open(p.backend), {.dtype = p.dtype});
+  Session session(model, {.prefill_chunk = p.prefill_chunk});
+  Sampler greedy({.temperature = 0.0f});
+  const auto prompt = f.meta["greedy_prompt_ids"].get<std::vector<Token>>();
+  const auto expected = f.meta["greedy_ids"].get<std::vector<Token>>();
+  const auto margins = f.meta["greedy_margins"].get<std::vector<double>>();
+  const GenerateResult r = generate(session, greedy, prompt, {.max_new_tokens = int64_t(expected.size()), .stop_at_eos = false});
+  ASSERT_EQ(r.tokens.size(), expected.size());
+  int compared = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (margins[i] < margin_needed(p.dtype)) break;  // past here a legitimate flip may change the rest
+    EXPECT_EQ(r.tokens[i], expected[i]) << "greedy step " << i << " (reference margin " << margins[i] << ")";
+    ++compared;
+  }
+  RecordProperty("greedy_tokens_compared", compared);
+}
+
+std::vector<ParityParam> parity_params() {
+  std::vector<ParityParam> params;
+  for (const std::string& backend : registry::compiled_backends()) {
+    if (backend == "ref") continue;  // the reference kernels at model scale add minutes, not coverage
+    for (const char* set : kFixtureSets)
+      for (const fs::path& folder : fixture_folders(set)) {
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) params.push_back({folder, backend, dtype});
+        params.push_back({folder, backend, DType::f32, 7});  // chunks of 7: caches and windows across chunks
+      }
+  }
+  return params;
+}
+
+std::string param_name(const ::testing::TestParamInfo<ParityParam>& info) {
+  std::string name = info.param.backend + "_" + info.param.folder.filename().string() + "_" +
+                     std::string(dtype_name(info.param.dtype));
+  if (info.param.prefill_chunk != 256) name += fmt::format("_chunk{}", info.param.prefill_chunk);
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParity, ::testing::ValuesIn(parity_params()), param_name);
+
+TEST(ModelFixtures, ArePresent) {
+  EXPECT_GE(fixture_folders("gpt2-fixtures").size(), 4u) << "expected the GPT-2 fixtures in " << kData / "gpt2-fixtures";
+  EXPECT_GE(fixture_folders("llama-fixtures").size(), 6u) << "expected the Llama-family fixtures in " << kData / "llama-fixtures";
+}
+
+}  // namespace
+}  // namespace ding::testing
+
+namespace ding::testing {
+namespace {
+
+// transformers 5 writes rope_parameters and dtype; transformers 4 wrote rope_theta, rope_scaling
+// and torch_dtype. The same weights under either spelling give the same logits.
+TEST(ModelConfigSpelling, Transformers4ConfigGivesTheSameLogitsAsTransformers5) {
+  for (const fs::path& folder : fixture_folders("llama-fixtures")) {
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(folder / "config.json"));
+    if (!cfg.contains("rope_parameters")) continue;
+    const fs::path copy = fs::temp_directory_path() / ("ding_v4_config_" + folder.filename().string());
+    fs::remove_all(copy);
+    fs::copy(folder, copy);
+    nlohmann::json rope = cfg["rope_parameters"];
+    cfg.erase("rope_parameters");
+    cfg["rope_theta"] = rope["rope_theta"];
+    rope.erase("rope_theta");
+    if (rope["rope_type"] != "default") cfg["rope_scaling"] = rope;
+    if (cfg.contains("dtype")) {
+      cfg["torch_dtype"] = cfg["dtype"];
+      cfg.erase("dtype");
+    }
+    std::ofstream(copy / "config.json") << cfg.dump(2);
+    const std::vector<Token> prompt = read_fixture(folder).meta["prompt_ids"].get<std::vector<Token>>();
+    std::vector<float> v5, v4;
+    {
+      Model model = Model::load(folder.string(), Device::open("cpu"), {.dtype = DType::f32});
+      Session(model).prefill(0, prompt, &v5);
+    }
+    {
+      Model model = Model::load(copy.string(), Device::open("cpu"), {.dtype = DType::f32});
+      Session(model).prefill(0, prompt, &v4);
+    }
+    EXPECT_EQ(v4, v5) << folder.filename();
+    fs::remove_all(copy);
+  }
+}
+
+}  // namespace
+}  // namespace ding::testing
