@@ -1,16 +1,16 @@
-// ding-run as a user runs it: the default model generates, machine outputs are exact, and every
-// bad input ends with a one-line error and a non-zero exit, never a crash.
+// ding-run as a user runs it: the default model generates, machine outputs are exact, the options
+// take effect (threads, seed, context length, the model's sampling defaults, a folder without a
+// tokenizer), and every bad input ends with a one-line error and exit code 1, never a crash.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "op_cases.h"
+#include "tools/tool_process.h"
 
 namespace ding::testing {
 namespace {
@@ -18,46 +18,41 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kTiny = fs::path(DING_TEST_DATA) / "gpt2-fixtures" / "tiny-f32";
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-  std::string stdout_only;
-};
+ToolResult ding_run(const std::string& args) { return run_tool(DING_RUN_BINARY, args); }
 
-Result ding_run(const std::string& args) {
-  // One stderr file per process: ctest runs these tests in parallel processes.
-  const fs::path err = fs::temp_directory_path() / ("ding_run_test_stderr." + std::to_string(getpid()) + ".txt");
-  Result r;
-  const std::string command = std::string(DING_RUN_BINARY) + " " + args + " 2>" + err.string();
-  FILE* pipe = popen(command.c_str(), "r");
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.stdout_only.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream in(err);
-  r.out = r.stdout_only + std::string(std::istreambuf_iterator<char>(in), {});
-  fs::remove(err);
-  return r;
+void expect_clean_failure(const ToolResult& r, const std::string& mention) {
+  ding::testing::expect_clean_failure(r, "ding-run", mention);
 }
 
-void expect_clean_failure(const Result& r, const std::string& mention) {
-  EXPECT_EQ(r.exit_code, 1) << r.out;  // 1 = a reported error; a crash would be ≥ 128
-  EXPECT_NE(r.out.find("ding-run: error: "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(mention), std::string::npos) << "missing '" << mention << "' in: " << r.out;
+nlohmann::json run_json(const std::string& args) {
+  const ToolResult r = ding_run(args + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.stdout_only) : nlohmann::json::object();
+}
+
+// A copy of the tiny fixture folder in a fresh directory, without the files named in `leave_out`.
+fs::path copy_of_tiny(const std::string& name, const std::vector<std::string>& leave_out) {
+  const fs::path dir = fs::temp_directory_path() / ("ding_run_test_" + name + "." + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(kTiny))
+    if (std::find(leave_out.begin(), leave_out.end(), entry.path().filename()) == leave_out.end())
+      fs::copy_file(entry.path(), dir / entry.path().filename());
+  return dir;
 }
 
 TEST(DingRun, DefaultModelGeneratesAndSummarises) {
-  const Result r = ding_run("-p 'The jury said' -n 24 --greedy");
+  const ToolResult r = ding_run("-p 'The jury said' -n 24 --greedy");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.stdout_only.rfind("The jury said", 0), 0u);
   EXPECT_GT(r.stdout_only.size(), 40u);
-  for (const char* field : {"load ", "prefill ", "decode ", "tok/s", "KV cache", "peak RSS"})
+  for (const char* field : {"load ", "GB/s", "warm-up ", "sampling  greedy", "seed ", "prefill ", "time to first token",
+                            "decode ", "tok/s", "KV cache", "peak RSS", "CPU thread"})
     EXPECT_NE(r.out.find(field), std::string::npos) << field;
 }
 
 TEST(DingRun, JsonSummaryHasTheGeneratedIds) {
-  const Result r = ding_run("-m " + kTiny.string() + " --tokens 5,6,7 -n 6 --greedy --json");
+  const ToolResult r = ding_run("-m " + kTiny.string() + " --tokens 5,6,7 -n 6 --greedy --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.stdout_only);
   EXPECT_EQ(j["generated_ids"].size(), 6u);
@@ -73,7 +68,7 @@ TEST(DingRun, LogitsOutIsTheRawF32LogitsOfEveryPromptPosition) {
   std::string list;
   for (int id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
   const fs::path out = fs::temp_directory_path() / "ding_run_logits.f32";
-  const Result r = ding_run("-m " + kTiny.string() + " --tokens " + list + " -n 1 --logits-out " + out.string());
+  const ToolResult r = ding_run("-m " + kTiny.string() + " --tokens " + list + " -n 1 --logits-out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const int64_t T = meta["logits_shape"][0], V = meta["logits_shape"][1];
   ASSERT_EQ(int64_t(fs::file_size(out)), T * V * 4) << "the file holds exactly [n_prompt, V] f32";
@@ -87,7 +82,7 @@ TEST(DingRun, LogitsOutIsTheRawF32LogitsOfEveryPromptPosition) {
 }
 
 TEST(DingRun, TooManyNewTokensAreClampedAndSaidSo) {
-  const Result r = ding_run("-m " + kTiny.string() + " --tokens 5,6,7 -n 1000 --greedy");
+  const ToolResult r = ding_run("-m " + kTiny.string() + " --tokens 5,6,7 -n 1000 --greedy");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("-n 1000 clamped to 62"), std::string::npos) << r.out;
 }
@@ -113,9 +108,117 @@ TEST(DingRun, BadInputFailsCleanly) {
   fs::remove(long_prompt);
   fs::remove(bad_utf8);
 
-  const Result usage = ding_run("--no-such-flag");
-  EXPECT_NE(usage.exit_code, 0);
-  EXPECT_LT(usage.exit_code, 128);
+}
+
+
+TEST(DingRun, ThreadsAreWhatTheOpenMpRuntimeRuns) {
+  // "threads" is read back from the OpenMP runtime in the process; 3 differs from the default of
+  // a 2-core machine, and from an OMP_NUM_THREADS set around the tests.
+  const std::string run = "-m " + kTiny.string() + " --tokens 5,6,7 -n 2 --greedy";
+  for (int threads : {1, 2, 3}) EXPECT_EQ(run_json(run + " --threads " + std::to_string(threads))["threads"], threads);
+  EXPECT_NE(ding_run(run + " --threads 1").out.find("1 CPU thread\n"), std::string::npos);
+  expect_clean_failure(ding_run(run + " --threads 0"), "--threads");
+}
+
+TEST(DingRun, SeedIsRandomUnlessGivenAndFixesTheOutput) {
+  const std::string run = "-m " + kTiny.string() + " --tokens 5,6,7 -n 16 --temp 1.5 --top-k 0 --top-p 1";
+  const nlohmann::json a = run_json(run), b = run_json(run);
+  // Two seeds from std::random_device agree with probability 2^-64.
+  EXPECT_NE(a["seed"], b["seed"]);
+  const nlohmann::json c = run_json(run + " --seed " + a["seed"].dump());
+  EXPECT_EQ(c["seed"], a["seed"]);
+  EXPECT_EQ(c["generated_ids"], a["generated_ids"]) << "the printed seed reproduces the run";
+  const nlohmann::json top = run_json(run + " --seed 18446744073709551615");
+  EXPECT_EQ(top["seed"].get<uint64_t>(), UINT64_MAX);
+  EXPECT_EQ(run_json(run + " --seed 18446744073709551615")["generated_ids"], top["generated_ids"]);
+  EXPECT_NE(ding_run(run + " --seed 7").out.find("seed 7"), std::string::npos) << "the summary prints it";
+}
+
+TEST(DingRun, SeedsOutsideZeroToTwoToThe64AreErrors) {
+  const std::string run = "-m " + kTiny.string() + " --tokens 5,6,7 -n 2";
+  for (const char* seed : {"-1", "1e23", "2^64", "18446744073709551616", "0x10", "12abc", "+3", "''"})
+    expect_clean_failure(ding_run(run + " --seed=" + seed), "--seed");
+  expect_clean_failure(ding_run(run + " --seed -1"), "--seed");
+}
+
+TEST(DingRun, CtxSizeSetsTheCacheLength) {
+  const std::string run = "-m " + kTiny.string() + " --tokens 5,6,7 -n 100 --greedy";
+  const nlohmann::json whole = run_json(run), small = run_json(run + " -c 16");
+  EXPECT_EQ(whole["ctx_size"], 64) << "default: the model's context";
+  EXPECT_EQ(small["ctx_size"], 16);
+  EXPECT_EQ(small["max_new_tokens"], 16 - 3 + 1) << "the last sampled token is never cached";
+  EXPECT_TRUE(small["clamped"]);
+  EXPECT_EQ(small["kv_cache_bytes"].get<int64_t>() * 64, whole["kv_cache_bytes"].get<int64_t>() * 16);
+  expect_clean_failure(ding_run(run + " --ctx-size 0"), "--ctx-size");
+  expect_clean_failure(ding_run("-m " + kTiny.string() + " --tokens 5,6,7,8,9 -c 4"), "context is 4 (-c 4)");
+}
+
+TEST(DingRun, SummaryReportsDtypeLoadSpeedWarmUpAndFirstToken) {
+  const nlohmann::json j = run_json("-m " + kTiny.string() + " --tokens 5,6,7 -n 4 --greedy --backend cpu");
+  EXPECT_EQ(j["dtype"], "f32") << "no --dtype: the library's choice on the CPU";
+  EXPECT_EQ(run_json("-m " + kTiny.string() + " --tokens 5,6,7 -n 4 --greedy --backend cpu --dtype bf16")["dtype"], "bf16");
+  EXPECT_GT(j["load_gbps"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["load_gbps"].get<double>(),
+                   j["weights_bytes"].get<double>() / j["load_seconds"].get<double>() * 1e-9);
+  EXPECT_GE(j["warm_up_seconds"].get<double>(), 0);
+  EXPECT_GE(j["ttft_seconds"].get<double>(), j["prefill_seconds"].get<double>()) << "prefill, then the first sample";
+  EXPECT_TRUE(j["greedy"]);
+}
+
+TEST(DingRun, CommandLineErrorsExitOneWithOneLine) {
+  expect_clean_failure(ding_run("--no-such-flag"), "--no-such-flag");
+  expect_clean_failure(ding_run("-n"), "-n");
+  expect_clean_failure(ding_run("-n -3"), "-n");
+  expect_clean_failure(ding_run("-n many"), "many");
+  expect_clean_failure(ding_run("-p a -f b"), "excludes");
+  expect_clean_failure(ding_run("--temp warm"), "warm");
+  const ToolResult help = ding_run("--help");
+  EXPECT_EQ(help.exit_code, 0) << help.out;
+  EXPECT_NE(help.out.find("--ctx-size"), std::string::npos) << help.out;
+}
+
+TEST(DingRun, FolderWithoutTokenizerRunsOnTokenIds) {
+  const fs::path dir = copy_of_tiny("no_tokenizer", {"vocab.json", "merges.txt", "tokenizer.json"});
+  const std::string run = "-m " + dir.string() + " --tokens 5,6,7 -n 6 --greedy";
+  const ToolResult r = ding_run(run);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = run_json(run);
+  EXPECT_TRUE(j["generated_text"].is_null());
+  std::string ids;  // stdout is the generated ids, space separated, and a newline; an EOS ends it unshown
+  auto streamed = j["generated_ids"];
+  if (j["stop_reason"] == "eos") streamed.erase(streamed.size() - 1);
+  for (const auto& id : streamed) ids += (ids.empty() ? "" : " ") + id.dump();
+  EXPECT_EQ(r.stdout_only, ids + "\n");
+  EXPECT_EQ(j["generated_ids"], run_json("-m " + kTiny.string() + " --tokens 5,6,7 -n 6 --greedy")["generated_ids"])
+      << "the same model with its tokenizer";
+  const std::string no_tokenizer = "the model folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); pass --tokens";
+  expect_clean_failure(ding_run("-m " + dir.string() + " -p hello"), no_tokenizer);
+  expect_clean_failure(ding_run("-m " + dir.string()), no_tokenizer);
+  expect_clean_failure(ding_run(run + " --stop x"), "--stop");
+  fs::remove_all(dir);
+}
+
+TEST(DingRun, UnsetSamplingFlagsTakeGenerationConfig) {
+  const fs::path dir = copy_of_tiny("generation_config", {});
+  const std::string run = "-m " + dir.string() + " --tokens 5,6,7 -n 2";
+  std::ofstream(dir / "generation_config.json") << R"({"do_sample": false, "temperature": 0.5, "top_k": 7})";
+  const nlohmann::json greedy = run_json(run);
+  EXPECT_TRUE(greedy["greedy"]) << "do_sample false";
+  const nlohmann::json sampled = run_json(run + " --top-p 0.9");
+  EXPECT_FALSE(sampled["greedy"]) << "a sampling flag asks for sampling";
+  EXPECT_FLOAT_EQ(sampled["temperature"].get<float>(), 0.5f);
+  EXPECT_EQ(sampled["top_k"], 7);
+  EXPECT_FLOAT_EQ(sampled["top_p"].get<float>(), 0.9f);
+  EXPECT_EQ(sampled["sampling_from_generation_config"], (std::vector<std::string>{"temperature", "top_k"}));
+
+  std::ofstream(dir / "generation_config.json") << R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9})";
+  const nlohmann::json defaults = run_json(run + " --temp 1.2");
+  EXPECT_FALSE(defaults["greedy"]);
+  EXPECT_FLOAT_EQ(defaults["temperature"].get<float>(), 1.2f) << "the flag wins";
+  EXPECT_FLOAT_EQ(defaults["top_p"].get<float>(), 0.9f);
+  EXPECT_EQ(defaults["top_k"], 40) << "neither flag nor file: ding-run's default";
+  EXPECT_TRUE(run_json(run + " --greedy")["greedy"]);
+  fs::remove_all(dir);
 }
 
 }  // namespace

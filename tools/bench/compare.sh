@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# ding against the best PyTorch stack on the same GPU, in one go (issue 5): builds ding-bench and
-# ding-run, runs the seed benchmark and its variants on both, the GEMM/GEMV, attention_decode and
-# matmul_chain op benchmarks, keeps every raw output and prints a side-by-side table.
-#   tools/bench/compare.sh [build folder]          (from anywhere; runs in the repository root)
+# ding against the best PyTorch stack on the same GPU, in one go (issues 5 and 17): builds ding-bench
+# and ding-run, runs the seed benchmark (bf16, 256-token prompt + 256 new) on both for GPT-2 and
+# Llama shapes, the GEMM/GEMV, attention_decode and matmul_chain op benchmarks, keeps every raw
+# output and prints a side-by-side table.
+#   tools/bench/compare.sh [--shape NAME]... [build folder]      (from anywhere; runs in the repository root)
+# --shape (repeatable) picks the model shapes, each at batch 1 and 8 (names: ding-bench model --help);
+# without it: gpt2-xl (batch 1 and 8), gpt2 (batch 1) and llama-3.2-1b (batch 1 and 8).
 # Environment:
 #   OUT              results folder (default results/compare-<date>); raw outputs + table.txt
 #   DING_CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default 90, the H100)
@@ -11,14 +14,38 @@
 #   DING_COMPARE_BUDGET  seconds for the whole run (default 520: one device call allows 10 minutes)
 #   DING_COMPARE_TESTS   a gtest filter: also build ding_tests and run those tests (e.g. the cuda
 #                    parity cases of the ops under work, '*cuda_matmul*') while PyTorch compiles
-# Time: the three PyTorch runs compile (torch.compile, minutes) in the background while ding
+# Time: the PyTorch runs compile (torch.compile, minutes) in the background while ding
 # builds, then wait; every timed run, ding's and PyTorch's, has the GPU to itself. A step that
 # fails or runs out of time leaves its output with the error and shows as n/a in the table.
 set -uo pipefail
+script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/../.." || exit 1
 deps=${DING_DEPS:-$PWD/.deps/usr}
 arch=${DING_CUDA_ARCH:-90}
-build=${1:-build-compare}
+build=build-compare
+shapes=()
+while (( $# > 0 )); do
+  case $1 in
+    --shape) [[ $# -ge 2 ]] || { echo "compare.sh: --shape needs a name" >&2; exit 1; }; shapes+=("$2"); shift 2 ;;
+    --shape=*) shapes+=("${1#--shape=}"); shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$script" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "compare.sh: unknown option $1" >&2; exit 1 ;;
+    *) build=$1; shift ;;
+  esac
+done
+# The model runs, shape:batch; each has a ding_<shape>_b<batch> and a torch_<shape>_b<batch> output.
+if (( ${#shapes[@]} == 0 )); then
+  model_runs=(gpt2-xl:1 gpt2-xl:8 gpt2:1 llama-3.2-1b:1 llama-3.2-1b:8)
+else
+  model_runs=()
+  for shape in "${shapes[@]}"; do model_runs+=("$shape:1" "$shape:8"); done
+fi
+# Seconds a ding-bench model run may take: most of it is drawing the random weights on the host.
+ding_limit() {
+  case ${1%%:*} in
+    gpt2) echo 40 ;; gpt2-medium) echo 60 ;; gpt2-large) echo 90 ;; llama-3.1-8b) echo 420 ;; *) echo 120 ;;
+  esac
+}
 python=${PYTHON:-python3}
 out=${OUT:-$PWD/results/compare-$(date +%Y%m%d-%H%M%S)}
 budget=${DING_COMPARE_BUDGET:-520}
@@ -49,9 +76,13 @@ run() {
 }
 
 # ---- PyTorch: compile and warm up now, time later -------------------------------------------
-declare -A torch_args=([torch_xl_b1]="--shape gpt2-xl --batch 1" [torch_xl_b8]="--shape gpt2-xl --batch 8"
-                       [torch_small_b1]="--shape gpt2 --batch 1")
-torch_order=(torch_xl_b1 torch_xl_b8 torch_small_b1)
+declare -A torch_args
+torch_order=()
+for run_spec in "${model_runs[@]}"; do
+  name="torch_${run_spec%%:*}_b${run_spec##*:}"
+  torch_args[$name]="--shape ${run_spec%%:*} --batch ${run_spec##*:}"
+  torch_order+=("$name")
+done
 declare -A torch_pid
 go="$out/.go"
 mkdir -p "$go"
@@ -68,7 +99,7 @@ done
 note "PyTorch runs compiling in the background: ${torch_order[*]}"
 
 # ---- ding: build ---------------------------------------------------------------------------
-reserve=200  # the ding and PyTorch timed runs after the build
+reserve=$(( 40 * ${#model_runs[@]} + 60 ))  # the ding and PyTorch timed runs after the build
 tests=${DING_COMPARE_TESTS:-}
 run build 360 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH='$deps' \
   -DDING_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES='$arch' && \
@@ -86,12 +117,12 @@ done
 note "PyTorch compiled; timing"
 
 # ---- ding: the seed benchmark and variants, then the ops --------------------------------------
-reserve=60  # the PyTorch timed phases
+reserve=$(( 20 * ${#model_runs[@]} ))  # the PyTorch timed phases
 model=(model --backend cuda --dtype bf16 --prompt 256 --new 256)
-# (each gpt2-xl run draws 1.5 G random weights on the host first: tens of seconds)
-run ding_xl_b1 120 "$bench" "${model[@]}" --shape gpt2-xl --batch 1
-run ding_xl_b8 120 "$bench" "${model[@]}" --shape gpt2-xl --batch 8
-run ding_small_b1 40 "$bench" "${model[@]}" --shape gpt2 --batch 1
+for run_spec in "${model_runs[@]}"; do
+  run "ding_${run_spec%%:*}_b${run_spec##*:}" "$(ding_limit "$run_spec")" "$bench" "${model[@]}" \
+    --shape "${run_spec%%:*}" --batch "${run_spec##*:}"
+done
 
 # Time PyTorch now (each alone on the GPU), before the op benchmarks that may run out of time.
 reserve=0

@@ -3,9 +3,10 @@
 
   tools/bench/compare_table.py RESULTS_DIR
 
-Reads ding_*.txt / torch_*.txt (ding-bench model and peer_torch.py: the `prefill`, `decode` and
-`roofline` lines) and ops_*.txt (ding-bench ops: one line per case, the ceilings line). A missing
-file or line shows as n/a. Targets are issue 5's (H100, bf16).
+Reads ding_<shape>_b<batch>.txt / torch_<shape>_b<batch>.txt (ding-bench model and peer_torch.py:
+the `prefill`, `decode` and `roofline` lines), one table row per shape and batch found, and
+ops_*.txt (ding-bench ops: one line per case, the ceilings line). A missing file or line shows as
+n/a. Targets are issue 5's (H100, bf16).
 """
 import os
 import re
@@ -13,11 +14,13 @@ import sys
 
 NA = "n/a"
 
-MODEL_ROWS = [  # name, ding file, torch file, prefill target (ms), decode target (tok/s)
-    ("gpt2-xl batch 1", "ding_xl_b1", "torch_xl_b1", "<= 2 ms", ">= 830 tok/s (90% roof)"),
-    ("gpt2-xl batch 8", "ding_xl_b8", "torch_xl_b8", "-", ">= 4000 tok/s"),
-    ("gpt2 batch 1", "ding_small_b1", "torch_small_b1", "-", "-"),
-]
+SHAPE_ORDER = ["gpt2-xl", "gpt2-large", "gpt2-medium", "gpt2", "llama-3.2-1b", "llama-3.1-8b"]
+LEGACY_SHAPES = {"xl": "gpt2-xl", "small": "gpt2"}  # the file names of results folders before Llama
+TARGETS = {  # (shape, batch): prefill target (ms), decode target (tok/s)
+    ("gpt2-xl", 1): ("<= 2 ms", ">= 830 tok/s (90% roof)"),
+    ("gpt2-xl", 8): ("-", ">= 4000 tok/s"),
+}
+MODEL_FILE = re.compile(r"^(ding|torch)_(.+)_b(\d+)\.txt$")
 
 PREFILL = re.compile(r"^prefill\s+(\d+) tokens x (\d+): ([\d.]+) ms per sequence")
 DECODE = re.compile(r"^decode\s+(\d+) steps x batch (\d+): ([\d.]+) ms/step = ([\d.]+) tok/s")
@@ -32,6 +35,19 @@ def read(folder, name):
             return f.read().splitlines()
     except OSError:
         return []
+
+
+def model_runs(folder):
+    """[(shape, batch, ding file, torch file)] of the model outputs in the folder, in table order."""
+    runs = {}
+    for entry in sorted(os.listdir(folder)):
+        if m := MODEL_FILE.match(entry):
+            who, shape, batch = m.group(1), m.group(2), int(m.group(3))
+            runs.setdefault((LEGACY_SHAPES.get(shape, shape), batch), {})[who] = entry[:-len(".txt")]
+    order = {shape: i for i, shape in enumerate(SHAPE_ORDER)}
+    keys = sorted(runs, key=lambda k: (order.get(k[0], len(order)), k[0], k[1]))
+    return [(shape, batch, runs[(shape, batch)].get("ding", ""), runs[(shape, batch)].get("torch", ""))
+            for shape, batch in keys]
 
 
 def model_numbers(lines):
@@ -89,7 +105,9 @@ def main():
         print("  " + "\n  ".join(summary[:14] or [NA]))
 
     rows = []
-    for label, ding_file, torch_file, prefill_target, decode_target in MODEL_ROWS:
+    for shape, batch, ding_file, torch_file in model_runs(folder):
+        label = f"{shape} batch {batch}"
+        prefill_target, decode_target = TARGETS.get((shape, batch), ("-", "-"))
         d, t = model_numbers(read(folder, ding_file)), model_numbers(read(folder, torch_file))
         # PyTorch's share of the same roofline: ding's floor (its measured bandwidth, the same
         # weights and KV bytes) over PyTorch's step time.
@@ -103,7 +121,7 @@ def main():
                      prefill_target, decode_target])
     table("Model, bf16, 256-token prompt + 256 new (prefill: ms per sequence; speedup = ding over torch)",
           ["model", "ding prefill ms", "torch prefill ms", "prefill speedup", "ding tok/s", "torch tok/s",
-           "decode speedup", "ding % roof", "torch % roof", "target prefill", "target decode"], rows)
+           "decode speedup", "ding % roof", "torch % roof", "target prefill", "target decode"], rows or [[NA] * 11])
 
     ding_mm, bandwidth = ops_numbers(read(folder, "ops_matmul_ding"))
     blas_mm, _ = ops_numbers(read(folder, "ops_matmul_cublas"))

@@ -1,6 +1,7 @@
-// ding-bench: op benchmarks with a roofline column.
+// ding-bench: op and model benchmarks with a roofline column.
 //   ding-bench ops [--backend cpu] [--op matmul] [--filter TEXT[|TEXT…]]… [--all] [--threads N] [--matmul ding|cublas]
-// runs the op cases of tests/ops in perf mode: median time per case, achieved GB/s and GFLOP/s
+//   ding-bench model [--shape gpt2-xl|llama-3.2-1b|... | -m DIR] [--prompt 256] [--new 256] [--batch 1] (model_bench.h)
+// `ops` runs the op cases of tests/ops in perf mode: median time per case, achieved GB/s and GFLOP/s
 // from the op's cost model, and the share of the roofline min(peak FLOP/s, AI × bandwidth)
 // reached, with both ceilings measured in this process and printed with how they were measured.
 #include <fmt/format.h>
@@ -9,7 +10,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <iostream>
 #include <string>
@@ -17,6 +17,8 @@
 
 #include "ceilings.h"
 #include "load_bench.h"
+#include "ding/threads.h"
+#include "../cli_checks.h"
 #include "model_bench.h"
 #include "op_cases.h"
 #ifdef DING_HAVE_CUDA
@@ -81,7 +83,8 @@ int run_ops(const OpsOptions& o) {
   Device& device = Device::open(o.backend);
   const Caps& caps = device.caps();
   choose_matmul_path(device, o.matmul);
-  fmt::print("ding-bench ops: backend {} — {}, last-level cache {}\n", caps.backend, caps.name, human_bytes(caps.llc_bytes));
+  fmt::print("ding-bench ops: backend {} — {}, last-level cache {}, {} CPU threads\n", caps.backend, caps.name,
+             human_bytes(caps.llc_bytes), cpu_threads());
   if (o.matmul != "ding")
     fmt::print("matmul through {} where it takes the call (plain products); ding's kernels otherwise\n", o.matmul);
   const Ceilings ceil = measure_ceilings(device);
@@ -158,16 +161,17 @@ int main(int argc, char** argv) {
   ops_cmd->add_flag("--warm", ops.warm, "reuse one set of tensors (cache-resident) instead of rotating through copies");
   ops_cmd->add_flag("!--no-graphs", ops.graphs, "time calls as enqueued from the host instead of replaying a recorded batch");
   ops_cmd->add_option("--min-time", ops.min_time, "seconds to spend timing each case (default 0.3)")->check(CLI::PositiveNumber);
-  ops_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
+  ops_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   ops_cmd->add_option("--matmul", ops.matmul, "cuda: matmul by ding's kernels or by cuBLAS, for comparison (default ding)")
       ->check(CLI::IsMember({"ding", "cublas"}));
   ding::bench::ModelBenchOptions model;
-  CLI::App* model_cmd = app.add_subcommand("model", "prefill + decode a GPT-2 shape (random weights) or a model folder");
-  model_cmd->add_option("--shape", model.shape, "gpt2, gpt2-medium, gpt2-large, gpt2-xl (default gpt2-xl)");
+  CLI::App* model_cmd = app.add_subcommand("model", "prefill + decode a named shape (random weights) or a model folder");
+  model_cmd->add_option("--shape", model.shape, fmt::format("{} (default gpt2-xl)", ding::bench::model_shape_names()));
   model_cmd->add_option("-m,--model", model.model_dir, "a model folder instead of a named shape");
   model_cmd->add_option("--positions", model.positions,
-                        "named shapes: positions the model has (default 1024, GPT-2's; raise for long contexts)")
-      ->check(CLI::PositiveNumber);
+                        "named shapes: positions the model has (default: its config's; GPT-2's 1024 are learned, raise "
+                        "them for long contexts)")
+      ->check(ding::tools::at_least(1));
   model_cmd->add_option("--backend", model.backend, "backend (default auto)");
   model_cmd->add_option("--dtype", model.dtype, "f32, bf16, f16 (default bf16)");
   model_cmd->add_option("--prompt", model.prompt, "prompt tokens (default 256)");
@@ -175,7 +179,7 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--batch", model.batch, "sequences decoded together (default 1)");
   model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of decode steps");
   model_cmd->add_flag("!--no-graphs", model.graphs, "decode op by op instead of replaying recorded CUDA graphs");
-  model_cmd->add_option("--threads", threads, "CPU threads (sets OMP_NUM_THREADS; default: all cores)")->check(CLI::PositiveNumber);
+  model_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   ding::bench::LoadBenchOptions load;
   CLI::App* load_cmd = app.add_subcommand("load", "time weight upload (upload_weights) from a folder's safetensors");
   load_cmd->add_option("-m,--model", load.model_dir, "the model folder")->required();
@@ -185,23 +189,32 @@ int main(int argc, char** argv) {
   load_cmd->add_option("--chunk-mib", load.chunk_mib, "pipeline chunk in MiB (default 32)")->check(CLI::PositiveNumber);
   load_cmd->add_option("--write-gpt2", load.write_gpt2, "first write random weights of this GPT-2 shape (gpt2 … gpt2-xl) into the folder");
   load_cmd->add_option("--stored", load.stored, "dtype --write-gpt2 stores: f32, f16, bf16 (default f16)");
-  load_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-  if (threads > 0) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  load_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string line = e.what();
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    std::cerr << "ding-bench: error: " << line << "\n";
+    return 1;
+  }
   if (ops_cmd->parsed() && !ops.op.empty()) {
     bool known = false;
     for (const char* name : ding::ops::kOpNames) known |= ops.op == name;
     if (!known) {
-      std::cerr << "ding-bench: unknown op '" << ops.op << "' (see ops/op_list.h)\n";
-      return 2;
+      std::cerr << "ding-bench: error: unknown op '" << ops.op << "' (see ops/op_list.h)\n";
+      return 1;
     }
   }
   try {
+    if (threads > 0) ding::set_cpu_threads(threads);  // before any device opens
     if (model_cmd->parsed()) return ding::bench::run_model(model);
     if (load_cmd->parsed()) return ding::bench::run_load(load);
     return ding::bench::run_ops(ops);
-  } catch (const ding::Error& e) {
-    std::cerr << "ding-bench: " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "ding-bench: error: " << e.what() << "\n";
     return 1;
   }
 }

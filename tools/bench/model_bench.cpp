@@ -9,6 +9,7 @@
 #include "ding/ding.h"
 #include "ding/models/sampler.h"
 #include "ding/models/session.h"
+#include "ding/threads.h"
 
 namespace ding::bench {
 
@@ -18,26 +19,98 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The GPT-2 family as released (Radford et al. 2019): layers, heads, width.
+// Each named shape is its model's config.json as Hugging Face publishes it, parsed by the same
+// code that reads a model folder. The GPT-2 family (Radford et al. 2019) differs only in layers,
+// heads and width; its released files also carry dropout and task fields, which inference ignores.
+struct NamedShape {
+  const char* name;
+  std::string config_json;
+};
+
+std::string gpt2_config(int layers, int heads, int width) {
+  return fmt::format(R"({{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new",
+  "n_layer": {}, "n_head": {}, "n_embd": {}, "n_ctx": 1024, "n_positions": 1024, "vocab_size": 50257,
+  "layer_norm_epsilon": 1e-05, "initializer_range": 0.02, "bos_token_id": 50256, "eos_token_id": 50256}})",
+                     layers, heads, width);
+}
+
+// meta-llama/Llama-3.2-1B: GQA (32 query heads over 8 KV heads), tied embeddings, llama3 rope
+// scaling by 32 from an 8192-position original context.
+const char* const kLlama32_1B = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 16,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+// meta-llama/Llama-3.1-8B: GQA (32 over 8), a separate LM head, llama3 rope scaling by 8.
+const char* const kLlama31_8B = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+const std::vector<NamedShape>& named_shapes() {
+  static const std::vector<NamedShape> shapes = {
+      {"gpt2", gpt2_config(12, 12, 768)},          {"gpt2-medium", gpt2_config(24, 16, 1024)},
+      {"gpt2-large", gpt2_config(36, 20, 1280)},   {"gpt2-xl", gpt2_config(48, 25, 1600)},
+      {"llama-3.2-1b", kLlama32_1B},               {"llama-3.1-8b", kLlama31_8B},
+  };
+  return shapes;
+}
+
 ModelConfig named_shape(const std::string& name, int64_t positions) {
-  struct Shape { const char* name; int64_t layers, heads, width; };
-  static const Shape shapes[] = {{"gpt2", 12, 12, 768}, {"gpt2-medium", 24, 16, 1024}, {"gpt2-large", 36, 20, 1280},
-                                 {"gpt2-xl", 48, 25, 1600}};
-  for (const Shape& s : shapes)
+  for (const NamedShape& s : named_shapes())
     if (name == s.name) {
-      ModelConfig c;
-      c.model_type = "gpt2";
-      c.n_layer = s.layers;
-      c.n_head = c.n_kv_head = s.heads;
-      c.d_model = s.width;
-      c.d_head = s.width / s.heads;
-      c.d_ff = 4 * s.width;
-      c.n_positions = positions;
-      c.vocab_size = 50257;
-      c.eos_token = 50256;
+      ModelConfig c = ModelConfig::from_json_text(s.config_json, fmt::format("--shape {}", name));
+      if (positions > 0) c.n_positions = positions;  // learned positions: the table's rows
       return c;
     }
-  throw Error(ErrorCode::invalid_argument, fmt::format("--shape '{}': known shapes are gpt2, gpt2-medium, gpt2-large, gpt2-xl", name));
+  throw Error(ErrorCode::invalid_argument, fmt::format("--shape '{}': known shapes are {}", name, model_shape_names()));
 }
 
 DType parse_dtype(const std::string& s) {
@@ -47,23 +120,56 @@ DType parse_dtype(const std::string& s) {
   throw Error(ErrorCode::invalid_argument, fmt::format("--dtype '{}' is not f32, bf16 or f16", s));
 }
 
+// Weight bytes one decode step of `batch` sequences reads: every matrix once, but of the token
+// embedding (when the LM head does not reuse it) and of a learned position table only one row
+// per sequence.
+double weight_bytes_per_step(const Model& model, int64_t batch) {
+  const ModelConfig& c = model.config();
+  const double row = double(c.d_model) * double(dtype_size(model.dtype()));
+  double tables = 0;  // rows held in the weights but looked up, not streamed
+  if (!c.tied_embeddings) tables += double(c.vocab_size);
+  if (c.positions == PositionKind::learned) tables += double(c.n_positions);
+  const double lookups = double(batch) * ((c.tied_embeddings ? 0 : 1) + (c.positions == PositionKind::learned ? 1 : 0));
+  return double(model.weight_bytes()) - (tables - lookups) * row;
+}
+
+void check_fits(const ModelBenchOptions& o, int64_t positions) {
+  if (o.prompt < 1 || o.new_tokens < 1 || o.batch < 1 || o.prompt + o.new_tokens > positions)
+    throw Error(ErrorCode::invalid_argument, fmt::format("--prompt {} + --new {} must fit the {} positions (and be ≥ 1, batch ≥ 1)",
+                                                         o.prompt, o.new_tokens, positions));
+}
+
+Model make_model(const ModelBenchOptions& o, Device& device) {
+  LoadOptions load;
+  load.dtype = parse_dtype(o.dtype);
+  if (!o.model_dir.empty()) return Model::load(o.model_dir, device, load);
+  const ModelConfig config = named_shape(o.shape, o.positions);
+  check_fits(o, config.n_positions);  // before drawing billions of random weights
+  return Model::random(config, device, load, 1);
+}
+
 }  // namespace
+
+std::string model_shape_names() {
+  std::string names;
+  for (const NamedShape& s : named_shapes()) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  return names;
+}
 
 int run_model(const ModelBenchOptions& o) {
   Device& device = Device::open(o.backend);
-  const LoadOptions load{.dtype = parse_dtype(o.dtype)};
-  Model model = o.model_dir.empty() ? Model::random(named_shape(o.shape, o.positions), device, load, 1)
-                                    : Model::load(o.model_dir, device, load);
+  Model model = make_model(o, device);
   const ModelConfig& c = model.config();
-  if (o.prompt < 1 || o.new_tokens < 1 || o.batch < 1 || o.prompt + o.new_tokens > c.n_positions)
-    throw Error(ErrorCode::invalid_argument, fmt::format("--prompt {} + --new {} must fit the {} positions (and be ≥ 1, batch ≥ 1)",
-                                                         o.prompt, o.new_tokens, c.n_positions));
-  fmt::print("ding-bench model: {} ({} layers, {} heads, width {}, vocab {}), {}, backend {} — {}\n",
-             o.model_dir.empty() ? o.shape + " shape, random weights" : o.model_dir, c.n_layer, c.n_head, c.d_model,
-             c.vocab_size, o.dtype, device.caps().backend, device.caps().name);
+  check_fits(o, c.n_positions);
+  fmt::print("ding-bench model: {} ({} layers, {} heads over {} kv heads, width {}, vocab {}), {}, backend {} — {}, "
+             "{} CPU threads\n",
+             o.model_dir.empty() ? o.shape + " shape, random weights" : o.model_dir, c.n_layer, c.n_head, c.n_kv_head,
+             c.d_model, c.vocab_size, dtype_name(model.dtype()), device.caps().backend, device.caps().name, cpu_threads());
   const Ceilings ceil = measure_ceilings(device);
   fmt::print("ceiling (measured now): bandwidth {:.1f} GB/s ({})\n", ceil.bandwidth_gbs, ceil.bandwidth_how);
 
+  // The cache holds the prompt and the new tokens only, never the model's whole context (131072
+  // positions for Llama 3).
   Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + o.new_tokens, .prefill_chunk = o.prompt,
                           .graphs = o.graphs});
   std::mt19937 rng(7);
@@ -89,17 +195,20 @@ int run_model(const ModelBenchOptions& o) {
   }
   const double decode_seconds = now_seconds() - t0;
 
-  // Decode roofline: every step streams all weights once plus the KV cache read so far (the
-  // mean context over the run), for all sequences of the batch.
-  const double weight_bytes = double(model.weight_bytes());
-  const double kv_per_position = double(session.kv_cache_bytes()) / double(o.batch * (o.prompt + o.new_tokens));
+  // Decode roofline: every step streams the weights once (weight_bytes_per_step) plus, for each
+  // sequence, the K and V of the positions cached so far, their mean over the run. A position's
+  // K and V are 2 × layers × kv heads × head dim values: GQA's few KV heads make them small.
+  const double weights_per_step = weight_bytes_per_step(model, o.batch);
+  const double kv_per_position = double(session.kv_cache_bytes()) / double(session.max_batch() * session.max_tokens());
   const double mean_context = double(o.prompt) + double(o.new_tokens) / 2;
-  const double bytes_per_step = weight_bytes + double(o.batch) * mean_context * kv_per_position;
+  const double bytes_per_step = weights_per_step + double(o.batch) * mean_context * kv_per_position;
   const double floor_seconds = bytes_per_step / (ceil.bandwidth_gbs * 1e9);
   const double step_seconds = decode_seconds / double(o.new_tokens);
   const double tokens_per_second = double(o.batch) / step_seconds;
-  fmt::print("weights {:.1f} MB; KV cache {:.1f} MB ({} sequences x {} positions)\n", weight_bytes * 1e-6,
-             double(session.kv_cache_bytes()) * 1e-6, o.batch, o.prompt + o.new_tokens);
+  fmt::print("weights {:.1f} MB ({:.1f} MB read per step); KV cache {:.1f} MB ({} sequences x {} positions x {:.1f} KB: "
+             "{} layers x 2 x {} kv heads x {})\n",
+             double(model.weight_bytes()) * 1e-6, weights_per_step * 1e-6, double(session.kv_cache_bytes()) * 1e-6, o.batch,
+             session.max_tokens(), kv_per_position * 1e-3, c.n_layer, c.n_kv_head, c.d_head);
   fmt::print("prefill   {} tokens x {}: {:.2f} ms per sequence = {:.1f} tok/s\n", o.prompt, o.batch,
              prefill_seconds * 1e3 / double(o.batch), double(o.prompt * o.batch) / prefill_seconds);
   fmt::print("decode    {} steps x batch {}: {:.3f} ms/step = {:.1f} tok/s\n", o.new_tokens, o.batch, step_seconds * 1e3,

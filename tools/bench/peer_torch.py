@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The best PyTorch stack we know for GPT-2 decode (issue 5), on ding-bench model's shapes.
+"""The best PyTorch stack we know for GPT-2 and Llama decode (issues 5 and 17), on ding-bench model's shapes.
 
-Hugging Face GPT2LMHeadModel in bf16 on cuda with sdpa attention and a StaticCache sized
-prompt + new; prefill timed after a warm-up; decode as a hand-written greedy loop whose one-token
+Hugging Face GPT2LMHeadModel or LlamaForCausalLM in bf16 on cuda with sdpa attention and a StaticCache
+sized prompt + new; prefill timed after a warm-up; decode as a hand-written greedy loop whose one-token
 step (model forward + argmax) is torch.compile(mode="reduce-overhead", fullgraph=True), which
 replays it as a CUDA graph. Timed with CUDA events after warm-up. Prints lines shaped like
 ding-bench model's, so tools/bench/compare_table.py reads both:
@@ -10,7 +10,7 @@ ding-bench model's, so tools/bench/compare_table.py reads both:
   prefill   256 tokens x 1: 23.70 ms per sequence = 10801.7 tok/s
   decode    256 steps x batch 1: 2.825 ms/step = 354.0 tok/s
 
-  tools/bench/peer_torch.py [--shape gpt2-xl | --model DIR] [--prompt 256] [--new 256] [--batch 1]
+  tools/bench/peer_torch.py [--shape gpt2-xl | --shape llama-3.2-1b | --model DIR] [--prompt 256] [--new 256] [--batch 1]
 
 Every decode run (compilation, warm-ups, the timed one) starts from cache.reset() and a prefill of
 positions 0 .. P-1, and steps at P, P+1, ...: later transformers 5.x StaticCaches write at their own
@@ -19,8 +19,9 @@ the prefill and the timed decode pushed the timed steps past the cache's last sl
 index assert). The cache is sized prompt + new exactly; on any exception the script says which phase
 failed.
 
-Random weights of a named shape need no download (the GPU machine has no network); --model loads
-a local folder (config.json + weights) instead. Prefill runs eager (the batch's B prompts in one
+Random weights of a named shape need no download (the GPU machine has no network): a Llama shape is
+built from its config.json fields (never from_pretrained of a hub name); --model loads a local folder
+(config.json + weights) of either family instead. Prefill runs eager (the batch's B prompts in one
 call; "per sequence" is that call's time / B, where ding-bench prefills sequence by sequence).
 """
 import argparse
@@ -37,32 +38,63 @@ SHAPES = {  # layers, heads, width: the GPT-2 family as released, as in tools/be
     "gpt2-xl": (48, 25, 1600),
 }
 
+# The config.json of each Llama shape as Hugging Face publishes it, as in tools/bench/model_bench.cpp
+# (read by LlamaConfig.from_dict, as from_pretrained reads the file: any transformers version turns
+# rope_scaling and rope_theta into its own form).
+LLAMA_COMMON = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "initializer_range": 0.02,
+    "max_position_embeddings": 131072, "mlp_bias": False, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 128256,
+}
+LLAMA_SHAPES = {
+    "llama-3.2-1b": {**LLAMA_COMMON, "head_dim": 64, "hidden_size": 2048, "intermediate_size": 8192,
+                     "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+                     "tie_word_embeddings": True,
+                     "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                      "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+    "llama-3.1-8b": {**LLAMA_COMMON, "hidden_size": 4096, "intermediate_size": 14336,
+                     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                     "tie_word_embeddings": False,
+                     "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                      "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+}
+
 
 def fail(message):
     print(f"peer_torch: {message}", file=sys.stderr)
     sys.exit(1)
 
 
-def build_model(args, torch, transformers, dtype):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    if args.model:
+def random_model(model_class, config, args, torch):
+    """Random weights of a named shape, drawn on the GPU (1.5 to 8 G parameters take minutes on a CPU) in
+    the config's dtype (a Llama config says bf16: 8 G parameters in f32 would be 32 GB)."""
+    torch.manual_seed(args.seed)
+    with torch.device("cuda"):
         try:
-            model = GPT2LMHeadModel.from_pretrained(args.model, attn_implementation="sdpa")
+            return model_class._from_config(config, attn_implementation="sdpa")
+        except (TypeError, AttributeError):  # a transformers without it: set it on the config
+            config._attn_implementation = "sdpa"
+            return model_class(config)
+
+
+def build_model(args, torch, transformers, dtype):
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    if args.model:  # a GPT-2 or Llama folder: the class its config.json names
+        try:
+            model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa")
         except TypeError:  # an older transformers without the keyword
-            model = GPT2LMHeadModel.from_pretrained(args.model)
+            model = AutoModelForCausalLM.from_pretrained(args.model)
         source = args.model
+    elif args.shape in LLAMA_SHAPES:
+        model = random_model(LlamaForCausalLM, LlamaConfig.from_dict(LLAMA_SHAPES[args.shape]), args, torch)
+        source = f"{args.shape} shape, random weights"
     else:
         layers, heads, width = SHAPES[args.shape]
         config = GPT2Config(n_layer=layers, n_head=heads, n_embd=width, n_positions=1024, vocab_size=50257,
                             bos_token_id=50256, eos_token_id=50256)
-        torch.manual_seed(args.seed)
-        with torch.device("cuda"):  # initialise on the GPU: 1.5 G parameters take minutes on a CPU
-            try:
-                model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
-            except (TypeError, AttributeError):  # a transformers without it: set it on the config
-                config._attn_implementation = "sdpa"
-                model = GPT2LMHeadModel(config)
+        model = random_model(GPT2LMHeadModel, config, args, torch)
         source = f"{args.shape} shape, random weights"
     if getattr(model.config, "_attn_implementation", None) != "sdpa" and hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("sdpa")
@@ -127,7 +159,7 @@ def cache_tensors(cache, torch):
 
 def main(state):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="gpt2-xl", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="gpt2-xl", choices=sorted(SHAPES) + sorted(LLAMA_SHAPES))
     ap.add_argument("--model", help="a local model folder instead of a named shape")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     ap.add_argument("--prompt", type=int, default=256)
@@ -152,9 +184,13 @@ def main(state):
     torch.backends.cudnn.allow_tf32 = True
     model, source = build_model(args, torch, transformers, dtype)
     c = model.config
-    if args.prompt < 1 or args.new < 1 or args.batch < 1 or args.prompt + args.new > c.n_positions:
-        fail(f"--prompt {args.prompt} + --new {args.new} must fit the {c.n_positions} positions (and be >= 1, batch >= 1)")
-    print(f"peer_torch: {source} ({c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, vocab {c.vocab_size}), "
+    # The generic config names (GPT2Config maps them to n_layer, n_head, n_embd, n_positions).
+    positions = c.max_position_embeddings
+    if args.prompt < 1 or args.new < 1 or args.batch < 1 or args.prompt + args.new > positions:
+        fail(f"--prompt {args.prompt} + --new {args.new} must fit the {positions} positions (and be >= 1, batch >= 1)")
+    kv_heads = getattr(c, "num_key_value_heads", c.num_attention_heads)
+    heads = f"{c.num_attention_heads} heads" + (f" over {kv_heads} kv heads" if kv_heads != c.num_attention_heads else "")
+    print(f"peer_torch: {source} ({c.num_hidden_layers} layers, {heads}, width {c.hidden_size}, vocab {c.vocab_size}), "
           f"{args.dtype}, sdpa, static cache, decode step torch.compile(reduce-overhead, fullgraph)")
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, CUDA {torch.version.cuda}; "
           f"GPU {torch.cuda.get_device_name()}")

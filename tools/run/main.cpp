@@ -1,26 +1,38 @@
 // ding-run: generate text with a model folder (default: the model shipped in the repo).
-//   ding-run [-m DIR] [-p PROMPT | -f FILE | --tokens 1,2,3] [-n N] [--backend auto|cpu|...]
+//   ding-run [-m DIR] [-p PROMPT | -f FILE | --tokens 1,2,3] [-n N] [-c N] [--backend auto|cpu|...]
 //            [--dtype f32|bf16|f16] [--temp T] [--top-k K] [--top-p P] [--min-p P]
 //            [--repeat-penalty R] [--seed S] [--greedy] [--stop TEXT] [--logits-out FILE] [--json]
-// Text streams to stdout as it is generated; the summary (load time, prefill and decode speed,
-// memory, KV-cache size) goes to stderr, or with --json everything is one JSON object on stdout.
+//            [--threads N] [--no-graphs]
+// Text streams to stdout as it is generated (token ids, space separated, for a folder without a
+// tokenizer); the summary (load, warm-up, time to first token, prefill and decode speed, memory,
+// KV-cache size) goes to stderr, or with --json everything is one JSON object on stdout.
+// Every command-line or run-time error ends with one `ding-run: error: ...` line and exit code 1.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <sstream>
 
 #include "ding/ding.h"
 #include "ding/models/generate.h"
-
+#include "ding/threads.h"
+#include "../cli_checks.h"
 
 namespace {
+
+// ding-run's sampling when neither the command line nor generation_config.json says otherwise.
+constexpr ding::SamplerOptions kDefaultSampling{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f};
 
 struct Options {
   std::string model_dir;
@@ -28,15 +40,31 @@ struct Options {
   std::string prompt_file;
   std::string token_list;
   int64_t max_new_tokens = 128;
+  int64_t ctx_size = 0;  // 0: the Session's default (the model's context, capped)
   std::string backend = "auto";
-  std::string dtype = "f32";
-  ding::SamplerOptions sampler{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 0};
+  std::string dtype;  // empty: the library chooses (the checkpoint's dtype on GPUs, f32 on the CPU)
+  ding::SamplerOptions sampler = kDefaultSampling;  // a field counts only where its flag was given
+  std::string seed;                                 // as typed; parsed only when given
+  bool seed_given = false;                          // false: a random seed, printed
   bool greedy = false;
   bool json = false;
   std::vector<std::string> stop;
   std::string logits_out;
-  int threads = 0;
+  int threads = 0;  // 0: OpenMP's default (all cores)
   bool no_graphs = false;
+};
+
+// Which sampling flags the user gave: those win over generation_config.json.
+struct SamplingFlags {
+  bool temperature = false, top_k = false, top_p = false, min_p = false, repetition_penalty = false;
+  bool any_sampling() const { return temperature || top_k || top_p || min_p; }
+};
+
+// The sampler settled from the three sources, with what the model's generation_config.json gave.
+struct Sampling {
+  ding::SamplerOptions options;
+  bool greedy = false;
+  std::vector<std::string> from_model;  // the fields taken from generation_config.json
 };
 
 double now_seconds() {
@@ -80,6 +108,56 @@ ding::DType parse_dtype(const std::string& s) {
   throw ding::Error(ding::ErrorCode::invalid_argument, fmt::format("--dtype: '{}' is not f32, bf16 or f16", s));
 }
 
+// A seed is the decimal digits of an integer in [0, 2^64): no sign, exponent or spaces.
+uint64_t parse_seed(const std::string& text) {
+  uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, seed);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || error != std::errc() || stop != end)
+    throw ding::Error(ding::ErrorCode::invalid_argument,
+                      fmt::format("--seed: '{}' is not an integer from 0 to 2^64 - 1", text));
+  return seed;
+}
+
+uint64_t random_seed() {
+  std::random_device device;
+  return (uint64_t(device()) << 32) | uint64_t(device());
+}
+
+// A flag the user gave, else the model's generation_config.json, else ding-run's default. A model
+// that says do_sample = false decodes greedily unless a sampling flag asks otherwise.
+Sampling settle_sampling(const Options& o, const SamplingFlags& given, const ding::GenerationDefaults& model,
+                         uint64_t seed) {
+  Sampling s;
+  s.options = o.sampler;
+  s.options.seed = seed;
+  const auto take = [&](auto& field, bool flag_given, const auto& from_model, const char* name) {
+    if (flag_given || !from_model) return;
+    field = *from_model;
+    s.from_model.push_back(name);
+  };
+  take(s.options.temperature, given.temperature, model.temperature, "temperature");
+  take(s.options.top_k, given.top_k, model.top_k, "top_k");
+  take(s.options.top_p, given.top_p, model.top_p, "top_p");
+  take(s.options.min_p, given.min_p, model.min_p, "min_p");
+  take(s.options.repetition_penalty, given.repetition_penalty, model.repetition_penalty, "repetition_penalty");
+  const bool model_says_greedy = model.do_sample && !*model.do_sample && !given.any_sampling();
+  if (model_says_greedy) s.from_model.push_back("do_sample");
+  s.greedy = o.greedy || model_says_greedy || s.options.temperature == 0.0f;
+  if (s.greedy) s.options.temperature = 0.0f;
+  return s;
+}
+
+std::string describe(const Sampling& s) {
+  std::string text = s.greedy ? "greedy" : fmt::format("temperature {:g}, top-k {}, top-p {:g}, min-p {:g}",
+                                                       s.options.temperature, s.options.top_k, s.options.top_p,
+                                                       s.options.min_p);
+  if (s.options.repetition_penalty != 1.0f) text += fmt::format(", repetition penalty {:g}", s.options.repetition_penalty);
+  text += fmt::format("; seed {}", s.options.seed);
+  if (!s.from_model.empty()) text += fmt::format(" (from generation_config.json: {})", fmt::join(s.from_model, ", "));
+  return text;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ding::Error(ding::ErrorCode::io, fmt::format("-f {}: cannot open", path));
@@ -88,33 +166,52 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-int run(const Options& o) {
-  const double t_start = now_seconds();
+int run(const Options& o, const SamplingFlags& sampling_flags) {
+  const std::optional<ding::DType> dtype = o.dtype.empty() ? std::nullopt : std::optional(parse_dtype(o.dtype));
+  const uint64_t seed = o.seed_given ? parse_seed(o.seed) : random_seed();
+  if (o.threads > 0) ding::set_cpu_threads(o.threads);
+
+  const double t_open = now_seconds();
   ding::Device& device = ding::Device::open(o.backend);
   const std::string dir = o.model_dir.empty() ? default_model_dir() : o.model_dir;
   const bool show_progress = !o.json && isatty(STDERR_FILENO);
-  ding::LoadOptions load{.dtype = parse_dtype(o.dtype)};
+  ding::LoadOptions load;
+  if (dtype) load.dtype = *dtype;
   load.progress = [&](size_t done, size_t total) {
     if (show_progress && total > (size_t(64) << 20))
       fmt::print(stderr, "\rloading {}: {:3.0f}%", dir, 100.0 * double(done) / double(total));
   };
+  const double t_load = now_seconds();
   ding::Model model = ding::Model::load(dir, device, load);
   if (show_progress) fmt::print(stderr, "\r\033[K");
-  const double load_seconds = now_seconds() - t_start;
+  const double load_seconds = now_seconds() - t_load, open_seconds = t_load - t_open;
+  const double load_gbps = double(model.weight_bytes()) / load_seconds * 1e-9;
 
   std::vector<ding::Token> prompt;
   std::string prompt_text;
   if (!o.token_list.empty()) {
     prompt = parse_token_list(o.token_list, model.config().vocab_size);
   } else {
+    if (!model.has_tokenizer())
+      throw ding::Error(ding::ErrorCode::invalid_argument,
+                        "the model folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); pass --tokens");
     prompt_text = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
     prompt = model.tokenizer().encode(prompt_text, {.strict_utf8 = true});
     if (prompt.empty()) throw ding::Error(ding::ErrorCode::invalid_argument, "the prompt is empty");
   }
-  ding::Session session(model, {.max_batch = 1, .graphs = !o.no_graphs});
+  if (!o.stop.empty() && !model.has_tokenizer())
+    throw ding::Error(ding::ErrorCode::invalid_argument,
+                      "--stop matches text, and the model folder has no tokenizer to make text of the tokens");
+  ding::Session session(model, {.max_batch = 1, .max_tokens = o.ctx_size, .graphs = !o.no_graphs});
   if (int64_t(prompt.size()) > session.max_tokens())
     throw ding::Error(ding::ErrorCode::invalid_argument,
-                      fmt::format("the prompt has {} tokens but the model's context is {}", prompt.size(), session.max_tokens()));
+                      fmt::format("the prompt has {} tokens but the context is {}{}", prompt.size(), session.max_tokens(),
+                                  o.ctx_size > 0 ? fmt::format(" (-c {})", o.ctx_size) : ""));
+
+  // Module loading, first-call set-up and scratch allocation happen here, not in the timed prefill.
+  const double t_warm = now_seconds();
+  session.warm_up();
+  const double warm_up_seconds = now_seconds() - t_warm;
 
   if (!o.logits_out.empty()) {  // every prompt position's logits, f32 little-endian [n_prompt, V]
     std::vector<float> all;
@@ -124,25 +221,43 @@ int run(const Options& o) {
     if (!out) throw ding::Error(ding::ErrorCode::io, fmt::format("--logits-out {}: cannot write", o.logits_out));
   }
 
-  ding::SamplerOptions sampler_options = o.sampler;
-  if (o.greedy) sampler_options.temperature = 0.0f;
-  ding::Sampler sampler(sampler_options);
-  ding::TextStream text_stream(model.tokenizer());
+  const Sampling sampling = settle_sampling(o, sampling_flags, model.generation(), seed);
+  ding::Sampler sampler(sampling.options);
+  std::optional<ding::TextStream> text_stream;
+  if (model.has_tokenizer()) text_stream.emplace(model.tokenizer());
   std::string generated_text;
-  if (!o.json) std::fputs(prompt_text.c_str(), stdout);
+  const auto show = [&](const std::string& piece) {
+    if (o.json) return;
+    std::fputs(piece.c_str(), stdout);
+    std::fflush(stdout);
+  };
+  show(prompt_text);
+  std::optional<double> first_token_at;
+  int64_t ids_shown = 0;
+  const double t_generate = now_seconds();
   const ding::GenerateResult result = ding::generate(
       session, sampler, prompt, {.max_new_tokens = o.max_new_tokens, .stop_strings = o.stop}, [&](ding::Token t) {
-        const std::string piece = text_stream.push(t);
-        generated_text += piece;
-        if (!o.json) {
-          std::fputs(piece.c_str(), stdout);
-          std::fflush(stdout);
+        if (!first_token_at) first_token_at = now_seconds();
+        if (!text_stream) {  // no tokenizer: the ids, space separated
+          show(fmt::format("{}{}", ids_shown++ > 0 ? " " : "", t));
+          return true;
         }
+        const std::string piece = text_stream->push(t);
+        generated_text += piece;
+        show(piece);
         return true;
       });
-  const std::string rest = text_stream.flush();
-  generated_text += rest;
-  if (!o.json) std::fputs((rest + "\n").c_str(), stdout);
+  const double generate_seconds = now_seconds() - t_generate;
+  if (text_stream) {
+    const std::string rest = text_stream->flush();
+    generated_text += rest;
+    show(rest);
+  }
+  show("\n");
+  // Time to the first token: the prompt's prefill and the first sample. A first token that ends
+  // generation (EOS) is not streamed; then generation was exactly those two steps.
+  std::optional<double> ttft_seconds;
+  if (!result.tokens.empty()) ttft_seconds = first_token_at ? *first_token_at - t_generate : generate_seconds;
 
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -152,19 +267,35 @@ int run(const Options& o) {
   // The first token comes from the prefill's logits, so decode speed counts the n − 1 decode steps.
   const double decode_tps = n_new > 1 ? double(n_new - 1) / result.decode_seconds : 0.0;
   const double mib = 1.0 / double(1 << 20);
+  const std::string dtype_used(ding::dtype_name(model.dtype()));
+  const int threads = ding::cpu_threads();
   if (o.json) {
     nlohmann::json j = {{"model", dir},
                         {"backend", device.caps().backend},
                         {"device", device.caps().name},
-                        {"dtype", o.dtype},
+                        {"dtype", dtype_used},
+                        {"threads", threads},
+                        {"seed", seed},
+                        {"greedy", sampling.greedy},
+                        {"temperature", sampling.options.temperature},
+                        {"top_k", sampling.options.top_k},
+                        {"top_p", sampling.options.top_p},
+                        {"min_p", sampling.options.min_p},
+                        {"repetition_penalty", sampling.options.repetition_penalty},
+                        {"sampling_from_generation_config", sampling.from_model},
+                        {"ctx_size", session.max_tokens()},
+                        {"device_open_seconds", open_seconds},
                         {"load_seconds", load_seconds},
+                        {"load_gbps", load_gbps},
+                        {"warm_up_seconds", warm_up_seconds},
+                        {"ttft_seconds", ttft_seconds ? nlohmann::json(*ttft_seconds) : nlohmann::json()},
                         {"prompt_tokens", prompt.size()},
                         {"prompt_ids", prompt},
                         {"prefill_seconds", result.prefill_seconds},
                         {"prefill_tokens_per_second", prefill_tps},
                         {"generated_tokens", n_new},
                         {"generated_ids", result.tokens},
-                        {"generated_text", generated_text},
+                        {"generated_text", text_stream ? nlohmann::json(generated_text) : nlohmann::json()},
                         {"decode_seconds", result.decode_seconds},
                         {"decode_tokens_per_second", decode_tps},
                         {"stop_reason", ding::stop_reason_name(result.reason)},
@@ -175,57 +306,87 @@ int run(const Options& o) {
                         {"activation_bytes", session.activation_bytes()},
                         {"peak_rss_bytes", usage.ru_maxrss * 1024}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else {
-    if (result.clamped)
-      fmt::print(stderr, "note: -n {} clamped to {}: the context holds {} positions and the prompt uses {}\n",
-                 o.max_new_tokens, result.max_new_tokens, session.max_tokens(), prompt.size());
-    fmt::print(stderr, "\n--- ding-run: {} on {} ({}), {}\n", dir, device.caps().backend, device.caps().name, o.dtype);
-    fmt::print(stderr, "load      {:.3f} s ({:.1f} MiB of weights)\n", load_seconds, double(model.weight_bytes()) * mib);
-    fmt::print(stderr, "prefill   {} tokens in {:.2f} ms = {:.1f} tok/s\n", prompt.size(), result.prefill_seconds * 1e3, prefill_tps);
-    fmt::print(stderr, "decode    {} tokens in {:.2f} ms = {:.1f} tok/s (stop: {})\n", n_new, result.decode_seconds * 1e3,
-               decode_tps, ding::stop_reason_name(result.reason));
-    fmt::print(stderr, "memory    peak RSS {:.1f} MiB; KV cache {:.2f} MiB ({} layers x 2 x {} positions x {} kv heads x {}), "
-                       "activations {:.2f} MiB\n",
-               peak_mib, double(session.kv_cache_bytes()) * mib, model.config().n_layer, session.max_tokens(),
-               model.config().n_kv_head, model.config().d_head, double(session.activation_bytes()) * mib);
+    return 0;
   }
+  if (result.clamped)
+    fmt::print(stderr, "note: -n {} clamped to {}: the context holds {} positions and the prompt uses {}\n",
+               o.max_new_tokens, result.max_new_tokens, session.max_tokens(), prompt.size());
+  fmt::print(stderr, "\n--- ding-run: {} on {} ({}), {}, {} CPU thread{}\n", dir, device.caps().backend,
+             device.caps().name, dtype_used, threads, threads == 1 ? "" : "s");
+  fmt::print(stderr, "load      {:.3f} s for {:.1f} MiB of weights = {:.2f} GB/s (device open {:.3f} s before it)\n",
+             load_seconds, double(model.weight_bytes()) * mib, load_gbps, open_seconds);
+  fmt::print(stderr, "warm-up   {:.2f} ms (a prefill chunk and decode steps run once before anything is timed)\n", warm_up_seconds * 1e3);
+  fmt::print(stderr, "sampling  {}\n", describe(sampling));
+  fmt::print(stderr, "prefill   {} tokens in {:.2f} ms = {:.1f} tok/s; time to first token {}\n", prompt.size(),
+             result.prefill_seconds * 1e3, prefill_tps, ttft_seconds ? fmt::format("{:.2f} ms", *ttft_seconds * 1e3) : "-");
+  fmt::print(stderr, "decode    {} tokens in {:.2f} ms = {:.1f} tok/s (stop: {})\n", n_new, result.decode_seconds * 1e3,
+             decode_tps, ding::stop_reason_name(result.reason));
+  fmt::print(stderr, "memory    peak RSS {:.1f} MiB; KV cache {:.2f} MiB ({} layers x 2 x {} positions x {} kv heads x {}), "
+                     "activations {:.2f} MiB\n",
+             peak_mib, double(session.kv_cache_bytes()) * mib, model.config().n_layer, session.max_tokens(),
+             model.config().n_kv_head, model.config().d_head, double(session.activation_bytes()) * mib);
   return 0;
+}
+
+// One line, whatever the error: CLI11's messages may span several.
+int fail(const std::string& message) {
+  std::fflush(stdout);
+  std::string line = message;
+  for (char& c : line)
+    if (c == '\n') c = ' ';
+  fmt::print(stderr, "ding-run: error: {}\n", line);
+  return 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ding-run: generate text with a GPT-family model folder"};
+  // CUDA loads every kernel when the device opens instead of at its first launch, so no module
+  // loading lands in the first, timed prefill. A value the user set is kept.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  CLI::App app{"ding-run: generate text with a decoder model folder"};
   Options o;
-  app.add_option("-m,--model", o.model_dir, "model folder (config.json, *.safetensors, tokenizer); default: the shipped model");
+  app.add_option("-m,--model", o.model_dir,
+                 "model folder (config.json, *.safetensors, tokenizer files); default: the shipped model");
   auto* prompt = app.add_option("-p,--prompt", o.prompt, "prompt text (default \"The\")");
   auto* file = app.add_option("-f,--file", o.prompt_file, "read the prompt from a file")->excludes(prompt);
-  app.add_option("--tokens", o.token_list, "prompt as token ids, e.g. 464,2068,7586")->excludes(prompt)->excludes(file);
-  app.add_option("-n,--max-new-tokens", o.max_new_tokens, "tokens to generate (default 128)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tokens", o.token_list, "prompt as token ids, e.g. 464,2068,7586 (needed for a folder without a tokenizer)")
+      ->excludes(prompt)
+      ->excludes(file);
+  app.add_option("-n,--max-new-tokens", o.max_new_tokens, "tokens to generate (default 128)")->check(ding::tools::at_least(0));
+  app.add_option("-c,--ctx-size", o.ctx_size,
+                 fmt::format("KV-cache positions (default: the model's context, at most {})", ding::SessionOptions::kDefaultContext))
+      ->check(ding::tools::at_least(1));
   app.add_option("--backend", o.backend, "auto, cpu, ref, cuda, hip, kokkos (default auto)");
-  app.add_option("--dtype", o.dtype, "compute dtype: f32, bf16, f16 (default f32)");
-  app.add_option("--temp", o.sampler.temperature, "temperature (default 0.8; 0 = greedy)");
-  app.add_option("--top-k", o.sampler.top_k, "top-k (default 40; 0 = off)");
-  app.add_option("--top-p", o.sampler.top_p, "top-p (default 0.95; 1 = off)");
-  app.add_option("--min-p", o.sampler.min_p, "min-p (default 0 = off)");
-  app.add_option("--repeat-penalty", o.sampler.repetition_penalty, "repetition penalty (default 1 = off)");
-  app.add_option("--seed", o.sampler.seed, "sampling seed (default 0)");
+  app.add_option("--dtype", o.dtype, "compute dtype: f32, bf16, f16 (default: the checkpoint's on a GPU, f32 on the CPU)");
+  auto* temp = app.add_option("--temp", o.sampler.temperature, "temperature (0 = greedy)");
+  auto* top_k = app.add_option("--top-k", o.sampler.top_k, "top-k (0 = off)");
+  auto* top_p = app.add_option("--top-p", o.sampler.top_p, "top-p (1 = off)");
+  auto* min_p = app.add_option("--min-p", o.sampler.min_p, "min-p (0 = off)");
+  auto* penalty = app.add_option("--repeat-penalty", o.sampler.repetition_penalty, "repetition penalty (1 = off)");
+  auto* seed = app.add_option("--seed", o.seed, "sampling seed, an integer from 0 to 2^64 - 1 (default: random, printed)");
   app.add_flag("--greedy", o.greedy, "always take the most likely token");
   app.add_option("--stop", o.stop, "stop when the generated text contains this (repeatable)");
   app.add_option("--logits-out", o.logits_out, "write the f32 logits of every prompt position [n_prompt, V] to FILE");
   app.add_flag("--json", o.json, "print one JSON object (summary, ids, text) instead of streaming text");
-  app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   app.add_flag("--no-graphs", o.no_graphs, "run each decode step op by op instead of replaying a recorded CUDA graph");
-  CLI11_PARSE(app, argc, argv);
-  if (o.threads > 0) setenv("OMP_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
+  app.footer(fmt::format("Sampling flags not given take the model's generation_config.json (do_sample false: greedy), "
+                         "else temperature {:g}, top-k {}, top-p {:g}.",
+                         kDefaultSampling.temperature, kDefaultSampling.top_k, kDefaultSampling.top_p));
   try {
-    return run(o);
-  } catch (const ding::Error& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "ding-run: error: {}\n", e.what());
-    return 1;
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what());
+  }
+  o.seed_given = seed->count() > 0;
+  const SamplingFlags given{.temperature = temp->count() > 0, .top_k = top_k->count() > 0, .top_p = top_p->count() > 0,
+           .min_p = min_p->count() > 0, .repetition_penalty = penalty->count() > 0};
+  try {
+    return run(o, given);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ding-run: error: {}\n", e.what());
-    return 1;
+    return fail(e.what());
   }
 }

@@ -1,0 +1,51 @@
+// ding-bench as a user runs it: the thread count it reports is the one it runs, the named shapes
+// are Hugging Face configs the library parses, and command-line errors exit 1 with one line.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tools/tool_process.h"
+
+namespace ding::testing {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kTiny = fs::path(DING_TEST_DATA) / "gpt2-fixtures" / "tiny-f32";
+
+ToolResult ding_bench(const std::string& args) { return run_tool(DING_BENCH_BINARY, args); }
+
+TEST(DingBench, ThreadsAreWhatTheOpenMpRuntimeRuns) {
+  const std::string run = "model -m " + kTiny.string() + " --backend cpu --dtype f32 --prompt 4 --new 2";
+  for (int threads : {1, 3}) {
+    const ToolResult r = ding_bench(run + " --threads " + std::to_string(threads));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.stdout_only.find(", " + std::to_string(threads) + " CPU threads\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.stdout_only.find("roofline "), std::string::npos) << r.out;
+  }
+}
+
+// Each named shape parses into the context its config states; the fit check runs before any of
+// the billions of random weights are drawn, so a prompt one past it fails at once.
+TEST(DingBench, NamedShapesAreParsedConfigs) {
+  const struct {
+    const char* shape;
+    int positions;
+  } shapes[] = {{"gpt2", 1024}, {"gpt2-xl", 1024}, {"llama-3.2-1b", 131072}, {"llama-3.1-8b", 131072}};
+  for (const auto& s : shapes) {
+    const ToolResult r = ding_bench(fmt::format("model --shape {} --backend cpu --prompt {} --new 1", s.shape, s.positions));
+    expect_clean_failure(r, "ding-bench", fmt::format("must fit the {} positions", s.positions));
+  }
+  expect_clean_failure(ding_bench("model --shape gpt3 --backend cpu"), "ding-bench", "llama-3.1-8b");
+}
+
+TEST(DingBench, CommandLineErrorsExitOneWithOneLine) {
+  expect_clean_failure(ding_bench("model --no-such-flag"), "ding-bench", "--no-such-flag");
+  expect_clean_failure(ding_bench("ops --threads 0"), "ding-bench", "--threads");
+  expect_clean_failure(ding_bench("ops --op no_such_op"), "ding-bench", "no_such_op");
+  expect_clean_failure(ding_bench(""), "ding-bench", "subcommand");
+  EXPECT_EQ(ding_bench("--help").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace ding::testing
