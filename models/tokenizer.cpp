@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 
 #include "ding/error.h"
 #include "tokenizer_parts.h"
@@ -111,8 +113,12 @@ std::string TextStream::push(Token id) {
   }
   std::string out = text.substr(std::min(shown_, ready), ready - std::min(shown_, ready));
   shown_ = ready;
-  if (ready == text.size() && window_.size() > 1) {
-    window_.erase(window_.begin(), window_.end() - 1);
+  if (ready == text.size()) {
+    // Keep the last token decode shows as the next one's context (a skipped special token
+    // shows nothing, so cannot serve); when there is none yet, the next token is the first.
+    const auto shows = [&](Token t) { return !(options_.skip_special && tokenizer_->is_special(t)); };
+    const auto context = std::find_if(window_.rbegin(), window_.rend(), shows);
+    window_.erase(window_.begin(), context == window_.rend() ? window_.end() : std::prev(context.base()));
     shown_ = tokenizer_->decode(window_, options_).size();
   }
   return out;

@@ -34,7 +34,6 @@ Utf8Char utf8_char_at(std::string_view text, size_t pos);
 size_t valid_utf8_prefix(std::string_view text);  // length of the longest well-formed prefix
 void append_utf8(std::string& out, char32_t cp);
 char32_t code_point_at(std::string_view text, size_t pos);  // of a well-formed character at pos
-size_t utf8_char_count(std::string_view text);  // characters, an ill-formed byte counting as one
 
 // Calls on_run(run, valid) for the alternating runs of well-formed and ill-formed UTF-8.
 template <class OnRun>

@@ -84,12 +84,6 @@ char32_t code_point_at(std::string_view text, size_t pos) {
   return cp;
 }
 
-size_t utf8_char_count(std::string_view text) {
-  size_t count = 0;
-  for (size_t pos = 0; pos < text.size(); pos += utf8_char_at(text, pos).length) ++count;
-  return count;
-}
-
 bool is_white_space(char32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
