@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build libeigen3-dev libgtest-dev libgmock-dev
-          nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev)
+          nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev)
 cmake_args=()
 for arg in "$@"; do
   if [[ $arg == --hip-check ]]; then
