@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "ding/error.h"
 
@@ -50,7 +51,9 @@ GenerateResult generate(Session& session, Sampler& sampler, std::span<const Toke
   std::string text;  // generated text, for stop strings
   size_t longest_stop = 0;
   for (const std::string& s : options.stop_strings) longest_stop = std::max(longest_stop, s.size());
-  const Tokenizer* tokenizer = longest_stop > 0 ? &session.model().tokenizer() : nullptr;  // only stop strings need text
+  // Only stop strings need text; a TextStream decodes each token after the ones before it.
+  std::optional<TextStream> stream;
+  if (longest_stop > 0) stream.emplace(session.model().tokenizer());
 
   session.reset(0);
   const double t0 = now_seconds();
@@ -72,7 +75,7 @@ GenerateResult generate(Session& session, Sampler& sampler, std::span<const Toke
     }
     if (longest_stop > 0) {
       const size_t before = text.size();
-      text += tokenizer->decode(next);
+      text += stream->push(next);  // in context: a SentencePiece word keeps its leading space
       bool stop = false;
       for (const std::string& s : options.stop_strings)  // only matches that end in the new bytes
         if (!s.empty() && text.find(s, before >= s.size() ? before - s.size() + 1 : 0) != std::string::npos) stop = true;

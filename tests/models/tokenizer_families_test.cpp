@@ -53,7 +53,13 @@ class TokenizerFamily : public ::testing::TestWithParam<std::string> {
     if (!fs::exists(folder_ / "expected.json"))
       GTEST_SKIP() << folder_ << " is missing: run tools/fixtures/make_tokenizer_fixtures.py on a machine with transformers";
     expected_ = read_json(folder_ / "expected.json");
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_folder(folder_.string()));
+    try {
+      tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_folder(folder_.string()));
+    } catch (const Error& e) {
+      // A build without ICU (a machine without libicu-dev) refuses Unicode normalizers by name.
+      if (std::string(e.what()).find("needs ding built with ICU") != std::string::npos) GTEST_SKIP() << e.what();
+      throw;
+    }
   }
 
   // expected.json's texts, each with transformers' ids and decodes.

@@ -67,6 +67,14 @@ struct Sampling {
   std::vector<std::string> from_model;  // the fields taken from generation_config.json
 };
 
+// Host memory resident now (not the peak): what loading leaves behind once the weights are on the device.
+size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * size_t(sysconf(_SC_PAGESIZE));
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -186,6 +194,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   if (show_progress) fmt::print(stderr, "\r\033[K");
   const double load_seconds = now_seconds() - t_load, open_seconds = t_load - t_open;
   const double load_gbps = double(model.weight_bytes()) / load_seconds * 1e-9;
+  const size_t rss_after_load = resident_bytes();
 
   std::vector<ding::Token> prompt;
   std::string prompt_text;
@@ -304,7 +313,8 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
                         {"weights_bytes", model.weight_bytes()},
                         {"kv_cache_bytes", session.kv_cache_bytes()},
                         {"activation_bytes", session.activation_bytes()},
-                        {"peak_rss_bytes", usage.ru_maxrss * 1024}};
+                        {"peak_rss_bytes", usage.ru_maxrss * 1024},
+                        {"rss_after_load_bytes", rss_after_load}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
