@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ding/ops/check.h"
@@ -26,7 +27,11 @@ void validate_heads(const Check& c, const Tensor& q, const Tensor& k, int head_a
 void validate_scale(const Check& c, const AttentionParams& p) {
   if (!(p.scale >= 0) || !std::isfinite(p.scale))
     c.fail(ErrorCode::invalid_argument, fmt::format("scale must be ≥ 0 (0 = 1/√D), got {}", p.scale));
+  if (p.window < 0) c.fail(ErrorCode::invalid_argument, fmt::format("window must be ≥ 0 (0 = none), got {}", p.window));
 }
+
+// Keys scored by a query at position p over keys 0 … p: all p + 1, or the last `window` of them.
+double visible_keys(double p, int64_t window) { return window > 0 ? std::min(p + 1, double(window)) : p + 1; }
 
 }  // namespace
 
@@ -46,6 +51,9 @@ void validate(const Device& device, const AttentionPrefillArgs& a) {
     c.fail(ErrorCode::shape_mismatch, fmt::format("causal needs Tk ≥ Tq, got Tq = {} (q {}), Tk = {} (k {})", a.q.dim(1),
                                                   shape_of(a.q), a.k.dim(1), shape_of(a.k)));
   validate_scale(c, a.params);
+  if (a.params.window > 0 && !a.params.causal)
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("window = {} needs causal = true (a sliding window is a band below the diagonal)", a.params.window));
   for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}}) c.disjoint("out", a.out, name, *t);
 }
 
@@ -120,18 +128,24 @@ KvAppendArgs decode_append(const AttentionDecodeArgs& a, Tensor start) {
 Cost cost(const AttentionPrefillArgs& a) {
   const double B = double(a.q.dim(0)), Tq = double(a.q.dim(1)), H = double(a.q.dim(2)), D = double(a.q.dim(3));
   const double Tk = double(a.k.dim(1));
-  // Pairs (i, j) actually scored: all of them, or the causal band.
-  const double pairs = a.params.causal ? Tq * (Tk - Tq) + Tq * (Tq + 1) / 2 : Tq * Tk;
+  // Pairs (i, j) actually scored: all of them, or the causal band (cut to the window).
+  double pairs = Tq * Tk;
+  if (a.params.causal) {
+    pairs = 0;
+    for (int64_t i = 0; i < a.q.dim(1); ++i) pairs += visible_keys(double(i) + Tk - Tq, a.params.window);
+  }
   return {4.0 * B * H * D * pairs, double(a.q.nbytes() + a.k.nbytes() + a.v.nbytes() + a.out.nbytes())};
 }
 
 Cost cost(const AttentionDecodeArgs& a) {
-  // The cache lengths live on the device; cost assumes full caches (an upper bound).
+  // The cache lengths live on the device; cost assumes full caches (an upper bound), of which a
+  // window reads only its last `window` positions.
   const double B = double(a.q.dim(0)), H = double(a.q.dim(1)), D = double(a.q.dim(2)), S = double(a.k_cache.dim(1));
+  const double keys = visible_keys(S - 1, a.params.window);
+  const double cache_bytes = double(a.k_cache.nbytes() + a.v_cache.nbytes()) * (keys / S);
   // With k_new and v_new, the append's bytes as kv_append counts them (seq_lens in start's place).
   const double appended = a.k_new.defined() ? cost(decode_append(a, a.seq_lens)).bytes : 0.0;
-  return {4.0 * B * H * D * S,
-          double(a.q.nbytes() + a.k_cache.nbytes() + a.v_cache.nbytes() + a.out.nbytes()) + appended};
+  return {4.0 * B * H * D * keys, double(a.q.nbytes() + a.out.nbytes()) + cache_bytes + appended};
 }
 
 Cost cost(const KvAppendArgs& a) {

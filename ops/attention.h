@@ -5,7 +5,12 @@
 // attention_prefill: a block of Tq queries against Tk ≥ Tq keys of the same sequence; the
 //   queries are the last Tq positions, so with the causal mask query i sees keys j ≤ i + Tk - Tq.
 // attention_decode: one query per sequence against its KV cache; sequence b sees the first
-//   seq_lens[b] cached positions (which include the current token). Given k_new and v_new (the
+//   seq_lens[b] cached positions (which include the current token).
+// Sliding window (Mistral, Qwen2's sliding layers; HF masking_utils' sliding_window_overlay,
+//   kv_idx > q_idx − window): a query at position p sees only the keys j with p − window < j ≤ p,
+//   `window` keys including its own. Prefill: p = i + Tk − Tq; decode: p = seq_lens[b] − 1, so
+//   sequence b reads cache positions [max(0, seq_lens[b] − window), seq_lens[b]).
+// Decode given k_new and v_new (the
 //   current token's key and value), it first stores them at position seq_lens[b] − 1, as
 //   kv_append with start = seq_lens − 1 would: one op for the decode step, so a GPU backend
 //   attends to the new key where the QKV product left it instead of after a separate append.
@@ -20,7 +25,8 @@ namespace ding::ops {
 
 struct AttentionParams {
   float scale = 0.0f;  // s; 0 = 1/√D
-  bool causal = true;  // prefill only
+  bool causal = true;  // prefill only (decode is causal by construction)
+  int64_t window = 0;  // > 0: sliding window of this many keys (prefill needs causal); 0 = none
 };
 
 struct AttentionPrefillArgs {

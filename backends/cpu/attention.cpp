@@ -4,7 +4,9 @@
 // group's heads × a run of positions), so a block of K/V rows is fetched from memory once and
 // reused from cache by all of them. Decode tasks take the heads of a run of kv heads over one
 // fixed chunk of keys; the chunks' partial (m, l, acc) are combined afterwards (flash-decoding),
-// so batch 1 still fills every core.
+// so batch 1 still fills every core. A sliding window narrows each row's keys to the band
+// [p − window + 1, p]: prefill tasks start at the first key their first row sees, and decode
+// splits cover only the window's keys.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -143,14 +145,15 @@ float exp_shifted_sum(float* x, float shift, int64_t n) {
 // The query rows of one task, all reading the same kv head, each with its online-softmax state.
 struct RowBlock {
   int64_t count = 0, D = 0;
-  float* q = nullptr;       // [count, D], pre-multiplied by the scale
-  int64_t* keys = nullptr;  // [count]: row r sees keys [0, keys[r])
-  int64_t* k_at = nullptr;  // [count]: element offset of row r's kv head from the k passed to attend_keys
-  int64_t* v_at = nullptr;  // [count]: the same into v
-  float* score = nullptr;   // [count, kKeyBlock]: the current block's scores, then weights
-  float* m = nullptr;       // [count] running max of the scores seen
-  float* l = nullptr;       // [count] Σ e^(s - m)
-  float* acc = nullptr;     // [count, D] Σ e^(s - m) · v
+  float* q = nullptr;        // [count, D], pre-multiplied by the scale
+  int64_t* first = nullptr;  // [count]: row r sees keys [first[r], keys[r])
+  int64_t* keys = nullptr;   // [count]
+  int64_t* k_at = nullptr;   // [count]: element offset of row r's kv head from the k passed to attend_keys
+  int64_t* v_at = nullptr;   // [count]: the same into v
+  float* score = nullptr;    // [count, kKeyBlock]: the current block's scores, then weights
+  float* m = nullptr;        // [count] running max of the scores seen
+  float* l = nullptr;        // [count] Σ e^(s - m)
+  float* acc = nullptr;      // [count, D] Σ e^(s - m) · v
 };
 
 // Per-thread scratch, grown to the largest task seen and then reused: nothing allocated per row.
@@ -163,13 +166,14 @@ struct Scratch {
 RowBlock row_block(Scratch& s, int64_t count, int64_t D, bool own_state) {
   const size_t need = size_t(count * (D + kKeyBlock) + (own_state ? count * (D + 2) : 0));
   if (s.floats.size() < need) s.floats.resize(need);
-  if (s.keys.size() < size_t(3 * count)) s.keys.resize(size_t(3 * count));
+  if (s.keys.size() < size_t(4 * count)) s.keys.resize(size_t(4 * count));
   RowBlock rows;
   rows.count = count;
   rows.D = D;
   rows.q = s.floats.data();
   rows.score = rows.q + count * D;
-  rows.keys = s.keys.data();
+  rows.first = s.keys.data();
+  rows.keys = rows.first + count;
   rows.k_at = rows.keys + count;
   rows.v_at = rows.k_at + count;
   if (own_state) {
@@ -203,13 +207,14 @@ void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64
   const int64_t D = rows.D;
   for (int64_t j0 = begin; j0 < end; j0 += kKeyBlock) {
     for (int64_t r = 0; r < rows.count; ++r) {
-      const int64_t n = std::min({end, j0 + kKeyBlock, rows.keys[r]}) - j0;  // keys of this block row r sees
+      // The keys [lo, lo + n) of this block that row r sees.
+      const int64_t lo = std::max(j0, rows.first[r]), n = std::min({end, j0 + kKeyBlock, rows.keys[r]}) - lo;
       if (n <= 0) continue;
       const float* q = rows.q + r * D;
       float* s = rows.score + r * kKeyBlock;
       float* acc = rows.acc + r * D;
-      const KT* kb = k + rows.k_at[r] + j0 * k_step;
-      const VT* vb = v + rows.v_at[r] + j0 * v_step;
+      const KT* kb = k + rows.k_at[r] + lo * k_step;
+      const VT* vb = v + rows.v_at[r] + lo * v_step;
       int64_t j = 0;
       for (; j + 4 <= n; j += 4) dot4(q, kb + j * k_step, k_step, D, s + j);
       for (; j < n; ++j) s[j] = dot(q, kb + j * k_step, D);
@@ -248,6 +253,7 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
   const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
   const int64_t Tk = a.k.dim(1), Hkv = a.k.dim(2), group = H / Hkv;
   const float scale = ops::attention_scale(a.params, D);
+  const int64_t window = a.params.window;  // validated: > 0 only with causal
   // A task: the `group` heads of one kv head × `positions` consecutive queries.
   const int64_t positions = std::max<int64_t>(1, kPrefillRows / group);
   const int64_t position_blocks = (Tq + positions - 1) / positions;
@@ -265,13 +271,15 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
           const int64_t r = (i - i0) * group + g;
           load_query(rows, r, element(a.q, {b, i, hk * group + g, 0}), a.q.dtype, scale);
           // Query i sits at position i + Tk - Tq of the keys.
+          rows.first[r] = window > 0 ? std::max<int64_t>(0, i + (Tk - Tq) - window + 1) : 0;
           rows.keys[r] = a.params.causal ? i + (Tk - Tq) + 1 : Tk;
           rows.k_at[r] = rows.v_at[r] = 0;
         }
       reset_state(rows);
-      const int64_t kv_end = a.params.causal ? i1 + (Tk - Tq) : Tk;
+      // Keys from the first that the task's first row sees to the last that its last row sees.
+      const int64_t kv_begin = rows.first[0], kv_end = a.params.causal ? i1 + (Tk - Tq) : Tk;
       attend_keys(rows, k_data + b * a.k.strides[0] + hk * a.k.strides[2], a.k.strides[1],
-                  v_data + b * a.v.strides[0] + hk * a.v.strides[2], a.v.strides[1], 0, kv_end);
+                  v_data + b * a.v.strides[0] + hk * a.v.strides[2], a.v.strides[1], kv_begin, kv_end);
       for (int64_t i = i0; i < i1; ++i)
         for (int64_t g = 0; g < group; ++g) {
           const int64_t r = (i - i0) * group + g;
@@ -302,7 +310,13 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   // heads in one task makes a block of keys read whole [Hkv, D] cache rows, contiguous memory,
   // instead of one head's D-slice a cache row apart. The runs only shape the work: a row's result
   // depends on the split boundaries alone, which are fixed, so threads never change the output.
-  const int64_t splits = (S + kKeysPerSplit - 1) / kKeysPerSplit;
+  // Split s covers keys [first + 64·s, first + 64·(s + 1)) of sequence b's visible keys
+  // [first, seq_len), first = max(0, seq_len − window): the splits span at most min(S, window)
+  // keys, and those past a sequence's end stay empty.
+  const int64_t window = a.params.window;
+  auto first_key = [&](int64_t b) { return window > 0 ? std::max<int64_t>(0, seq_lens[b] - window) : int64_t(0); };
+  const int64_t span = window > 0 ? std::min(S, window) : S;
+  const int64_t splits = (span + kKeysPerSplit - 1) / kKeysPerSplit;
 #ifdef _OPENMP
   const int64_t threads = omp_get_max_threads();
 #else
@@ -331,7 +345,8 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
       thread_local Scratch scratch;
       RowBlock rows = row_block(scratch, (hk1 - hk0) * group, D, true);
       reset_state(rows);
-      const int64_t begin = split * kKeysPerSplit, end = std::min<int64_t>(seq_lens[b], begin + kKeysPerSplit);
+      const int64_t begin = first_key(b) + split * kKeysPerSplit;
+      const int64_t end = std::min<int64_t>(seq_lens[b], begin + kKeysPerSplit);
       auto publish = [&] {
         std::copy_n(rows.m, rows.count, part_m + first_state);
         std::copy_n(rows.l, rows.count, part_l + first_state);
@@ -344,7 +359,8 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
       for (int64_t r = 0; r < rows.count; ++r) {
         const int64_t h = h0 + r;
         load_query(rows, r, element(a.q, {b, h, 0}), a.q.dtype, scale);
-        rows.keys[r] = seq_lens[b];
+        rows.first[r] = begin;
+        rows.keys[r] = end;
         rows.k_at[r] = (h / group) * a.k_cache.strides[2];
         rows.v_at[r] = (h / group) * a.v_cache.strides[2];
       }

@@ -106,6 +106,7 @@ struct RowShape {
   int D;
   bool causal;
   const int32_t* seq_lens;  // decode: sequence b sees clamp(seq_lens[b], 1, Tk) keys (Tq = 1)
+  int64_t window;           // > 0: a query at position p sees keys (p − window, p] only
 };
 
 // Any head dim, any mix of k and v dtypes; slow, for what the tiled kernels do not take. Throws

@@ -2,8 +2,10 @@
 // in a single launch, the cross-split merge included.
 //
 // Block (b, kv head, head block, split): query heads of one kv head's group over the split's keys
-// [split·chunk, min(seq_len, (split + 1)·chunk)), so every K/V row loaded serves all of those
-// heads. Two kernels do a split's work and end it the same way (the warps' states combined in
+// [first + split·chunk, min(seq_len, first + (split + 1)·chunk)), so every K/V row loaded serves
+// all of those heads. first is 0, or with a sliding window max(0, seq_len − window): the splits
+// then divide the window's keys alone, and a long cache with a short window reads only the
+// window. Two kernels do a split's work and end it the same way (the warps' states combined in
 // shared memory, then the output or the split's partial):
 //   - the tensor-core kernel (NVIDIA sm_80+; 16-bit q, k, v of one dtype, a bf16 output, D = 64
 //     or 128; up to 16 heads per block) makes the heads the rows of m16n8k16 tiles: K/V tiles of
@@ -35,10 +37,11 @@
 // same arithmetic whichever block finishes last, so results are deterministic. It resets the
 // ticket to 0 for the next call, so a recorded graph replays without a reset of its own.
 //
-// The split count depends on the cache capacity S, the batch, the heads and the device only,
-// never on the lengths: they live on the device and grow between replays of a recorded decode
-// step. The kernel is a chained launch (vendor.h): its index math overlaps the previous kernel
-// (the QKV product in a decode step), and it waits for that kernel before reading anything.
+// The split count depends on the cache capacity S (or the window, where it is shorter), the
+// batch, the heads and the device only, never on the lengths: they live on the device and grow
+// between replays of a recorded decode step. The kernel is a chained launch (vendor.h): its index
+// math overlaps the previous kernel (the QKV product in a decode step), and it waits for that
+// kernel before reading anything.
 //
 // The op's k_new and v_new (the current token's key and value): the blocks whose split holds
 // position seq_lens − 1 read that key from them rather than from the cache, and the first head
@@ -100,6 +103,7 @@ struct DecodeShape {
   int splits;
   int64_t chunk;    // keys per split
   int lanes;        // lanes per key
+  int64_t window;   // > 0: the query (position seq_len − 1) sees the last `window` keys only
 };
 
 // The current token's key and value (attention_decode's k_new and v_new, rows of the QKV
@@ -326,7 +330,8 @@ __device__ inline DecodeBlock decode_block(const DecodeShape& sh) {
 
 // The keys of a block's split, [begin, end), and where the step's own key sits.
 struct DecodeKeys {
-  int64_t len;      // keys the sequence sees: seq_lens[b] clamped to [1, S]
+  int64_t len;      // seq_lens[b] clamped to [1, S]
+  int64_t first;    // the first key the query sees: 0, or len − window with a window
   int64_t begin, end;
   int64_t fresh_j;  // position len − 1 when the op appends (read from k_new / v_new), else -1
 };
@@ -339,7 +344,8 @@ __device__ inline DecodeKeys decode_keys(const int32_t* seq_lens, const DecodeSh
   const int64_t raw_len = seq_lens[blk.b];
   DecodeKeys keys;
   keys.len = min(max(raw_len, int64_t(1)), sh.S);
-  keys.begin = int64_t(blk.split) * sh.chunk;
+  keys.first = sh.window > 0 ? max(keys.len - sh.window, int64_t(0)) : int64_t(0);
+  keys.begin = keys.first + int64_t(blk.split) * sh.chunk;
   keys.end = min(keys.len, keys.begin + sh.chunk);
   keys.fresh_j = appends_op && raw_len >= 1 && raw_len <= sh.S ? keys.len - 1 : -1;
   return keys;
@@ -420,8 +426,8 @@ __device__ void merge_if_last(Operand out, Partials part, const DecodeShape& sh,
   if (!merges) return;
   __threadfence();  // the partial loads below stay after the ticket
 
-  // Splits 0 .. used - 1 have keys; the others wrote nothing.
-  const int used = int((keys.len + sh.chunk - 1) / sh.chunk);
+  // Splits 0 .. used - 1 have keys; the others (past the sequence's end) wrote nothing.
+  const int used = int((keys.len - keys.first + sh.chunk - 1) / sh.chunk);
   if (sh.D % 4 == 0)
     merge_splits<4, kMergeBatch>(out, part, sh, blk.b, blk.h0, blk.heads, used, merge_m, merge_l, merge_o);
   else
@@ -786,15 +792,17 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
 // Splits from shapes and the device only, never the lengths (they live on the device and grow
 // between replays of a recorded step): enough blocks to fill every SM at the kernel's occupancy
 // (`resident` blocks at once: no second wave's tail), fewer where the merge would read more than
-// merge_floats per group. Chunks are whole multiples of `keys_multiple` (a kernel's keys per step
-// or tile), so every step of a full split is full.
+// merge_floats per group. The splits divide the most keys a query sees, S or a shorter window.
+// Chunks are whole multiples of `keys_multiple` (a kernel's keys per step or tile), so every step
+// of a full split is full.
 void plan_splits(DecodeShape& sh, int64_t B, int64_t resident, int64_t keys_multiple, int64_t merge_floats) {
   const int64_t groups = B * sh.Hkv * sh.head_blocks;
   int64_t splits = groups > kTicketSlots ? 1 : std::max<int64_t>(1, resident / groups);
   splits = std::min(splits, std::max<int64_t>(1, merge_floats / (int64_t(sh.heads) * sh.D)));
   splits = std::min<int64_t>(splits, kMaxSplits);
-  sh.chunk = ceil_div(ceil_div(sh.S, splits), keys_multiple) * keys_multiple;
-  sh.splits = int(ceil_div(sh.S, sh.chunk));  // no split starts past S; never more than `splits`
+  const int64_t span = sh.window > 0 ? std::min(sh.S, sh.window) : sh.S;
+  sh.chunk = ceil_div(ceil_div(span, splits), keys_multiple) * keys_multiple;
+  sh.splits = int(ceil_div(span, sh.chunk));  // no split starts past the span; never more than `splits`
 }
 
 // The partial states of sh.splits > 1 in the stream's scratch.
@@ -859,12 +867,12 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   if (a.k_new.defined() && !fresh_in_kernel) launch_kv_append(s, ops::decode_append(a, a.seq_lens), -1);
   if (!flash) {
     launch_rows(s, out, q, a.k_cache, strides3(a.k_cache), a.v_cache, strides3(a.v_cache),
-                RowShape{B, 1, S, H, group, int(D), false, seq_lens}, scale);
+                RowShape{B, 1, S, H, group, int(D), false, seq_lens, a.params.window}, scale);
     return;
   }
 
   DecodeShape sh{};
-  sh.H = H, sh.S = S, sh.Hkv = Hkv, sh.group = group, sh.D = int(D);
+  sh.H = H, sh.S = S, sh.Hkv = Hkv, sh.group = group, sh.D = int(D), sh.window = a.params.window;
 #if defined(DING_GPU_NVIDIA)
   // Tensor cores: one 16-bit dtype for q, k and v, a bf16 output (the precision argument of
   // attention_prefill.cu), D = 64 or 128, 16-byte rows for the cp.async copies. Up to 16 heads

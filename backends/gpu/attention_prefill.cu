@@ -20,8 +20,9 @@ using namespace attn;
 
 // ---- prefill: FlashAttention-2 ----------------------------------------------------------------
 //
-// A block owns BQ query rows of one (b, h) and walks the key tiles [j0, j0 + BK) up to the last
-// key its last row sees (causal: tiles above the diagonal are never loaded). 256 threads form a
+// A block owns BQ query rows of one (b, h) and walks the key tiles [j0, j0 + BK) from the first
+// key its first row sees to the last key its last row sees (causal: tiles above the diagonal are
+// never loaded; with a sliding window, neither are tiles below the band). 256 threads form a
 // 16 × 16 grid: thread (ty, tx) scores rows ty·RM + m against keys tx + 16·n (so a row's max and
 // sum are 16 neighbouring lanes apart, one shuffle butterfly inside any warp size), and owns the
 // same rows of O at columns 64·c + 4·tx. Q (scaled) stays in shared memory for the whole block; K
@@ -47,7 +48,34 @@ struct PrefillShape {
   int D;
   int64_t q_tiles;              // ceil(Tq / BQ)
   bool causal;
+  int64_t window;               // > 0 (causal only): query i sees keys (p − window, p], p = i + Tk − Tq
 };
+
+// A range of keys [begin, end).
+struct KeySpan {
+  int64_t begin, end;
+};
+
+// The keys query i sees: all, or those up to its position p = i + Tk − Tq (causal), from
+// p − window + 1 on (a window). Rows past Tq (a tile's padding) get a span clipped to Tk.
+__device__ inline KeySpan row_keys(const PrefillShape& sh, int64_t i) {
+  if (!sh.causal) return {0, sh.Tk};
+  const int64_t p = i + sh.Tk - sh.Tq;
+  return {sh.window > 0 ? max(int64_t(0), p - sh.window + 1) : int64_t(0), min(sh.Tk, p + 1)};
+}
+
+// The keys that query rows [i0, i0 + rows) see between them: spans only move forward with i.
+__device__ inline KeySpan block_keys(const PrefillShape& sh, int64_t i0, int rows) {
+  return {row_keys(sh, i0).begin, row_keys(sh, i0 + rows - 1).end};
+}
+
+// Whether query i sees key j: row_keys as inequalities on j, written out because the form
+// through row_keys keeps the clipped spans of a thread's rows live across the key loop (the SIMT
+// kernel at D = 64: 99 registers instead of 64, ptxas sm_90).
+__device__ inline bool sees(const PrefillShape& sh, int64_t i, int64_t j) {
+  const int64_t p = i + sh.Tk - sh.Tq;
+  return j < sh.Tk && (!sh.causal || (j <= p && (sh.window == 0 || j > p - sh.window)));
+}
 
 // dst[r][0, DP) = scale · row t0 + r of (b, h) for r < ROWS; zero for rows from `valid` on and
 // for columns from D on, so the tile's padding adds nothing to dot products and P·V.
@@ -83,7 +111,6 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int64_t tile = sh.q_tiles - 1 - blockIdx.x / heads;
   const int64_t b = bh / sh.H, h = bh % sh.H, kv_head = h / sh.group;
   const int64_t i0 = tile * BQ;
-  const int64_t shift = sh.Tk - sh.Tq;  // query i sits at key position i + shift
   const int D = sh.D;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 
@@ -101,9 +128,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
       for (int e = 0; e < 4; ++e) o[m][c][e] = 0.0f;
   }
 
-  // Causal: the block's last row, i0 + BQ - 1, sees keys up to i0 + BQ - 1 + shift.
-  const int64_t kv_end = sh.causal ? min(sh.Tk, i0 + BQ + shift) : sh.Tk;
-  for (int64_t j0 = 0; j0 < kv_end; j0 += BK) {
+  const KeySpan span = block_keys(sh, i0, BQ);
+  for (int64_t j0 = span.begin; j0 < span.end; j0 += BK) {
     __syncthreads();  // the previous tile's readers of KVs and Ps are done (Qs is staged)
     stage_tile<DP, BK>(KVs, KLD, k, b, j0, kv_head, sh.Tk - j0, D, 1.0f);
     __syncthreads();
@@ -139,8 +165,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
       float tile_max = -INFINITY;
 #pragma unroll
       for (int n = 0; n < RN; ++n) {
-        const int64_t j = j0 + tx + 16 * n;
-        if (j >= sh.Tk || (sh.causal && j > i + shift)) s[m][n] = -INFINITY;
+        if (!sees(sh, i, j0 + tx + 16 * n)) s[m][n] = -INFINITY;
         tile_max = fmaxf(tile_max, s[m][n]);
       }
 #pragma unroll
@@ -283,7 +308,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
   const int64_t heads = sh.B * sh.H, bh = blockIdx.x % heads;
   const int64_t tile = sh.q_tiles - 1 - blockIdx.x / heads;  // heaviest causal tiles first
   const int64_t b = bh / sh.H, h = bh % sh.H, kv_head = h / sh.group;
-  const int64_t i0 = tile * kMmaRows, shift = sh.Tk - sh.Tq;
+  const int64_t i0 = tile * kMmaRows;
   // The fragment layouts of mma.sync are defined for 32-lane warps (this path is NVIDIA-only).
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int quad_row = lane / 4, quad_col = lane % 4;  // an accumulator row pair and column pair
@@ -292,12 +317,12 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
   // Copies in commit groups: Q, then key tiles 0 … kStages - 2; tile t + kStages - 1 goes out
   // while tile t is computed on. A group per call, empty past the last tile, so that "tile t has
   // landed" is always "at most kStages - 1 groups in flight".
-  const int64_t kv_end = sh.causal ? min(sh.Tk, i0 + kMmaRows + shift) : sh.Tk;
-  const int tiles = int((kv_end + kMmaKeys - 1) / kMmaKeys);
+  const KeySpan span = block_keys(sh, i0, kMmaRows);
+  const int tiles = int((span.end - span.begin + kMmaKeys - 1) / kMmaKeys);
   auto stage_of = [&](int t) { return KVs + (t % kStages) * 2 * kTileElems; };
   auto copy_kv = [&](int t) {
     if (t < tiles) {
-      const int64_t j0 = int64_t(t) * kMmaKeys;
+      const int64_t j0 = span.begin + int64_t(t) * kMmaKeys;
       copy_mma_tile<DH>(stage_of(t), k + ks.at(b, j0, kv_head), ks.t, sh.Tk - j0);
       copy_mma_tile<DH>(stage_of(t) + kTileElems, v + vs.at(b, j0, kv_head), vs.t, sh.Tk - j0);
     }
@@ -324,7 +349,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
     copy_kv(t + kStages - 1);
     cp_async_wait<kStages - 1>();  // tile t has landed for this thread's copies ...
     __syncthreads();                // ... and for every thread's
-    const int64_t j0 = int64_t(t) * kMmaKeys;
+    const int64_t j0 = span.begin + int64_t(t) * kMmaKeys;
     const T* Ks = stage_of(t);
     const T* Vs = Ks + kTileElems;
 
@@ -343,8 +368,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
     for (int nt = 0; nt < kMmaKeys / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t j = j0 + nt * 8 + 2 * quad_col + e % 2;
-        const bool visible = j < sh.Tk && (!sh.causal || j <= row_i[e / 2] + shift);
+        const bool visible = sees(sh, row_i[e / 2], j0 + nt * 8 + 2 * quad_col + e % 2);
         s[nt][e] = visible ? s[nt][e] * scale : -INFINITY;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
       }
@@ -415,7 +439,7 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
     constexpr int DP = decltype(dp)::value;
     using Tile = PrefillTile<DP>;
     if (Tile::shared_bytes > s.props().shared_per_block_optin) return false;
-    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, Tile::BQ), a.params.causal};
+    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, Tile::BQ), a.params.causal, a.params.window};
     DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&attention_prefill_kernel<DP>),
                                                int(Tile::shared_bytes)));
     attention_prefill_kernel<DP><<<unsigned(sh.q_tiles * B * H), kPrefillThreads, Tile::shared_bytes, s.handle()>>>(
@@ -431,7 +455,7 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
                    a.v.dtype == t && a.out.dtype == DType::bf16 && (D == 64 || D == 128) && rows_aligned(a.q, 8) &&
                    rows_aligned(a.k, 8) && rows_aligned(a.v, 8) && rows_aligned(a.out, 2);
   if (mma) {
-    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, kMmaRows), a.params.causal};
+    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, kMmaRows), a.params.causal, a.params.window};
     auto launch = [&](auto tag, auto dh) {
       using T = decltype(tag);
       constexpr int DH = decltype(dh)::value;
@@ -459,7 +483,7 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
   else if (D <= 256) done = launch_tiled(std::integral_constant<int, 256>{});
   if (!done)
     launch_rows(s, out, q, a.k, strides3(a.k), a.v, strides3(a.v),
-                RowShape{B, Tq, Tk, H, H / Hkv, int(D), a.params.causal, nullptr}, scale);
+                RowShape{B, Tq, Tk, H, H / Hkv, int(D), a.params.causal, nullptr, a.params.window}, scale);
 }
 
 }  // namespace ding::gpu

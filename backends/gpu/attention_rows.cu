@@ -29,9 +29,11 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t h = blockIdx.x % sh.H, i = (blockIdx.x / sh.H) % sh.Tq, b = blockIdx.x / (sh.H * sh.Tq);
   const int64_t kv_head = h / sh.group;
   const int D = sh.D, lane = threadIdx.x % warp_size(), warp = threadIdx.x / warp_size();
+  // Keys [first, keys): a query at position keys − 1 (decode, causal prefill), cut to the window.
   int64_t keys = sh.Tk;
   if (sh.seq_lens) keys = min(max(int64_t(sh.seq_lens[b]), int64_t(1)), sh.Tk);
   else if (sh.causal) keys = min(sh.Tk, i + sh.Tk - sh.Tq + 1);
+  const int64_t first = sh.window > 0 ? max(int64_t(0), keys - sh.window) : int64_t(0);
 
   with_element_type(q.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -46,7 +48,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const K* k_head = k + b * ks.b + kv_head * ks.h;
   const V* v_head = v + b * vs.b + kv_head * vs.h;
   float m_run = -INFINITY, l_run = 0.0f;
-  for (int64_t j0 = 0; j0 < keys; j0 += kWarps) {
+  for (int64_t j0 = first; j0 < keys; j0 += kWarps) {
     const int64_t j = j0 + warp;
     float dot = 0.0f;
     if (j < keys) {

@@ -1,8 +1,11 @@
 // Reference attention: o = softmax(s · q·kᵀ) · v for one query row at a time, in double.
 // Formula: Vaswani et al. 2017, "Attention Is All You Need", eq. 1 (scaled dot-product attention);
-// grouped kv heads: Ainslie et al. 2023, "GQA" (HF transformers: eager_attention_forward with repeat_kv).
+// grouped kv heads: Ainslie et al. 2023, "GQA" (HF transformers: eager_attention_forward with repeat_kv);
+// sliding window: Jiang et al. 2023, "Mistral 7B" §2 (HF masking_utils:
+// sliding_window_causal_mask_function, kv_idx > q_idx − window and kv_idx ≤ q_idx).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -14,19 +17,25 @@
 namespace ding::reference {
 namespace {
 
-// One output row: out[out_at + d] = Σ_j softmax_j(scale · q·k_j) · v_j[d] over keys j ∈ [0, keys)
+// The keys [first, end) that a query at position p sees among keys 0 … p.
+struct KeyRange {
+  int64_t first, end;
+};
+KeyRange visible(int64_t p, int64_t window) { return {window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, p + 1}; }
+
+// One output row: out[out_at + d] = Σ_j softmax_j(scale · q·k_j) · v_j[d] over keys j ∈ [first, end)
 // of kv head `kv_head` in batch entry b. k and v are [B, T, Hkv, D].
 void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at, const Tensor& k, const Tensor& v,
-                int64_t b, int64_t kv_head, int64_t keys, double scale) {
+                int64_t b, int64_t kv_head, KeyRange keys, double scale) {
   const int64_t D = k.dim(3);
-  std::vector<double> score(size_t(keys), 0.0);
+  std::vector<double> score(size_t(keys.end - keys.first), 0.0);
   double max_score = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < keys; ++j) {
+  for (int64_t j = keys.first; j < keys.end; ++j) {
     const int64_t k_at = offset(k, {b, j, kv_head, 0});
     double s = 0;
     for (int64_t d = 0; d < D; ++d) s += load(q, q_at + d * q.strides[q.rank - 1]) * load(k, k_at + d * k.strides[3]);
-    score[size_t(j)] = scale * s;
-    max_score = std::max(max_score, score[size_t(j)]);
+    score[size_t(j - keys.first)] = scale * s;
+    max_score = std::max(max_score, score[size_t(j - keys.first)]);
   }
   // softmax is shift-invariant; subtracting the max keeps exp from overflowing.
   double denominator = 0;
@@ -36,7 +45,8 @@ void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at
   }
   for (int64_t d = 0; d < D; ++d) {
     double o = 0;
-    for (int64_t j = 0; j < keys; ++j) o += score[size_t(j)] * load(v, offset(v, {b, j, kv_head, d}));
+    for (int64_t j = keys.first; j < keys.end; ++j)
+      o += score[size_t(j - keys.first)] * load(v, offset(v, {b, j, kv_head, d}));
     store(out, out_at + d * out.strides[out.rank - 1], o / denominator);
   }
 }
@@ -51,7 +61,7 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
     for (int64_t i = 0; i < Tq; ++i)
       for (int64_t h = 0; h < H; ++h) {
         // The queries are the last Tq of Tk positions: query i sits at position i + Tk - Tq.
-        const int64_t keys = a.params.causal ? i + (Tk - Tq) + 1 : Tk;
+        const KeyRange keys = a.params.causal ? visible(i + (Tk - Tq), a.params.window) : KeyRange{0, Tk};
         attend_row(a.out, offset(a.out, {b, i, h, 0}), a.q, offset(a.q, {b, i, h, 0}), a.k, a.v, b, h / group, keys,
                    scale);
       }
@@ -78,7 +88,7 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       attend_row(a.out, offset(a.out, {b, h, 0}), a.q, offset(a.q, {b, h, 0}), a.k_cache, a.v_cache, b, h / group,
-                 seq_len[size_t(b)], scale);
+                 visible(seq_len[size_t(b)] - 1, a.params.window), scale);
 }
 
 void kv_append(Stream&, const ops::KvAppendArgs& a) {

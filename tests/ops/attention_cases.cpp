@@ -1,6 +1,7 @@
 // attention_prefill and attention_decode cases: MHA / GQA / MQA, odd head dims, causal and
 // not, chunked prefill (Tk > Tq), explicit and default scale, f32/f16/bf16 and f32 queries over
-// a bf16 cache, and k/v (and q) that are strided views into larger cache / fused-qkv tensors.
+// a bf16 cache, and k/v (and q) that are strided views into larger cache / fused-qkv tensors;
+// sliding windows shorter than the keys, as long as them, and of one key.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@ struct Prefill {
   DType q = DType::f32, kv = DType::f32, out = DType::f32;
   bool views = false;  // q from a fused [B, Tq, H + 2, D]; k/v from a [B, Tk + 5, 2·Hkv, D] cache
   bool in_tests = true;
+  int64_t window = 0;
 };
 
 OpCase prefill_case(const Prefill& p) {
@@ -49,6 +51,7 @@ OpCase prefill_case(const Prefill& p) {
                                  p.D, dtype_tag(p.q, p.kv, p.out), p.causal ? "causal" : "full");
   if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
   if (p.views) name += "_views";
+  if (p.window > 0) name += fmt::format("_window{}", p.window);
   OpCase c{"attention_prefill", name, tolerance(p.out, p.B * p.Tq * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v;
@@ -63,7 +66,7 @@ OpCase prefill_case(const Prefill& p) {
       v = run.normal(p.kv, {p.B, p.Tk, p.Hkv, p.D});
     }
     const Tensor out = run.output("out", p.out, {p.B, p.Tq, p.H, p.D});
-    const ops::AttentionParams params{p.scale, p.causal};
+    const ops::AttentionParams params{p.scale, p.causal, p.window};
     run.launch = [=](Stream& s) { ops::attention_prefill(s, out, q, k, v, params); };
     run.cost = ops::cost(ops::AttentionPrefillArgs{out, q, k, v, params});
   };
@@ -81,6 +84,7 @@ struct Decode {
   // at seq_lens − 1 by the op; the caches are then in-out and compared whole and exactly.
   std::optional<DType> append;
   bool in_tests = true;
+  int64_t window = 0;
 };
 
 OpCase decode_case(const Decode& p) {
@@ -91,6 +95,7 @@ OpCase decode_case(const Decode& p) {
   if (p.full) name += "_full";
   if (p.len > 0) name += fmt::format("_len{}", p.len);
   if (p.append) name += fmt::format("_append{}", dtype_name(*p.append));
+  if (p.window > 0) name += fmt::format("_window{}", p.window);
   OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v, k_new, v_new;
@@ -123,7 +128,7 @@ OpCase decode_case(const Decode& p) {
     }
     const Tensor seq_lens = run.ints({p.B}, lens);
     const Tensor out = run.output("out", p.out, {p.B, p.H, p.D});
-    const ops::AttentionParams params{p.scale, true};
+    const ops::AttentionParams params{p.scale, true, p.window};
     run.launch = [=](Stream& s) { ops::attention_decode(s, out, q, k, v, seq_lens, params, k_new, v_new); };
     run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params, k_new, v_new});
   };
@@ -268,6 +273,52 @@ std::vector<OpCase> attention_cases() {
   // The seed benchmark's decode step with its append (bench only).
   for (DType t : {bf16})
     decode({.S = 512, .H = 25, .Hkv = 25, .D = 64, .q = t, .kv = t, .out = t, .len = 384, .append = t, .in_tests = false});
+
+  // Sliding windows. Prefill: shorter than the keys (MHA, GQA, MQA; chunked over cache views),
+  // as long as them and longer (the same as none), one key (each query returns its own value);
+  // on the GPU the SIMT tiles (D ≤ 256, a window inside one tile and across several), the
+  // generic row kernel (D = 300) and the tensor-core kernel (16-bit in, bf16 out: 64-row tiles
+  // whose band skips whole 64-key tiles).
+  prefill({.Tq = 17, .Tk = 17, .H = 4, .Hkv = 4, .D = 64, .window = 5});
+  prefill({.B = 2, .Tq = 64, .Tk = 64, .H = 8, .Hkv = 2, .D = 128, .window = 16});
+  prefill({.Tq = 40, .Tk = 75, .H = 4, .Hkv = 1, .D = 64, .q = f16, .kv = f16, .out = f16, .window = 7});
+  prefill({.Tq = 17, .Tk = 17, .H = 4, .Hkv = 2, .D = 64, .window = 17});
+  prefill({.Tq = 17, .Tk = 17, .H = 4, .Hkv = 2, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .window = 1000});
+  prefill({.Tq = 17, .Tk = 37, .H = 4, .Hkv = 1, .D = 64, .window = 1});
+  prefill({.B = 2, .Tq = 5, .Tk = 37, .H = 8, .Hkv = 2, .D = 64, .views = true, .window = 10});
+  prefill({.Tq = 40, .Tk = 75, .H = 2, .Hkv = 1, .D = 256, .window = 20});
+  prefill({.Tq = 70, .Tk = 70, .H = 3, .Hkv = 3, .D = 7, .q = bf16, .kv = bf16, .out = bf16, .window = 33});
+  prefill({.Tq = 9, .Tk = 12, .H = 2, .Hkv = 1, .D = 300, .window = 4});
+  prefill({.Tq = 65, .Tk = 130, .H = 2, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .window = 50});
+  prefill({.Tq = 200, .Tk = 300, .H = 4, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .window = 64});
+  prefill({.B = 2, .Tq = 100, .Tk = 100, .H = 4, .Hkv = 1, .D = 128, .q = f16, .kv = f16, .out = bf16, .views = true,
+           .window = 33});
+  prefill({.Tq = 65, .Tk = 130, .H = 2, .Hkv = 2, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .window = 1});
+  // Decode: ragged lengths (1, random, S) around the window, MHA / GQA / MQA, a window of one
+  // key, windows ≥ S (the same as none); a long cache whose window is a small part of it (the
+  // GPU's splits then divide the window alone: few splits and one key, all of them in use);
+  // the SIMT, tensor-core and generic GPU kernels; and the step's k and v appended by the op.
+  decode({.B = 3, .S = 33, .window = 8});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .window = 100});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .window = 100});
+  decode({.B = 4, .S = 150, .H = 4, .Hkv = 1, .D = 64, .window = 1});
+  decode({.B = 4, .S = 150, .H = 4, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .window = 1});
+  decode({.B = 3, .S = 33, .H = 4, .Hkv = 2, .D = 64, .window = 33});
+  decode({.B = 3, .S = 33, .H = 6, .Hkv = 2, .D = 80, .q = f16, .kv = f16, .out = f16, .window = 100});
+  decode({.B = 2, .S = 5000, .H = 2, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .len = 4999, .window = 300});
+  decode({.B = 2, .S = 3000, .H = 4, .Hkv = 2, .D = 128, .len = 2900, .window = 257});
+  decode({.B = 3, .S = 2048, .H = 8, .Hkv = 2, .D = 128, .q = f16, .kv = f16, .out = f16, .views = true, .window = 700});
+  decode({.B = 3, .S = 150, .H = 4, .Hkv = 2, .D = 20, .views = true, .window = 40});
+  decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300, .window = 9});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .window = 50});
+  decode({.B = 3, .S = 1100, .H = 4, .Hkv = 2, .D = 64, .append = f32, .window = 200});
+  decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .q = f32, .kv = bf16, .out = f32, .append = f32, .window = 3});
+  decode({.B = 3, .S = 33, .H = 3, .Hkv = 3, .D = 7, .append = f32, .window = 5});
+  decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .window = 1});
+  // Bench: a Mistral-like layer (32 heads over 8, D = 128) with a 4096-key window in a 16384-key
+  // cache, full: the decode reads the window alone.
+  decode({.S = 16384, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .full = true, .in_tests = false,
+          .window = 4096});
 
   // KV append: one decode step and a prefill chunk, converting and not, odd head dims.
   auto append = [&](Append p) { cases.push_back(append_case(p)); };

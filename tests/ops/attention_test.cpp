@@ -2,6 +2,7 @@
 // through the public front end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -140,6 +141,62 @@ TEST(AttentionReference, DecodeIsLastPrefillRowAndIgnoresCacheTail_S20_Len11_H4_
   for (double x : run.read(out)) EXPECT_LT(std::abs(x), 10.0);
 }
 
+// A sliding window of W keys: query i (position p = i + Tk − Tq) attends exactly as a lone
+// non-causal query over the keys p − W + 1 … p (clipped at 0) would.
+TEST(AttentionReference, SlidingWindowIsAttentionOverTheBand_Tq9_Tk14_H4_Hkv2_D16_W5) {
+  const int64_t Tq = 9, Tk = 14, H = 4, Hkv = 2, D = 16, W = 5;
+  CaseRun run(ref(), 8);
+  const Tensor q = run.normal(DType::f32, {1, Tq, H, D});
+  const Tensor k = run.normal(DType::f32, {1, Tk, Hkv, D});
+  const Tensor v = run.normal(DType::f32, {1, Tk, Hkv, D});
+  const Tensor out = run.output("out", DType::f32, {1, Tq, H, D});
+  ops::attention_prefill(run.stream, out, q, k, v, {.window = W});
+  const auto o = run.read(out);
+  for (int64_t i = 0; i < Tq; ++i) {
+    const int64_t p = i + Tk - Tq, first = std::max<int64_t>(0, p - W + 1);
+    const Tensor row = run.output("row", DType::f32, {1, 1, H, D});
+    ops::attention_prefill(run.stream, row, q.slice(1, i, i + 1), k.slice(1, first, p + 1), v.slice(1, first, p + 1),
+                           {.causal = false});
+    const auto r = run.read(row);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) EXPECT_EQ(at4(o, out, 0, i, h, d), r[size_t(h * D + d)]) << i << " " << h << " " << d;
+  }
+}
+
+// A window of one key leaves each query its own key, with weight exactly 1: the output is the
+// value row at the query's position, on the reference and the CPU kernel alike.
+TEST(AttentionReference, WindowOneReturnsTheOwnValue_Tq6_Tk10_H4_Hkv1_D24) {
+  for (Device* device : {&ref(), &cpu()}) {
+    CaseRun run(*device, 9);
+    const Tensor q = run.normal(DType::f32, {2, 6, 4, 24});
+    const Tensor k = run.normal(DType::f32, {2, 10, 1, 24});
+    const Tensor v = run.normal(DType::f32, {2, 10, 1, 24});
+    const Tensor out = run.output("out", DType::f32, {2, 6, 4, 24});
+    ops::attention_prefill(run.stream, out, q, k, v, {.window = 1});
+    const auto o = run.read(out), vv = run.read(v);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < 6; ++i)
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t d = 0; d < 24; ++d)
+            EXPECT_EQ(at4(o, out, b, i, h, d), at4(vv, v, b, i + 4, 0, d)) << device->name() << " " << b << " " << i;
+  }
+}
+
+// Decode with a window of W reads cache positions len − W … len − 1 only: the same as decode over
+// the cache view that starts there, with length W.
+TEST(AttentionReference, DecodeWindowIsDecodeOverTheLastWPositions_S30_Len23_W6_H4_Hkv2_D16) {
+  const int64_t S = 30, len = 23, W = 6, H = 4, Hkv = 2, D = 16;
+  CaseRun run(ref(), 10);
+  const Tensor q = run.normal(DType::f32, {1, H, D});
+  const Tensor k_cache = run.normal(DType::f32, {1, S, Hkv, D});
+  const Tensor v_cache = run.normal(DType::f32, {1, S, Hkv, D});
+  const Tensor out = run.output("out", DType::f32, {1, H, D}), out_view = run.output("view", DType::f32, {1, H, D});
+  ops::attention_decode(run.stream, out, q, k_cache, v_cache, run.ints({1}, {int32_t(len)}), {.window = W});
+  ops::attention_decode(run.stream, out_view, q, k_cache.slice(1, len - W, S), v_cache.slice(1, len - W, S),
+                        run.ints({1}, {int32_t(W)}));
+  EXPECT_EQ(run.read(out), run.read(out_view));
+}
+
 // ---- Bad input through the front end ------------------------------------------------------------
 
 struct PrefillInputs {
@@ -190,6 +247,18 @@ TEST(AttentionPrefillBadInput, NegativeScaleMinus1) {
   PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
   expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.scale = -1.0f}); },
                ErrorCode::invalid_argument, {"attention_prefill", "scale", "-1"});
+}
+
+TEST(AttentionPrefillBadInput, NegativeWindowMinus3) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.window = -3}); },
+               ErrorCode::invalid_argument, {"attention_prefill", "window", "-3"});
+}
+
+TEST(AttentionPrefillBadInput, Window8WithoutCausal) {
+  PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.causal = false, .window = 8}); },
+               ErrorCode::invalid_argument, {"attention_prefill", "window = 8", "causal"});
 }
 
 TEST(AttentionPrefillBadInput, OutOverlapsQ) {
@@ -297,6 +366,12 @@ TEST(AttentionDecodeBadInput, NegativeScaleMinus2) {
   DecodeInputs in(cpu(), {5});
   expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {.scale = -2.0f}); },
                ErrorCode::invalid_argument, {"attention_decode", "scale", "-2"});
+}
+
+TEST(AttentionDecodeBadInput, NegativeWindowMinus1) {
+  DecodeInputs in(cpu(), {5});
+  expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {.window = -1}); },
+               ErrorCode::invalid_argument, {"attention_decode", "window", "-1"});
 }
 
 TEST(AttentionDecodeBadInput, VCacheOnRefDevice) {
