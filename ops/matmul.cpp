@@ -25,10 +25,15 @@ void validate(const Device& device, const MatmulArgs& a) {
   c.contiguous("x", a.x);
   c.contiguous("w", a.w);
   c.contiguous("out", a.out);
-  const int64_t K = a.x.dim(-1), M = a.x.dim(-2), N = a.w.dim(-2);
+  const int64_t K = a.x.dim(-1), M = a.x.dim(-2), w_rows = a.w.dim(-2);
+  const bool swiglu = a.params.activation == Activation::swiglu;
+  if (swiglu && w_rows % 2 != 0)
+    c.fail(ErrorCode::shape_mismatch, fmt::format("swiglu needs w = [W_gate; W_up] with 2N rows, but w {} has {} rows (odd)",
+                                                  shape_of(a.w), w_rows));
+  const int64_t N = swiglu ? w_rows / 2 : w_rows;
   c.dim("w", a.w, -1, K, "K (the reduced dimension, from x)");
   c.dim("out", a.out, -2, M, "M (rows, from x)");
-  c.dim("out", a.out, -1, N, "N (output channels, from w)");
+  c.dim("out", a.out, -1, N, swiglu ? "N (output channels: half of w's rows, swiglu)" : "N (output channels, from w)");
   if (a.x.rank == 3) c.dim("out", a.out, 0, a.x.dim(0), "the batch (from x)");
   if (a.w.rank == 3) {
     if (a.x.rank != 3) c.fail(ErrorCode::shape_mismatch, fmt::format("w is batched {} but x {} is not", shape_of(a.w), shape_of(a.x)));
@@ -37,7 +42,7 @@ void validate(const Device& device, const MatmulArgs& a) {
   if (a.params.bias.defined()) {
     c.tensor("bias", a.params.bias, 1, 1);
     c.float_dtype("bias", a.params.bias);
-    c.dim("bias", a.params.bias, 0, N, "N (from w)");
+    c.dim("bias", a.params.bias, 0, w_rows, swiglu ? "2N (w's rows: the gate biases, then the up biases)" : "N (from w)");
     c.disjoint("out", a.out, "bias", a.params.bias);
   }
   if (a.params.residual.defined()) {
@@ -70,9 +75,12 @@ void validate(const Device& device, const MatmulArgs& a) {
 
 Cost cost(const MatmulArgs& a) {
   const double batch = a.x.rank == 3 ? double(a.x.dim(0)) : 1.0;
-  const double M = double(a.x.dim(-2)), N = double(a.w.dim(-2)), K = double(a.x.dim(-1));
+  // The product is over every row of w: 2N of them for swiglu.
+  const double M = double(a.x.dim(-2)), w_rows = double(a.w.dim(-2)), K = double(a.x.dim(-1));
   Cost c;
-  c.flops = 2.0 * batch * M * N * K;
+  c.flops = 2.0 * batch * M * w_rows * K;
+  // swiglu's epilogue per output: e^−|g|, 1 + e, the division, g·u and the product with σ.
+  if (a.params.activation == Activation::swiglu) c.flops += 5.0 * double(a.out.numel());
   c.bytes = double(a.x.nbytes() + a.w.nbytes() + a.out.nbytes());
   if (a.params.bias.defined()) c.bytes += double(a.params.bias.nbytes());
   if (a.params.residual.defined()) c.bytes += double(a.params.residual.nbytes());

@@ -1,5 +1,14 @@
 // matmul:       y = act(norm(x) · Wᵀ + bias) + residual      (the linear layer, weights row-major [N, K];
 //               norm, optional, is the pre-norm of the block folded into the product)
+//               Activation::swiglu (the gated FFN of Llama-family models) is the one activation that
+//               changes the shapes: w is [2N, K] = [W_gate; W_up] stacked (rows 0..N−1 gate, N..2N−1 up:
+//               HF's gate_proj and up_proj concatenated in that order), the optional bias is [2N], out is
+//               [M, N] (or [B, M, N]) and
+//                 out[m, j] = silu(g) · u + residual[m, j],  g = norm(x)[m]·w[j] + bias[j],
+//                                                            u = norm(x)[m]·w[N + j] + bias[N + j]
+//               with silu(g) = g·σ(g). The norm prologue works as for the other activations. Backends
+//               compute g and u of a column side by side and combine them in registers or cache: the
+//               [M, 2N] product is never written out.
 // matmul_chain: y = A0 · A1 · … · An   computed in row chunks of A0 sized to the last-level cache,
 //               so each chunk's intermediates stay in cache ("split W_E·W_V·W_O·W_U by rows of W_E").
 //               Precision, the same on every backend: each product accumulates in f32; the
@@ -18,7 +27,7 @@
 
 namespace ding::ops {
 
-enum class Activation : uint8_t { none, gelu_tanh };
+enum class Activation : uint8_t { none, gelu_tanh, swiglu };
 
 enum class NormKind : uint8_t { none, layer_norm, rms_norm };
 
@@ -34,7 +43,7 @@ struct MatmulNorm {
 };
 
 struct MatmulParams {
-  Tensor bias;                              // [N], optional, any float dtype
+  Tensor bias;                              // [N] ([2N] for swiglu), optional, any float dtype
   Activation activation = Activation::none; // applied after the bias, before the residual
   Tensor residual;                          // shaped like out, optional; may be out itself (in place)
   MatmulNorm norm;                          // applied to x first; kind none: x as given
@@ -45,7 +54,7 @@ struct MatmulParams {
 struct MatmulArgs {
   Tensor out;  // [M, N] or [B, M, N], f32/f16/bf16
   Tensor x;    // [M, K] or [B, M, K]
-  Tensor w;    // [N, K] shared by every batch, or [B, N, K]
+  Tensor w;    // [N, K] shared by every batch, or [B, N, K]; swiglu: [2N, K] or [B, 2N, K]
   MatmulParams params;
 };
 

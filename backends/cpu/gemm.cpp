@@ -2,7 +2,9 @@
 // out[M, N] = epilogue(x[M, K] · w[N, K]ᵀ). Output channels are split into panels, one thread
 // per panel (static, so results do not depend on timing). A 16-bit panel of w is widened to f32
 // once per call into a thread buffer, then Eigen's single-threaded GEMM multiplies it against
-// row tiles of x; each finished tile goes through the epilogue while it is still in cache.
+// row tiles of x; each finished tile goes through the epilogue while it is still in cache. For
+// swiglu a panel is the gate rows and the up rows of its output channels, so a tile holds both
+// sums of every output it finishes.
 #include <Eigen/Dense>
 
 #include <algorithm>
@@ -34,6 +36,15 @@ void gelu_row(float* acc, int64_t count) {
   for (; i < count; ++i) acc[i] = gelu_scalar(acc[i]);
 }
 
+// gate ← silu(gate)·up
+void swiglu_row(float* gate, const float* up, int64_t count) {
+  int64_t i = 0;
+#ifdef DING_CPU_AVX2
+  for (; i + 8 <= count; i += 8) store8(gate + i, _mm256_mul_ps(silu8(load8(gate + i)), load8(up + i)));
+#endif
+  for (; i < count; ++i) gate[i] = silu_scalar(gate[i]) * up[i];
+}
+
 const char* element(const void* base, DType dtype, int64_t i) {
   return static_cast<const char*>(base) + i * int64_t(dtype_size(dtype));
 }
@@ -48,10 +59,14 @@ int thread_count() {
 
 }  // namespace
 
-void Epilogue::apply(int64_t m, int64_t n0, float* acc, int64_t count) const {
+void Epilogue::apply(int64_t m, int64_t n0, float* acc, int64_t count, float* up) const {
   // Each step is one pass over `count` floats that are already in L1.
   if (bias) add_row(acc, element(bias, bias_dtype, n0), bias_dtype, count);
   if (gelu) gelu_row(acc, count);
+  if (swiglu) {
+    if (bias) add_row(up, element(bias, bias_dtype, N + n0), bias_dtype, count);
+    swiglu_row(acc, up, count);
+  }
   // The residual row is read completely before out's row is written, so residual == out is safe.
   if (residual) add_row(acc, element(residual, residual_dtype, m * N + n0), residual_dtype, count);
   store_row(const_cast<char*>(element(out, out_dtype, m * N + n0)), out_dtype, acc, count);
@@ -59,6 +74,8 @@ void Epilogue::apply(int64_t m, int64_t n0, float* acc, int64_t count) const {
 
 void gemm(const GemmProblem& p) {
   const int64_t M = p.M, N = p.N, K = p.K;
+  // Rows of w per output column: swiglu's gate and up rows are multiplied as one panel of both.
+  const int64_t halves = p.ep.swiglu ? 2 : 1;
   // x widened to f32 once per call; a few MB at prefill sizes, shared read-only by every thread.
   const float* x = static_cast<const float*>(p.x);
   if (p.x_dtype != DType::f32) {
@@ -66,11 +83,13 @@ void gemm(const GemmProblem& p) {
     load_row(x_f32, p.x, p.x_dtype, M * K);
     x = x_f32;
   }
-  // Panels of ~256 output channels: a widened panel (256·K floats, 1.6 MB at K = 1600) stays in
-  // the last-level cache while Eigen packs it once per row tile. Widths are multiples of 16 (Eigen's
-  // register blocking) and the panel count a multiple of the thread count, so threads get equal work.
+  // Panels of ~256 rows of w (256 output channels, or 128 of swiglu's pairs): a widened panel
+  // (256·K floats, 1.6 MB at K = 1600) stays in the last-level cache while Eigen packs it once per
+  // row tile. Widths are multiples of 16 (Eigen's register blocking) and the panel count a multiple
+  // of the thread count, so threads get equal work.
   const int threads = thread_count();
-  int64_t panels = std::max<int64_t>(1, (N + 255) / 256);
+  const int64_t target_n = 256 / halves;
+  int64_t panels = std::max<int64_t>(1, (N + target_n - 1) / target_n);
   panels = (panels + threads - 1) / threads * threads;
   const int64_t panel_n = std::min(N, (((N + panels - 1) / panels) + 15) / 16 * 16);
   panels = (N + panel_n - 1) / panel_n;
@@ -80,24 +99,39 @@ void gemm(const GemmProblem& p) {
 #pragma omp parallel
   {
     // Per-thread slots; the calling thread's `first` slot holds x, so panels and tiles use others.
-    float* const w_panel = p.w_dtype == DType::f32 ? nullptr : thread_scratch(ScratchSlot::second, size_t(panel_n * K));
-    float* const tile = thread_scratch(ScratchSlot::third, size_t(tile_m * panel_n));
+    float* const w_panel =
+        p.w_dtype == DType::f32 ? nullptr : thread_scratch(ScratchSlot::second, size_t(halves * panel_n * K));
+    float* const tile = thread_scratch(ScratchSlot::third, size_t(tile_m * halves * panel_n));
 #pragma omp for schedule(static)
     for (int64_t panel = 0; panel < panels; ++panel) {
       const int64_t n0 = panel * panel_n, nc = std::min(panel_n, N - n0);
-      const float* w = w_panel;
-      if (p.w_dtype == DType::f32)
-        w = static_cast<const float*>(p.w) + n0 * K;
-      else
-        load_row(w_panel, element(p.w, p.w_dtype, n0 * K), p.w_dtype, nc * K);
-      const ConstMatrixMap w_map(w, nc, K, Eigen::OuterStride<>(K));
+      // Half h holds rows h·N + n0 … of w: the panel itself, or swiglu's gate rows then its up rows.
+      const float* w[2] = {};
+      for (int64_t h = 0; h < halves; ++h) {
+        const int64_t first_row = h * N + n0;
+        if (p.w_dtype == DType::f32) {
+          w[h] = static_cast<const float*>(p.w) + first_row * K;
+        } else {
+          load_row(w_panel + h * nc * K, element(p.w, p.w_dtype, first_row * K), p.w_dtype, nc * K);
+          w[h] = w_panel + h * nc * K;
+        }
+      }
+      // A tile row holds the panel's sums, swiglu's gate sums then its up sums: one cache-sized
+      // block of both halves, combined by the epilogue right away.
+      const int64_t ld = halves * nc;
       for (int64_t m0 = 0; m0 < M; m0 += tile_m) {
         const int64_t mc = std::min(tile_m, M - m0);
         const ConstMatrixMap x_map(x + m0 * K, mc, K, Eigen::OuterStride<>(K));
-        MatrixMap tile_map(tile, mc, nc, Eigen::OuterStride<>(nc));
+        MatrixMap tile_map(tile, mc, ld, Eigen::OuterStride<>(ld));
         // Inside this parallel region Eigen runs single-threaded; the parallelism is the panels.
-        tile_map.noalias() = x_map * w_map.transpose();
-        for (int64_t i = 0; i < mc; ++i) p.ep.apply(m0 + i, n0, tile + i * nc, nc);
+        for (int64_t h = 0; h < halves; ++h) {
+          const ConstMatrixMap w_map(w[h], nc, K, Eigen::OuterStride<>(K));
+          tile_map.middleCols(h * nc, nc).noalias() = x_map * w_map.transpose();
+        }
+        for (int64_t i = 0; i < mc; ++i) {
+          float* const row = tile + i * ld;
+          p.ep.apply(m0 + i, n0, row, nc, p.ep.swiglu ? row + nc : nullptr);
+        }
       }
     }
   }

@@ -110,16 +110,20 @@ void gemv_rows(const GemmProblem& p, const W* w, const float* x) {
   // streams one contiguous slab of w.
   constexpr int64_t kGroup = 8;
   const int64_t groups = (N + kGroup - 1) / kGroup;
+  // swiglu: a group's gate rows n0 … and then its up rows N + n0 …, so the thread's slab is two
+  // address-ordered runs and the epilogue finds both sums of each output in registers.
+  const int64_t halves = p.ep.swiglu ? 2 : 1;
 #pragma omp parallel for schedule(static)
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t n0 = g * kGroup, count = std::min(kGroup, N - n0);
-    float sums[Rows][kGroup];
-    for (int64_t c = 0; c < count; ++c) {
-      float acc[Rows];
-      dot_row<Rows>(w + (n0 + c) * K, x, K, acc);
-      for (int m = 0; m < Rows; ++m) sums[m][c] = acc[m];
-    }
-    for (int m = 0; m < Rows; ++m) p.ep.apply(m, n0, sums[m], count);
+    float sums[2][Rows][kGroup];
+    for (int64_t h = 0; h < halves; ++h)
+      for (int64_t c = 0; c < count; ++c) {
+        float acc[Rows];
+        dot_row<Rows>(w + (h * N + n0 + c) * K, x, K, acc);
+        for (int m = 0; m < Rows; ++m) sums[h][m][c] = acc[m];
+      }
+    for (int m = 0; m < Rows; ++m) p.ep.apply(m, n0, sums[0][m], count, p.ep.swiglu ? sums[1][m] : nullptr);
   }
 }
 

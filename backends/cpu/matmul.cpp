@@ -22,7 +22,8 @@ const char* at_element(const Tensor& t, int64_t i) {
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
   if (a.params.norm.kind != ops::NormKind::none)
     return ops::matmul_with_staged_prologue(stream, a, {layer_norm, rms_norm, matmul});
-  const int64_t K = a.x.dim(-1), N = a.w.dim(-2);
+  // N: output channels (w has 2N rows for swiglu).
+  const int64_t K = a.x.dim(-1), N = a.out.dim(-1), w_rows = a.w.dim(-2);
   // A shared w with batched x is one product over all B·M rows (x and out are contiguous).
   const bool per_batch_w = a.w.rank == 3;
   const int64_t batches = per_batch_w ? a.x.dim(0) : 1;
@@ -31,12 +32,13 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     GemmProblem p;
     p.x = at_element(a.x, b * M * K);
     p.x_dtype = a.x.dtype;
-    p.w = at_element(a.w, b * N * K);
+    p.w = at_element(a.w, b * w_rows * K);
     p.w_dtype = a.w.dtype;
     p.M = M, p.N = N, p.K = K;
     p.ep.bias = a.params.bias.data;
     p.ep.bias_dtype = a.params.bias.dtype;
     p.ep.gelu = a.params.activation == ops::Activation::gelu_tanh;
+    p.ep.swiglu = a.params.activation == ops::Activation::swiglu;
     if (a.params.residual.defined()) {
       p.ep.residual = at_element(a.params.residual, b * M * N);
       p.ep.residual_dtype = a.params.residual.dtype;

@@ -1,7 +1,7 @@
-// Vectorised exponential, logistic and gelu shared by the CPU kernels (softmax, silu, swiglu,
-// gelu and the GEMM's gelu epilogue), accurate to a few f32 ulp relative to the result so f32
-// parity tolerances can stay tight. Each has a scalar twin for the tails of rows and for builds
-// without AVX2. Also the one row helper the norm and embedding kernels share.
+// Vectorised exponential, logistic, gelu and silu shared by the CPU kernels (softmax, silu,
+// swiglu, gelu and the GEMM's gelu and swiglu epilogues), accurate to a few f32 ulp relative to
+// the result so f32 parity tolerances can stay tight. Each has a scalar twin for the tails of
+// rows and for builds without AVX2. Also the one row helper the norm and embedding kernels share.
 #pragma once
 #include <array>
 #include <cmath>
@@ -23,6 +23,13 @@ constexpr double kGeluC3 = 0.044715 * kGeluC1;
 inline float gelu_scalar(float x) {
   const double xd = x, t = xd * (kGeluC1 + kGeluC3 * xd * xd);
   return float(xd / (1.0 + std::exp(-t)));
+}
+
+// silu(x) = x·σ(x). The scalar twin is formed in double (e^−x neither overflows nor rounds
+// before the division), so it is correctly rounded in practice, like gelu_scalar.
+inline float silu_scalar(float x) {
+  const double xd = x;
+  return float(xd / (1.0 + std::exp(-xd)));
 }
 
 #ifdef DING_CPU_AVX2
@@ -110,6 +117,10 @@ inline __m256 gelu8(__m256 x) {
   const __m256 slope = _mm256_mul_ps(s, _mm256_sub_ps(_mm256_set1_ps(1.0f), s));
   return _mm256_mul_ps(x, _mm256_fmadd_ps(slope, t_lo, s));
 }
+
+// silu(x) = x·σ(x) with sigmoid8's σ, so it keeps its relative accuracy for x ≪ 0 (x / (1 + e^−x)
+// would round to 0 once e^−x saturates at e^88): a few ulp down to x = ln(FLT_MIN).
+inline __m256 silu8(__m256 x) { return _mm256_mul_ps(x, sigmoid8(x)); }
 #endif
 
 // acc[i] += src[i] for i < n, src in its stored dtype (a residual or position row added to an

@@ -1,5 +1,6 @@
-// What the three matmul cores (gemv.cuh, gemm_simt.cuh, gemm_mma.cuh) share: the problem they
-// solve, out[row, n] = epilogue(Σ_k x[row, k] · w[n, k]), and the fused epilogue itself.
+// What the matmul cores (gemv.cuh, gemv_mma.cuh, gemm_simt.cuh, gemm_mma.cuh, sm90/gemm_wgmma.cu)
+// share: the problem they solve, out[row, n] = epilogue(Σ_k x[row, k] · w[n, k]), the fused
+// epilogue itself, and how a swiglu epilogue's pairs of sums are laid out as one product.
 //
 // Element types of x and w are template parameters of each core (the inner loops depend on
 // them); the epilogue's dtypes (bias, residual, out) are read at run time, once per output
@@ -36,39 +37,75 @@ __device__ inline float gelu_tanh(float v) {
   return v / (1.0f + expf(-2.0f * u));
 }
 
-// out = act(acc + bias) + residual, rounded to out's dtype. Rows index the flattened output
-// ([B·M, N] for a batched one: contiguous, so row b·M + m), so the cores need no batch offsets here.
+// silu(g)·u = g·u·σ(g), with σ from e = e^(−|g|), which never overflows: 1/(1 + e) for g ≥ 0,
+// e/(1 + e) for g < 0. The second keeps the result's relative accuracy for g ≪ 0, where
+// g / (1 + e^(−g)) would lose it once e^(−g) overflows (the formula of activation.cu's swiglu,
+// down to where e^g leaves the normal range).
+__device__ inline float silu_times(float g, float u) {
+  const float e = expf(-fabsf(g)), gu = g * u;
+  return g >= 0.0f ? gu / (1.0f + e) : gu * e / (1.0f + e);
+}
+
+// out = act(acc + bias) + residual, rounded to out's dtype; swiglu: out = silu(gate + bias[col]) ·
+// (up + bias[N + col]) + residual, from the two sums of the output (ops/matmul.h). Rows index the
+// flattened output ([B·M, N] for a batched one: contiguous, so row b·M + m), so the cores need no
+// batch offsets here.
 struct Epilogue {
-  const void* bias = nullptr;  // [N], element n at n · bias_stride; null: none
+  const void* bias = nullptr;  // [N] ([2N] for swiglu), element n at n · bias_stride; null: none
   DType bias_dtype = DType::f32;
   int64_t bias_stride = 1;
   bool gelu = false;
+  bool swiglu = false;  // w is [2N, K]: the cores compute the product of swiglu_cols(N) columns below
   const void* residual = nullptr;  // like out (same ld); may be out itself; null: none
   DType residual_dtype = DType::f32;
   void* out = nullptr;
   DType out_dtype = DType::f32;
-  int64_t ld = 0;  // elements from one row of out (and of residual) to the next
+  int64_t ld = 0;  // elements from one row of out (and of residual) to the next: N
 
   // In place (residual == out) is safe: each element's residual is read by the thread that
   // writes that element, before it writes it.
   __device__ float value(int64_t row, int64_t col, float acc) const {
     if (bias) acc += load_as_float(bias, bias_dtype, col * bias_stride);
     if (gelu) acc = gelu_tanh(acc);
-    if (residual) acc += load_as_float(residual, residual_dtype, row * ld + col);
-    return acc;
+    return plus_residual(row, col, acc);
+  }
+  // swiglu's output from its gate and up sums.
+  __device__ float value(int64_t row, int64_t col, float gate, float up) const {
+    if (bias) {
+      gate += load_as_float(bias, bias_dtype, col * bias_stride);
+      up += load_as_float(bias, bias_dtype, (ld + col) * bias_stride);
+    }
+    return plus_residual(row, col, silu_times(gate, up));
+  }
+  __device__ float plus_residual(int64_t row, int64_t col, float v) const {
+    return residual ? v + load_as_float(residual, residual_dtype, row * ld + col) : v;
   }
   __device__ void store(int64_t row, int64_t col, float acc) const {
     store_from_float(out, out_dtype, row * ld + col, value(row, col, acc));
+  }
+  __device__ void store(int64_t row, int64_t col, float gate, float up) const {
+    store_from_float(out, out_dtype, row * ld + col, value(row, col, gate, up));
   }
 
   // Columns col … col + 7 of one row, as store() writes them; a 16-bit out whose eight elements
   // start on a 16-byte boundary takes them as one 16-byte store (the per-element stores cost the
   // GEMM cores' epilogues more instructions than a 1600-deep tile's math leaves room for).
   __device__ void store8(int64_t row, int64_t col, const float (&acc)[8]) const {
-    const int64_t i = row * ld + col;
     float v[8];
 #pragma unroll
     for (int c = 0; c < 8; ++c) v[c] = value(row, col + c, acc[c]);
+    write8(row, col, v);
+  }
+  __device__ void store8(int64_t row, int64_t col, const float (&gate)[8], const float (&up)[8]) const {
+    float v[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) v[c] = value(row, col + c, gate[c], up[c]);
+    write8(row, col, v);
+  }
+
+  // Eight finished values into out[row, col … col + 7].
+  __device__ void write8(int64_t row, int64_t col, const float (&v)[8]) const {
+    const int64_t i = row * ld + col;
     char* const at = static_cast<char*>(out) + i * 2;
     if (out_dtype != DType::f32 && reinterpret_cast<uintptr_t>(at) % 16 == 0) {
       auto bits = [&](float x) {
@@ -87,7 +124,8 @@ struct Epilogue {
 
 // One launch's worth of product: `batches` independent problems x [M, K] · w [N, K]ᵀ (or w
 // [K, N] for the SIMT core's matmul_chain variant) whose operands are `x_batch` and `w_batch`
-// elements apart (w_batch 0: w shared), results in the epilogue's rows b·M + m.
+// elements apart (w_batch 0: w shared), results in the epilogue's rows b·M + m. N counts the
+// columns of out: with a swiglu epilogue w is [2N, K].
 struct GemmShape {
   const void* x = nullptr;
   const void* w = nullptr;
@@ -95,6 +133,31 @@ struct GemmShape {
   int64_t batches = 1;
   int64_t x_batch = 0, w_batch = 0;
 };
+
+// swiglu as one product. The tiled cores compute out's 2N sums as a product of swiglu_cols(N) =
+// 16·⌈N/8⌉ columns in groups of 16: product columns 16i … 16i + 7 are the gate sums (rows 8i …
+// 8i + 7 of w) of output columns 8i … 8i + 7, and 16i + 8 … 16i + 15 their up sums (rows N + 8i
+// …). So every tile, and every warp's piece of it, whose columns start and end on multiples of 16
+// holds both sums of each output it covers, and the epilogue combines them without leaving the
+// block. Columns of the last group past the last output read no row of w (zero-filled) and are
+// not stored.
+__host__ __device__ inline int64_t swiglu_cols(int64_t N) { return 16 * ((N + 7) / 8); }
+__host__ __device__ inline int64_t swiglu_out_col(int64_t c) { return c / 16 * 8 + c % 8; }
+
+// The row of w behind product column c, or −1 where the column has none (past the last output).
+__device__ inline int64_t product_w_row(int64_t c, int64_t N, bool swiglu) {
+  if (!swiglu) return c < N ? c : -1;
+  const int64_t j = swiglu_out_col(c);
+  return j >= N ? -1 : j + (c % 16 >= 8 ? N : 0);
+}
+
+// The product the tiled cores compute for p: p itself, or for swiglu p with N = swiglu_cols(N).
+// Tile counts, grids and split partials follow it; the kernels get p, whose N the epilogue needs.
+inline GemmShape product_shape(const GemmShape& p, const Epilogue& ep) {
+  GemmShape product = p;
+  if (ep.swiglu) product.N = swiglu_cols(p.N);
+  return product;
+}
 
 // Grid dimensions y and z stop at 65535: kernels loop over what lies beyond (block-uniform
 // loops, so barriers inside them stay safe).

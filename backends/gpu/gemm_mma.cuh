@@ -18,7 +18,12 @@
 //
 // Edges: rows of x beyond M, rows of w beyond N and chunks beyond K are zero-filled by cp.async
 // (source size 0: nothing is read), so the MMAs need no special case and the epilogue checks
-// m < M, n < N. The host sends a product here only when every 16-byte chunk is whole and aligned:
+// m < M, n < N.
+//
+// swiglu: the tile is BN columns of the product whose groups of 16 are 8 outputs' gate sums and
+// their up sums (gemm.cuh); only the rows of w the copies read change. Every warp's piece (kWarpN,
+// a multiple of 16, from a multiple of 16) holds both sums of its outputs, which the epilogue
+// (SplitK::store_piece) combines, or the split reduce when K is split. The host sends a product here only when every 16-byte chunk is whole and aligned:
 // K a multiple of 8 and both base pointers 16-byte aligned (else the SIMT core takes it).
 #pragma once
 #include <algorithm>
@@ -85,7 +90,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
   const int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
   const int64_t k_tiles_all = (p.K + kBK - 1) / kBK;
 
-  for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < p.N; n0 += int64_t(gridDim.y) * Tl::BN)
+  // n0: the tile's first column of the product (for swiglu, of its 2N-wide form: gemm.cuh).
+  for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < split.product_n; n0 += int64_t(gridDim.y) * Tl::BN)
     for (int64_t z = blockIdx.z; z < p.batches * split.splits; z += gridDim.z) {
       const int64_t b = z / split.splits, s = z % split.splits;
       // This block's K slices: [k_first, k_first + k_tiles).
@@ -114,8 +120,9 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(
 #pragma unroll
       for (int it = 0; it < kCopiesB; ++it) {
         const int r = copy_row + it * kRowStep;
-        b_ok[it] = n0 + r < p.N;
-        b_src[it] = w + (b_ok[it] ? (n0 + r) * p.K : 0) + copy_chunk * 8;
+        const int64_t w_row = product_w_row(n0 + r, p.N, ep.swiglu);
+        b_ok[it] = w_row >= 0;
+        b_src[it] = w + (b_ok[it] ? w_row * p.K : 0) + copy_chunk * 8;
         b_dst[it] = smem_base + uint32_t(Tl::BM * kBK + swizzle(r, copy_chunk)) * 2;
       }
       auto load_stage = [&](int stage, int64_t local_kt) {
@@ -313,15 +320,16 @@ template <class T>
 void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace mma;
   const Props& props = s.props();
-  const MmaPlan plan = mma_plan(props, p, s.matmul_tuning());
-  const SplitK split = make_split(s, p, ceil_div(p.K, kBK), plan.splits);
+  const GemmShape product = product_shape(p, ep);
+  const MmaPlan plan = mma_plan(props, product, s.matmul_tuning());
+  const SplitK split = make_split(s, product, ceil_div(p.K, kBK), plan.splits);
 
   auto launch = [&](auto tile) {
     using Tl = decltype(tile);
     const auto kernel = gemm_mma_kernel<T, Tl>;
     if (Tl::kSmemBytes > 48 * 1024)
       DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), Tl::kSmemBytes));
-    const dim3 grid(unsigned(ceil_div(p.M, Tl::BM)), unsigned(std::min(ceil_div(p.N, Tl::BN), kMaxGridYZ)),
+    const dim3 grid(unsigned(ceil_div(p.M, Tl::BM)), unsigned(std::min(ceil_div(product.N, Tl::BN), kMaxGridYZ)),
                     unsigned(std::min(p.batches * split.splits, kMaxGridYZ)));
     kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep, split);
     DING_GPU_CHECK_LAUNCH("gemm_mma_kernel");

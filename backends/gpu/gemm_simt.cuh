@@ -5,7 +5,8 @@
 // A block computes a 64 × 64 tile of out; its 256 threads each own a 4 × 4 block of it. Per
 // 16-deep slice of K, x and w are widened to f32 into shared memory (out-of-range elements as
 // zeros, so edges need no special case in the inner loop), then each thread does 16 steps of two
-// 16-byte shared loads and 16 FMAs.
+// 16-byte shared loads and 16 FMAs. swiglu: the tile is 64 columns of the 2N-wide product
+// (gemm.cuh), 32 outputs, and threads pair their gate and up sums by a shuffle.
 #pragma once
 #include <type_traits>
 
@@ -33,16 +34,25 @@ __global__ void __launch_bounds__(kThreads) gemm_simt_kernel(const GemmShape p, 
   const int tid = int(threadIdx.x), tx = tid % kTx, ty = tid / kTx;
   const int64_t m0 = int64_t(blockIdx.x) * kBM;
 
-  for (int64_t n0 = int64_t(blockIdx.y) * kBN; n0 < p.N; n0 += int64_t(gridDim.y) * kBN)
+  // Columns of the product: for swiglu its 2N-wide form (gemm.cuh), whose groups of 16 columns
+  // are four threads' worth (tx = 4i … 4i + 3): the gate sums of 8 outputs in the first two, their
+  // up sums in the other two.
+  constexpr int kLoads = kBM * kBK / kThreads;  // elements of each operand a thread loads per slice
+  const int64_t cols = !WKn && ep.swiglu ? swiglu_cols(p.N) : p.N;
+  for (int64_t n0 = int64_t(blockIdx.y) * kBN; n0 < cols; n0 += int64_t(gridDim.y) * kBN)
     for (int64_t b = blockIdx.z; b < p.batches; b += gridDim.z) {
       const X* x = static_cast<const X*>(p.x) + b * p.x_batch;
       const W* w = static_cast<const W*>(p.w) + b * p.w_batch;
+      // The rows of a [N, K] w behind this thread's loads (the same columns at every slice); −1: none.
+      int64_t w_row[kLoads];
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) w_row[i] = WKn ? -1 : product_w_row(n0 + (tid + i * kThreads) / kBK, p.N, ep.swiglu);
       float acc[4][4] = {};
       for (int64_t k0 = 0; k0 < p.K; k0 += kBK) {
         // 64 × 16 elements of each operand, 4 per thread; consecutive threads read consecutive k
         // (consecutive n for a [K, N] w), so global reads coalesce along the stored rows.
 #pragma unroll
-        for (int i = 0; i < kBM * kBK / kThreads; ++i) {
+        for (int i = 0; i < kLoads; ++i) {
           const int e = tid + i * kThreads;
           const int r = e / kBK, c = e % kBK;
           const int64_t m = m0 + r, k = k0 + c;
@@ -51,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) gemm_simt_kernel(const GemmShape p, 
             const int kk = e / kBN, nn = e % kBN;
             ws[kk][nn] = k0 + kk < p.K && n0 + nn < p.N ? to_float(w[(k0 + kk) * p.N + n0 + nn]) : 0.0f;
           } else {
-            ws[c][r] = n0 + r < p.N && k < p.K ? to_float(w[(n0 + r) * p.K + k]) : 0.0f;
+            ws[c][r] = w_row[i] >= 0 && k < p.K ? to_float(w[w_row[i] * p.K + k]) : 0.0f;
           }
         }
         __syncthreads();
@@ -76,6 +86,14 @@ __global__ void __launch_bounds__(kThreads) gemm_simt_kernel(const GemmShape p, 
         for (int q = 0; q < 16; ++q)
           if (q == e) v = acc[q / 4][q % 4];
         const int64_t m = m0 + ty * 4 + e / 4, n = n0 + tx * 4 + e % 4;
+        if (!WKn && ep.swiglu) {
+          // Thread tx ^ 2 (lane ^ 2, the same warp whatever its width) holds the other sum of the
+          // same outputs: the gate-half threads take the up sums and store. Every lane shuffles.
+          const float up = shfl_xor(v, 2);
+          const int64_t j = swiglu_out_col(n);
+          if (tx % 4 < 2 && m < p.M && j < p.N) ep.store(b * p.M + m, j, v, up);
+          continue;
+        }
         if (m < p.M && n < p.N) ep.store(b * p.M + m, n, v);
       }
     }
@@ -86,7 +104,8 @@ __global__ void __launch_bounds__(kThreads) gemm_simt_kernel(const GemmShape p, 
 template <class X, class W, bool WKn>
 void launch_gemm_simt(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace simt;
-  const dim3 grid(unsigned(ceil_div(p.M, kBM)), unsigned(std::min(ceil_div(p.N, kBN), kMaxGridYZ)),
+  const int64_t cols = WKn ? p.N : product_shape(p, ep).N;
+  const dim3 grid(unsigned(ceil_div(p.M, kBM)), unsigned(std::min(ceil_div(cols, kBN), kMaxGridYZ)),
                   unsigned(std::min(p.batches, kMaxGridYZ)));
   gemm_simt_kernel<X, W, WKn><<<grid, kThreads, 0, s.handle()>>>(p, ep);
   DING_GPU_CHECK_LAUNCH("gemm_simt_kernel");

@@ -3,7 +3,9 @@
 // stream, built so that the stream never pauses between the layer's kernels:
 //  - Each warp owns kRowsPerWarp rows of w over one slice of K and walks them with 16-byte loads,
 //    every lane keeping kUnroll × kRowsPerWarp loads in flight before it touches them; x (a few
-//    KB) comes through L1 and is reused for all of the warp's rows. Sums are f32.
+//    KB) comes through L1 and is reused for all of the warp's rows. Sums are f32. For swiglu the
+//    warp's two rows are one output's gate row j and up row N + j, so the epilogue pairs the two
+//    sums with one shuffle.
 //  - Few rows (N small against the SM count) leave too few loads in flight: then the warps of a
 //    block split K into `slices` and add their sums through shared memory in slice order — one
 //    launch, deterministic.
@@ -126,14 +128,22 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
   const int lane = int(threadIdx.x) % warp_size(), warp = int(threadIdx.x) / warp_size();
   const int groups = int(blockDim.x) / warp_size() / a.slices;  // row groups per block
   const int group = warp / a.slices, slice = warp % a.slices;
-  const int64_t tile_row0 = int64_t(blockIdx.x) * groups * kRowsPerWarp;
-  const int64_t n0 = tile_row0 + int64_t(group) * kRowsPerWarp;
+  // A row group is kRowsPerWarp output columns, or for swiglu one output column whose two rows
+  // are its gate row n0 and its up row N + n0 (row_step apart).
+  const bool swiglu = a.ep.swiglu;
+  const int cols = swiglu ? 1 : kRowsPerWarp;
+  const int64_t row_step = swiglu ? p.N : 1;
+  const int64_t tile_col0 = int64_t(blockIdx.x) * groups * cols;
+  const int64_t n0 = tile_col0 + int64_t(group) * cols;
 
-  // Weights are never written by a kernel of the step: safe to fetch before the wait.
+  // Weights are never written by a kernel of the step: safe to fetch before the wait. swiglu's
+  // block reads two runs of rows, its gate rows and its up rows.
   if (a.prefetch_bytes && threadIdx.x == 0) {
-    const W* tile = static_cast<const W*>(p.w) + int64_t(blockIdx.z) * p.w_batch + tile_row0 * p.K;
-    const int64_t left = (p.N - tile_row0) * p.K * int64_t(sizeof(W));
-    prefetch_to_l2(tile, uint32_t(std::min<int64_t>(left, a.prefetch_bytes)));
+    const W* tile = static_cast<const W*>(p.w) + int64_t(blockIdx.z) * p.w_batch + tile_col0 * p.K;
+    const int64_t left = (p.N - tile_col0) * p.K * int64_t(sizeof(W));
+    const uint32_t bytes = uint32_t(std::min<int64_t>(left, a.prefetch_bytes));
+    prefetch_to_l2(tile, bytes);
+    if (swiglu) prefetch_to_l2(tile + p.N * p.K, bytes);
   }
   wait_for_prior_kernels();
   release_dependents();  // after the wait: at most one kernel runs ahead, so L2 holds its prefetch
@@ -145,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
   constexpr int64_t kStep = int64_t(Vec) * warp_size();
   bool row_ok[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) row_ok[r] = n0 + r < p.N;
+  for (int r = 0; r < kRowsPerWarp; ++r) row_ok[r] = (swiglu ? n0 : n0 + r) < p.N;
 
   __shared__ float partial[kThreads / 32][Rows * kRowsPerWarp];  // a warp's sums, when K is split
   extern __shared__ __align__(16) unsigned char staged_rows[];     // Normed: norm(x), [M, K]
@@ -171,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
           if (k < k_end && row_ok[r])
-            wv[u][r] = *reinterpret_cast<const Pack<W, Vec>*>(w + r * p.K + k);
+            wv[u][r] = *reinterpret_cast<const Pack<W, Vec>*>(w + r * row_step * p.K + k);
           else
             wv[u][r] = Pack<W, Vec>{};
         }
@@ -214,7 +224,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
       }
       __syncthreads();  // partial is rewritten by the next batch
     }
-    if (slice == 0 && owner && m < p.M && n0 + r < p.N) a.ep.store(b * p.M + m, n0 + r, mine);
+    if (swiglu) {
+      // Lane m · 2 + 1 holds row m's up sum; every lane shuffles, lane m · 2 stores.
+      static_assert(kRowsPerWarp == 2, "swiglu pairs a gate row and an up row per warp");
+      const float up = shfl_xor(mine, 1);
+      if (slice == 0 && owner && r == 0 && m < p.M && n0 < p.N) a.ep.store(b * p.M + m, n0, mine, up);
+    } else if (slice == 0 && owner && m < p.M && n0 + r < p.N) {
+      a.ep.store(b * p.M + m, n0 + r, mine);
+    }
     if constexpr (Normed) __syncthreads();  // the staged rows are rewritten by the next batch
   }
 }
@@ -252,18 +269,19 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
   if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
   // Split K inside the block while the row groups alone give fewer than ~16 warps per SM (too
   // few loads in flight to cover memory latency), keeping ≥ 2 vectors per lane per slice.
-  const int64_t row_groups = ceil_div(p.N, kRowsPerWarp) * p.batches;
+  const int cols = ep.swiglu ? 1 : kRowsPerWarp;  // output columns per row group (gemv_kernel)
+  const int64_t row_groups = ceil_div(p.N, cols) * p.batches;
   const int64_t wanted_warps = 16 * int64_t(s.props().sm_count);
   const int64_t unit = vec ? kVec : 1;
   while (a.slices < warps && row_groups * a.slices < wanted_warps && p.K / (2 * a.slices) >= 2 * unit * s.props().warp_size)
     a.slices *= 2;
   a.k_slice = ceil_div(ceil_div(p.K, a.slices), unit) * unit;
 
-  const int64_t rows_per_block = int64_t(warps / a.slices) * kRowsPerWarp;
+  const int64_t cols_per_block = int64_t(warps / a.slices) * cols;
   const bool chained = gemv_chained(s);
-  // The bulk prefetch takes 16-byte multiples, which whole vector rows are.
-  if (chained && vec && gemv_prefetch(s)) a.prefetch_bytes = uint32_t(std::min<int64_t>(rows_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
-  const dim3 grid(unsigned(ceil_div(p.N, rows_per_block)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
+  // The bulk prefetch takes 16-byte multiples, which whole vector rows are (swiglu: per half).
+  if (chained && vec && gemv_prefetch(s)) a.prefetch_bytes = uint32_t(std::min<int64_t>(cols_per_block * p.K * int64_t(sizeof(W)), int64_t(1) << 30));
+  const dim3 grid(unsigned(ceil_div(p.N, cols_per_block)), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
 
   auto launch = [&](auto rows_tag, auto vec_tag, auto normed_tag) {
     constexpr int kRows = decltype(rows_tag)::value, kV = decltype(vec_tag)::value;

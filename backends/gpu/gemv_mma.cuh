@@ -38,6 +38,11 @@
 // L2 at each unit, it made every unit a dependent L2 round trip (ncu, MLP down: 41 % of the stalls
 // on L1TEX, 21 µs; staged: 14.7 µs).
 //
+// swiglu: a tile is 8 outputs, its rows g the gate rows j of w and its rows g + 8 the up rows
+// N + j of the same outputs, so the lane that holds row g's sum holds row g + 8's too (d0/d2,
+// d1/d3 of the mma) and the epilogue combines them where they are. Blocks are dealt runs of
+// outputs instead of rows; the loads, the ring and the sums are as above.
+//
 // The prologue: weights (and the norm's parameters) are never written by a kernel of the step, so
 // before waiting for the previous kernel (chained launch, vendor.h) each thread fills its ring; the
 // block then stages x (normalize_rows for Normed) while those loads are in flight.
@@ -65,9 +70,13 @@ constexpr size_t kMmaSlotBytes = size_t(kMmaThreads) * 2 * sizeof(uint4);
 constexpr size_t kSharedReservedPerBlock = 1024 + 128;
 
 // How the rows of w are dealt to the blocks: block i takes `base` rows, one more if i < extra,
-// from row i · base + min(i, extra), of every batch.
+// from row i · base + min(i, extra), of every batch. For swiglu these are output columns: the
+// block's gate rows, and the up rows N further.
 struct MmaRows {
   int base = 0, extra = 0;
+  int tile_cols = kMmaRows;  // outputs per tile: 16, or 8 for swiglu (tile rows 8–15 are the up rows)
+  int hi_rows = 8;           // outputs between a lane's two rows g and g + 8: 8, or 0 for swiglu
+  int64_t hi_offset = 0;     // elements from a lane's row g of w to its row g + 8: 8·K, or N·K for swiglu
   int chunks = 0;      // per tile: ceil(K / 32)
   int x_pairs = 0;     // ceil(M / 2): the lanes (q < x_pairs) whose sums hold rows of x
   size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory
@@ -158,7 +167,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   const int block = int(blockIdx.x);
   const int64_t r0 = int64_t(block) * rs.base + min(block, rs.extra);
   const int rows = rs.base + (block < rs.extra ? 1 : 0);
-  const int tiles = (rows + kMmaRows - 1) / kMmaRows;
+  const int tiles = (rows + rs.tile_cols - 1) / rs.tile_cols;
 
   extern __shared__ __align__(16) unsigned char shared[];
   T* staged = reinterpret_cast<T*>(shared);
@@ -179,22 +188,22 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   struct Cursor {
     int tile, chunk;
     int k;    // the lane's first element of K in the unit: 32 · chunk + 8q
-    int row;  // the lane's row g of the unit's tile, from the block's first row: 16 · tile + g
+    int row;  // the lane's row g of the unit's tile, from the block's first row: tile_cols · tile + g
   };
   auto advance = [&](Cursor& c) {
     c.chunk += kMmaWarps, c.k += kMmaWarps * kMmaChunk;
-    while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, c.k -= rs.chunks * kMmaChunk, ++c.tile, c.row += kMmaRows;
+    while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, c.k -= rs.chunks * kMmaChunk, ++c.tile, c.row += rs.tile_cols;
   };
   // The unit's rows g and g + 8 of the block's run `w`, into slot s: one commit group per unit,
   // empty past the block's last tile so that the group count stays in step with the units.
   auto issue = [&](int s, const Cursor& c, const T* w) {
     if (c.tile < tiles) {
       const bool in = c.k < K;  // K % 8 == 0: a lane's 8 elements are all in or all out
-      const bool lo = in && c.row < rows, hi = in && c.row + 8 < rows;
+      const bool lo = in && c.row < rows, hi = in && c.row + rs.hi_rows < rows;
       const T* src = w + (c.row * K + c.k);
       // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
       cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0);
-      cp_async_16(smem_address(slot_hi(s)), hi ? src + 8 * K : w, hi ? 16 : 0);
+      cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0);
     }
     cp_async_commit();
   };
@@ -205,7 +214,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   };
 
   const int first_tile = warp / rs.chunks, first_chunk = warp % rs.chunks;
-  const Cursor first{first_tile, first_chunk, first_chunk * kMmaChunk + q * 8, first_tile * kMmaRows + g};
+  const Cursor first{first_tile, first_chunk, first_chunk * kMmaChunk + q * 8, first_tile * rs.tile_cols + g};
   // The block's run of w in batch b.
   auto run_of = [&](int64_t b) { return static_cast<const T*>(p.w) + b * p.w_batch + r0 * p.K; };
   // The first Depth units of the run into the ring; returns the cursor of the next to issue.
@@ -287,8 +296,13 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
         const float4 v = *sum_at(t, w);
         sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
       }
-      const int row = t * kMmaRows + g, m = 2 * q;
+      const int row = t * rs.tile_cols + g, m = 2 * q;
       const int64_t out_row = b * p.M, n = r0 + row;
+      if (a.ep.swiglu) {  // rows g + 8 of the tile are the up rows of rows g
+        if (row < rows && m < p.M) a.ep.store(out_row + m, n, sum.x, sum.z);
+        if (row < rows && m + 1 < p.M) a.ep.store(out_row + m + 1, n, sum.y, sum.w);
+        continue;
+      }
       if (row < rows && m < p.M) a.ep.store(out_row + m, n, sum.x);
       if (row < rows && m + 1 < p.M) a.ep.store(out_row + m + 1, n, sum.y);
       if (row + 8 < rows && m < p.M) a.ep.store(out_row + m, n + 8, sum.z);
@@ -306,9 +320,12 @@ constexpr int kMmaDepths[] = {12, 8, 4};
 // shared memory fits, over one wave of blocks; if even the shallowest ring over one wave does not
 // fit (many tiles per block: long products at batch 8), more blocks of fewer rows. depth == 0:
 // the core cannot take it (the staged rows alone overflow).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu) {
   MmaPlan plan;
   MmaRows& r = plan.rows;
+  r.tile_cols = swiglu ? kMmaRows / 2 : kMmaRows;
+  r.hi_rows = swiglu ? 0 : kMmaRows / 2;
+  r.hi_offset = swiglu ? p.N * p.K : kMmaRows / 2 * p.K;
   r.chunks = int(ceil_div(p.K, kMmaChunk));
   r.x_pairs = int(ceil_div(p.M, 2));
   r.staged_bytes = size_t(p.M * p.K) * 2;  // 16-bit x
@@ -321,7 +338,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
     return std::min(props.shared_per_block_optin, props.shared_per_sm / per_sm - kSharedReservedPerBlock);
   };
   // The tile sums of a block when the rows are dealt to `blocks` (its share rounded up).
-  auto sums_bytes = [&](int64_t blocks) { return size_t(ceil_div(ceil_div(p.N, blocks), kMmaRows)) * per_tile; };
+  auto sums_bytes = [&](int64_t blocks) { return size_t(ceil_div(ceil_div(p.N, blocks), r.tile_cols)) * per_tile; };
   auto take = [&](int64_t blocks, int depth) {
     r.base = int(p.N / blocks);
     r.extra = int(p.N % blocks);
@@ -348,11 +365,11 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
     const size_t fixed = fixed_bytes + size_t(shallow) * kMmaSlotBytes;
     if (fixed + per_tile > budget(1)) return plan;
     const int64_t max_tiles = int64_t((budget(1) - fixed) / per_tile);
-    take(std::max(wave(1), ceil_div(p.N, max_tiles * kMmaRows)), shallow);
+    take(std::max(wave(1), ceil_div(p.N, max_tiles * r.tile_cols)), shallow);
   }
   // The kernel's element offsets within a block's run of w are 32-bit: its rows, plus the last
   // tile's overhang, times K.
-  if ((ceil_div(p.N, plan.blocks) + kMmaRows) * p.K >= (int64_t(1) << 31)) return MmaPlan{};
+  if ((ceil_div(p.N, plan.blocks) + r.tile_cols) * p.K >= (int64_t(1) << 31)) return MmaPlan{};
   return plan;
 }
 
@@ -362,7 +379,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed) {
 // staged rows of x (and the norm's parameters), the ring and one tile's sums within a block's
 // shared memory.
 template <class X, class W>
-bool gemv_mma_fits(const Props& props, const GemmShape& p, const ops::MatmulNorm& norm) {
+bool gemv_mma_fits(const Props& props, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
   const bool normed = norm.kind != ops::NormKind::none;
   if (!(std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
         aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31)))
@@ -370,7 +387,7 @@ bool gemv_mma_fits(const Props& props, const GemmShape& p, const ops::MatmulNorm
   // The norm's parameters are copied to shared memory in 16-byte pieces.
   if (normed && !(aligned_to(norm.weight.data, 16) && (!norm.bias.defined() || aligned_to(norm.bias.data, 16))))
     return false;
-  return gemv::mma_plan(props, p, normed).depth > 0;
+  return gemv::mma_plan(props, p, normed, ep.swiglu).depth > 0;
 }
 
 template <class T>
@@ -379,7 +396,7 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   const bool normed = norm.kind != ops::NormKind::none;
   Params a{p, ep, {}, 1, p.K, 0};
   if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
-  const gemv::MmaPlan plan = gemv::mma_plan(s.props(), p, normed);
+  const gemv::MmaPlan plan = gemv::mma_plan(s.props(), p, normed, ep.swiglu);
   const bool chained = gemv_chained(s);
   const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   auto launch = [&](auto normed_tag, auto depth_tag) {

@@ -1,4 +1,5 @@
-// matmul on the GPU: choose a core per call and hand it the product.
+// matmul on the GPU: choose a core per call and hand it the product. Every core fuses every
+// epilogue, swiglu's too (each computes an output's gate and up sums side by side: gemm.cuh).
 //   gemv_mma.cuh   M ≤ 8 rows per batch (decode), 16-bit x and w, sm_80+: weight streaming into
 //                  mma.sync, the norm prologue fused
 //   gemv.cuh       M ≤ 8 otherwise: the same on FMAs; the GEMM cores get norm(x) staged by the
@@ -35,13 +36,14 @@ Epilogue epilogue_of(const ops::MatmulArgs& a) {
     ep.bias_stride = params.bias.strides[0];
   }
   ep.gelu = params.activation == ops::Activation::gelu_tanh;
+  ep.swiglu = params.activation == ops::Activation::swiglu;
   if (params.residual.defined()) {
     ep.residual = params.residual.data;
     ep.residual_dtype = params.residual.dtype;
   }
   ep.out = a.out.data;
   ep.out_dtype = a.out.dtype;
-  ep.ld = a.w.dim(-2);
+  ep.ld = a.out.dim(-1);
   return ep;
 }
 
@@ -57,11 +59,11 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   p.x = a.x.data;
   p.w = a.w.data;
   p.K = a.x.dim(-1);
-  p.N = a.w.dim(-2);
+  p.N = a.out.dim(-1);  // w has 2N rows for swiglu
   p.batches = per_batch_w ? a.x.dim(0) : 1;
   p.M = per_batch_w || a.x.rank == 2 ? a.x.dim(-2) : a.x.dim(0) * a.x.dim(1);
   p.x_batch = p.M * p.K;
-  p.w_batch = per_batch_w ? p.N * p.K : 0;
+  p.w_batch = per_batch_w ? a.w.dim(-2) * p.K : 0;
   if (p.M == 0 || p.N == 0 || p.batches == 0) return;
   const Epilogue ep = epilogue_of(a);
   const ops::MatmulNorm& norm = a.params.norm;
@@ -85,7 +87,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
         const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
 #if defined(DING_GPU_NVIDIA)
         if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
-          if (gemv_mma_fits<X, W>(s.props(), p, prologue)) {
+          if (gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
             launch_gemv_mma<X>(s, p, ep, prologue);
             return;
           }
@@ -97,7 +99,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
 #if defined(DING_GPU_NVIDIA)
       if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
 #if defined(DING_GPU_WGMMA)
-        if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), p)) {
+        if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), product_shape(p, ep))) {
           launch_gemm_wgmma<X>(s, p, ep);
           return;
         }

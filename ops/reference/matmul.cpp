@@ -3,6 +3,10 @@
 //                 by the reference layer_norm / rms_norm when a norm prologue is given
 //                 (torch.nn.functional.linear followed by the activation; GELU is the tanh form of
 //                 Hendrycks & Gimpel 2016, HF transformers `NewGELUActivation` / "gelu_new")
+//                 swiglu: y[b,m,j] = silu(g)·u + residual[b,m,j] with g and u the sums (bias included)
+//                 of rows j and N + j of w = [W_gate; W_up] (Shazeer 2020, "GLU Variants Improve
+//                 Transformer", SwiGLU with β = 1; HF transformers `LlamaMLP`: act_fn(gate_proj(x)) *
+//                 up_proj(x), act_fn = nn.SiLU, x·σ(x) of Elfwing et al. 2017)
 //   matmul_chain: y = A0·A1·…·An, a plain product of the factors in order; the kernels' row chunking
 //                 is a cache schedule that must not change the result, so the oracle ignores it.
 //                 The oracle keeps the intermediates exact (double); the op's rounding of them to
@@ -24,13 +28,15 @@ double gelu_tanh(double v) {
   return 0.5 * v * (1.0 + std::tanh(sqrt_2_over_pi * (v + 0.044715 * v * v * v)));
 }
 
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
 }  // namespace
 
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
   if (a.params.norm.kind != ops::NormKind::none)
     return ops::matmul_with_staged_prologue(stream, a, {layer_norm, rms_norm, matmul});
   const bool batched = a.x.rank == 3;
-  const int64_t B = batched ? a.x.dim(0) : 1, M = a.x.dim(-2), K = a.x.dim(-1), N = a.w.dim(-2);
+  const int64_t B = batched ? a.x.dim(0) : 1, M = a.x.dim(-2), K = a.x.dim(-1), N = a.out.dim(-1);
   const bool w_batched = a.w.rank == 3;
   const Tensor& bias = a.params.bias;
   const Tensor& residual = a.params.residual;
@@ -38,14 +44,19 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   auto at = [](const Tensor& t, int64_t b, int64_t i, int64_t j) {
     return t.rank == 3 ? offset(t, {b, i, j}) : offset(t, {i, j});
   };
+  // Row r of w applied to row m of x, plus bias[r].
+  auto linear = [&](int64_t b, int64_t m, int64_t r) {
+    double acc = 0;
+    for (int64_t k = 0; k < K; ++k) acc += load(a.x, at(a.x, b, m, k)) * load(a.w, at(a.w, w_batched ? b : 0, r, k));
+    if (bias.defined()) acc += load(bias, offset(bias, {r}));
+    return acc;
+  };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k)
-          acc += load(a.x, at(a.x, b, m, k)) * load(a.w, at(a.w, w_batched ? b : 0, n, k));
-        if (bias.defined()) acc += load(bias, offset(bias, {n}));
+        double acc = linear(b, m, n);
         if (a.params.activation == ops::Activation::gelu_tanh) acc = gelu_tanh(acc);
+        if (a.params.activation == ops::Activation::swiglu) acc = silu(acc) * linear(b, m, N + n);
         // Read the residual before writing out: they may be the same tensor (in place).
         if (residual.defined()) acc += load(residual, at(residual, b, m, n));
         store(a.out, at(a.out, b, m, n), acc);

@@ -1,6 +1,7 @@
 // matmul and matmul_chain: the reference against facts known without running it (identity
-// weights, a product worked by hand, GELU's limits), the chain's chunk-size rule, and every
-// rejected input through the public front end.
+// weights, a product worked by hand, GELU's limits, swiglu as the two halves then the swiglu op),
+// the CPU's swiglu for very negative gates, the chain's chunk-size rule, and every rejected input
+// through the public front end.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,6 +88,34 @@ TEST(MatmulReference, BiasGeluResidualInPlace_M1_N4_K1) {
   EXPECT_FLOAT_EQ(got[3], 10.0f);
 }
 
+TEST(MatmulReference, SwigluHandWorked_M1_N2_K1) {
+  // x·wᵀ = w for x = [1]: gate sums (0, 2) from rows 0 and 1, up sums (3, -1) from rows 2 and 3;
+  // out = silu(g)·u + out, silu(0) = 0 and silu(2) = 2σ(2) = 2 / (1 + e⁻²).
+  Tensors t(Device::open("ref"));
+  const Tensor x = t.f32({1, 1}, {1}), w = t.f32({4, 1}, {0, 2, 3, -1});
+  const Tensor out = t.f32({1, 2}, {10, 10});
+  ops::matmul(t.stream, out, x, w, {.activation = ops::Activation::swiglu, .residual = out});
+  const std::vector<float> got = t.read(out);
+  EXPECT_FLOAT_EQ(got[0], 10.0f);
+  EXPECT_FLOAT_EQ(got[1], float(10 - 2 / (1 + std::exp(-2.0))));
+}
+
+// swiglu means "the two halves of w as two products, then the swiglu op": the reference's
+// activation op computes the second independently.
+TEST(MatmulReference, SwigluIsTheSwigluOpOnTheTwoHalves_M3_N4_K5) {
+  Tensors t(Device::open("ref"));
+  const Tensor x = t.f32({3, 5}, counting(15, 0.25f)), w = t.f32({8, 5}, counting(40, 0.1f));
+  const Tensor bias = t.f32({8}, counting(8, 0.3f));
+  const Tensor fused = t.f32({3, 4}), gate = t.f32({3, 4}), up = t.f32({3, 4}), separate = t.f32({3, 4});
+  ops::matmul(t.stream, fused, x, w, {.bias = bias, .activation = ops::Activation::swiglu});
+  ops::matmul(t.stream, gate, x, w.slice(0, 0, 4), {.bias = bias.slice(0, 0, 4)});
+  ops::matmul(t.stream, up, x, w.slice(0, 4, 8), {.bias = bias.slice(0, 4, 8)});
+  ops::swiglu(t.stream, separate, gate, up);
+  const std::vector<float> got = t.read(fused), want = t.read(separate);
+  // The separate path rounds gate and up to f32 before the activation: a few ulp.
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + std::fabs(want[i]))) << "element " << i;
+}
+
 // The prologue means "the norm op, then the product": with identity weights the product returns
 // norm(x) itself, which the reference layer_norm computes independently.
 TEST(MatmulReference, NormPrologueIsTheNormOpThenTheProduct_M2_K4) {
@@ -136,6 +165,27 @@ TEST(MatmulCpu, IdentityWeightsReturnX_GemvAndGemmRows) {
     const Tensor x = t.f32({M, 19}, xs), w = t.f32({19, 19}, identity(19)), out = t.f32({M, 19});
     ops::matmul(t.stream, out, x, w);
     EXPECT_EQ(t.read(out), xs) << "M = " << M;
+  }
+}
+
+// silu(g)·u for g ≪ 0 is tiny but must keep its relative accuracy (g / (1 + e^−g) is 0 once
+// e^−g saturates in f32): both cores against the formula in double, to 1e-5 relative.
+TEST(MatmulCpu, SwigluKeepsRelativeAccuracyForVeryNegativeGates_GemvAndGemmRows) {
+  Tensors t(Device::open("cpu"));
+  const std::vector<float> gates = {-5, -20, -50, -80, -87, 3, -0.5f, 12, -30};  // 9: a vector of 8 and a tail
+  const int64_t N = int64_t(gates.size());
+  std::vector<float> w_values = gates;
+  for (int64_t j = 0; j < N; ++j) w_values.push_back(0.5f + 0.25f * float(j));  // the up rows
+  const Tensor w = t.f32({2 * N, 1}, w_values);
+  for (int64_t M : {1, 7}) {  // the gemv core and the gemm core
+    const Tensor x = t.f32({M, 1}, std::vector<float>(size_t(M), 1.0f)), out = t.f32({M, N});
+    ops::matmul(t.stream, out, x, w, {.activation = ops::Activation::swiglu});
+    const std::vector<float> got = t.read(out);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < N; ++j) {
+        const double g = gates[size_t(j)], u = w_values[size_t(N + j)], want = g * u / (1 + std::exp(-g));
+        EXPECT_NEAR(got[size_t(m * N + j)], want, 1e-5 * std::fabs(want)) << "M " << M << ", g " << g;
+      }
   }
 }
 
@@ -250,6 +300,24 @@ TEST_F(MatmulBadInput, BiasLength_N5_bias4) {
   const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), bias = t.f32({4});
   expect_error([&] { ops::matmul(t.stream, out, x, w, {.bias = bias}); }, ErrorCode::shape_mismatch,
                {"matmul", "bias", "4", "5"});
+}
+
+TEST_F(MatmulBadInput, SwigluOddWeightRows_w7x4) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({7, 4}), out = t.f32({3, 3});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.activation = ops::Activation::swiglu}); },
+               ErrorCode::shape_mismatch, {"matmul", "swiglu", "w", "7", "odd"});
+}
+
+TEST_F(MatmulBadInput, SwigluOutAsWideAsW_w8x4_out3x8) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({8, 4}), out = t.f32({3, 8});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.activation = ops::Activation::swiglu}); },
+               ErrorCode::shape_mismatch, {"matmul", "out", "half of w's rows", "4", "8"});
+}
+
+TEST_F(MatmulBadInput, SwigluBiasOfN_w8x4_bias4) {
+  const Tensor x = t.f32({3, 4}), w = t.f32({8, 4}), out = t.f32({3, 4}), bias = t.f32({4});
+  expect_error([&] { ops::matmul(t.stream, out, x, w, {.bias = bias, .activation = ops::Activation::swiglu}); },
+               ErrorCode::shape_mismatch, {"matmul", "bias", "2N", "8", "4"});
 }
 
 TEST_F(MatmulBadInput, ResidualShape_out3x5_residual5x3) {

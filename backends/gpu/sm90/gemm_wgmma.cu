@@ -22,6 +22,11 @@
 // Edges as in the mma.sync core: rows beyond M or N and chunks beyond K are zero-filled (source
 // size 0), the epilogue checks m < M, n < N; the host sends only K % 8 == 0 with 16-byte-aligned
 // x and w.
+//
+// swiglu as in the mma.sync core: the tile is BN columns of the product whose groups of 16 are 8
+// outputs' gate sums and then their up sums (../gemm.cuh), so each warp's 16 × BN piece holds both
+// sums of its outputs for the epilogue to combine (SplitK::store_piece, or the split reduce). The
+// host plans tiles and splits over the product's columns (product_shape).
 #include <algorithm>
 #include <type_traits>
 
@@ -174,7 +179,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
   const uint32_t dst0 = uint32_t(row0 * kRowBytes + ((chunk ^ (row0 % 8)) * 16));
   constexpr int kCopiesA = kBM / 32, kCopiesB = Tl::BN / 32;
 
-  for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < p.N; n0 += int64_t(gridDim.y) * Tl::BN)
+  // n0: the tile's first column of the product (for swiglu, of its 2N-wide form: ../gemm.cuh).
+  for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < split.product_n; n0 += int64_t(gridDim.y) * Tl::BN)
     for (int64_t z = blockIdx.z; z < p.batches * split.splits; z += gridDim.z) {
       // Batch b, K slices [k_first, k_first + k_tiles) (gemm_split.cuh; every split non-empty).
       const int64_t b = z / split.splits, s = z % split.splits;
@@ -197,9 +203,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const GemmShape
       }
 #pragma unroll
       for (int i = 0; i < kCopiesB; ++i) {
-        const int64_t n = n0 + row0 + 32 * i;
-        b_ok[i] = n < p.N;
-        b_src[i] = w + (b_ok[i] ? n * p.K : 0) + k0;
+        const int64_t w_row = product_w_row(n0 + row0 + 32 * i, p.N, ep.swiglu);
+        b_ok[i] = w_row >= 0;
+        b_src[i] = w + (b_ok[i] ? w_row * p.K : 0) + k0;
       }
       auto load_stage = [&](int stage, int64_t kt) {  // this block's slice kt
         const uint32_t a_dst = base + uint32_t(stage * Tl::kStageBytes) + dst0;
@@ -294,6 +300,7 @@ inline int wanted_splits(const Props& props, const GemmShape& p) {
 
 }  // namespace wgmma
 
+// p: the product's shape (product_shape), as the tile counts need it.
 bool gemm_wgmma_takes(const Props& props, const GemmShape& p) {
   using namespace wgmma;
   const bool fits = props.cc_major == 9 && props.cc_minor == 0 && p.K > 0 && p.K % 8 == 0 && aligned_to(p.x, 16) &&
@@ -308,12 +315,14 @@ void launch_gemm_wgmma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace wgmma;
   const Props& props = s.props();
   const MatmulTuning& tuning = s.matmul_tuning();
-  const SplitK split = make_split(s, p, ceil_div(p.K, kBK), tuning.splits ? tuning.splits : wanted_splits(props, p));
+  const GemmShape product = product_shape(p, ep);
+  const SplitK split =
+      make_split(s, product, ceil_div(p.K, kBK), tuning.splits ? tuning.splits : wanted_splits(props, product));
   auto launch = [&](auto tile) {
     using Tl = decltype(tile);
     const auto kernel = gemm_wgmma_kernel<T, Tl>;
     DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), Tl::kSmemBytes));
-    const dim3 grid(unsigned(ceil_div(p.M, kBM)), unsigned(std::min(ceil_div(p.N, Tl::BN), kMaxGridYZ)),
+    const dim3 grid(unsigned(ceil_div(p.M, kBM)), unsigned(std::min(ceil_div(product.N, Tl::BN), kMaxGridYZ)),
                     unsigned(std::min(p.batches * split.splits, kMaxGridYZ)));
     kernel<<<grid, kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep, split);
     DING_GPU_CHECK_LAUNCH("gemm_wgmma_kernel");
@@ -322,8 +331,8 @@ void launch_gemm_wgmma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   // less per MMA (kWideGain); take the wide tile when its waves cost less. Split products keep
   // 128 × 128 (their point is more blocks).
   constexpr double kWideGain = 1.1;
-  const double cost128 = double(waves(props, p, 128));
-  const double cost256 = 2.0 * double(waves(props, p, 256)) / kWideGain;
+  const double cost128 = double(waves(props, product, 128));
+  const double cost256 = 2.0 * double(waves(props, product, 256)) / kWideGain;
   const int forced = tuning.tile_m == kBM ? tuning.tile_n : 0;
   if (forced == 256 || (forced != 128 && split.splits == 1 && cost256 < cost128))
     launch(Tile256{});
