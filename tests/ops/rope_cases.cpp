@@ -32,6 +32,9 @@ struct RopeShape {
   std::optional<ops::RopeScaling> scaling;
   float attention_factor = 1.0f;
   int32_t max_position = 8000;  // positions tensor: drawn from [0, max_position]
+  // > 0: in place on heads [1, 1 + H) of a [B, T, H + other_heads, D] tensor, as the models rotate q
+  // and k inside the fused q/k/v product (strided heads; the other heads must come back untouched).
+  int64_t other_heads = 0;
 };
 
 std::string scaling_tag(const std::optional<ops::RopeScaling>& s) {
@@ -71,13 +74,16 @@ OpCase rope_case(RopeShape s) {
            (s.positions_tensor ? std::string("_positions") : "_offset" + std::to_string(s.offset)) +
            (s.theta != 10000.0f ? "_theta" + std::to_string(int64_t(s.theta)) : "") + (s.in_place ? "_inplace" : "") +
            scaling_tag(s.scaling) + (s.attention_factor != 1.0f ? fmt::format("_af{}", s.attention_factor) : "") +
-           (s.positions_tensor && s.max_position != 8000 ? "_maxpos" + std::to_string(s.max_position) : "");
+           (s.positions_tensor && s.max_position != 8000 ? "_maxpos" + std::to_string(s.max_position) : "") +
+           (s.other_heads ? "_headsof" + std::to_string(s.H + s.other_heads) : "");
   c.tolerance = tolerance(s.out, s.B * s.T * s.H * s.D);
   c.reason = kReason;
   c.in_tests = s.in_tests;
   c.build = [s](CaseRun& run) {
-    Tensor x = s.in_place ? run.inout("x", s.in, {s.B, s.T, s.H, s.D}) : run.normal(s.in, {s.B, s.T, s.H, s.D});
-    Tensor out = s.in_place ? x : run.output("out", s.out, {s.B, s.T, s.H, s.D});
+    Tensor x = s.other_heads ? run.inout("qkv", s.in, {s.B, s.T, s.H + s.other_heads, s.D}).slice(2, 1, 1 + s.H)
+               : s.in_place ? run.inout("x", s.in, {s.B, s.T, s.H, s.D})
+                            : run.normal(s.in, {s.B, s.T, s.H, s.D});
+    Tensor out = s.in_place || s.other_heads ? x : run.output("out", s.out, {s.B, s.T, s.H, s.D});
     ops::RopeParams p{.layout = s.layout, .theta = s.theta, .rotary_dim = s.rotary_dim};
     if (s.positions_tensor)
       p.positions = run.random_ints({s.B, s.T}, 0, s.max_position);
@@ -145,6 +151,17 @@ std::vector<OpCase> rope_cases() {
   wide.scaling = llama3;
   wide.max_position = 30000;
   cases.push_back(rope_case(wide));
+  // q or k heads inside a fused q/k/v product: strided views, rotated in place.
+  for (DType d : {DType::f32, DType::bf16}) {
+    RopeShape fused{3, 9, 4, 64, d, d, RopeLayout::neox, 0, true, 0, 500000.0f, /*in_place=*/true};
+    fused.scaling = llama3;
+    fused.other_heads = 4;
+    cases.push_back(rope_case(fused));
+    RopeShape partial{1, 17, 2, 80, d, d, RopeLayout::interleaved, 48, false, 7};
+    partial.other_heads = 3;
+    partial.in_place = true;
+    cases.push_back(rope_case(partial));
+  }
   // Bench: a Llama-style 32-head, D = 128 layer over a 256-token prompt and one decode token.
   for (int64_t T : {256, 1})
     for (DType d : {DType::f32, DType::bf16})
