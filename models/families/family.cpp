@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <utility>
 
 #include "ding/error.h"
 
@@ -66,6 +67,12 @@ void WeightMap::stacked(Tensor* target, const std::string& fused_name, std::span
   if (files_)
     for (size_t i = 0; i < names.size(); ++i) p.parts.push_back({stored(names[i], {rows[i], cols}), false});
   plans_.push_back(std::move(p));
+}
+
+void WeightMap::lm_head(Tensor* target, int64_t rows, int64_t cols) {
+  const std::string prefix = std::exchange(prefix_, "");
+  matrix(target, "lm_head.weight", rows, cols);
+  prefix_ = prefix;
 }
 
 void WeightMap::vector(Tensor* target, const std::string& name, int64_t n, WeightInit generated) {

@@ -50,6 +50,9 @@ class WeightMap {
                std::span<const int64_t> rows, int64_t cols);
   // A vector [n]: init ones when generated (norm weights) or zeros (biases).
   void vector(Tensor* target, const std::string& name, int64_t n, WeightInit generated);
+  // An untied LM head [V, C]: "lm_head.weight", outside the decoder's prefix in every family's
+  // *ForCausalLM checkpoints (tied ones omit it or repeat the embedding).
+  void lm_head(Tensor* target, int64_t rows, int64_t cols);
   void stacked_vector(Tensor* target, const std::string& fused_name, std::span<const std::string> names,
                       std::span<const int64_t> sizes);
   std::vector<WeightPlan> take() { return std::move(plans_); }

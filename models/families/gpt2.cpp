@@ -74,14 +74,8 @@ class Gpt2 final : public Family {
     }
     map.vector(&w.final_norm_w, "ln_f.weight", C, WeightInit::ones);
     map.vector(&w.final_norm_b, "ln_f.bias", C, WeightInit::zeros);
-    // An untied head is "lm_head.weight" (never prefixed); tied checkpoints omit it or repeat wte.
-    std::vector<WeightPlan> plans = map.take();
-    if (!c.tied_embeddings) {
-      WeightMap head(files, "");
-      head.matrix(&w.lm_head, "lm_head.weight", V, C);
-      for (WeightPlan& p : head.take()) plans.push_back(std::move(p));
-    }
-    return plans;
+    if (!c.tied_embeddings) map.lm_head(&w.lm_head, V, C);
+    return map.take();
   }
 
   void block(const Step& step, const LayerWeights& w, LayerCache& cache) const override {
