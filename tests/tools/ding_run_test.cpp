@@ -165,6 +165,17 @@ TEST(DingRun, SummaryReportsDtypeLoadSpeedWarmUpAndFirstToken) {
   EXPECT_TRUE(j["greedy"]);
 }
 
+// Llama-3's eos ids in a tiny model of 260 tokens: accepted as transformers does, said once on stderr.
+TEST(DingRun, EosIdsOutsideTheVocabularyAreANote) {
+  const std::string folder = (std::filesystem::path(DING_TEST_DATA) / "llama-fixtures" / "llama-mqa-tied-bf16").string();
+  const ToolResult r = ding_run("-m " + folder + " --backend cpu --tokens 1,2,3 -n 4 --greedy");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.stderr_only.find("note: eos id 128001, 128009 and bos id 128000 outside the vocabulary of 260"),
+            std::string::npos) << r.stderr_only;
+  const ToolResult tiny = ding_run("-m " + kTiny.string() + " --tokens 1,2,3 -n 2");
+  EXPECT_EQ(tiny.stderr_only.find("note: eos"), std::string::npos) << tiny.stderr_only;
+}
+
 TEST(DingRun, CommandLineErrorsExitOneWithOneLine) {
   expect_clean_failure(ding_run("--no-such-flag"), "--no-such-flag");
   expect_clean_failure(ding_run("-n"), "-n");

@@ -75,6 +75,20 @@ size_t resident_bytes() {
   return resident * size_t(sysconf(_SC_PAGESIZE));
 }
 
+// transformers accepts bos/eos ids beyond the embedding table (tiny test models keep their parent's
+// ids); so does ding, but such an eos can never be sampled, so the run says once that it will not stop on it.
+void note_special_ids_outside_vocabulary(const ding::ModelConfig& c) {
+  std::vector<int32_t> outside;
+  for (int32_t id : c.eos_tokens)
+    if (id >= c.vocab_size) outside.push_back(id);
+  const bool bos_outside = c.bos_token >= c.vocab_size;
+  if (outside.empty() && !bos_outside) return;
+  fmt::print(stderr, "note: {}{}{} outside the vocabulary of {}: {}\n",
+             outside.empty() ? "" : fmt::format("eos id {}", fmt::join(outside, ", ")),
+             !outside.empty() && bos_outside ? " and " : "", bos_outside ? fmt::format("bos id {}", c.bos_token) : "",
+             c.vocab_size, outside.empty() ? "ignored" : "generation stops only at -n, the context or --stop");
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -195,6 +209,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   const double load_seconds = now_seconds() - t_load, open_seconds = t_load - t_open;
   const double load_gbps = double(model.weight_bytes()) / load_seconds * 1e-9;
   const size_t rss_after_load = resident_bytes();
+  note_special_ids_outside_vocabulary(model.config());
 
   std::vector<ding::Token> prompt;
   std::string prompt_text;
