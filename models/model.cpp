@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <filesystem>
 
 #include "ding/error.h"
@@ -68,10 +67,7 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
 
   const WeightFiles files = WeightFiles::open_folder(dir);
   std::vector<WeightPlan> plans = m.family_->weight_plans(m.config_, &files, m.weights_);
-  const auto t0 = std::chrono::steady_clock::now();
-  const UploadStats stats = upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .progress = options.progress});
-  m.load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  m.stored_bytes_ = stats.bytes_read;
+  upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .progress = options.progress});
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;

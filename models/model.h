@@ -59,9 +59,6 @@ class Model {
   const Family& family() const { return *family_; }
   // generation_config.json's defaults (all unset when the folder has none).
   const GenerationDefaults& generation() const { return generation_; }
-  // Seconds and stored bytes of the weight upload, for load-speed reports.
-  double load_seconds() const { return load_seconds_; }
-  size_t stored_bytes() const { return stored_bytes_; }
   Device& device() const { return *device_; }
   DType dtype() const { return dtype_; }
   size_t weight_bytes() const { return arena_.size(); }
@@ -79,8 +76,6 @@ class Model {
   Buffer arena_;      // every weight, one allocation
   Buffer constants_;  // tables computed from the config (rope frequencies)
   std::string folder_;
-  double load_seconds_ = 0;
-  size_t stored_bytes_ = 0;
 };
 
 }  // namespace ding

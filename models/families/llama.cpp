@@ -53,7 +53,6 @@ void parse_windows(const ConfigFields& f, ModelConfig& c) {
   int64_t window = 0;
   if (type == "mistral") window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
   if (type == "qwen2" && f.boolean_or("use_sliding_window", false)) window = f.positive_int_or("sliding_window", 4096);
-  if (type == "llama") window = 0;
   c.layers.assign(size_t(c.n_layer), LayerSpec{});
   const std::vector<std::string> layer_types = f.string_list("layer_types");
   if (!layer_types.empty()) {

@@ -15,15 +15,6 @@ KvCache::KvCache(Device& device, DType dtype, int64_t batch, int64_t positions, 
   v = Tensor::view(static_cast<char*>(buffer_.data()) + shape.nbytes(), &device, dtype, {batch, positions, kv_heads, head_dim});
 }
 
-std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
-                                             int64_t max_batch, int64_t max_tokens) {
-  switch (c.layers[size_t(layer)].mixer) {
-    case MixerKind::attention:
-      return std::make_unique<KvCache>(device, dtype, max_batch, max_tokens, c.n_kv_head, c.d_head);
-  }
-  throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
-}
-
 namespace {
 
 ops::MatmulNorm prologue(const ModelConfig& c, const Tensor& weight, const Tensor& bias) {
@@ -74,14 +65,6 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
                            v_seq.slice(1, 0, keys), params);
   }
   ops::matmul(*s.stream, s.x, attended, w.out_w, {.bias = w.out_b, .residual = s.x});
-}
-
-size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
-  const int64_t attention = rows * ((c.n_head + 2 * c.n_kv_head) * c.d_head + c.n_head * c.d_head);
-  const int64_t ffn = rows * c.d_ff;
-  // A block takes all three (qkv, attention output, FFN hidden) between resets; each take is
-  // rounded up to 256 bytes.
-  return size_t(attention + ffn) * dtype_size(dtype) + 3 * 256;
 }
 
 }  // namespace ding

@@ -163,6 +163,7 @@ namespace {
 // transformers 5 writes rope_parameters and dtype; transformers 4 wrote rope_theta, rope_scaling
 // and torch_dtype. The same weights under either spelling give the same logits.
 TEST(ModelConfigSpelling, Transformers4ConfigGivesTheSameLogitsAsTransformers5) {
+  int compared = 0;
   for (const fs::path& folder : fixture_folders("llama-fixtures")) {
     nlohmann::json cfg = nlohmann::json::parse(std::ifstream(folder / "config.json"));
     if (!cfg.contains("rope_parameters")) continue;
@@ -191,7 +192,9 @@ TEST(ModelConfigSpelling, Transformers4ConfigGivesTheSameLogitsAsTransformers5) 
     }
     EXPECT_EQ(v4, v5) << folder.filename();
     fs::remove_all(copy);
+    ++compared;
   }
+  EXPECT_GE(compared, 6) << "every Llama-family fixture is written by transformers 5 with rope_parameters";
 }
 
 }  // namespace

@@ -1,0 +1,28 @@
+// What every block shares: the cache a layer's type needs and the scratch a block takes.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ding/error.h"
+#include "ding/models/layers/block.h"
+
+namespace ding {
+
+std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
+                                             int64_t max_batch, int64_t max_tokens) {
+  switch (c.layers[size_t(layer)].mixer) {
+    case MixerKind::attention:
+      return std::make_unique<KvCache>(device, dtype, max_batch, max_tokens, c.n_kv_head, c.d_head);
+  }
+  throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
+}
+
+size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
+  const int64_t attention = rows * ((c.n_head + 2 * c.n_kv_head) * c.d_head + c.n_head * c.d_head);
+  const int64_t ffn = rows * c.d_ff;
+  // A block takes all three (qkv, attention output, FFN hidden) between resets; each take is
+  // rounded up to 256 bytes.
+  return size_t(attention + ffn) * dtype_size(dtype) + 3 * 256;
+}
+
+}  // namespace ding
