@@ -138,8 +138,9 @@ Session::Session(const Model& model, const SessionOptions& options) : state_(std
   const int64_t B = s.options.max_batch, S = s.options.max_tokens;
   const DType dt = model.dtype();
   s.rows = std::max(std::min(s.options.prefill_chunk, S), B);
+  const int64_t max_chunk = std::min(s.options.prefill_chunk, s.rows);  // prefill's rows per step
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    s.caches.push_back(make_layer_cache(c, l, *s.device, dt, B, S));
+    s.caches.push_back(make_layer_cache(c, l, *s.device, dt, B, S, max_chunk));
     s.cache_bytes += s.caches.back()->bytes();
   }
   s.scratch = Workspace(*s.device, block_scratch_bytes(c, dt, s.rows));

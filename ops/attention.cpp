@@ -14,6 +14,8 @@ float attention_scale(const AttentionParams& p, int64_t head_dim) {
   return p.scale > 0 ? p.scale : float(1.0 / std::sqrt(double(head_dim)));
 }
 
+int64_t key_positions(const AttentionPrefillArgs& a) { return a.params.rolling_keys > 0 ? a.params.rolling_keys : a.k.dim(1); }
+
 namespace {
 
 // The head-grouping rule shared by prefill and decode: H query heads over Hkv kv heads.
@@ -28,6 +30,8 @@ void validate_scale(const Check& c, const AttentionParams& p) {
   if (!(p.scale >= 0) || !std::isfinite(p.scale))
     c.fail(ErrorCode::invalid_argument, fmt::format("scale must be ≥ 0 (0 = 1/√D), got {}", p.scale));
   if (p.window < 0) c.fail(ErrorCode::invalid_argument, fmt::format("window must be ≥ 0 (0 = none), got {}", p.window));
+  if (p.rolling_keys < 0)
+    c.fail(ErrorCode::invalid_argument, fmt::format("rolling_keys must be ≥ 0 (0 = not a rolling cache), got {}", p.rolling_keys));
 }
 
 // Keys scored by a query at position p over keys 0 … p: all p + 1, or the last `window` of them.
@@ -47,13 +51,19 @@ void validate(const Device& device, const AttentionPrefillArgs& a) {
   c.dim("k", a.k, 0, a.q.dim(0), "B (from q)");
   c.dim("k", a.k, 3, a.q.dim(3), "D (from q)");
   validate_heads(c, a.q, a.k, 2);
-  if (a.params.causal && a.k.dim(1) < a.q.dim(1))
-    c.fail(ErrorCode::shape_mismatch, fmt::format("causal needs Tk ≥ Tq, got Tq = {} (q {}), Tk = {} (k {})", a.q.dim(1),
-                                                  shape_of(a.q), a.k.dim(1), shape_of(a.k)));
   validate_scale(c, a.params);
+  const int64_t Tq = a.q.dim(1), Tk = key_positions(a), S = a.k.dim(1);
+  if (a.params.causal && Tk < Tq)
+    c.fail(ErrorCode::shape_mismatch, fmt::format("causal needs Tk ≥ Tq, got Tq = {} (q {}), Tk = {} (k {}{})", Tq,
+                                                  shape_of(a.q), Tk, shape_of(a.k),
+                                                  a.params.rolling_keys > 0 ? ", rolling_keys" : ""));
   if (a.params.window > 0 && !a.params.causal)
     c.fail(ErrorCode::invalid_argument,
            fmt::format("window = {} needs causal = true (a sliding window is a band below the diagonal)", a.params.window));
+  if (a.params.rolling_keys > 0 && !(a.params.window > 0 && a.params.window + Tq - 1 <= S))
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("rolling_keys = {} needs a window whose keys and the chunk's fit the cache: window {} + Tq {} − 1 > S = {} "
+                       "(k {})", a.params.rolling_keys, a.params.window, Tq, S, shape_of(a.k)));
   for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}}) c.disjoint("out", a.out, name, *t);
 }
 
@@ -122,12 +132,12 @@ void validate(const Device& device, const KvAppendArgs& a) {
 }
 
 KvAppendArgs decode_append(const AttentionDecodeArgs& a, Tensor start) {
-  return {a.k_cache, a.v_cache, a.k_new.unsqueeze(1), a.v_new.unsqueeze(1), start};
+  return {a.k_cache, a.v_cache, a.k_new.unsqueeze(1), a.v_new.unsqueeze(1), start, rolling_cache(a.params, a.k_cache.dim(1))};
 }
 
 Cost cost(const AttentionPrefillArgs& a) {
   const double B = double(a.q.dim(0)), Tq = double(a.q.dim(1)), H = double(a.q.dim(2)), D = double(a.q.dim(3));
-  const double Tk = double(a.k.dim(1));
+  const double Tk = double(key_positions(a));
   // Pairs (i, j) actually scored: all of them, or the causal band (cut to the window).
   double pairs = Tq * Tk;
   if (a.params.causal) {
@@ -163,8 +173,8 @@ void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tens
   dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params, k_new, v_new});
 }
 
-void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start) {
-  dispatch(stream, KvAppendArgs{k_cache, v_cache, k, v, start});
+void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling) {
+  dispatch(stream, KvAppendArgs{k_cache, v_cache, k, v, start, rolling});
 }
 
 }  // namespace ding::ops

@@ -3,7 +3,8 @@
 // h / (H / Hkv). Hkv = H is MHA, 1 < Hkv < H is GQA, Hkv = 1 is MQA.
 //
 // attention_prefill: a block of Tq queries against Tk ≥ Tq keys of the same sequence; the
-//   queries are the last Tq positions, so with the causal mask query i sees keys j ≤ i + Tk - Tq.
+//   queries are the last Tq positions, so with the causal mask query i sees keys j ≤ i + Tk - Tq
+//   (Tk = rolling_keys for rolling caches, below).
 // attention_decode: one query per sequence against its KV cache; sequence b sees the first
 //   seq_lens[b] cached positions (which include the current token).
 // Sliding window (Mistral, Qwen2's sliding layers; HF masking_utils' sliding_window_overlay,
@@ -14,6 +15,13 @@
 //   current token's key and value), it first stores them at position seq_lens[b] − 1, as
 //   kv_append with start = seq_lens − 1 would: one op for the decode step, so a GPU backend
 //   attends to the new key where the QKV product left it instead of after a separate append.
+// Rolling caches (a sliding-window layer need not hold more than its window): with window > 0
+//   and a cache of S ≥ window slots, position p lives at slot p mod S. Decode: seq_lens[b] may
+//   then exceed S, the window's positions being the ones still held. Prefill: rolling_keys > 0
+//   says k and v are such caches holding positions [0, rolling_keys), the queries being the last
+//   Tq of them; S ≥ window + Tq − 1, so the chunk's own keys (appended first) overwrote none that
+//   its first query sees. kv_append with rolling writes position p at slot p mod S. Below S
+//   positions a rolling cache is laid out as a plain one.
 // Only the last dimension must be contiguous: k/v may be views into a larger KV cache.
 #pragma once
 #include <cstdint>
@@ -27,7 +35,11 @@ struct AttentionParams {
   float scale = 0.0f;  // s; 0 = 1/√D
   bool causal = true;  // prefill only (decode is causal by construction)
   int64_t window = 0;  // > 0: sliding window of this many keys (prefill needs causal); 0 = none
+  int64_t rolling_keys = 0;  // prefill, > 0: k and v are rolling caches holding this many positions
 };
+
+// Whether a decode cache of S slots is read as a rolling cache: a window it can hold.
+inline bool rolling_cache(const AttentionParams& p, int64_t slots) { return p.window > 0 && p.window <= slots; }
 
 struct AttentionPrefillArgs {
   Tensor out;  // [B, Tq, H, D], f32/f16/bf16
@@ -49,19 +61,23 @@ struct AttentionDecodeArgs {
 };
 
 // kv_append: writes a step's keys and values into the KV cache at start positions held on the
-//   device:  k_cache[b, start[b] + t] = k[b, t],  v_cache[b, start[b] + t] = v[b, t]  for t < T.
+//   device:  k_cache[b, start[b] + t] = k[b, t],  v_cache[b, start[b] + t] = v[b, t]  for t < T,
+//   at slot (start[b] + t) mod S instead for a rolling cache (any start ≥ 0).
 // Because `start` is a device tensor, a recorded decode step (a CUDA graph) appends at the right
-// place on every replay. Host backends raise Error for start[b] outside [0, S - T]; GPU backends
-// cannot raise from a kernel and write nothing for such a sequence.
+// place on every replay. Host backends raise Error for start[b] outside [0, S - T] (rolling: for
+// start[b] < 0); GPU backends cannot raise from a kernel and write nothing for such a sequence.
 struct KvAppendArgs {
   Tensor k_cache;  // [B, S, Hkv, D], f32/f16/bf16, last dim contiguous
   Tensor v_cache;  // [B, S, Hkv, D]
   Tensor k;        // [B, T, Hkv, D], f32/f16/bf16 (converted), last dim contiguous: a view of qkv
   Tensor v;        // [B, T, Hkv, D]
   Tensor start;    // i32 [B]
+  bool rolling = false;
 };
 
 float attention_scale(const AttentionParams& p, int64_t head_dim);
+// Prefill's Tk: the positions k and v hold (rolling_keys, or their dim 1).
+int64_t key_positions(const AttentionPrefillArgs& a);
 // The kv_append that attention_decode's k_new and v_new stand for; `start` holds seq_lens − 1
 // (i32 [B] on the op's device: host backends pass a view of their own memory).
 KvAppendArgs decode_append(const AttentionDecodeArgs& a, Tensor start);
@@ -75,6 +91,6 @@ Cost cost(const KvAppendArgs& a);
 void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params = {});
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
                       const AttentionParams& params = {}, Tensor k_new = {}, Tensor v_new = {});
-void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start);
+void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling = false);
 
 }  // namespace ding::ops

@@ -198,23 +198,27 @@ void load_query(RowBlock& rows, int64_t r, const void* q_row, DType dtype, float
 }
 
 // Folds keys [begin, end) (clipped to each row's visible range) into every row's state.
-// k/v point at key 0 of the kv head; k_step/v_step are the element strides between positions.
-// Rows run inside a block of keys, so the block's K/V rows come from memory for the first row and
-// from L1/L2 for the rest of the group.
+// k/v point at slot 0 of the kv head's cache of `slots` slots, key j at slot j mod slots (a rolling
+// cache; j itself below `slots`); k_step/v_step are the element strides between slots. A block of
+// keys never crosses a multiple of `slots`, so its rows stay consecutive in memory. Rows run inside
+// a block of keys, so the block's K/V rows come from memory for the first row and from L1/L2 for
+// the rest of the group.
 template <class KT, class VT>
-void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t begin,
-                 int64_t end) {
+void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t slots,
+                 int64_t begin, int64_t end) {
   const int64_t D = rows.D;
-  for (int64_t j0 = begin; j0 < end; j0 += kKeyBlock) {
+  for (int64_t j0 = begin, j1; j0 < end; j0 = j1) {
+    j1 = std::min({end, j0 + kKeyBlock, (j0 / slots + 1) * slots});
+    const int64_t slot0 = j0 % slots;
     for (int64_t r = 0; r < rows.count; ++r) {
       // The keys [lo, lo + n) of this block that row r sees.
-      const int64_t lo = std::max(j0, rows.first[r]), n = std::min({end, j0 + kKeyBlock, rows.keys[r]}) - lo;
+      const int64_t lo = std::max(j0, rows.first[r]), n = std::min(j1, rows.keys[r]) - lo;
       if (n <= 0) continue;
       const float* q = rows.q + r * D;
       float* s = rows.score + r * kKeyBlock;
       float* acc = rows.acc + r * D;
-      const KT* kb = k + rows.k_at[r] + lo * k_step;
-      const VT* vb = v + rows.v_at[r] + lo * v_step;
+      const KT* kb = k + rows.k_at[r] + (slot0 + lo - j0) * k_step;
+      const VT* vb = v + rows.v_at[r] + (slot0 + lo - j0) * v_step;
       int64_t j = 0;
       for (; j + 4 <= n; j += 4) dot4(q, kb + j * k_step, k_step, D, s + j);
       for (; j < n; ++j) s[j] = dot(q, kb + j * k_step, D);
@@ -251,7 +255,7 @@ void with_kv_types(const Tensor& k, const Tensor& v, F&& f) {
 
 void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
   const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
-  const int64_t Tk = a.k.dim(1), Hkv = a.k.dim(2), group = H / Hkv;
+  const int64_t Tk = ops::key_positions(a), S = a.k.dim(1), Hkv = a.k.dim(2), group = H / Hkv;
   const float scale = ops::attention_scale(a.params, D);
   const int64_t window = a.params.window;  // validated: > 0 only with causal
   // A task: the `group` heads of one kv head × `positions` consecutive queries.
@@ -279,7 +283,7 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
       // Keys from the first that the task's first row sees to the last that its last row sees.
       const int64_t kv_begin = rows.first[0], kv_end = a.params.causal ? i1 + (Tk - Tq) : Tk;
       attend_keys(rows, k_data + b * a.k.strides[0] + hk * a.k.strides[2], a.k.strides[1],
-                  v_data + b * a.v.strides[0] + hk * a.v.strides[2], a.v.strides[1], kv_begin, kv_end);
+                  v_data + b * a.v.strides[0] + hk * a.v.strides[2], a.v.strides[1], S, kv_begin, kv_end);
       for (int64_t i = i0; i < i1; ++i)
         for (int64_t g = 0; g < group; ++g) {
           const int64_t r = (i - i0) * group + g;
@@ -296,10 +300,12 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const int64_t S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2), group = H / Hkv;
   const float scale = ops::attention_scale(a.params, D);
   const int32_t* seq_lens = a.seq_lens.ptr<const int32_t>();
+  // A rolling cache holds any length's window.
+  const int64_t max_len = ops::rolling_cache(a.params, S) ? std::numeric_limits<int32_t>::max() : S;
   for (int64_t b = 0; b < B; ++b)
-    if (seq_lens[b] < 1 || seq_lens[b] > S)
-      throw Error(ErrorCode::invalid_argument, fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})",
-                                                           b, seq_lens[b], S, a.k_cache.shape_str()));
+    if (seq_lens[b] < 1 || seq_lens[b] > max_len)
+      throw Error(ErrorCode::invalid_argument, fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (k_cache {})",
+                                                           b, seq_lens[b], max_len, a.k_cache.shape_str()));
   if (a.k_new.defined()) {
     std::vector<int32_t> start(seq_lens, seq_lens + B);
     for (int32_t& s : start) --s;
@@ -365,7 +371,7 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
         rows.v_at[r] = (h / group) * a.v_cache.strides[2];
       }
       attend_keys(rows, k_data + b * a.k_cache.strides[0], a.k_cache.strides[1], v_data + b * a.v_cache.strides[0],
-                  a.v_cache.strides[1], begin, end);
+                  a.v_cache.strides[1], S, begin, end);
       publish();
     }
 
@@ -397,7 +403,7 @@ void kv_append(Stream&, const ops::KvAppendArgs& a) {
   const int64_t B = a.k.dim(0), T = a.k.dim(1), S = a.k_cache.dim(1), Hkv = a.k.dim(2), D = a.k.dim(3);
   for (int64_t b = 0; b < B; ++b) {
     const int32_t start = static_cast<const int32_t*>(a.start.data)[b * a.start.strides[0]];
-    if (start < 0 || start + T > S)
+    if (start < 0 || (!a.rolling && start + T > S))
       throw Error(ErrorCode::invalid_argument,
                   fmt::format("kv_append: start[{}] = {} with T = {} new positions does not fit S = {} (k_cache {})", b,
                               start, T, S, a.k_cache.shape_str()));
@@ -423,7 +429,7 @@ void kv_append(Stream&, const ops::KvAppendArgs& a) {
 #pragma omp parallel for collapse(2) schedule(static) if (B * T * Hkv * D >= (1 << 15))
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t pos = static_cast<const int32_t*>(a.start.data)[b * a.start.strides[0]] + t;
+      const int64_t pos = (static_cast<const int32_t*>(a.start.data)[b * a.start.strides[0]] + t) % S;
       for (int64_t h = 0; h < Hkv; ++h) {
         append_row(a.k_cache, a.k, b, pos, t, h);
         append_row(a.v_cache, a.v, b, pos, t, h);

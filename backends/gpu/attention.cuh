@@ -24,6 +24,19 @@ struct Strides3 {
 };
 
 inline Strides3 strides3(const Tensor& x) { return {x.strides[0], x.strides[1], x.strides[2]}; }
+
+// Where keys live in a cache of S slots: key j at slot j mod S (a rolling cache, ops/attention.h;
+// slot j itself while j < S). A run of keys from `first` is addressed with one division for the
+// run, then one compare per key: valid for keys [first, first + S), which every run the kernels
+// walk stays within (a split, a tile's visible keys, a row's window).
+struct KeySlots {
+  int64_t S, first, first_slot;
+  __device__ KeySlots(int64_t slots, int64_t first_key) : S(slots), first(first_key), first_slot(first_key % slots) {}
+  __device__ int64_t operator()(int64_t j) const {
+    const int64_t slot = first_slot + (j - first);
+    return slot >= S ? slot - S : slot;
+  }
+};
 // [B, H, D] (decode's q and out) seen as [B, 1, H, D].
 inline Strides3 strides_bhd(const Tensor& x) { return {x.strides[0], 0, x.strides[1]}; }
 
@@ -107,6 +120,9 @@ struct RowShape {
   bool causal;
   const int32_t* seq_lens;  // decode: sequence b sees clamp(seq_lens[b], 1, Tk) keys (Tq = 1)
   int64_t window;           // > 0: a query at position p sees keys (p − window, p] only
+  int64_t S;                // slots of k and v: key j at slot j mod S (KeySlots); decode with
+                            // rolling: Tk is unbounded, seq_lens[b] is only clamped below
+  bool rolling;
 };
 
 // Any head dim, any mix of k and v dtypes; slow, for what the tiled kernels do not take. Throws

@@ -104,6 +104,7 @@ struct DecodeShape {
   int64_t chunk;    // keys per split
   int lanes;        // lanes per key
   int64_t window;   // > 0: the query (position seq_len − 1) sees the last `window` keys only
+  bool rolling;     // a rolling cache (ops::rolling_cache): lengths past S, key j at slot j mod S
 };
 
 // The current token's key and value (attention_decode's k_new and v_new, rows of the QKV
@@ -330,7 +331,7 @@ __device__ inline DecodeBlock decode_block(const DecodeShape& sh) {
 
 // The keys of a block's split, [begin, end), and where the step's own key sits.
 struct DecodeKeys {
-  int64_t len;      // seq_lens[b] clamped to [1, S]
+  int64_t len;      // seq_lens[b] clamped to [1, S] (rolling: to ≥ 1)
   int64_t first;    // the first key the query sees: 0, or len − window with a window
   int64_t begin, end;
   int64_t fresh_j;  // position len − 1 when the op appends (read from k_new / v_new), else -1
@@ -343,11 +344,11 @@ __device__ inline DecodeKeys decode_keys(const int32_t* seq_lens, const DecodeSh
                                          bool appends_op) {
   const int64_t raw_len = seq_lens[blk.b];
   DecodeKeys keys;
-  keys.len = min(max(raw_len, int64_t(1)), sh.S);
+  keys.len = sh.rolling ? max(raw_len, int64_t(1)) : min(max(raw_len, int64_t(1)), sh.S);
   keys.first = sh.window > 0 ? max(keys.len - sh.window, int64_t(0)) : int64_t(0);
   keys.begin = keys.first + int64_t(blk.split) * sh.chunk;
   keys.end = min(keys.len, keys.begin + sh.chunk);
-  keys.fresh_j = appends_op && raw_len >= 1 && raw_len <= sh.S ? keys.len - 1 : -1;
+  keys.fresh_j = appends_op && raw_len >= 1 && (sh.rolling || raw_len <= sh.S) ? keys.len - 1 : -1;
   return keys;
 }
 
@@ -357,8 +358,9 @@ template <class KV>
 __device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh, const DecodeBlock& blk,
                                    const DecodeKeys& keys, Strides3 ks, Strides3 vs, KV* k_cache, KV* v_cache) {
   if (keys.fresh_j < keys.begin || keys.fresh_j >= keys.end || blk.hb != 0) return;
-  KV* k_row = k_cache + blk.b * ks.b + blk.kv_head * ks.h + keys.fresh_j * ks.t;
-  KV* v_row = v_cache + blk.b * vs.b + blk.kv_head * vs.h + keys.fresh_j * vs.t;
+  const int64_t slot = keys.fresh_j % sh.S;
+  KV* k_row = k_cache + blk.b * ks.b + blk.kv_head * ks.h + slot * ks.t;
+  KV* v_row = v_cache + blk.b * vs.b + blk.kv_head * vs.h + slot * vs.t;
   const KV* k_in = fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h;
   const KV* v_in = fresh.v + blk.b * fresh.v_b + blk.kv_head * fresh.v_h;
   for (int i = int(threadIdx.x); i < sh.D * int(sizeof(KV)) / 16; i += kDecodeThreads) {
@@ -477,6 +479,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
   const int64_t begin = keys.begin, end = keys.end, fresh_j = keys.fresh_j;
   const KV* k_fresh = fresh_j >= 0 ? fresh.k + b * fresh.k_b + blk.kv_head * fresh.k_h + e0 : nullptr;
   const KV* v_fresh = fresh_j >= 0 ? fresh.v + b * fresh.v_b + blk.kv_head * fresh.v_h + e0 : nullptr;
+  const KeySlots slot(sh.S, begin);
 
   if (begin < end) {  // uniform over the block; split 0 always has keys
     store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache);
@@ -498,8 +501,8 @@ __global__ void __launch_bounds__(kDecodeThreads,
       for (int u = 0; u < U; ++u) {
         const int64_t j = j0 + key_group + int64_t(u) * key_groups;
         if (j < end && e0 < D) {
-          kx[u] = load_slice8(j == fresh_j ? k_fresh : k_head + j * ks.t, e0, D, kv_vec);
-          vx[u] = load_slice8(j == fresh_j ? v_fresh : v_head + j * vs.t, e0, D, kv_vec);
+          kx[u] = load_slice8(j == fresh_j ? k_fresh : k_head + slot(j) * ks.t, e0, D, kv_vec);
+          vx[u] = load_slice8(j == fresh_j ? v_fresh : v_head + slot(j) * vs.t, e0, D, kv_vec);
         } else {
           kx[u] = vx[u] = zero_slice8<KV>();
         }
@@ -661,11 +664,14 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
     const int tiles = (split_keys + kMmaKeys - 1) / kMmaKeys;
     constexpr uint32_t kStageBytes = 2 * kTileElems * sizeof(T), kVBytes = kTileElems * sizeof(T);
     // A thread copies chunk copy_c of rows copy_r + kRowsPerPass·i of every tile: its sources are
-    // formed once, and a copy costs an offset, a bounds test and the fresh-row test.
+    // formed once, and a copy costs an offset, a bounds test, the fresh-row test and the test
+    // for the keys from `wrap` on, which a rolling cache holds S slots back (KeySlots).
     constexpr int kRowsPerPass = kDecodeThreads / kChunks, kPasses = kMmaKeys / kRowsPerPass;
     const int copy_c = (threadIdx.x % kChunks) * 8, copy_r = threadIdx.x / kChunks;
-    const T* const k_first = k_head + (keys.begin + copy_r) * ks.t + copy_c;
-    const T* const v_first = v_head + (keys.begin + copy_r) * vs.t + copy_c;
+    const KeySlots slot(sh.S, keys.begin);
+    const int wrap = int(min(sh.S - slot.first_slot, int64_t(split_keys)));
+    const T* const k_first = k_head + (slot.first_slot + copy_r) * ks.t + copy_c;
+    const T* const v_first = v_head + (slot.first_slot + copy_r) * vs.t + copy_c;
     const uint32_t ring_first = smem_address(ring + copy_r * kPitch + copy_c);
     int fill_stage = 0;  // the stage the next copy_kv fills: tile t's is t % kStages
     auto copy_kv = [&](int t) {
@@ -675,7 +681,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
         for (int i = 0; i < kPasses; ++i) {
           const int key = t * kMmaKeys + i * kRowsPerPass + copy_r;
           const bool in = key < split_keys, is_fresh = key == fresh_key;
-          const int64_t row = int64_t(key - copy_r);
+          const int64_t row = int64_t(key - copy_r) - (key >= wrap ? sh.S : 0);
           const T* k_src = is_fresh ? k_fresh + copy_c : in ? k_first + row * ks.t : k;
           const T* v_src = is_fresh ? v_fresh + copy_c : in ? v_first + row * vs.t : v;
           const uint32_t at = dst + uint32_t(i * kRowsPerPass * kPitch * int(sizeof(T)));
@@ -867,12 +873,14 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   if (a.k_new.defined() && !fresh_in_kernel) launch_kv_append(s, ops::decode_append(a, a.seq_lens), -1);
   if (!flash) {
     launch_rows(s, out, q, a.k_cache, strides3(a.k_cache), a.v_cache, strides3(a.v_cache),
-                RowShape{B, 1, S, H, group, int(D), false, seq_lens, a.params.window}, scale);
+                RowShape{B, 1, S, H, group, int(D), false, seq_lens, a.params.window, S, ops::rolling_cache(a.params, S)},
+                scale);
     return;
   }
 
   DecodeShape sh{};
   sh.H = H, sh.S = S, sh.Hkv = Hkv, sh.group = group, sh.D = int(D), sh.window = a.params.window;
+  sh.rolling = ops::rolling_cache(a.params, S);
 #if defined(DING_GPU_NVIDIA)
   // Tensor cores: one 16-bit dtype for q, k and v, a bf16 output (the precision argument of
   // attention_prefill.cu), D = 64 or 128, 16-byte rows for the cp.async copies. Up to 16 heads

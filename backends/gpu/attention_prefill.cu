@@ -49,6 +49,7 @@ struct PrefillShape {
   int64_t q_tiles;              // ceil(Tq / BQ)
   bool causal;
   int64_t window;               // > 0 (causal only): query i sees keys (p − window, p], p = i + Tk − Tq
+  int64_t S;                    // slots of k and v: key j at slot j mod S (KeySlots)
 };
 
 // A range of keys [begin, end).
@@ -77,19 +78,21 @@ __device__ inline bool sees(const PrefillShape& sh, int64_t i, int64_t j) {
   return j < sh.Tk && (!sh.causal || (j <= p && (sh.window == 0 || j > p - sh.window)));
 }
 
-// dst[r][0, DP) = scale · row t0 + r of (b, h) for r < ROWS; zero for rows from `valid` on and
-// for columns from D on, so the tile's padding adds nothing to dot products and P·V.
+// dst[r][0, DP) = scale · row t0 + r of (b, h) for r < ROWS (at slot(t0 + r) of a cache of `slots`
+// slots); zero for rows from `valid` on and for columns from D on, so the tile's padding adds
+// nothing to dot products and P·V.
 template <int DP, int ROWS>
 __device__ inline void stage_tile(float* dst, int ld, const Operand& src, int64_t b, int64_t t0, int64_t h,
-                                  int64_t valid, int D, float scale) {
+                                  int64_t valid, int D, float scale, int64_t slots) {
   constexpr int kQuads = DP / 4;
+  const KeySlots slot(slots, t0);
   with_element_type(src.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* base = static_cast<const T*>(src.data) + b * src.at.b + h * src.at.h;
     for (int idx = threadIdx.x; idx < ROWS * kQuads; idx += kPrefillThreads) {
       const int r = idx / kQuads, d = (idx % kQuads) * 4;
       float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (r < valid && d < D) x = scaled(load4(base + (t0 + r) * src.at.t, d, D, src.vec4), scale);
+      if (r < valid && d < D) x = scaled(load4(base + slot(t0 + r) * src.at.t, d, D, src.vec4), scale);
       *reinterpret_cast<float4*>(dst + r * ld + d) = x;
     }
   });
@@ -114,7 +117,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int D = sh.D;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 
-  stage_tile<DP, BQ>(Qs, QLD, q, b, i0, h, sh.Tq - i0, D, scale);
+  stage_tile<DP, BQ>(Qs, QLD, q, b, i0, h, sh.Tq - i0, D, scale, sh.Tq);
 
   float o[RM][CG][4];
   float m_run[RM], l_run[RM];
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const KeySpan span = block_keys(sh, i0, BQ);
   for (int64_t j0 = span.begin; j0 < span.end; j0 += BK) {
     __syncthreads();  // the previous tile's readers of KVs and Ps are done (Qs is staged)
-    stage_tile<DP, BK>(KVs, KLD, k, b, j0, kv_head, sh.Tk - j0, D, 1.0f);
+    stage_tile<DP, BK>(KVs, KLD, k, b, j0, kv_head, span.end - j0, D, 1.0f, sh.S);
     __syncthreads();
 
     float s[RM][RN];
@@ -198,8 +201,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
       }
     }
     __syncthreads();  // P is complete and nobody reads the K tile any more
-    // V rows past Tk are zero, not stale: their P is 0, and 0 · NaN would poison O.
-    stage_tile<DP, BK>(KVs, KLD, v, b, j0, kv_head, sh.Tk - j0, D, 1.0f);
+    // V rows past the span are zero, not stale: their P is 0, and 0 · NaN would poison O.
+    stage_tile<DP, BK>(KVs, KLD, v, b, j0, kv_head, span.end - j0, D, 1.0f, sh.S);
     __syncthreads();
 
 #pragma unroll 4
@@ -280,14 +283,18 @@ struct MmaTile {
 
 #if defined(DING_GPU_NVIDIA_MMA)
 // dst[r][0, DH) = row t0 + r for r < 64, zero from row `valid` on: 16-byte cp.async copies
-// this thread issues (the caller commits and waits).
+// this thread issues (the caller commits and waits). `base` points at slot 0 of a cache of `slots`
+// slots, row t at slot(t).
 template <int DH, class T>
-__device__ inline void copy_mma_tile(T* dst, const T* base, int64_t row_stride, int64_t valid) {
+__device__ inline void copy_mma_tile(T* dst, const T* base, int64_t row_stride, int64_t t0, int64_t valid,
+                                     int64_t slots) {
   constexpr int kChunks = DH / 8;
+  const KeySlots slot(slots, t0);
   for (int idx = threadIdx.x; idx < kMmaRows * kChunks; idx += kMmaThreads) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool in = r < valid;
-    cp_async_16(smem_address(dst + r * MmaTile<DH>::kPitch + c), in ? base + r * row_stride + c : base, in ? 16 : 0);
+    cp_async_16(smem_address(dst + r * MmaTile<DH>::kPitch + c), in ? base + slot(t0 + r) * row_stride + c : base,
+                in ? 16 : 0);
   }
 }
 #endif  // DING_GPU_NVIDIA_MMA
@@ -323,12 +330,12 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
   auto copy_kv = [&](int t) {
     if (t < tiles) {
       const int64_t j0 = span.begin + int64_t(t) * kMmaKeys;
-      copy_mma_tile<DH>(stage_of(t), k + ks.at(b, j0, kv_head), ks.t, sh.Tk - j0);
-      copy_mma_tile<DH>(stage_of(t) + kTileElems, v + vs.at(b, j0, kv_head), vs.t, sh.Tk - j0);
+      copy_mma_tile<DH>(stage_of(t), k + ks.at(b, 0, kv_head), ks.t, j0, span.end - j0, sh.S);
+      copy_mma_tile<DH>(stage_of(t) + kTileElems, v + vs.at(b, 0, kv_head), vs.t, j0, span.end - j0, sh.S);
     }
     cp_async_commit();
   };
-  copy_mma_tile<DH>(Qs, q + qs.at(b, i0, h), qs.t, sh.Tq - i0);
+  copy_mma_tile<DH>(Qs, q + qs.at(b, 0, h), qs.t, i0, sh.Tq - i0, sh.Tq);
   cp_async_commit();
   for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
   cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
@@ -428,7 +435,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
 
 void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
   const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
-  const int64_t Tk = a.k.dim(1), Hkv = a.k.dim(2);
+  const int64_t Tk = ops::key_positions(a), S = a.k.dim(1), Hkv = a.k.dim(2);
   if (B * Tq * H * D == 0) return;
   GpuStream& s = gpu_stream(stream);
   const float scale = ops::attention_scale(a.params, D);
@@ -439,7 +446,7 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
     constexpr int DP = decltype(dp)::value;
     using Tile = PrefillTile<DP>;
     if (Tile::shared_bytes > s.props().shared_per_block_optin) return false;
-    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, Tile::BQ), a.params.causal, a.params.window};
+    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, Tile::BQ), a.params.causal, a.params.window, S};
     DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&attention_prefill_kernel<DP>),
                                                int(Tile::shared_bytes)));
     attention_prefill_kernel<DP><<<unsigned(sh.q_tiles * B * H), kPrefillThreads, Tile::shared_bytes, s.handle()>>>(
@@ -455,7 +462,7 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
                    a.v.dtype == t && a.out.dtype == DType::bf16 && (D == 64 || D == 128) && rows_aligned(a.q, 8) &&
                    rows_aligned(a.k, 8) && rows_aligned(a.v, 8) && rows_aligned(a.out, 2);
   if (mma) {
-    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, kMmaRows), a.params.causal, a.params.window};
+    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, kMmaRows), a.params.causal, a.params.window, S};
     auto launch = [&](auto tag, auto dh) {
       using T = decltype(tag);
       constexpr int DH = decltype(dh)::value;
@@ -483,7 +490,7 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
   else if (D <= 256) done = launch_tiled(std::integral_constant<int, 256>{});
   if (!done)
     launch_rows(s, out, q, a.k, strides3(a.k), a.v, strides3(a.v),
-                RowShape{B, Tq, Tk, H, H / Hkv, int(D), a.params.causal, nullptr, a.params.window}, scale);
+                RowShape{B, Tq, Tk, H, H / Hkv, int(D), a.params.causal, nullptr, a.params.window, S, false}, scale);
 }
 
 }  // namespace ding::gpu

@@ -31,9 +31,10 @@ __global__ void __launch_bounds__(kRowThreads)
   const int D = sh.D, lane = threadIdx.x % warp_size(), warp = threadIdx.x / warp_size();
   // Keys [first, keys): a query at position keys − 1 (decode, causal prefill), cut to the window.
   int64_t keys = sh.Tk;
-  if (sh.seq_lens) keys = min(max(int64_t(sh.seq_lens[b]), int64_t(1)), sh.Tk);
+  if (sh.seq_lens) keys = sh.rolling ? max(int64_t(sh.seq_lens[b]), int64_t(1)) : min(max(int64_t(sh.seq_lens[b]), int64_t(1)), sh.Tk);
   else if (sh.causal) keys = min(sh.Tk, i + sh.Tk - sh.Tq + 1);
   const int64_t first = sh.window > 0 ? max(int64_t(0), keys - sh.window) : int64_t(0);
+  const KeySlots slot(sh.S, first);
 
   with_element_type(q.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const int64_t j = j0 + warp;
     float dot = 0.0f;
     if (j < keys) {
-      const K* k_row = k_head + j * ks.t;
+      const K* k_row = k_head + slot(j) * ks.t;
       for (int d = lane; d < D; d += warp_size()) dot = fmaf(qs[d], to_float(k_row[d]), dot);
     }
     dot = warp_sum(dot);
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kRowThreads)
       float a = acc[d] * alpha;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w)
-        if (j0 + w < keys) a = fmaf(p[w], to_float(v_head[(j0 + w) * vs.t + d]), a);
+        if (j0 + w < keys) a = fmaf(p[w], to_float(v_head[slot(j0 + w) * vs.t + d]), a);
       acc[d] = a;
     }
     __syncthreads();  // score[] is rewritten by the next step

@@ -23,20 +23,21 @@ __device__ inline void copy4(Cache* dst, const In* src) {
   *reinterpret_cast<Pack<Cache, 4>*>(dst) = y;
 }
 
-// One block per (b, t): all Hkv·D elements of that position, for k and v. A start that does not
-// fit leaves the cache untouched (the host backends raise an Error instead; see ops/attention.h).
+// One block per (b, t): all Hkv·D elements of that position, for k and v, at slot pos mod S in a
+// rolling cache. A start that does not fit leaves the cache untouched (the host backends raise an
+// Error instead; see ops/attention.h).
 // `vec4`: D is a multiple of 4 and every row start of the four tensors is 4-element aligned, so
 // quads never straddle a head and move as single accesses.
 template <class Cache, class In>
 __global__ void kv_append_kernel(Cache* k_cache, Strides3 kc, Cache* v_cache, Strides3 vc, const In* k, Strides3 ks,
                                  const In* v, Strides3 vs, const int32_t* start, int start_offset, int64_t T, int64_t S,
-                                 int64_t Hkv, int64_t D, bool vec4) {
+                                 bool rolling, int64_t Hkv, int64_t D, bool vec4) {
   const int64_t b = blockIdx.x / T, t = blockIdx.x % T;
   wait_for_prior_kernels();  // start, k and v come from earlier kernels; the cache is read by them
   release_dependents();
   const int64_t first = int64_t(start[b]) + start_offset;
-  if (first < 0 || first + T > S) return;
-  const int64_t pos = first + t;
+  if (first < 0 || (!rolling && first + T > S)) return;
+  const int64_t pos = (first + t) % S;
   if (vec4) {
     for (int64_t i = 4 * int64_t(threadIdx.x); i < Hkv * D; i += 4 * int64_t(blockDim.x)) {
       const int64_t h = i / D, d = i % D;
@@ -71,7 +72,8 @@ void launch_kv_append(GpuStream& s, const ops::KvAppendArgs& a, int start_offset
                                     dim3(unsigned(threads)), 0, s.handle(), static_cast<Cache*>(a.k_cache.data),
                                     strides3(a.k_cache), static_cast<Cache*>(a.v_cache.data), strides3(a.v_cache),
                                     static_cast<const In*>(a.k.data), strides3(a.k), static_cast<const In*>(a.v.data),
-                                    strides3(a.v), static_cast<const int32_t*>(a.start.data), start_offset, T, S, Hkv, D, vec4));
+                                    strides3(a.v), static_cast<const int32_t*>(a.start.data), start_offset, T, S, a.rolling, Hkv, D,
+                                    vec4));
     });
   });
 }

@@ -51,18 +51,28 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
     rotate(s, w, q);
     rotate(s, w, k);
   }
-  const ops::AttentionParams params{.window = c.layers[size_t(s.layer)].window};
+  ops::AttentionParams params{.window = c.layers[size_t(s.layer)].window};
+  // A window the cache can hold makes it a rolling cache (position p at slot p mod S): a sliding
+  // layer's cache is sized to its window (make_layer_cache), not to the context.
+  const int64_t slots = cache->k.dim(1);
+  const bool rolling = ops::rolling_cache(params, slots);
   if (s.kind == StepKind::decode) {
     // The token's k and v go into the cache inside the attention op, at seq_lens − 1 = its position.
     ops::attention_decode(*s.stream, attended.reshape({n, H, D}), q, cache->k.slice(0, 0, n), cache->v.slice(0, 0, n),
                           s.seq_lens, params, k, v);
   } else {
     const Tensor k_seq = cache->k.slice(0, s.seq, s.seq + 1), v_seq = cache->v.slice(0, s.seq, s.seq + 1);
-    ops::kv_append(*s.stream, k_seq, v_seq, k.unsqueeze(0), v.unsqueeze(0), s.start_dev);
-    // The chunk's queries see every earlier position of the sequence (or the window's).
+    ops::kv_append(*s.stream, k_seq, v_seq, k.unsqueeze(0), v.unsqueeze(0), s.start_dev, rolling);
+    // The chunk's queries see every earlier position of the sequence (or the window's). Until
+    // the sequence outgrows the slots, position p is still at slot p.
     const int64_t keys = s.start + n;
-    ops::attention_prefill(*s.stream, attended.reshape({1, n, H, D}), q.unsqueeze(0), k_seq.slice(1, 0, keys),
-                           v_seq.slice(1, 0, keys), params);
+    if (keys > slots) {
+      params.rolling_keys = keys;
+      ops::attention_prefill(*s.stream, attended.reshape({1, n, H, D}), q.unsqueeze(0), k_seq, v_seq, params);
+    } else {
+      ops::attention_prefill(*s.stream, attended.reshape({1, n, H, D}), q.unsqueeze(0), k_seq.slice(1, 0, keys),
+                             v_seq.slice(1, 0, keys), params);
+    }
   }
   ops::matmul(*s.stream, s.x, attended, w.out_w, {.bias = w.out_b, .residual = s.x});
 }

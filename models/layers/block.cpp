@@ -9,10 +9,15 @@
 namespace ding {
 
 std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
-                                             int64_t max_batch, int64_t max_tokens) {
-  switch (c.layers[size_t(layer)].mixer) {
-    case MixerKind::attention:
-      return std::make_unique<KvCache>(device, dtype, max_batch, max_tokens, c.n_kv_head, c.d_head);
+                                             int64_t max_batch, int64_t max_tokens, int64_t max_chunk) {
+  const LayerSpec& spec = c.layers[size_t(layer)];
+  switch (spec.mixer) {
+    case MixerKind::attention: {
+      // A sliding window's cache rolls (ops/attention.h): it holds the window and one prefill chunk
+      // beyond it, since a chunk's keys go in before its first query reads the window behind it.
+      const int64_t slots = spec.window > 0 ? std::min(max_tokens, spec.window + max_chunk - 1) : max_tokens;
+      return std::make_unique<KvCache>(device, dtype, max_batch, slots, c.n_kv_head, c.d_head);
+    }
   }
   throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
 }

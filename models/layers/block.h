@@ -49,15 +49,17 @@ class KvCache final : public LayerCache {
  public:
   KvCache(Device& device, DType dtype, int64_t batch, int64_t positions, int64_t kv_heads, int64_t head_dim);
   size_t bytes() const override { return 2 * k.nbytes(); }
-  Tensor k, v;  // [B, S, Hkv, D]
+  Tensor k, v;  // [B, S, Hkv, D]; a sliding-window layer's S may be below the context (a rolling cache)
 
  private:
   Buffer buffer_;
 };
 
-// The cache layer `layer` needs: its mixer's kind decides (attention: a KvCache).
+// The cache layer `layer` needs for sequences of up to max_tokens positions, prefilled in chunks of
+// up to max_chunk: its mixer's kind decides (attention: a KvCache, of the window's size where the
+// layer has one).
 std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
-                                             int64_t max_batch, int64_t max_tokens);
+                                             int64_t max_batch, int64_t max_tokens, int64_t max_chunk);
 
 enum class StepKind : uint8_t { prefill, decode };
 

@@ -24,14 +24,15 @@ struct KeyRange {
 KeyRange visible(int64_t p, int64_t window) { return {window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, p + 1}; }
 
 // One output row: out[out_at + d] = Σ_j softmax_j(scale · q·k_j) · v_j[d] over keys j ∈ [first, end)
-// of kv head `kv_head` in batch entry b. k and v are [B, T, Hkv, D].
+// of kv head `kv_head` in batch entry b. k and v are [B, S, Hkv, D]; key j is at slot j mod S
+// (a rolling cache; slot j itself for j < S).
 void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at, const Tensor& k, const Tensor& v,
                 int64_t b, int64_t kv_head, KeyRange keys, double scale) {
-  const int64_t D = k.dim(3);
+  const int64_t D = k.dim(3), S = k.dim(1);
   std::vector<double> score(size_t(keys.end - keys.first), 0.0);
   double max_score = -std::numeric_limits<double>::infinity();
   for (int64_t j = keys.first; j < keys.end; ++j) {
-    const int64_t k_at = offset(k, {b, j, kv_head, 0});
+    const int64_t k_at = offset(k, {b, j % S, kv_head, 0});
     double s = 0;
     for (int64_t d = 0; d < D; ++d) s += load(q, q_at + d * q.strides[q.rank - 1]) * load(k, k_at + d * k.strides[3]);
     score[size_t(j - keys.first)] = scale * s;
@@ -46,7 +47,7 @@ void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at
   for (int64_t d = 0; d < D; ++d) {
     double o = 0;
     for (int64_t j = keys.first; j < keys.end; ++j)
-      o += score[size_t(j - keys.first)] * load(v, offset(v, {b, j, kv_head, d}));
+      o += score[size_t(j - keys.first)] * load(v, offset(v, {b, j % S, kv_head, d}));
     store(out, out_at + d * out.strides[out.rank - 1], o / denominator);
   }
 }
@@ -54,7 +55,7 @@ void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at
 }  // namespace
 
 void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
-  const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), Tk = a.k.dim(1), Hkv = a.k.dim(2);
+  const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), Tk = ops::key_positions(a), Hkv = a.k.dim(2);
   const int64_t group = H / Hkv;
   const double scale = ops::attention_scale(a.params, a.q.dim(3));
   for (int64_t b = 0; b < B; ++b)
@@ -71,14 +72,15 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const int64_t B = a.q.dim(0), H = a.q.dim(1), S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2);
   const int64_t group = H / Hkv;
   const double scale = ops::attention_scale(a.params, a.q.dim(2));
-  // Every length is checked before anything is written.
+  // Every length is checked before anything is written. A rolling cache holds any length's window.
+  const int64_t max_len = ops::rolling_cache(a.params, S) ? std::numeric_limits<int32_t>::max() : S;
   std::vector<int64_t> seq_len(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     seq_len[size_t(b)] = int64_t(load(a.seq_lens, b * a.seq_lens.strides[0]));
-    if (seq_len[size_t(b)] < 1 || seq_len[size_t(b)] > S)
+    if (seq_len[size_t(b)] < 1 || seq_len[size_t(b)] > max_len)
       throw Error(ErrorCode::invalid_argument,
-                  fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (S of k_cache {})", b,
-                              seq_len[size_t(b)], S, a.k_cache.shape_str()));
+                  fmt::format("attention_decode: seq_lens[{}] = {} is outside [1, {}] (k_cache {})", b,
+                              seq_len[size_t(b)], max_len, a.k_cache.shape_str()));
   }
   if (a.k_new.defined()) {
     std::vector<int32_t> start(seq_len.begin(), seq_len.end());
@@ -95,7 +97,7 @@ void kv_append(Stream&, const ops::KvAppendArgs& a) {
   const int64_t B = a.k.dim(0), T = a.k.dim(1), S = a.k_cache.dim(1), Hkv = a.k.dim(2), D = a.k.dim(3);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t start = int64_t(load(a.start, b * a.start.strides[0]));
-    if (start < 0 || start + T > S)
+    if (start < 0 || (!a.rolling && start + T > S))
       throw Error(ErrorCode::invalid_argument,
                   fmt::format("kv_append: start[{}] = {} with T = {} new positions does not fit S = {} (k_cache {})", b,
                               start, T, S, a.k_cache.shape_str()));
@@ -105,8 +107,8 @@ void kv_append(Stream&, const ops::KvAppendArgs& a) {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < Hkv; ++h)
         for (int64_t d = 0; d < D; ++d) {
-          store(a.k_cache, offset(a.k_cache, {b, start + t, h, d}), load(a.k, offset(a.k, {b, t, h, d})));
-          store(a.v_cache, offset(a.v_cache, {b, start + t, h, d}), load(a.v, offset(a.v, {b, t, h, d})));
+          store(a.k_cache, offset(a.k_cache, {b, (start + t) % S, h, d}), load(a.k, offset(a.k, {b, t, h, d})));
+          store(a.v_cache, offset(a.v_cache, {b, (start + t) % S, h, d}), load(a.v, offset(a.v, {b, t, h, d})));
         }
   }
 }

@@ -162,6 +162,25 @@ namespace {
 
 // transformers 5 writes rope_parameters and dtype; transformers 4 wrote rope_theta, rope_scaling
 // and torch_dtype. The same weights under either spelling give the same logits.
+// A sliding-window layer's cache holds its window and one prefill chunk (a rolling cache), not the
+// context: on the Mistral fixture (window 8, every layer sliding) with chunks of 7 and a
+// 128-position context, 8 + 7 − 1 = 14 slots per layer. ModelParity's chunk-7 runs check that
+// such caches give transformers' logits and tokens for prompts and continuations past 14.
+TEST(ModelFixtures, SlidingWindowCacheHoldsTheWindowAndOneChunk) {
+  const fs::path folder = kData / "llama-fixtures" / "mistral-window-f32";
+  Model model = Model::load(folder.string(), Device::open("cpu"), {.dtype = DType::f32});
+  const ModelConfig& c = model.config();
+  for (const LayerSpec& layer : c.layers) ASSERT_EQ(layer.window, 8);
+  Session session(model, {.max_batch = 2, .max_tokens = 128, .prefill_chunk = 7});
+  const size_t slots = 8 + 7 - 1;
+  EXPECT_EQ(session.kv_cache_bytes(), size_t(c.n_layer) * 2 * 2 * slots * size_t(c.n_kv_head * c.d_head) * sizeof(float));
+  // A prompt of 100 tokens and decode steps past it wrap the slots many times, within the context.
+  std::vector<Token> prompt(100);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = Token(i * 7 % c.vocab_size);
+  const Tensor logits = session.prefill(0, prompt);
+  EXPECT_EQ(logits.dim(-1), c.vocab_size);
+}
+
 TEST(ModelConfigSpelling, Transformers4ConfigGivesTheSameLogitsAsTransformers5) {
   int compared = 0;
   for (const fs::path& folder : fixture_folders("llama-fixtures")) {

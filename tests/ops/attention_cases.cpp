@@ -1,7 +1,8 @@
 // attention_prefill and attention_decode cases: MHA / GQA / MQA, odd head dims, causal and
 // not, chunked prefill (Tk > Tq), explicit and default scale, f32/f16/bf16 and f32 queries over
 // a bf16 cache, and k/v (and q) that are strided views into larger cache / fused-qkv tensors;
-// sliding windows shorter than the keys, as long as them, and of one key.
+// sliding windows shorter than the keys, as long as them, and of one key; rolling caches (a
+// window's cache of S slots, position p at slot p mod S) for prefill, decode and kv_append.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -44,6 +45,7 @@ struct Prefill {
   bool views = false;  // q from a fused [B, Tq, H + 2, D]; k/v from a [B, Tk + 5, 2·Hkv, D] cache
   bool in_tests = true;
   int64_t window = 0;
+  int64_t slots = 0;  // > 0: k and v are rolling caches of this many slots holding Tk positions
 };
 
 OpCase prefill_case(const Prefill& p) {
@@ -52,6 +54,7 @@ OpCase prefill_case(const Prefill& p) {
   if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
   if (p.views) name += "_views";
   if (p.window > 0) name += fmt::format("_window{}", p.window);
+  if (p.slots > 0) name += fmt::format("_rolling{}", p.slots);
   OpCase c{"attention_prefill", name, tolerance(p.out, p.B * p.Tq * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v;
@@ -61,12 +64,13 @@ OpCase prefill_case(const Prefill& p) {
       k = cache.slice(2, 0, p.Hkv);
       v = cache.slice(2, p.Hkv, 2 * p.Hkv);
     } else {
+      const int64_t S = p.slots > 0 ? p.slots : p.Tk;
       q = run.normal(p.q, {p.B, p.Tq, p.H, p.D});
-      k = run.normal(p.kv, {p.B, p.Tk, p.Hkv, p.D});
-      v = run.normal(p.kv, {p.B, p.Tk, p.Hkv, p.D});
+      k = run.normal(p.kv, {p.B, S, p.Hkv, p.D});
+      v = run.normal(p.kv, {p.B, S, p.Hkv, p.D});
     }
     const Tensor out = run.output("out", p.out, {p.B, p.Tq, p.H, p.D});
-    const ops::AttentionParams params{p.scale, p.causal, p.window};
+    const ops::AttentionParams params{p.scale, p.causal, p.window, p.slots > 0 ? p.Tk : 0};
     run.launch = [=](Stream& s) { ops::attention_prefill(s, out, q, k, v, params); };
     run.cost = ops::cost(ops::AttentionPrefillArgs{out, q, k, v, params});
   };
@@ -85,6 +89,7 @@ struct Decode {
   std::optional<DType> append;
   bool in_tests = true;
   int64_t window = 0;
+  int32_t max_len = 0;  // > S: lengths up to this (a rolling cache: window ≤ S)
 };
 
 OpCase decode_case(const Decode& p) {
@@ -96,6 +101,7 @@ OpCase decode_case(const Decode& p) {
   if (p.len > 0) name += fmt::format("_len{}", p.len);
   if (p.append) name += fmt::format("_append{}", dtype_name(*p.append));
   if (p.window > 0) name += fmt::format("_window{}", p.window);
+  if (p.max_len > 0) name += fmt::format("_rolling_len{}", p.max_len);
   OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v, k_new, v_new;
@@ -121,10 +127,11 @@ OpCase decode_case(const Decode& p) {
     // so every device sees the same).
     std::vector<int32_t> lens(size_t(p.B), p.len > 0 ? p.len : int32_t(p.S));
     if (!p.full && p.len == 0) {
-      std::uniform_int_distribution<int32_t> any(1, int32_t(p.S));
+      const int32_t longest = p.max_len > 0 ? p.max_len : int32_t(p.S);
+      std::uniform_int_distribution<int32_t> any(1, longest);
       for (int32_t& len : lens) len = any(run.rng);
       if (p.B >= 2) lens[0] = 1;
-      if (p.B >= 3) lens[size_t(p.B - 1)] = int32_t(p.S);
+      if (p.B >= 3) lens[size_t(p.B - 1)] = longest;
     }
     const Tensor seq_lens = run.ints({p.B}, lens);
     const Tensor out = run.output("out", p.out, {p.B, p.H, p.D});
@@ -139,6 +146,7 @@ struct Append {
   int64_t B = 2, S = 40, T = 1, Hkv = 4, D = 64;
   DType x = DType::f32, cache = DType::f32;
   bool in_tests = true;
+  int32_t max_start = 0;  // > 0: a rolling cache, starts up to this (past S: written at p mod S)
 };
 
 // k and v are views into a fused qkv row [B, T, 3·Hkv, D] (how the decoder produces them); the
@@ -146,7 +154,8 @@ struct Append {
 OpCase append_case(const Append& p) {
   const std::string name = fmt::format("kv_append/B{}_S{}_T{}_Hkv{}_D{}_{}", p.B, p.S, p.T, p.Hkv, p.D,
                                        p.x == p.cache ? std::string(dtype_name(p.x))
-                                                      : fmt::format("x{}_cache{}", dtype_name(p.x), dtype_name(p.cache)));
+                                                      : fmt::format("x{}_cache{}", dtype_name(p.x), dtype_name(p.cache))) +
+                           (p.max_start > 0 ? fmt::format("_rolling_start{}", p.max_start) : std::string());
   OpCase c{"kv_append", name, kExactTolerance, "a copy: both sides round the same value to nearest even: compared exactly",
            nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
@@ -155,14 +164,16 @@ OpCase append_case(const Append& p) {
     const Tensor k_cache = run.inout("k_cache", p.cache, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
     const Tensor v_cache = run.inout("v_cache", p.cache, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
     // Starts: the first and the last position that fit, and random ones between.
-    std::uniform_int_distribution<int32_t> any(0, int32_t(p.S - p.T));
+    const int32_t last = p.max_start > 0 ? p.max_start : int32_t(p.S - p.T);
+    std::uniform_int_distribution<int32_t> any(0, last);
     std::vector<int32_t> starts(size_t(p.B));
     for (int32_t& s : starts) s = any(run.rng);
     starts[0] = 0;
-    if (p.B >= 2) starts[size_t(p.B - 1)] = int32_t(p.S - p.T);
+    if (p.B >= 2) starts[size_t(p.B - 1)] = last;
     const Tensor start = run.ints({p.B}, starts);
-    run.launch = [=](Stream& s) { ops::kv_append(s, k_cache, v_cache, k, v, start); };
-    run.cost = ops::cost(ops::KvAppendArgs{k_cache, v_cache, k, v, start});
+    const bool rolling = p.max_start > 0;
+    run.launch = [=](Stream& s) { ops::kv_append(s, k_cache, v_cache, k, v, start, rolling); };
+    run.cost = ops::cost(ops::KvAppendArgs{k_cache, v_cache, k, v, start, rolling});
   };
   return c;
 }
@@ -327,6 +338,29 @@ std::vector<OpCase> attention_cases() {
   append({.B = 1, .S = 300, .T = 37, .Hkv = 3, .D = 7, .x = f16, .cache = f16});
   append({.B = 2, .S = 64, .T = 17, .Hkv = 1, .D = 80, .x = f32, .cache = bf16});
   append({.B = 4, .S = 2048, .T = 1, .Hkv = 25, .D = 64, .x = bf16, .cache = bf16, .in_tests = false});
+  // Rolling caches: a decode step and a chunk that wraps past the last slot.
+  append({.B = 3, .S = 40, .T = 1, .Hkv = 2, .D = 128, .x = bf16, .cache = bf16, .max_start = 1000});
+  append({.B = 3, .S = 64, .T = 17, .Hkv = 1, .D = 80, .x = f32, .cache = bf16, .max_start = 150});
+
+  // Rolling caches (S slots, position p at slot p mod S; window ≤ S, prefill window + Tq − 1 ≤ S).
+  // Prefill: Tk many times S (the keys wrap inside a tile), the tightest S, on the GPU's SIMT
+  // tiles, tensor-core kernel (two query tiles) and generic row kernel. Decode: lengths up to
+  // several times S (1, random, the longest), MHA / GQA, the split, tensor-core and generic
+  // kernels, with the step's k and v appended at slot (len − 1) mod S.
+  prefill({.Tq = 17, .Tk = 200, .H = 4, .Hkv = 2, .D = 64, .window = 9, .slots = 25});
+  prefill({.B = 2, .Tq = 5, .Tk = 77, .H = 8, .Hkv = 2, .D = 64, .window = 10, .slots = 14});
+  prefill({.Tq = 80, .Tk = 500, .H = 4, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .window = 50, .slots = 129});
+  prefill({.Tq = 65, .Tk = 1000, .H = 2, .Hkv = 1, .D = 64, .q = f16, .kv = f16, .out = bf16, .window = 100,
+           .slots = 200});
+  prefill({.Tq = 9, .Tk = 40, .H = 2, .Hkv = 1, .D = 300, .window = 4, .slots = 12});
+  decode({.B = 3, .S = 33, .window = 8, .max_len = 200});
+  decode({.B = 4, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .window = 300, .max_len = 2000});
+  decode({.B = 3, .S = 150, .H = 4, .Hkv = 2, .D = 64, .window = 100, .max_len = 1000});
+  decode({.B = 3, .S = 130, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .window = 129,
+          .max_len = 5000});
+  decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .append = f32, .window = 33, .max_len = 300});
+  decode({.B = 2, .S = 12, .H = 2, .Hkv = 1, .D = 300, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .window = 7,
+          .max_len = 100});
 
   // Bench: gpt2-xl (H = 25, D = 64) prefill of 256 tokens and decode at 256 and 4096 cached
   // tokens; a Llama-like GQA decode (32 heads over 8 kv heads, D = 128) at 4096.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ding/ops/attention.h"
+#include "ding/ops/copy.h"
 #include "expect_error.h"
 #include "op_cases.h"
 
@@ -197,6 +198,33 @@ TEST(AttentionReference, DecodeWindowIsDecodeOverTheLastWPositions_S30_Len23_W6_
   EXPECT_EQ(run.read(out), run.read(out_view));
 }
 
+// A rolling cache of S slots holds position p at slot p mod S. Filled by hand from a full key
+// sequence (only its last S positions survive), prefill with rolling_keys and decode past S give
+// exactly what the full sequence gives with the same window.
+TEST(AttentionReference, RollingCacheIsTheFullSequenceWithTheWindow_Tk50_S12_W6_Tq7_H4_Hkv2_D16) {
+  const int64_t Tk = 50, S = 12, W = 6, Tq = 7, H = 4, Hkv = 2, D = 16;
+  CaseRun run(ref(), 13);
+  const Tensor q = run.normal(DType::f32, {1, Tq, H, D});
+  const Tensor k = run.normal(DType::f32, {1, Tk, Hkv, D}), v = run.normal(DType::f32, {1, Tk, Hkv, D});
+  const Tensor k_ring = run.output("k_ring", DType::f32, {1, S, Hkv, D});
+  const Tensor v_ring = run.output("v_ring", DType::f32, {1, S, Hkv, D});
+  for (int64_t p = Tk - S; p < Tk; ++p) {
+    ops::copy(run.stream, k_ring.slice(1, p % S, p % S + 1), k.slice(1, p, p + 1));
+    ops::copy(run.stream, v_ring.slice(1, p % S, p % S + 1), v.slice(1, p, p + 1));
+  }
+  const Tensor out = run.output("out", DType::f32, {1, Tq, H, D}), full = run.output("full", DType::f32, {1, Tq, H, D});
+  ops::attention_prefill(run.stream, out, q, k_ring, v_ring, {.window = W, .rolling_keys = Tk});
+  ops::attention_prefill(run.stream, full, q, k, v, {.window = W});
+  EXPECT_EQ(run.read(out), run.read(full));
+
+  // Decode of the last query at length Tk, over the ring and over the full sequence.
+  const Tensor q1 = q.slice(1, Tq - 1, Tq).reshape({1, H, D});
+  const Tensor out1 = run.output("out1", DType::f32, {1, H, D}), full1 = run.output("full1", DType::f32, {1, H, D});
+  ops::attention_decode(run.stream, out1, q1, k_ring, v_ring, run.ints({1}, {int32_t(Tk)}), {.window = W});
+  ops::attention_decode(run.stream, full1, q1, k, v, run.ints({1}, {int32_t(Tk)}), {.window = W});
+  EXPECT_EQ(run.read(out1), run.read(full1));
+}
+
 // ---- Bad input through the front end ------------------------------------------------------------
 
 struct PrefillInputs {
@@ -259,6 +287,25 @@ TEST(AttentionPrefillBadInput, Window8WithoutCausal) {
   PrefillInputs in(cpu(), 4, 4, 4, 4, 16);
   expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.causal = false, .window = 8}); },
                ErrorCode::invalid_argument, {"attention_prefill", "window = 8", "causal"});
+}
+
+TEST(AttentionPrefillBadInput, RollingKeysWithoutWindow) {
+  PrefillInputs in(cpu(), 4, 10, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.rolling_keys = 40}); },
+               ErrorCode::invalid_argument, {"attention_prefill", "rolling_keys = 40", "window 0"});
+}
+
+// The chunk's 4 queries and a window of 8 need 8 + 4 − 1 = 11 slots; the cache has 10.
+TEST(AttentionPrefillBadInput, RollingCacheOf10SlotsForWindow8AndTq4) {
+  PrefillInputs in(cpu(), 4, 10, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.window = 8, .rolling_keys = 40}); },
+               ErrorCode::invalid_argument, {"attention_prefill", "window 8 + Tq 4 − 1 > S = 10"});
+}
+
+TEST(AttentionPrefillBadInput, NegativeRollingKeys) {
+  PrefillInputs in(cpu(), 4, 10, 4, 4, 16);
+  expect_error([&] { ops::attention_prefill(in.run.stream, in.out, in.q, in.k, in.v, {.window = 3, .rolling_keys = -1}); },
+               ErrorCode::invalid_argument, {"attention_prefill", "rolling_keys", "-1"});
 }
 
 TEST(AttentionPrefillBadInput, OutOverlapsQ) {
@@ -333,6 +380,16 @@ TEST(AttentionDecodeBadInput, SeqLen34AtB1_S33_cpu) { expect_bad_seq_len("cpu", 
 TEST(AttentionDecodeBadInput, SeqLen0AtB1_S33_ref) { expect_bad_seq_len("ref", 0); }
 TEST(AttentionDecodeBadInput, SeqLen34AtB1_S33_ref) { expect_bad_seq_len("ref", 34); }
 
+// A window longer than the cache cannot roll: lengths past S are still an error (a window the
+// cache holds lets them through: RollingCacheIsTheFullSequenceWithTheWindow).
+void expect_bad_seq_len_window(const char* backend) {
+  DecodeInputs in(Device::open(backend), {4, 40, 33});
+  expect_error([&] { ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {.window = 34}); },
+               ErrorCode::invalid_argument, {"attention_decode", "seq_lens[1] = 40", "[1, 33]"});
+}
+TEST(AttentionDecodeBadInput, SeqLen40AtS33WithWindow34_cpu) { expect_bad_seq_len_window("cpu"); }
+TEST(AttentionDecodeBadInput, SeqLen40AtS33WithWindow34_ref) { expect_bad_seq_len_window("ref"); }
+
 TEST(AttentionDecodeBadInput, OutOverlapsKCache) {
   DecodeInputs in(cpu(), {5});
   in.out = Tensor::view(in.k_cache.data, &cpu(), DType::f32, {1, 8, 16});
@@ -386,6 +443,20 @@ TEST(AttentionDecodeBadInput, ZeroHeads) {
   in.q = Tensor::view(in.q.data, &cpu(), DType::f32, {1, 0, 16});
   expect_error([&] { in.call(); }, ErrorCode::invalid_argument, {"attention_decode", "q has dimension 1 of size 0"});
 }
+
+// kv_append's starts live in device memory too: host backends check each while running. A plain
+// cache must hold start + T positions; a rolling one takes any start ≥ 0.
+void expect_bad_start(const char* backend, int32_t bad, bool rolling) {
+  CaseRun run(Device::open(backend), 14);
+  const Tensor k_cache = run.normal(DType::f32, {2, 20, 2, 16}), v_cache = run.normal(DType::f32, {2, 20, 2, 16});
+  const Tensor k = run.normal(DType::f32, {2, 3, 2, 16}), v = run.normal(DType::f32, {2, 3, 2, 16});
+  expect_error([&] { ops::kv_append(run.stream, k_cache, v_cache, k, v, run.ints({2}, {0, bad}), rolling); },
+               ErrorCode::invalid_argument, {"kv_append", "start[1] = " + std::to_string(bad), "S = 20"});
+}
+TEST(KvAppendBadInput, Start18WithT3InS20_cpu) { expect_bad_start("cpu", 18, false); }
+TEST(KvAppendBadInput, Start18WithT3InS20_ref) { expect_bad_start("ref", 18, false); }
+TEST(KvAppendBadInput, RollingStartMinus1_cpu) { expect_bad_start("cpu", -1, true); }
+TEST(KvAppendBadInput, RollingStartMinus1_ref) { expect_bad_start("ref", -1, true); }
 
 TEST(AttentionDecodeBadInput, OverflowCacheShape2Pow62) {
   DecodeInputs in(cpu(), {5});
