@@ -4,7 +4,8 @@
 # runs every test through ctest, then prints the ctest summary and the op-parity table
 # (passed / failed / skipped parity cases per op and backend).
 #   tools/gpu-check.sh [ctest arguments, e.g. -R Parity]
-# Environment: DING_DEPS (prefix of the unpacked packages), DING_GPU_BUILD (build folder).
+# Environment: DING_DEPS (prefix of the unpacked packages), DING_GPU_BUILD (build folder),
+# DING_CUDA_ARCH (e.g. 90: build for the chip at hand only; default: CMake's list, sm_89 and sm_90).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=${DING_DEPS:-$PWD/.deps/usr}
@@ -12,7 +13,8 @@ build=${DING_GPU_BUILD:-build-gpu}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}  # ctest runs a process per core; more threads each only oversubscribe
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON >"$build.configure.log" 2>&1 ||
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
+  ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" --parallel "$(nproc)" 2>&1 | grep -E "error:|warning: |FAILED" | head -50
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "gpu-check: build failed"; exit 1; }
