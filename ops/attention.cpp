@@ -103,6 +103,34 @@ void validate(const Device& device, const AttentionDecodeArgs& a) {
     }
     c.disjoint("k_cache", a.k_cache, "v_cache", a.v_cache);
   }
+  if (a.rope) {
+    if (!a.k_new.defined())
+      c.fail(ErrorCode::invalid_argument, "rope is applied to q and k_new: it needs k_new and v_new");
+    if (a.rope->positions.defined() || a.rope->position_offset != 0)
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("rope's positions are seq_lens − 1: give neither positions nor position_offset (got {}{})",
+                         a.rope->positions.defined() ? "positions " + shape_of(a.rope->positions) + ", " : "",
+                         fmt::format("offset {}", a.rope->position_offset)));
+    validate(device, decode_rope(a, a.q, a.q));
+  }
+}
+
+AttentionDecodeArgs rotated_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_rot, Tensor k_rot) {
+  const RopeArgs q = decode_rope(a, q_rot, a.q), k = decode_rope(a, k_rot, a.k_new);
+  rope(stream, q.out, q.x, q.params);
+  rope(stream, k.out, k.x, k.params);
+  AttentionDecodeArgs b = a;
+  b.q = q_rot;
+  b.k_new = k_rot;
+  b.rope.reset();
+  return b;
+}
+
+RopeArgs decode_rope(const AttentionDecodeArgs& a, Tensor out, Tensor x) {
+  RopeParams p = a.rope.value_or(RopeParams{});
+  p.positions = a.seq_lens.reshape({a.seq_lens.dim(0), 1});
+  p.position_offset = -1;
+  return {out.unsqueeze(1), x.unsqueeze(1), p};
 }
 
 void validate(const Device& device, const KvAppendArgs& a) {
@@ -169,8 +197,8 @@ void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v,
 }
 
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
-                      const AttentionParams& params, Tensor k_new, Tensor v_new) {
-  dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params, k_new, v_new});
+                      const AttentionParams& params, Tensor k_new, Tensor v_new, const std::optional<RopeParams>& rope) {
+  dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params, k_new, v_new, rope});
 }
 
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling) {

@@ -15,6 +15,10 @@
 //   current token's key and value), it first stores them at position seq_lens[b] − 1, as
 //   kv_append with start = seq_lens − 1 would: one op for the decode step, so a GPU backend
 //   attends to the new key where the QKV product left it instead of after a separate append.
+//   Given rope as well, q and k_new are first rotated at that position, as ops::rope with
+//   positions = seq_lens and position_offset = −1 into tensors of their dtypes would (q is read
+//   rotated, not written; k_new is stored rotated): rope, append and attention of a decode step
+//   in one op.
 // Rolling caches (a sliding-window layer need not hold more than its window): with window > 0
 //   and a cache of S ≥ window slots, position p lives at slot p mod S. Decode: seq_lens[b] may
 //   then exceed S, the window's positions being the ones still held. Prefill: rolling_keys > 0
@@ -26,7 +30,10 @@
 #pragma once
 #include <cstdint>
 
+#include <optional>
+
 #include "ding/device.h"
+#include "ding/ops/rope.h"
 #include "ding/profile.h"
 
 namespace ding::ops {
@@ -58,6 +65,7 @@ struct AttentionDecodeArgs {
   AttentionParams params;
   Tensor k_new;     // optional [B, Hkv, D], f32/f16/bf16 (converted), last dim contiguous
   Tensor v_new;     // given with k_new
+  std::optional<RopeParams> rope;  // with k_new: its layout, frequencies and factor; no positions, offset 0
 };
 
 // kv_append: writes a step's keys and values into the KV cache at start positions held on the
@@ -81,6 +89,13 @@ int64_t key_positions(const AttentionPrefillArgs& a);
 // The kv_append that attention_decode's k_new and v_new stand for; `start` holds seq_lens − 1
 // (i32 [B] on the op's device: host backends pass a view of their own memory).
 KvAppendArgs decode_append(const AttentionDecodeArgs& a, Tensor start);
+// The rope that attention_decode's `rope` stands for, of x ([B, heads, D]: q or k_new) into out at
+// positions seq_lens − 1.
+RopeArgs decode_rope(const AttentionDecodeArgs& a, Tensor out, Tensor x);
+// attention_decode's rope the plain way, for a backend kernel that does not rotate as it loads:
+// q and k_new rotated by ops::rope into q_rot [B, H, D] and k_rot [B, Hkv, D] (the op's device,
+// the backend's memory), and the same op over them without rope.
+AttentionDecodeArgs rotated_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_rot, Tensor k_rot);
 
 void validate(const Device& device, const AttentionPrefillArgs& a);
 void validate(const Device& device, const AttentionDecodeArgs& a);
@@ -90,7 +105,8 @@ Cost cost(const AttentionDecodeArgs& a);
 Cost cost(const KvAppendArgs& a);
 void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params = {});
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
-                      const AttentionParams& params = {}, Tensor k_new = {}, Tensor v_new = {});
+                      const AttentionParams& params = {}, Tensor k_new = {}, Tensor v_new = {},
+                      const std::optional<RopeParams>& rope = std::nullopt);
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling = false);
 
 }  // namespace ding::ops

@@ -5,7 +5,7 @@
 // and f = attention_factor (YaRN's mscale; 1 otherwise).
 // Pairs are (x[i], x[i + R/2]) in the neox layout (Llama/Qwen/GPT-NeoX in HF) and
 // (x[2i], x[2i+1]) in the interleaved layout (GPT-J, original Llama). Dims ≥ R are copied.
-// pos(b, t) = positions[b, t] if given, else position_offset + t.
+// pos(b, t) = positions[b, t] + position_offset if positions is given, else position_offset + t.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -22,7 +22,7 @@ struct RopeParams {
   float theta = 10000.0f;         // unused when inv_freq is given
   int64_t rotary_dim = 0;         // R; 0 = the whole head dim D. Even, ≤ D
   Tensor positions;               // i32 [B, T], optional
-  int64_t position_offset = 0;    // used when positions is absent
+  int64_t position_offset = 0;    // added to positions (e.g. −1 on decode's lengths), or pos = offset + t
   Tensor inv_freq;                // f32 [R/2] on the op's device, optional: θ_i replacing theta^(-2i/R)
   float attention_factor = 1.0f;  // cos φ and sin φ are multiplied by it (YaRN's mscale; 1 for the others)
 };

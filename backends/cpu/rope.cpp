@@ -78,7 +78,7 @@ void rope(Stream&, const ops::RopeArgs& a) {
   std::vector<float> cos(size_t(tokens * half)), sin(size_t(tokens * half));  // [tokens, R/2]
 #pragma omp parallel for schedule(static) if (tokens * half >= 4096)
   for (int64_t n = 0; n < tokens; ++n) {
-    const double pos = positions ? double(positions[n]) : double(p.position_offset + n % T);
+    const double pos = positions ? double(positions[n] + p.position_offset) : double(p.position_offset + n % T);
     for (int64_t i = 0; i < half; ++i) {
       const double phi = pos * inv_freq[i];
       cos[n * half + i] = float(f * std::cos(phi));

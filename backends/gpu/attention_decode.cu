@@ -47,6 +47,11 @@
 // position seq_lens − 1 read that key from them rather than from the cache, and the first head
 // block of each kv head stores them into the cache. A decode step then has no kv_append launch
 // between the QKV product and attention (one kernel boundary, ~3–5 µs, less per layer).
+//
+// The op's rope: the tensor-core kernel rotates q in shared memory once it has landed, the new
+// key in the ring tile that holds it, and the copy it stores, from one table of f·cos and f·sin
+// per block (rotary.cuh), so a decode step launches no rope kernels. Other paths rotate copies
+// of q and k_new first (ops::rotated_first).
 
 #include <algorithm>
 #include <cfloat>
@@ -60,6 +65,7 @@
 #include "kernels.h"
 #include "mma_sync.cuh"
 #include "reduce.cuh"
+#include "rotary.cuh"
 
 namespace ding::gpu {
 namespace {
@@ -352,17 +358,47 @@ __device__ inline DecodeKeys decode_keys(const int32_t* seq_lens, const DecodeSh
   return keys;
 }
 
+// Rotates the pairs of a 16-bit row of D elements in place (rotary.cuh) with the block's table
+// cs[i] = (f·cos, f·sin) of pair i; one thread per pair, so no element is read after another
+// thread wrote it.
+template <class T>
+__device__ inline void rotate_row(T* row, const Rotary& rot, const float2* cs, int first_thread, int threads) {
+  for (int i = int(threadIdx.x) - first_thread; i >= 0 && i < rot.R / 2; i += threads) {
+    const int64_t a = rot.first(i), b = rot.second(i);
+    const float x = to_float(row[a]), y = to_float(row[b]);
+    row[a] = from_float<T>(x * cs[i].x - y * cs[i].y);
+    row[b] = from_float<T>(x * cs[i].y + y * cs[i].x);
+  }
+}
+
 // The split holding the new position stores it (the first head block of the kv head): whole
-// 16-byte pieces, as the fused path requires 16-byte rows.
+// 16-byte pieces, as the fused path requires 16-byte rows; the key rotated when the op has a
+// rope (cs: the block's table; the row is written, then rotated in place by the same threads
+// after a barrier).
 template <class KV>
 __device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh, const DecodeBlock& blk,
-                                   const DecodeKeys& keys, Strides3 ks, Strides3 vs, KV* k_cache, KV* v_cache) {
-  if (keys.fresh_j < keys.begin || keys.fresh_j >= keys.end || blk.hb != 0) return;
+                                   const DecodeKeys& keys, Strides3 ks, Strides3 vs, KV* k_cache, KV* v_cache,
+                                   const Rotary& rot = {}, const float2* cs = nullptr) {
+  const bool stores = keys.fresh_j >= keys.begin && keys.fresh_j < keys.end && blk.hb == 0;  // uniform
+  if (!stores) return;
   const int64_t slot = keys.fresh_j % sh.S;
   KV* k_row = k_cache + blk.b * ks.b + blk.kv_head * ks.h + slot * ks.t;
   KV* v_row = v_cache + blk.b * vs.b + blk.kv_head * vs.h + slot * vs.t;
   const KV* k_in = fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h;
   const KV* v_in = fresh.v + blk.b * fresh.v_b + blk.kv_head * fresh.v_h;
+  if (rot.R > 0) {
+    // Pairs straight from k_new into the cache: the rotated row, no read of a half-written one.
+    for (int i = int(threadIdx.x); i < rot.R / 2; i += kDecodeThreads) {
+      const int64_t a = rot.first(i), b = rot.second(i);
+      const float x = to_float(k_in[a]), y = to_float(k_in[b]);
+      k_row[a] = from_float<KV>(x * cs[i].x - y * cs[i].y);
+      k_row[b] = from_float<KV>(x * cs[i].y + y * cs[i].x);
+    }
+    for (int d = int(rot.R) + int(threadIdx.x); d < sh.D; d += kDecodeThreads) k_row[d] = k_in[d];
+    for (int i = int(threadIdx.x); i < sh.D * int(sizeof(KV)) / 16; i += kDecodeThreads)
+      reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
+    return;
+  }
   for (int i = int(threadIdx.x); i < sh.D * int(sizeof(KV)) / 16; i += kDecodeThreads) {
     reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
     reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
@@ -622,7 +658,7 @@ template <class T, int DH>
 __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThreads, DecodeMmaTile<DH>::kBlocksPerSm))
     attention_decode_mma_kernel(Operand out, const T* q, Strides3 qs, const T* k, Strides3 ks, const T* v, Strides3 vs,
                                 const int32_t* seq_lens, DecodeShape sh, float scale, Partials part, NewKv<T> fresh,
-                                T* k_cache, T* v_cache) {
+                                T* k_cache, T* v_cache, Rotary rot) {
 #if defined(DING_GPU_NVIDIA_MMA)
   using Tile = DecodeMmaTile<DH>;
   constexpr int kPitch = Tile::kPitch, kStages = Tile::kStages, kTileElems = Tile::kTileElems;
@@ -640,9 +676,15 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   wait_for_prior_kernels();
   release_dependents();
   const DecodeKeys keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
+  // The rope table at the new token's position (D ≤ 128: at most 64 pairs), then a barrier.
+  __shared__ float2 rope_cs[64];
+  if (rot.R > 0) {
+    for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
+    __syncthreads();
+  }
 
   if (keys.begin < keys.end) {  // uniform over the block; split 0 always has keys
-    store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache);
+    store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache, rot, rope_cs);
     const T* const k_head = k + blk.b * ks.b + blk.kv_head * ks.h;
     const T* const v_head = v + blk.b * vs.b + blk.kv_head * vs.h;
     const T* const k_fresh = keys.fresh_j >= 0 ? fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h : k;
@@ -695,6 +737,10 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
     for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
     cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
     __syncthreads();                // ... and for every thread's
+    if (rot.R > 0) {  // the block's heads rotated in place: a warp per head
+      for (int g = warp; g < blk.heads; g += kWarps) rotate_row(Qs + g * kPitch, rot, rope_cs, warp * 32, 32);
+      __syncthreads();
+    }
     uint32_t qa[kSteps][4];
     load_a_fragments(qa, Qs, kPitch, lane);
 
@@ -711,6 +757,12 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       copy_kv(t + kStages - 1);
       cp_async_wait<kStages - 1>();  // tile t has landed for this thread's copies ...
       __syncthreads();                // ... and for every thread's
+      if (rot.R > 0 && fresh_key >= t * kMmaKeys && fresh_key < (t + 1) * kMmaKeys) {  // uniform
+        // The new key came unrotated from k_new: rotate its row of the tile before anyone reads it.
+        rotate_row(ring + read_stage * 2 * kTileElems + (fresh_key - t * kMmaKeys) * kPitch, rot, rope_cs, 0,
+                   kDecodeThreads);
+        __syncthreads();
+      }
       const T* const Ks = ring + read_stage * 2 * kTileElems + warp * 16 * kPitch;  // this warp's 16 keys
       const T* const Vs = Ks + kTileElems;
       read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
@@ -834,6 +886,7 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
                        bool fresh_in_kernel) {
   const size_t shared = DecodeMmaTile<DH>::shared_bytes;
   if (shared > s.props().shared_per_block_optin) return false;
+  const Rotary rot = a.rope ? rotary(*a.rope, DH) : Rotary{};
   const auto kernel = attention_decode_mma_kernel<T, DH>;
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared)));
   int per_sm = 0;
@@ -847,7 +900,7 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
                                 operand(a.out, strides_bhd(a.out)), static_cast<const T*>(a.q.data), strides_bhd(a.q),
                                 k, strides3(a.k_cache), v, strides3(a.v_cache),
                                 static_cast<const int32_t*>(a.seq_lens.data), sh, scale, partials(s, sh, B),
-                                new_kv<T>(a, fresh_in_kernel), k, v));
+                                new_kv<T>(a, fresh_in_kernel), k, v, rot));
   return true;
 }
 #endif
@@ -870,6 +923,27 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const bool fresh_in_kernel = a.k_new.defined() && flash && kv_vec && a.k_new.dtype == a.k_cache.dtype &&
                                a.v_new.dtype == a.k_cache.dtype && rows_aligned(a.k_new, 16 / int64_t(dtype_size(a.k_new.dtype))) &&
                                rows_aligned(a.v_new, 16 / int64_t(dtype_size(a.v_new.dtype)));
+#if defined(DING_GPU_NVIDIA)
+  // Tensor cores: one 16-bit dtype for q, k and v, a bf16 output (the precision argument of
+  // attention_prefill.cu), D = 64 or 128, 16-byte rows for the cp.async copies, the kernel's
+  // shared memory within the device's.
+  const DType t = a.q.dtype;
+  const size_t mma_shared = D == 64 ? DecodeMmaTile<64>::shared_bytes : DecodeMmaTile<128>::shared_bytes;
+  const bool mma = s.props().has_mma_sync() && (t == DType::f16 || t == DType::bf16) && a.k_cache.dtype == t &&
+                   a.out.dtype == DType::bf16 && (D == 64 || D == 128) && kv_vec && rows_aligned(a.q, 8) &&
+                   mma_shared <= s.props().shared_per_block_optin;
+#else
+  const bool mma = false;
+#endif
+  if (a.rope && !(mma && fresh_in_kernel)) {
+    // Rotated copies of q and k_new first (two rope launches), in the staged-input scratch.
+    char* copies = static_cast<char*>(s.scratch(a.q.nbytes() + a.k_new.nbytes() + 16, GpuStream::ScratchSlot::staged_input));
+    const Tensor q_rot = Tensor::view(copies, a.q.device, a.q.dtype, {B, H, D});
+    const size_t k_at = (a.q.nbytes() + 15) / 16 * 16;
+    const Tensor k_rot = Tensor::view(copies + k_at, a.q.device, a.k_new.dtype, {B, Hkv, D});
+    attention_decode(stream, ops::rotated_first(stream, a, q_rot, k_rot));
+    return;
+  }
   if (a.k_new.defined() && !fresh_in_kernel) launch_kv_append(s, ops::decode_append(a, a.seq_lens), -1);
   if (!flash) {
     launch_rows(s, out, q, a.k_cache, strides3(a.k_cache), a.v_cache, strides3(a.v_cache),
@@ -882,12 +956,8 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   sh.H = H, sh.S = S, sh.Hkv = Hkv, sh.group = group, sh.D = int(D), sh.window = a.params.window;
   sh.rolling = ops::rolling_cache(a.params, S);
 #if defined(DING_GPU_NVIDIA)
-  // Tensor cores: one 16-bit dtype for q, k and v, a bf16 output (the precision argument of
-  // attention_prefill.cu), D = 64 or 128, 16-byte rows for the cp.async copies. Up to 16 heads
-  // of a kv head's group per block (an m16 tile's rows); larger groups take several blocks.
-  const DType t = a.q.dtype;
-  const bool mma = s.props().has_mma_sync() && (t == DType::f16 || t == DType::bf16) && a.k_cache.dtype == t &&
-                   a.out.dtype == DType::bf16 && (D == 64 || D == 128) && kv_vec && rows_aligned(a.q, 8);
+  // Up to 16 heads of a kv head's group per block (an m16 tile's rows); larger groups take
+  // several blocks.
   if (mma) {
     DecodeShape mma_sh = sh;
     mma_sh.heads = int(std::min<int64_t>(group, kMmaRows));

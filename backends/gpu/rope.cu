@@ -1,18 +1,13 @@
 // Rotary position embedding on the GPU: one block per token (b, t) at a time. The block first
-// fills a shared table of f·cos φ and f·sin φ (f = attention_factor) for up to kFreqChunk
-// frequencies i (φ = pos·θ_i, θ_i = θ^(−2i/R) or read from the inv_freq table),
+// fills a shared table of f·cos φ and f·sin φ (rotary.cuh) for up to kFreqChunk frequencies,
 // then rotates those pairs of all H heads, one pair per thread at a time, and finally copies
-// dims ≥ R. The table is shared by the H heads, so its cost is per token, not per element.
-// Angles are computed in double, as on the CPU backend, and only f·cos φ and f·sin φ rounded to
-// f32: positions reach thousands of radians, where an f32 φ would already be off by ~5·10⁻⁴
-// (half an ulp of 8192) and dominate the error of the op. Each pair is read whole by one
-// thread before that thread writes it, and the copied dims are disjoint from the pairs, so out
-// may be x itself.
-#include <cmath>
-
+// dims ≥ R. The table is shared by the H heads, so its cost is per token, not per element. Each
+// pair is read whole by one thread before that thread writes it, and the copied dims are
+// disjoint from the pairs, so out may be x itself.
 #include "access.cuh"
 #include "check.h"
 #include "kernels.h"
+#include "rotary.cuh"
 #include "stream.h"
 
 namespace ding::gpu {
@@ -27,39 +22,33 @@ struct HeadStrides {
 };
 
 struct RopeShape {
-  int64_t tokens, T, H, D, R;  // tokens = B·T; x and out are [B, T, H, D] views
+  int64_t tokens, T, H, D;  // tokens = B·T; x and out are [B, T, H, D] views
   HeadStrides x, out;
-  int64_t position_offset;     // pos = position_offset + t when positions is null
-  double log2_freq_step;       // log2 θ^(−2/R): frequency i is exp2(i·log2_freq_step) ...
-  const float* inv_freq;       // ... unless this [R/2] table gives it
-  double attention_factor;     // f
-  bool neox;                   // pairs (i, i + R/2); else (2i, 2i + 1)
+  int64_t position_offset;  // pos = positions[n] + position_offset, or position_offset + t when positions is null
+  Rotary rot;
 };
 
 template <class Out, class In>
 __global__ void __launch_bounds__(kThreads) rope_kernel(Out out, In x, const int32_t* positions, RopeShape shape) {
   __shared__ float cos_table[kFreqChunk], sin_table[kFreqChunk];
-  const int64_t H = shape.H, D = shape.D, R = shape.R, half = R / 2;
+  const int64_t H = shape.H, D = shape.D, R = shape.rot.R, half = R / 2;
   // Loops over tokens and chunks are uniform across the block: every thread reaches the barriers.
   for (int64_t n = blockIdx.x; n < shape.tokens; n += gridDim.x) {
-    const double pos = positions ? double(positions[n]) : double(shape.position_offset + n % shape.T);
+    const double pos = positions ? double(positions[n] + shape.position_offset) : double(shape.position_offset + n % shape.T);
     const int64_t x_token = (n / shape.T) * shape.x.batch + (n % shape.T) * shape.x.token;
     const int64_t out_token = (n / shape.T) * shape.out.batch + (n % shape.T) * shape.out.token;
     for (int64_t i0 = 0; i0 < half; i0 += kFreqChunk) {
       const int64_t len = half - i0 < kFreqChunk ? half - i0 : kFreqChunk;
       __syncthreads();  // the previous chunk's (or token's) readers are done with the table
       for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
-        double sin_phi, cos_phi;
-        const double freq =
-            shape.inv_freq ? double(shape.inv_freq[i0 + i]) : exp2(double(i0 + i) * shape.log2_freq_step);
-        sincos(pos * freq, &sin_phi, &cos_phi);
-        cos_table[i] = float(shape.attention_factor * cos_phi);
-        sin_table[i] = float(shape.attention_factor * sin_phi);
+        const float2 cs = shape.rot.cos_sin(pos, i0 + i);
+        cos_table[i] = cs.x;
+        sin_table[i] = cs.y;
       }
       __syncthreads();
       for (int64_t k = threadIdx.x; k < H * len; k += blockDim.x) {
         const int64_t h = k / len, i = k % len;
-        const int64_t first = shape.neox ? i0 + i : 2 * (i0 + i), second = first + (shape.neox ? half : 1);
+        const int64_t first = shape.rot.first(i0 + i), second = shape.rot.second(i0 + i);
         const int64_t x_head = x_token + h * shape.x.head, out_head = out_token + h * shape.out.head;
         const float a = x.load(x_head + first), b = x.load(x_head + second), c = cos_table[i], s = sin_table[i];
         out.store(out_head + first, a * c - b * s);
@@ -79,19 +68,15 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(Out out, In x, const int
 void rope(Stream& stream, const ops::RopeArgs& a) {
   GpuStream& s = gpu_stream(stream);
   const ops::RopeParams& p = a.params;
-  const int64_t D = a.x.dim(3), R = p.rotary_dim == 0 ? D : p.rotary_dim;
+  const int64_t D = a.x.dim(3);
   const RopeShape shape{a.x.dim(0) * a.x.dim(1),
                         a.x.dim(1),
                         a.x.dim(2),
                         D,
-                        R,
                         {a.x.stride(0), a.x.stride(1), a.x.stride(2)},
                         {a.out.stride(0), a.out.stride(1), a.out.stride(2)},
                         p.position_offset,
-                        -2.0 * std::log2(double(p.theta)) / double(R),
-                        p.inv_freq.defined() ? static_cast<const float*>(p.inv_freq.data) : nullptr,
-                        double(p.attention_factor),
-                        p.layout == ops::RopeLayout::neox};
+                        rotary(p, D)};
   const int32_t* positions = p.positions.defined() ? static_cast<const int32_t*>(p.positions.data) : nullptr;
   const unsigned grid = unsigned(std::min<int64_t>(shape.tokens, int64_t(s.props().sm_count) * 16));
   with_float_type(a.out.dtype, [&](auto out_tag) {

@@ -21,16 +21,18 @@ ops::MatmulNorm prologue(const ModelConfig& c, const Tensor& weight, const Tenso
   return {.kind = c.norm, .weight = weight, .bias = bias, .eps = c.norm_eps};
 }
 
-// Rotates q or k ([rows, heads, D] view of the qkv product) in place at the step's positions.
-void rotate(const Step& s, const AttentionWeights& w, const Tensor& heads) {
-  const ModelConfig& c = *s.config;
-  // Prefill rows are one sequence's consecutive tokens, [1, n]; decode rows are n sequences, [n, 1].
-  const bool prefill = s.kind == StepKind::prefill;
-  const Tensor x = prefill ? heads.unsqueeze(0) : heads.unsqueeze(1);
-  const Tensor positions = prefill ? s.positions.reshape({1, s.n}) : s.positions.reshape({s.n, 1});
-  ops::rope(*s.stream, x, x,
-            {.layout = ops::RopeLayout::neox, .theta = float(c.rope_theta), .rotary_dim = c.rotary_dim,
-             .positions = positions, .inv_freq = w.rope_inv_freq});
+// The rotation of the layer's q and k heads; positions are the step's.
+ops::RopeParams rotation(const ModelConfig& c, const AttentionWeights& w) {
+  return {.layout = ops::RopeLayout::neox, .theta = float(c.rope_theta), .rotary_dim = c.rotary_dim,
+          .inv_freq = w.rope_inv_freq};
+}
+
+// Rotates a prefill chunk's q or k ([n, heads, D] view of the qkv product) in place at its
+// positions (one sequence's consecutive tokens).
+void rotate_chunk(const Step& s, const AttentionWeights& w, const Tensor& heads) {
+  ops::RopeParams p = rotation(*s.config, w);
+  p.positions = s.positions.reshape({1, s.n});
+  ops::rope(*s.stream, heads.unsqueeze(0), heads.unsqueeze(0), p);
 }
 
 }  // namespace
@@ -47,20 +49,22 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
 
   const Tensor heads = qkv.reshape({n, H + 2 * Hkv, D});
   const Tensor q = heads.slice(1, 0, H), k = heads.slice(1, H, H + Hkv), v = heads.slice(1, H + Hkv, H + 2 * Hkv);
-  if (c.positions == PositionKind::rope) {
-    rotate(s, w, q);
-    rotate(s, w, k);
-  }
+  const bool rope = c.positions == PositionKind::rope;
   ops::AttentionParams params{.window = c.layers[size_t(s.layer)].window};
   // A window the cache can hold makes it a rolling cache (position p at slot p mod S): a sliding
   // layer's cache is sized to its window (make_layer_cache), not to the context.
   const int64_t slots = cache->k.dim(1);
   const bool rolling = ops::rolling_cache(params, slots);
   if (s.kind == StepKind::decode) {
-    // The token's k and v go into the cache inside the attention op, at seq_lens − 1 = its position.
+    // The token's k and v go into the cache inside the attention op, at seq_lens − 1 = its
+    // position, and q and k are rotated there too (no rope launches in a decode step).
     ops::attention_decode(*s.stream, attended.reshape({n, H, D}), q, cache->k.slice(0, 0, n), cache->v.slice(0, 0, n),
-                          s.seq_lens, params, k, v);
+                          s.seq_lens, params, k, v, rope ? std::optional(rotation(c, w)) : std::nullopt);
   } else {
+    if (rope) {
+      rotate_chunk(s, w, q);
+      rotate_chunk(s, w, k);
+    }
     const Tensor k_seq = cache->k.slice(0, s.seq, s.seq + 1), v_seq = cache->v.slice(0, s.seq, s.seq + 1);
     ops::kv_append(*s.stream, k_seq, v_seq, k.unsqueeze(0), v.unsqueeze(0), s.start_dev, rolling);
     // The chunk's queries see every earlier position of the sequence (or the window's). Until

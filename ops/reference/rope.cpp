@@ -21,7 +21,7 @@ void rope(Stream&, const ops::RopeArgs& a) {
   };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const double pos = p.positions.defined() ? load(p.positions, offset(p.positions, {b, t}))
+      const double pos = p.positions.defined() ? load(p.positions, offset(p.positions, {b, t})) + double(p.position_offset)
                                                : double(p.position_offset + t);
       for (int64_t h = 0; h < H; ++h) {
         for (int64_t i = 0; i < R / 2; ++i) {

@@ -90,6 +90,11 @@ struct Decode {
   bool in_tests = true;
   int64_t window = 0;
   int32_t max_len = 0;  // > S: lengths up to this (a rolling cache: window ≤ S)
+  // With append: rope applied by the op to q and k_new (rotary dims, 0 = D; interleaved pairs;
+  // a llama3-scaled inv_freq table instead of theta).
+  bool rope = false;
+  int64_t rotary_dim = 0;
+  bool interleaved = false, table = false;
 };
 
 OpCase decode_case(const Decode& p) {
@@ -102,13 +107,18 @@ OpCase decode_case(const Decode& p) {
   if (p.append) name += fmt::format("_append{}", dtype_name(*p.append));
   if (p.window > 0) name += fmt::format("_window{}", p.window);
   if (p.max_len > 0) name += fmt::format("_rolling_len{}", p.max_len);
+  if (p.rope)
+    name += fmt::format("_rope{}{}{}", p.rotary_dim > 0 ? fmt::format("_R{}", p.rotary_dim) : "",
+                        p.interleaved ? "_interleaved" : "", p.table ? "_llama3" : "");
   OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v, k_new, v_new;
     if (p.append) {
-      // Written by the op: compared exactly (a copy, rounded the same on both sides).
+      // Written by the op: compared exactly (a copy, rounded the same on both sides); a rotated
+      // key by NMSE (the kernels rotate in f32, the reference in double).
+      const Compare written = p.rope ? Compare{} : Compare{Compare::exact};
       q = run.normal(p.q, {p.B, p.H, p.D});
-      k = run.inout("k_cache", p.kv, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
+      k = run.inout("k_cache", p.kv, {p.B, p.S, p.Hkv, p.D}, 1.0, written);
       v = run.inout("v_cache", p.kv, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
       const Tensor qkv = run.normal(*p.append, {p.B, p.H + 2 * p.Hkv, p.D});
       k_new = qkv.slice(1, p.H, p.H + p.Hkv);
@@ -136,8 +146,19 @@ OpCase decode_case(const Decode& p) {
     const Tensor seq_lens = run.ints({p.B}, lens);
     const Tensor out = run.output("out", p.out, {p.B, p.H, p.D});
     const ops::AttentionParams params{p.scale, true, p.window};
-    run.launch = [=](Stream& s) { ops::attention_decode(s, out, q, k, v, seq_lens, params, k_new, v_new); };
-    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params, k_new, v_new});
+    std::optional<ops::RopeParams> rope;
+    if (p.rope) {
+      rope = ops::RopeParams{.layout = p.interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::neox,
+                             .theta = 500000.0f, .rotary_dim = p.rotary_dim};
+      if (p.table) {
+        const int64_t R = p.rotary_dim > 0 ? p.rotary_dim : p.D;
+        const std::vector<float> table = ops::rope_inv_frequencies(
+            500000.0, R, {.kind = ops::RopeScalingKind::llama3, .factor = 8, .original_max_position = 64});
+        rope->inv_freq = run.values(DType::f32, {R / 2}, std::vector<double>(table.begin(), table.end()));
+      }
+    }
+    run.launch = [=](Stream& s) { ops::attention_decode(s, out, q, k, v, seq_lens, params, k_new, v_new, rope); };
+    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params, k_new, v_new, rope});
   };
   return c;
 }
@@ -341,6 +362,25 @@ std::vector<OpCase> attention_cases() {
   // Rolling caches: a decode step and a chunk that wraps past the last slot.
   append({.B = 3, .S = 40, .T = 1, .Hkv = 2, .D = 128, .x = bf16, .cache = bf16, .max_start = 1000});
   append({.B = 3, .S = 64, .T = 17, .Hkv = 1, .D = 80, .x = f32, .cache = bf16, .max_start = 150});
+
+  // Decode with rope in the op (q and k_new rotated at seq_lens − 1; Llama-3's theta 500000 and a
+  // llama3-scaled table): on the GPU in the tensor-core kernel (bf16 / f16 q, k, v with a bf16
+  // output, D = 64 or 128: neox and interleaved pairs, partial rotary dims, GQA, rolling), and
+  // through rotated copies first elsewhere (the SIMT kernel with f32, the generic one at D = 300).
+  decode({.B = 3, .S = 300, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
+          .table = true});
+  decode({.B = 2, .S = 150, .H = 6, .Hkv = 2, .D = 64, .q = f16, .kv = f16, .out = bf16, .append = f16, .rope = true,
+          .rotary_dim = 32, .interleaved = true});
+  decode({.B = 3, .S = 130, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .window = 129,
+          .max_len = 5000, .rope = true, .rotary_dim = 96});
+  decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .append = f32, .rope = true, .table = true});
+  decode({.B = 3, .S = 33, .H = 6, .Hkv = 2, .D = 80, .q = f16, .kv = f16, .out = f16, .append = f16, .rope = true,
+          .rotary_dim = 40, .interleaved = true});
+  decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true});
+  // Bench: the Llama-3.1-8B decode step's attention with its rope.
+  decode({.S = 512, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 384, .append = bf16,
+          .in_tests = false, .rope = true});
 
   // Rolling caches (S slots, position p at slot p mod S; window ≤ S, prefill window + Tq − 1 ≤ S).
   // Prefill: Tk many times S (the keys wrap inside a tile), the tightest S, on the GPU's SIMT

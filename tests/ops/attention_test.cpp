@@ -458,6 +458,32 @@ TEST(KvAppendBadInput, Start18WithT3InS20_ref) { expect_bad_start("ref", 18, fal
 TEST(KvAppendBadInput, RollingStartMinus1_cpu) { expect_bad_start("cpu", -1, true); }
 TEST(KvAppendBadInput, RollingStartMinus1_ref) { expect_bad_start("ref", -1, true); }
 
+TEST(AttentionDecodeBadInput, RopeWithoutKNew) {
+  DecodeInputs in(cpu(), {5, 6});
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, {}, {}, ops::RopeParams{});
+  }, ErrorCode::invalid_argument, {"attention_decode", "rope", "needs k_new"});
+}
+
+// The positions of decode's rope are the lengths: a positions tensor or an offset is refused.
+TEST(AttentionDecodeBadInput, RopeWithPositionOffset3) {
+  DecodeInputs in(cpu(), {5, 6});
+  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new,
+                          ops::RopeParams{.position_offset = 3});
+  }, ErrorCode::invalid_argument, {"attention_decode", "seq_lens − 1", "offset 3"});
+}
+
+TEST(AttentionDecodeBadInput, RopeRotaryDim7) {
+  DecodeInputs in(cpu(), {5, 6});
+  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new,
+                          ops::RopeParams{.rotary_dim = 7});
+  }, ErrorCode::invalid_argument, {"rotary_dim", "7"});
+}
+
 TEST(AttentionDecodeBadInput, OverflowCacheShape2Pow62) {
   DecodeInputs in(cpu(), {5});
   const int64_t huge = int64_t(1) << 31;

@@ -378,15 +378,23 @@ std::vector<OpCase> matmul_cases() {
         list.push_back({.M = M, .N = N, .K = K, .x = dtype, .w = dtype, .out = dtype, .in_tests = false});
   // The 2048-token prefill, in the model's dtype only (f32 at this size is minutes on a CPU).
   for (auto [N, K] : gpt2_xl) list.push_back({.M = 2048, .N = N, .K = K, .x = bf16, .w = bf16, .out = bf16, .in_tests = false});
-  // The Llama FFN in bf16, decode and prefill rows: gate and up in one product with the swiglu
-  // epilogue and the block's rms_norm fused (w [2F, C]), then down with the residual in place.
-  // Llama-3.2-1B (C = 2048, F = 8192) and Llama-3.1-8B (C = 4096, F = 14336).
-  const std::pair<int64_t, int64_t> llama[] = {{2048, 8192}, {4096, 14336}};
-  for (auto [C, F] : llama)
-    for (int64_t M : {1, 512}) {
-      list.push_back({.M = M, .N = F, .K = C, .x = bf16, .w = bf16, .out = bf16, .swiglu = true,
+  // The Llama layer's products in bf16, at decode rows (batch 1 and 8) and prefill rows (256 and
+  // 512): the fused q/k/v with the block's rms_norm, the output projection and the FFN's down
+  // projection with the residual in place, gate and up in one product with the swiglu epilogue and
+  // rms_norm (w [2F, C]). Llama-3.2-1B (C = 2048, F = 8192, q/k/v 3072) and Llama-3.1-8B
+  // (C = 4096, F = 14336, q/k/v 6144).
+  struct LlamaShape {
+    int64_t C, F, qkv;
+  };
+  const LlamaShape llama[] = {{2048, 8192, 3072}, {4096, 14336, 6144}};
+  for (const LlamaShape& l : llama)
+    for (int64_t M : {1, 8, 256, 512}) {
+      list.push_back({.M = M, .N = l.qkv, .K = l.C, .x = bf16, .w = bf16, .out = bf16, .norm = ops::NormKind::rms_norm,
+                      .in_tests = false});
+      list.push_back({.M = M, .N = l.C, .K = l.C, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .in_tests = false});
+      list.push_back({.M = M, .N = l.F, .K = l.C, .x = bf16, .w = bf16, .out = bf16, .swiglu = true,
                       .norm = ops::NormKind::rms_norm, .in_tests = false});
-      list.push_back({.M = M, .N = C, .K = F, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .in_tests = false});
+      list.push_back({.M = M, .N = l.C, .K = l.F, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .in_tests = false});
     }
 
   std::vector<OpCase> cases;

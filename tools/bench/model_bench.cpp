@@ -215,15 +215,19 @@ int run_model(const ModelBenchOptions& o) {
              tokens_per_second);
   if (o.profile) {  // a second, profiled decode run: per-op synchronisation makes it slower
     Profiler profiler;
-    session.reset(0);
-    session.prefill(0, prompt);
+    for (int64_t b = 0; b < o.batch; ++b) {
+      session.reset(b);
+      session.prefill(b, prompt);
+    }
+    next.assign(next.size(), prompt.back());
     session.stream().profiler = &profiler;
     for (int64_t step = 0; step < std::min<int64_t>(o.new_tokens, 32); ++step) {
-      const Tensor logits = session.decode(std::span(next).first(1));
-      next[0] = greedy.sample(session.stream(), logits)[0];
+      const Tensor logits = session.decode(next);
+      next = greedy.sample(session.stream(), logits);
     }
     session.stream().profiler = nullptr;
-    fmt::print("per-op profile of {} decode steps (batch 1):\n{}", std::min<int64_t>(o.new_tokens, 32), profiler.report());
+    fmt::print("per-op profile of {} decode steps (batch {}):\n{}", std::min<int64_t>(o.new_tokens, 32), o.batch,
+               profiler.report());
   }
   fmt::print("roofline  {:.1f} MB per step / {:.1f} GB/s = {:.3f} ms/step = {:.1f} tok/s; reached {:.0f}%\n",
              bytes_per_step * 1e-6, ceil.bandwidth_gbs, floor_seconds * 1e3, double(o.batch) / floor_seconds,
