@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GEMM cores on a GPU machine: matmul parity with the automatic plans, with
-# wgmma off, and with every mma.sync tile and a few K splits forced; then ding-bench for the bf16
-# matmul cases (ding, ding without wgmma, cuBLAS) and a sweep of forced plans at M = 256.
+# wgmma off, with the TMA core on (DING_GEMM_TMA=1, each of its tiles and a K split forced), and
+# with every mma.sync tile and a few K splits forced; then ding-bench for the bf16 matmul cases
+# (ding, ding without wgmma, ding with the TMA core, cuBLAS) and sweeps of forced plans.
 #   tools/gemm-check.sh [out-dir]      (default $OUT, else gemm-check-logs)
 # Uses .deps/usr as tools/gpu-check.sh does.
 set -uo pipefail
@@ -38,13 +39,19 @@ for tile in 128x128 128x64 64x128 64x64; do
 done
 parity wgmma-128x128 DING_GEMM_TILE=128x128
 parity wgmma-128x256 DING_GEMM_TILE=128x256
+filter=$all
+parity tma DING_GEMM_TMA=1
+filter=$tensor_core
+for tile in 128x256 128x128 64x128; do
+  for split in 1 3; do parity "tma-$tile-s$split" DING_GEMM_TMA=1 DING_GEMM_TILE=$tile DING_GEMM_SPLIT=$split; done
+done
 
 # Out-of-bounds or misaligned accesses in the new kernels: memcheck over a few small cases (wgmma
-# with both tiles, split-K on both cores), where the toolkit has compute-sanitizer.
+# with both tiles, split-K on both cores, the TMA core), where the toolkit has compute-sanitizer.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [[ -n "$sanitizer" ]]; then
   small='*cuda_matmul_M264_N2846*:*cuda_matmul_B70_*:*cuda_matmul_B72_*:*cuda_matmul_M65_N904*:*cuda_matmul_M40_N40_K520*'
-  for env in DING_GEMM_WGMMA=1 DING_GEMM_WGMMA=0; do
+  for env in DING_GEMM_WGMMA=1 DING_GEMM_WGMMA=0 DING_GEMM_TMA=1; do
     env $env "$sanitizer" --tool memcheck --error-exitcode 9 "$tests" --gtest_filter="$small" >"$out/memcheck-$env.log" 2>&1 ||
       status=1
     printf '%-28s %s\n' "memcheck $env" "$(grep -E 'ERROR SUMMARY|^\[  (PASSED|SKIPPED|FAILED) *\] [0-9]+ test' "$out/memcheck-$env.log" | tr '\n' ' ')" \
@@ -55,6 +62,7 @@ fi
 cases="--op matmul --filter _xbf16_wbf16_outbf16 --backend cuda"
 "$bench" ops $cases >"$out/bench-ding.log" 2>&1
 DING_GEMM_WGMMA=0 "$bench" ops $cases >"$out/bench-ding-no-wgmma.log" 2>&1
+DING_GEMM_TMA=1 "$bench" ops $cases >"$out/bench-ding-tma.log" 2>&1
 "$bench" ops $cases --matmul cublas >"$out/bench-cublas.log" 2>&1
 for tile in 128x128 128x64 64x128 64x64; do
   for split in 1 2 4 6; do
@@ -67,6 +75,15 @@ for tile in 128x128 128x256; do
   echo "== DING_GEMM_TILE=$tile (wgmma)"
   DING_GEMM_TILE=$tile "$bench" ops $cases --min-time 0.1 2>&1 | grep -E "xbf16"
 done >"$out/bench-sweep-wgmma.log" 2>&1
+for tile in 128x256 128x128 64x128; do  # every case unsplit, then K splits at M = 256
+  echo "== DING_GEMM_TILE=$tile DING_GEMM_SPLIT=1 (tma)"
+  DING_GEMM_TMA=1 DING_GEMM_TILE=$tile DING_GEMM_SPLIT=1 "$bench" ops $cases --min-time 0.1 2>&1 | grep -E "xbf16"
+  for split in 2 4; do
+    echo "== DING_GEMM_TILE=$tile DING_GEMM_SPLIT=$split (tma)"
+    DING_GEMM_TMA=1 DING_GEMM_TILE=$tile DING_GEMM_SPLIT=$split "$bench" ops --op matmul --filter M256_N --backend cuda \
+      --min-time 0.1 2>&1 | grep -E "xbf16"
+  done
+done >"$out/bench-sweep-tma.log" 2>&1
 cat "$out/summary.txt"
-grep -E "xbf16" "$out/bench-ding.log" "$out/bench-ding-no-wgmma.log" "$out/bench-cublas.log"
+grep -E "xbf16" "$out/bench-ding.log" "$out/bench-ding-no-wgmma.log" "$out/bench-ding-tma.log" "$out/bench-cublas.log"
 exit $status

@@ -53,11 +53,13 @@ class CudaGraph final : public Graph {
 }  // namespace
 
 // The GEMM cores' switches (gpu::MatmulTuning). An exception to "environment variables only in
-// tools/": DING_GEMM_WGMMA=0 must bypass the wgmma core in any program (ding_tests, ding-bench,
-// an application) without a rebuild, and DING_GEMM_TILE / DING_GEMM_SPLIT let a benchmark sweep
-// the mma.sync plans. Unparsable values are ignored (the automatic choice stays).
+// tools/": DING_GEMM_WGMMA=0 must bypass the wgmma core (and DING_GEMM_TMA=1 try the TMA core) in
+// any program (ding_tests, ding-bench, an application) without a rebuild, and DING_GEMM_TILE /
+// DING_GEMM_SPLIT let a benchmark sweep the plans. Unparsable values are ignored (the automatic
+// choice stays).
 gpu::MatmulTuning matmul_tuning_from_environment() {
   gpu::MatmulTuning t;
+  if (const char* v = std::getenv("DING_GEMM_TMA")) t.tma = std::string_view(v) == "1";
   if (const char* v = std::getenv("DING_GEMM_WGMMA")) t.wgmma = std::string_view(v) != "0";
   if (const char* v = std::getenv("DING_GEMM_TILE")) {
     int m = 0, n = 0;

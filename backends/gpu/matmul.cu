@@ -16,6 +16,7 @@
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
 #if defined(DING_GPU_WGMMA)
+#include "gemm_tma.h"
 #include "gemm_wgmma.h"
 #endif
 #include "gemv.cuh"
@@ -99,6 +100,10 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
 #if defined(DING_GPU_NVIDIA)
       if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
 #if defined(DING_GPU_WGMMA)
+        if (s.matmul_tuning().tma && gemm_tma_takes(s.props(), product_shape(p, ep))) {
+          launch_gemm_tma<X>(s, p, ep);
+          return;
+        }
         if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), product_shape(p, ep))) {
           launch_gemm_wgmma<X>(s, p, ep);
           return;

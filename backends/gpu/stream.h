@@ -32,14 +32,18 @@ struct Props {
 };
 
 // How the matmul cores choose their kernel, for experiments and as a bypass: the defaults are the
-// production choice. The cuda backend reads DING_GEMM_WGMMA (0: off), DING_GEMM_TILE (e.g.
-// "64x128"), DING_GEMM_SPLIT (a K split count), DING_GEMV_CHAINED and DING_GEMV_PREFETCH (0: off)
-// once per device (backends/cuda/device.cpp).
+// production choice. The cuda backend reads DING_GEMM_TMA (1: on), DING_GEMM_WGMMA (0: off),
+// DING_GEMM_TILE (e.g. "64x128"), DING_GEMM_SPLIT (a K split count), DING_GEMV_CHAINED and
+// DING_GEMV_PREFETCH (0: off) once per device (backends/cuda/device.cpp).
 struct MatmulTuning {
+  bool tma = false;            // the sm_90a persistent TMA core where it fits (gemm_tma.h), ahead
+                               // of wgmma: off until measured on an H100
   bool wgmma = true;           // the sm_90a wgmma core where it fits (gemm_wgmma.h)
   int tile_m = 0, tile_n = 0;  // force this tile (0: chosen per shape): 128x128, 128x64, 64x128 or
-                               // 64x64 on mma.sync, 128x128 or 128x256 on wgmma; others: automatic
-  int splits = 0;              // force this K split on the mma.sync path (0: chosen per shape)
+                               // 64x64 on mma.sync, 128x128 or 128x256 on wgmma, 128x256, 128x128
+                               // or 64x128 on tma; others: automatic
+  int splits = 0;              // force this K split on the mma.sync, wgmma and tma paths (0: chosen
+                               // per shape)
   bool gemv_chained = true;    // decode GEMVs as chained launches where the device has them
   bool gemv_prefetch = true;   // and the FMA GEMV's weights asked of L2 before the wait (the
                                // tensor-core GEMV's cp.async ring starts its loads there instead)
