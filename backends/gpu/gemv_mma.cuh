@@ -36,7 +36,10 @@
 // (H100: 2 blocks × 12 units × 8 KB = 192 KB per SM; an RTX 4090's 100 KB gives less, and needs less).
 // x itself is staged in shared memory by the whole block first (normalised or copied): read from
 // L2 at each unit, it made every unit a dependent L2 round trip (ncu, MLP down: 41 % of the stalls
-// on L1TEX, 21 µs; staged: 14.7 µs).
+// on L1TEX, 21 µs; staged: 14.7 µs). Where the staged rows do not fit (batch 8 over Llama-8B's
+// K = 14336: 229 KB) and there is no norm to fuse, x is read from L2 after all (StagedX false):
+// slower than staged, far faster than the FMA GEMV that took those products before (ding-bench,
+// H100: 0.224 ms for 8 × 4096 × 14336, 18 % of bandwidth).
 //
 // swiglu: a tile is 8 outputs, its rows g the gate rows j of w and its rows g + 8 the up rows
 // N + j of the same outputs, so the lane that holds row g's sum holds row g + 8's too (d0/d2,
@@ -82,6 +85,7 @@ struct MmaRows {
   size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory
   size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
   size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
+  bool staged_x = true;     // false: x read from global memory (L2) at each unit, staged_bytes 0
 };
 
 // A launch of the core: the row split, the ring depth (units in flight per thread) and the grid.
@@ -158,8 +162,9 @@ __device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta
   }
 }
 
-template <class T, bool Normed, int Depth>
+template <class T, bool Normed, int Depth, bool StagedX>
 __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kernel(const Params a, const MmaRows rs) {
+  static_assert(StagedX || !Normed, "the norm prologue writes the staged rows");
 #if defined(DING_GPU_NVIDIA_MMA)
   const GemmShape& p = a.p;
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -207,7 +212,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     }
     cp_async_commit();
   };
-  // Row g of the staged x at the unit's chunk.
+  // Row g of x (staged, or this batch's in global memory) at the unit's chunk.
   const T* x_row = staged + g * K;
   auto x_at = [&](const Cursor& c) {
     return c.k < K && g < p.M ? *reinterpret_cast<const uint4*>(x_row + c.k) : make_uint4(0, 0, 0, 0);
@@ -249,10 +254,12 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       cp_async_wait<Depth>();  // the parameters' group: older than the ring's Depth
       __syncthreads();         // ... and every thread's part of it
       normalize_rows(x, staged, gamma, beta, p.M, K, a.norm, red);
-    } else {
+    } else if constexpr (StagedX) {
       const int vectors = p.M * K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
       for (int i = tid; i < vectors; i += kMmaThreads)
         reinterpret_cast<uint4*>(staged)[i] = reinterpret_cast<const uint4*>(x)[i];
+    } else {
+      x_row = x + int64_t(min(g, int(p.M) - 1)) * K;
     }
     __syncthreads();
 
@@ -320,16 +327,16 @@ constexpr int kMmaDepths[] = {12, 8, 4};
 // shared memory fits, over one wave of blocks; if even the shallowest ring over one wave does not
 // fit (many tiles per block: long products at batch 8), more blocks of fewer rows. depth == 0:
 // the core cannot take it (the staged rows alone overflow).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu) {
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool staged_x) {
   MmaPlan plan;
   MmaRows& r = plan.rows;
+  r.staged_x = staged_x;
   r.tile_cols = swiglu ? kMmaRows / 2 : kMmaRows;
   r.hi_rows = swiglu ? 0 : kMmaRows / 2;
   r.hi_offset = swiglu ? p.N * p.K : kMmaRows / 2 * p.K;
   r.chunks = int(ceil_div(p.K, kMmaChunk));
   r.x_pairs = int(ceil_div(p.M, 2));
-  r.staged_bytes = size_t(p.M * p.K) * 2;  // 16-bit x
-  r.staged_bytes = (r.staged_bytes + 15) / 16 * 16;
+  r.staged_bytes = staged_x ? (size_t(p.M * p.K) * 2 + 15) / 16 * 16 : 0;  // 16-bit x
   r.params_bytes = normed ? size_t(p.K) * 2 * 2 : 0;  // K % 8 == 0: 16-byte multiples
   const size_t fixed_bytes = r.staged_bytes + r.params_bytes;
   const size_t per_tile = size_t(kMmaWarps) * 8 * size_t(r.x_pairs) * sizeof(float4);
@@ -373,6 +380,12 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, boo
   return plan;
 }
 
+// Staged x where it fits, else x from L2 (no norm to fuse there: the caller stages norm(x) apart).
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu) {
+  const MmaPlan staged = mma_plan(props, p, normed, swiglu, true);
+  return staged.depth > 0 || normed ? staged : mma_plan(props, p, normed, swiglu, false);
+}
+
 }  // namespace gemv
 
 // Whether the tensor-core GEMV takes the product: 16-bit x and w of one type, 16-byte rows, the
@@ -400,7 +413,9 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   const bool chained = gemv_chained(s);
   const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   auto launch = [&](auto normed_tag, auto depth_tag) {
-    const auto kernel = gemv_mma_kernel<T, decltype(normed_tag)::value, decltype(depth_tag)::value>;
+    constexpr bool kNormed = decltype(normed_tag)::value;
+    const auto kernel = !kNormed && !plan.rows.staged_x ? gemv_mma_kernel<T, false, decltype(depth_tag)::value, false>
+                                                        : gemv_mma_kernel<T, kNormed, decltype(depth_tag)::value, true>;
     if (plan.shared_bytes > 48 * 1024)
       DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(plan.shared_bytes)));
     DING_GPU_CHECK(launch_chained(chained, kernel, grid, dim3(kMmaThreads), plan.shared_bytes, s.handle(), a, plan.rows));

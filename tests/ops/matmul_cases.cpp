@@ -342,6 +342,10 @@ std::vector<OpCase> matmul_cases() {
       {.M = 7, .N = 40, .K = 96, .x = bf16, .w = bf16, .out = f32, .bias = true, .swiglu = true},
       {.M = 8, .N = 300, .K = 4104, .x = bf16, .w = bf16, .out = bf16, .swiglu = true, .residual = inplace,
        .norm = ops::NormKind::rms_norm},
+      // Decode rows whose x does not fit a block's shared memory (8 × 14336 bf16 = 229 KB, Llama-8B's
+      // down projection at batch 8): the GPU's tensor-core GEMV reads x from L2 instead.
+      {.M = 8, .N = 100, .K = 14336, .x = bf16, .w = bf16, .out = bf16, .residual = inplace},
+      {.M = 5, .N = 72, .K = 24000, .x = f16, .w = f16, .out = f32, .bias = true, .swiglu = true},
       // Batched x over a shared w (one product of B·M rows) and batched w, decode and prefill rows.
       {.B = 2, .M = 3, .N = 33, .K = 64, .swiglu = true, .residual = sep},
       {.B = 3, .M = 2, .N = 40, .K = 2048, .x = bf16, .w = bf16, .out = bf16, .batched_w = true, .bias = true,
