@@ -4,6 +4,9 @@
 //                  mma.sync, the norm prologue fused
 //   gemv.cuh       M ≤ 8 otherwise: the same on FMAs; the GEMM cores get norm(x) staged by the
 //                  norm kernel
+//   gemm_tma.h     on an H100, when MatmulTuning::tma asks for it (DING_GEMM_TMA=1): the persistent,
+//                  warp-specialised TMA + wgmma core (faster on large square products, not yet on
+//                  the M = 256 prefill shapes: docs/PERFORMANCE.md)
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
