@@ -12,6 +12,7 @@
 #include "ding/error.h"
 #include "ding/models/config_fields.h"
 #include "ding/models/families/family.h"
+#include "ding/models/input_files.h"
 
 namespace ding {
 
@@ -20,7 +21,7 @@ using json = nlohmann::json;
 void ConfigFields::fail(const std::string& what) const { throw Error(ErrorCode::parse, fmt::format("{}: {}", origin_, what)); }
 
 ConfigFields ConfigFields::object(const char* key) const {
-  if (!has(key) || !j_.at(key).is_object()) fail(fmt::format("field \"{}\" must be an object, got {}", key, has(key) ? j_.at(key).dump() : "nothing"));
+  if (!has(key) || !j_.at(key).is_object()) fail(fmt::format("field \"{}\" must be an object, got {}", key, has(key) ? json_excerpt(j_.at(key)) : "nothing"));
   return ConfigFields(j_.at(key), fmt::format("{} (field \"{}\")", origin_, key));
 }
 
@@ -28,7 +29,7 @@ int64_t ConfigFields::positive_int(const char* key) const {
   if (!has(key)) fail(fmt::format("missing field \"{}\"", key));
   const json& v = j_.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t(1) << 31))
-    fail(fmt::format("field \"{}\" must be a positive integer, got {}", key, v.dump()));
+    fail(fmt::format("field \"{}\" must be a positive integer, got {}", key, json_excerpt(v)));
   return v.get<int64_t>();
 }
 
@@ -38,7 +39,7 @@ int64_t ConfigFields::non_negative_int_or(const char* key, int64_t fallback) con
   if (!has(key)) return fallback;
   const json& v = j_.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t(1) << 31))
-    fail(fmt::format("field \"{}\" must be a non-negative integer, got {}", key, v.dump()));
+    fail(fmt::format("field \"{}\" must be a non-negative integer, got {}", key, json_excerpt(v)));
   return v.get<int64_t>();
 }
 
@@ -46,7 +47,7 @@ double ConfigFields::positive_number(const char* key) const {
   if (!has(key)) fail(fmt::format("missing field \"{}\"", key));
   const json& v = j_.at(key);
   if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
-    fail(fmt::format("field \"{}\" must be a positive number, got {}", key, v.dump()));
+    fail(fmt::format("field \"{}\" must be a positive number, got {}", key, json_excerpt(v)));
   return v.get<double>();
 }
 
@@ -55,7 +56,7 @@ double ConfigFields::positive_number_or(const char* key, double fallback) const 
 std::optional<double> ConfigFields::optional_number(const char* key) const {
   if (!has(key)) return std::nullopt;
   const json& v = j_.at(key);
-  if (!v.is_number() || !std::isfinite(v.get<double>())) fail(fmt::format("field \"{}\" must be a number, got {}", key, v.dump()));
+  if (!v.is_number() || !std::isfinite(v.get<double>())) fail(fmt::format("field \"{}\" must be a number, got {}", key, json_excerpt(v)));
   return v.get<double>();
 }
 
@@ -64,25 +65,25 @@ float ConfigFields::positive_float_or(const char* key, float fallback) const {
   const double v = positive_number(key);
   const float f = float(v);
   if (!(f >= std::numeric_limits<float>::min()) || !std::isfinite(f))
-    fail(fmt::format("field \"{}\" = {} is outside the range of a float (normal, finite)", key, j_.at(key).dump()));
+    fail(fmt::format("field \"{}\" = {} is outside the range of a float (normal, finite)", key, json_excerpt(j_.at(key))));
   return f;
 }
 
 bool ConfigFields::boolean_or(const char* key, bool fallback) const {
   if (!has(key)) return fallback;
-  if (!j_.at(key).is_boolean()) fail(fmt::format("field \"{}\" must be true or false, got {}", key, j_.at(key).dump()));
+  if (!j_.at(key).is_boolean()) fail(fmt::format("field \"{}\" must be true or false, got {}", key, json_excerpt(j_.at(key))));
   return j_.at(key).get<bool>();
 }
 
 std::string ConfigFields::string_or(const char* key, const std::string& fallback) const {
   if (!has(key)) return fallback;
-  if (!j_.at(key).is_string()) fail(fmt::format("field \"{}\" must be a string, got {}", key, j_.at(key).dump()));
+  if (!j_.at(key).is_string()) fail(fmt::format("field \"{}\" must be a string, got {}", key, json_excerpt(j_.at(key))));
   return j_.at(key).get<std::string>();
 }
 
 int32_t ConfigFields::token_value(const char* key, const json& v) const {
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-    fail(fmt::format("field \"{}\" must hold token ids, got {}", key, v.dump()));
+    fail(fmt::format("field \"{}\" must hold token ids, got {}", key, json_excerpt(v)));
   return int32_t(v.get<int64_t>());
 }
 
@@ -102,7 +103,7 @@ std::vector<std::string> ConfigFields::string_list(const char* key) const {
   const json& v = j_.at(key);
   if (!v.is_array()) fail(fmt::format("field \"{}\" must be a list of strings", key));
   for (const json& s : v) {
-    if (!s.is_string()) fail(fmt::format("field \"{}\" must be a list of strings, found {}", key, s.dump().substr(0, 40)));
+    if (!s.is_string()) fail(fmt::format("field \"{}\" must be a list of strings, found {}", key, json_excerpt(s)));
     items.push_back(s.get<std::string>());
   }
   return items;
@@ -111,22 +112,9 @@ std::vector<std::string> ConfigFields::string_list(const char* key) const {
 namespace {
 
 json parse_object(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::parse, fmt::format("{}: not valid JSON: {}", origin, e.what()));
-  }
+  json j = parse_json(text, origin);
   if (!j.is_object()) throw Error(ErrorCode::parse, fmt::format("{}: not a JSON object", origin));
   return j;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::io, fmt::format("{}: cannot open", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 std::optional<DType> stored_dtype_of(const ConfigFields& f) {
@@ -154,7 +142,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   return c;
 }
 
-ModelConfig ModelConfig::from_json_file(const std::string& path) { return from_json_text(read_text(path), path); }
+ModelConfig ModelConfig::from_json_file(const std::string& path) { return from_json_text(read_text_file(path), path); }
 
 std::vector<int32_t> ModelConfig::reachable_eos() const {
   std::vector<int32_t> ids;
@@ -178,7 +166,7 @@ int64_t ModelConfig::parameter_count() const {
 GenerationDefaults GenerationDefaults::from_json_file(const std::string& path) {
   GenerationDefaults g;
   if (!std::filesystem::exists(path)) return g;
-  const json j = parse_object(read_text(path), path);
+  const json j = parse_object(read_text_file(path), path);
   const ConfigFields f(j, path);
   if (f.has("do_sample")) g.do_sample = f.boolean_or("do_sample", true);
   auto number = [&](const char* key, std::optional<float>& out) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ding/error.h"
+#include "ding/models/input_files.h"
 
 namespace ding {
 
@@ -55,7 +56,8 @@ std::string StoredTensor::shape_str() const {
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  regular_file_size(path);  // before open(): a FIFO would block it
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(ErrorCode::io, fmt::format("safetensors {}: cannot open: {}", path, std::strerror(errno)));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -83,12 +85,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   const uint8_t* data = bytes + 8 + header_len;
   const size_t data_size = f->size_ - 8 - size_t(header_len);
 
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(header, header + header_len);
-  } catch (const nlohmann::json::exception& e) {
-    bad_file(path, fmt::format("header is not valid JSON: {}", e.what()));
-  }
+  const nlohmann::json j = parse_json(std::string_view(header, size_t(header_len)), path + " (header)");
   if (!j.is_object()) bad_file(path, "header is not a JSON object");
 
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // for the overlap check
@@ -104,20 +101,21 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     t.file = path;
     const auto& dtype = field("dtype");
     if (!dtype.is_string() || !parse_dtype(dtype.get<std::string>(), t.dtype))
-      bad_file(path, fmt::format("tensor '{}' has unsupported dtype {}", name, dtype.dump()));
+      bad_file(path, fmt::format("tensor '{}' has unsupported dtype {}", name, json_excerpt(dtype)));
     const auto& shape = field("shape");
-    if (!shape.is_array() || shape.size() > 8) bad_file(path, fmt::format("tensor '{}' has a bad shape {}", name, shape.dump()));
+    if (!shape.is_array() || shape.size() > 8)
+      bad_file(path, fmt::format("tensor '{}' has a bad shape {}", name, json_excerpt(shape)));
     uint64_t elements = 1;
     for (const auto& d : shape) {
-      if (!d.is_number_unsigned()) bad_file(path, fmt::format("tensor '{}' has a bad shape {}", name, shape.dump()));
+      if (!d.is_number_unsigned()) bad_file(path, fmt::format("tensor '{}' has a bad shape {}", name, json_excerpt(shape)));
       const uint64_t v = d.get<uint64_t>();
       if (v > (uint64_t(1) << 40) || __builtin_mul_overflow(elements, v, &elements))
-        bad_file(path, fmt::format("tensor '{}' shape {} overflows", name, shape.dump()));
+        bad_file(path, fmt::format("tensor '{}' shape {} overflows", name, json_excerpt(shape)));
       t.shape.push_back(int64_t(v));
     }
     const auto& offsets = field("data_offsets");
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
-      bad_file(path, fmt::format("tensor '{}' has bad data_offsets {}", name, offsets.dump()));
+      bad_file(path, fmt::format("tensor '{}' has bad data_offsets {}", name, json_excerpt(offsets)));
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_size)
       bad_file(path, fmt::format("tensor '{}' data_offsets [{}, {}] fall outside the {}-byte data section", name, begin,
@@ -182,13 +180,7 @@ WeightFiles WeightFiles::open_folder(const std::string& dir) {
   std::vector<std::string> shards;
   std::map<std::string, std::string> weight_map;
   if (fs::exists(index)) {
-    std::ifstream in(index);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorCode::parse, fmt::format("{}: not valid JSON: {}", index.string(), e.what()));
-    }
+    nlohmann::json j = parse_json(read_text_file(index.string()), index.string());
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw Error(ErrorCode::parse, fmt::format("{}: no \"weight_map\" object", index.string()));
     for (auto& [name, file] : j["weight_map"].items()) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ding/error.h"
+#include "ding/models/input_files.h"
 #include "tokenizer_parts.h"
 
 namespace ding::tok {
@@ -21,35 +22,12 @@ using nlohmann::json;
 // Ids beyond this are a corrupt file, not a vocabulary (the largest real ones are ~260k);
 // the bound keeps a bad id from sizing a multi-gigabyte table.
 constexpr int64_t kMaxTokenId = int64_t(1) << 24;
-// Real files nest about 6 levels; the bound keeps a hostile file from exhausting the stack of
-// the component parsers below (and of the JSON library's destructors).
-constexpr int kMaxJsonDepth = 64;
 constexpr const char* kEndOfText = "<|endoftext|>";
 // The pre-tokenization regex of GPT-2 (openai/gpt-2 encoder.py), also what HF's ByteLevel
 // pre-tokenizer applies when use_regex is true.
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::io, fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-json read_json(const std::string& path) {
-  const std::string text = read_text(path);
-  const auto limit_depth = [&](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth)
-      throw Error(ErrorCode::parse, fmt::format("{}: JSON nested deeper than {} levels", path, kMaxJsonDepth));
-    return true;
-  };
-  try {
-    return json::parse(text, limit_depth);
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::parse, fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
-}
+json read_json(const std::string& path) { return parse_json(read_text_file(path), path); }
 
 // A component object of tokenizer.json and where it sits, for reading its fields.
 struct Field {
@@ -64,14 +42,14 @@ struct Field {
     throw Error(ErrorCode::not_implemented, fmt::format("{}: {}{} is not supported", path, name, what));
   }
   std::string type() const {
-    if (!j.is_object()) fail(fmt::format(" is not a JSON object but {}", j.dump().substr(0, 80)));
+    if (!j.is_object()) fail(fmt::format(" is not a JSON object but {}", json_excerpt(j)));
     if (!j.contains("type") || !j["type"].is_string()) fail(" has no \"type\"");
     return j["type"].get<std::string>();
   }
   bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
   bool flag(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
-    if (!j[key].is_boolean()) fail(fmt::format(".{} is not a boolean but {}", key, j[key].dump()));
+    if (!j[key].is_boolean()) fail(fmt::format(".{} is not a boolean but {}", key, json_excerpt(j[key])));
     return j[key].get<bool>();
   }
   std::string string(const char* key, std::optional<std::string> fallback = std::nullopt) const {
@@ -79,11 +57,11 @@ struct Field {
       if (fallback) return *fallback;
       fail(fmt::format(" has no \"{}\"", key));
     }
-    if (!j[key].is_string()) fail(fmt::format(".{} is not a string but {}", key, j[key].dump()));
+    if (!j[key].is_string()) fail(fmt::format(".{} is not a string but {}", key, json_excerpt(j[key])));
     return j[key].get<std::string>();
   }
   size_t count(const char* key) const {
-    if (!has(key) || !j[key].is_number_unsigned()) fail(fmt::format(".{} is not a count but {}", key, j.value(key, json()).dump()));
+    if (!has(key) || !j[key].is_number_unsigned()) fail(fmt::format(".{} is not a count but {}", key, json_excerpt(j.value(key, json()))));
     return j[key].get<size_t>();
   }
   const json& array(const char* key) const {
@@ -96,7 +74,7 @@ struct Field {
   std::string character(const char* key, const char* fallback) const {
     const std::string s = string(key, fallback);
     if (s.empty() || valid_utf8_prefix(s) != s.size() || utf8_char_at(s, 0).length != int(s.size()))
-      fail(fmt::format(".{} is not one character but {}", key, json(s).dump()));
+      fail(fmt::format(".{} is not one character but {}", key, json_excerpt(json(s))));
     return s;
   }
 };
@@ -112,7 +90,7 @@ Replacement parse_pattern(const Field& f, std::string content) {
   } else if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) {
     r.regex = std::make_unique<Regex>(p["Regex"].get<std::string>(), false, f.path + ": " + f.name + ".pattern");
   } else {
-    f.fail(fmt::format(".pattern is not {{\"String\": ...}} or {{\"Regex\": ...}} but {}", p.dump()));
+    f.fail(fmt::format(".pattern is not {{\"String\": ...}} or {{\"Regex\": ...}} but {}", json_excerpt(p)));
   }
   return r;
 }
@@ -124,7 +102,7 @@ PrependScheme parse_prepend_scheme(const Field& f) {
   if (s == "always") return PrependScheme::always;
   if (s == "first") return PrependScheme::first;
   if (s == "never") return PrependScheme::never;
-  f.fail(fmt::format(".prepend_scheme is not \"always\", \"first\" or \"never\" but {}", json(s).dump()));
+  f.fail(fmt::format(".prepend_scheme is not \"always\", \"first\" or \"never\" but {}", json_excerpt(json(s))));
 }
 
 void parse_normalizer(const Field& f, std::vector<Normalizer>& out) {
@@ -154,7 +132,7 @@ SplitBehavior parse_behavior(const Field& f) {
   if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
   if (b == "MergedWithNext") return SplitBehavior::merged_with_next;
   if (b == "Contiguous") return SplitBehavior::contiguous;
-  f.fail(fmt::format(".behavior {} is not Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous", json(b).dump()));
+  f.fail(fmt::format(".behavior {} is not Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous", json_excerpt(json(b))));
 }
 
 void parse_pre_tokenizer(const Field& f, std::vector<PreTokenizerStep>& out) {
@@ -240,14 +218,14 @@ PostProcessor parse_post_processor(const Field& f) {
       const std::string name = piece.member("SpecialToken").string("id");
       if (!specials.contains(name) || !specials[name].is_object() || !specials[name].contains("ids") ||
           !specials[name]["ids"].is_array())
-        piece.fail(fmt::format(": special token {} has no ids in special_tokens", json(name).dump()));
+        piece.fail(fmt::format(": special token {} has no ids in special_tokens", json_excerpt(json(name))));
       for (const json& id : specials[name]["ids"]) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenId)
-          piece.fail(fmt::format(": special token {} has id {}", json(name).dump(), id.dump()));
+          piece.fail(fmt::format(": special token {} has id {}", json_excerpt(json(name)), json_excerpt(id)));
         (seen_sequence ? p.after : p.before).push_back(id.get<Token>());
       }
     } else {
-      piece.fail(fmt::format(" is not {{\"Sequence\": ...}} or {{\"SpecialToken\": ...}} but {}", piece.j.dump()));
+      piece.fail(fmt::format(" is not {{\"Sequence\": ...}} or {{\"SpecialToken\": ...}} but {}", json_excerpt(piece.j)));
     }
   }
   if (!seen_sequence) f.fail(".single has no {\"Sequence\": {\"id\": \"A\"}}");
@@ -256,7 +234,7 @@ PostProcessor parse_post_processor(const Field& f) {
 
 Token checked_id(const json& value, const std::string& where) {
   if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kMaxTokenId)
-    throw Error(ErrorCode::parse, fmt::format("{} has id {}; ids are integers in [0, {})", where, value.dump(), kMaxTokenId));
+    throw Error(ErrorCode::parse, fmt::format("{} has id {}; ids are integers in [0, {})", where, json_excerpt(value), kMaxTokenId));
   return value.get<Token>();
 }
 
@@ -267,14 +245,14 @@ std::unordered_map<std::string, Token> parse_vocab(const json& vocab, const std:
   std::unordered_map<std::string, Token> map;
   map.reserve(vocab.size());
   for (const auto& [spelling, value] : vocab.items()) {
-    const Token id = checked_id(value, fmt::format("{}: token {}", where, json(spelling).dump()));
+    const Token id = checked_id(value, fmt::format("{}: token {}", where, json_excerpt(json(spelling))));
     if (size_t(id) >= impl.spelling.size()) {
       impl.spelling.resize(size_t(id) + 1);
       impl.defined.resize(size_t(id) + 1);
     }
     if (impl.defined[id])
       throw Error(ErrorCode::parse, fmt::format("{}: id {} is given to both {} and {}", where, id,
-                                                json(impl.spelling[id]).dump(), json(spelling).dump()));
+                                                json_excerpt(json(impl.spelling[id])), json_excerpt(json(spelling))));
     impl.spelling[id] = spelling;
     impl.defined[id] = true;
     map.emplace(spelling, id);
@@ -333,7 +311,7 @@ std::vector<Bpe::Merge> parse_merges(const json& merges, const std::string& path
       out.push_back({m[0].get<std::string>(), m[1].get<std::string>()});
       continue;
     }
-    throw Error(ErrorCode::parse, fmt::format("{}: model.merges[{}] is not \"a b\" or [\"a\", \"b\"] but {}", path, i, m.dump()));
+    throw Error(ErrorCode::parse, fmt::format("{}: model.merges[{}] is not \"a b\" or [\"a\", \"b\"] but {}", path, i, json_excerpt(m)));
   }
   return out;
 }
@@ -344,7 +322,7 @@ std::vector<AddedToken> parse_added_tokens(const json& file, const std::string& 
   std::vector<AddedToken> tokens;
   for (size_t i = 0; i < added.size(); ++i) {
     const Field f{added[i], path, fmt::format("added_tokens[{}]", i)};
-    if (!added[i].is_object() || !f.has("id")) f.fail(fmt::format(" needs an id and a content, not {}", added[i].dump()));
+    if (!added[i].is_object() || !f.has("id")) f.fail(fmt::format(" needs an id and a content, not {}", json_excerpt(added[i])));
     AddedToken t;
     t.id = checked_id(added[i]["id"], fmt::format("{}: {}", path, f.name));
     t.content = f.string("content");
@@ -364,9 +342,9 @@ void check_model_supported(const Field& model) {
   const std::string type = model.has("type") ? model.type() : "BPE";  // old files omit it
   if (type != "BPE") model.unsupported(fmt::format(".type \"{}\" (ding supports BPE)", type));
   if (model.has("dropout") && model.j["dropout"] != 0)
-    model.unsupported(fmt::format(".dropout {} (encoding would not be deterministic)", model.j["dropout"].dump()));
+    model.unsupported(fmt::format(".dropout {} (encoding would not be deterministic)", json_excerpt(model.j["dropout"])));
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (!model.string(affix, "").empty()) model.unsupported(fmt::format(".{} {}", affix, model.j[affix].dump()));
+    if (!model.string(affix, "").empty()) model.unsupported(fmt::format(".{} {}", affix, json_excerpt(model.j[affix])));
 }
 
 // The model's options; the vocabulary and merges are read by the caller.
@@ -379,7 +357,7 @@ Bpe::Options parse_bpe_options(const Field& model, bool byte_level, const std::u
   if (model.has("unk_token")) {
     const std::string unk = model.string("unk_token");
     auto it = vocab.find(unk);
-    if (it == vocab.end()) model.fail(fmt::format(".unk_token {} is not in the vocabulary", json(unk).dump()));
+    if (it == vocab.end()) model.fail(fmt::format(".unk_token {} is not in the vocabulary", json_excerpt(json(unk))));
     options.unk = it->second;
   }
   return options;
@@ -425,7 +403,7 @@ std::unique_ptr<Tokenizer::Impl> parse_tokenizer_json(const json& file, const st
 // merges.txt line numbers, for errors: entry i is on line i + 1 + (lines skipped before it).
 // Recounting here keeps the reader simple; it only runs when a merge is bad.
 std::string merges_txt_location(const std::string& path, size_t index) {
-  std::ifstream in(path, std::ios::binary);
+  std::istringstream in(read_text_file(path));
   std::string line;
   size_t seen = 0;
   for (size_t line_number = 1; std::getline(in, line); ++line_number) {
@@ -437,8 +415,7 @@ std::string merges_txt_location(const std::string& path, size_t index) {
 }
 
 std::vector<Bpe::Merge> read_merges_txt(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::io, fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::istringstream in(read_text_file(path));
   std::vector<Bpe::Merge> merges;
   std::string line;
   for (size_t line_number = 1; std::getline(in, line); ++line_number) {
@@ -447,9 +424,10 @@ std::vector<Bpe::Merge> read_merges_txt(const std::string& path) {
     const size_t space = line.find(' ');
     if (space == std::string::npos || space == 0 || space + 1 == line.size() || line.find(' ', space + 1) != std::string::npos)
       throw Error(ErrorCode::parse, fmt::format("{}:{}: a merge is two tokens separated by one space, not {}", path,
-                                                line_number, json(line).dump()));
+                                                line_number, json_excerpt(json(line))));
     merges.push_back({line.substr(0, space), line.substr(space + 1)});
   }
+  if (merges.empty()) throw Error(ErrorCode::parse, fmt::format("{}: no merges (a byte-level BPE tokenizer needs its merge list)", path));
   return merges;
 }
 
@@ -461,10 +439,10 @@ void read_config_token(const json& config, const char* key, const Tokenizer::Imp
   const json& v = config[key];
   if (v.is_null()) return token.reset();
   const json& content = v.is_object() && v.contains("content") ? v["content"] : v;
-  if (!content.is_string()) throw Error(ErrorCode::parse, fmt::format("{}: {} is not a token but {}", path, key, v.dump()));
+  if (!content.is_string()) throw Error(ErrorCode::parse, fmt::format("{}: {} is not a token but {}", path, key, json_excerpt(v)));
   auto it = impl.id_of.find(content.get<std::string>());
   if (it == impl.id_of.end())
-    throw Error(ErrorCode::parse, fmt::format("{}: {} {} is not a token of the tokenizer", path, key, content.dump()));
+    throw Error(ErrorCode::parse, fmt::format("{}: {} {} is not a token of the tokenizer", path, key, json_excerpt(content)));
   token = it->second;
 }
 

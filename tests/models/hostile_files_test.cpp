@@ -1,0 +1,145 @@
+// Model folders whose files are not what they claim to be: a FIFO, a directory or a device where
+// a file belongs, JSON nested without bound or followed by trailing bytes, an empty merge list.
+// Each must end in a ding::Error naming the file, never a hang or a stack overflow.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "ding/ding.h"
+#include "ding/models/model.h"
+#include "expect_error.h"
+
+namespace ding::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kTiny = fs::path(DING_TEST_DATA) / "gpt2-fixtures" / "tiny-f32";
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_all(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+// `depth` nested arrays around a 1: the shape of the deeply nested values that overflowed the
+// stack of recursive parsers, destructors and error messages.
+std::string nested_array(int depth) { return std::string(size_t(depth), '[') + "1" + std::string(size_t(depth), ']'); }
+
+class HostileFolder : public ::testing::Test {
+ protected:
+  fs::path dir;
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          (std::string("ding_hostile_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::copy(kTiny, dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  void load() const { Model::load(dir.string(), Device::open("cpu")); }
+
+  // Replaces `name` by a FIFO and loads the folder. A reader that opened the FIFO would block until
+  // a writer comes: a watchdog thread plays that writer every 50 ms, so a regression fails here
+  // (with the wrong error, and `blocked` set) instead of hanging the suite.
+  void expect_fifo_refused(const char* name) const {
+    const fs::path fifo = dir / name;
+    fs::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    std::atomic<bool> done{false}, blocked{false};
+    std::thread watchdog([&] {
+      while (!done) {
+        const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // succeeds only with a reader waiting
+        if (fd >= 0) {
+          blocked = true;
+          ::close(fd);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    expect_error([&] { load(); }, ErrorCode::io, {name, "not a regular file (a FIFO)"});
+    done = true;
+    watchdog.join();
+    EXPECT_FALSE(blocked) << name << " was opened for reading: open() would have blocked without a writer";
+  }
+};
+
+TEST_F(HostileFolder, FifoAsConfigJson) { expect_fifo_refused("config.json"); }
+TEST_F(HostileFolder, FifoAsModelSafetensors) { expect_fifo_refused("model.safetensors"); }
+TEST_F(HostileFolder, FifoAsVocabJson) { expect_fifo_refused("vocab.json"); }
+TEST_F(HostileFolder, FifoAsMergesTxt) { expect_fifo_refused("merges.txt"); }
+
+TEST_F(HostileFolder, DirectoryAsConfigJson) {
+  fs::remove(dir / "config.json");
+  fs::create_directory(dir / "config.json");
+  expect_error([&] { load(); }, ErrorCode::io, {"config.json", "not a regular file (a directory)"});
+}
+
+TEST_F(HostileFolder, DeviceAsVocabJson) {
+  fs::remove(dir / "vocab.json");
+  fs::create_symlink("/dev/zero", dir / "vocab.json");  // endless bytes: must not be read at all
+  expect_error([&] { load(); }, ErrorCode::io, {"vocab.json", "not a regular file (a device)"});
+}
+
+// A 100,000-deep array where a number belongs: refused while parsing, before anything walks it.
+TEST_F(HostileFolder, ConfigFieldNested100000Deep) {
+  std::string text = read_all(dir / "config.json");
+  const size_t at = text.find("\"n_head\"");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"n_inner\": " + nested_array(100000) + ", ");
+  write_all(dir / "config.json", text);
+  expect_error([&] { load(); }, ErrorCode::parse, {"config.json", "nested deeper than 64"});
+}
+
+TEST_F(HostileFolder, SafetensorsShapeNested100000Deep) {
+  const std::string bytes = read_all(dir / "model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const std::string name = header.begin().key() == "__metadata__" ? std::next(header.begin()).key() : header.begin().key();
+  std::string text = header.dump();
+  const std::string shape = "\"shape\":" + header[name]["shape"].dump();
+  const size_t at = text.find(shape, text.find("\"" + name + "\""));
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, shape.size(), "\"shape\":" + nested_array(100000));
+  const uint64_t len = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &len, 8);
+  write_all(dir / "model.safetensors", out + text + bytes.substr(8 + n));
+  expect_error([&] { load(); }, ErrorCode::parse, {"model.safetensors", "nested deeper than 64"});
+}
+
+// The JSON grammar ends at the closing brace: a NUL and garbage after it are an error, not ignored.
+TEST_F(HostileFolder, ConfigJsonWithTrailingNulAndGarbage) {
+  write_all(dir / "config.json", read_all(dir / "config.json") + std::string("\0garbage", 8));
+  expect_error([&] { load(); }, ErrorCode::parse, {"config.json", "not valid JSON"});
+}
+
+TEST_F(HostileFolder, SafetensorsHeaderWithTrailingNul) {
+  const std::string bytes = read_all(dir / "model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  // The header grows by one NUL byte, which the data offsets (relative to the header's end) absorb.
+  const std::string text = bytes.substr(8, n) + std::string(1, '\0');
+  const uint64_t len = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &len, 8);
+  write_all(dir / "model.safetensors", out + text + bytes.substr(8 + n));
+  expect_error([&] { load(); }, ErrorCode::parse, {"model.safetensors", "not valid JSON"});
+}
+
+TEST_F(HostileFolder, EmptyMergesTxt) {
+  write_all(dir / "merges.txt", "#version: 0.2\n");
+  expect_error([&] { load(); }, ErrorCode::parse, {"merges.txt", "no merges"});
+}
+
+}  // namespace
+}  // namespace ding::testing
