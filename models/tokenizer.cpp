@@ -89,6 +89,13 @@ std::string Tokenizer::decode(Token id) const { return decode(std::span<const To
 
 int32_t Tokenizer::vocab_size() const { return int32_t(impl_->defined.size()); }
 
+size_t Tokenizer::longest_token_bytes() const {
+  size_t longest = 1;
+  for (const std::string& s : impl_->spelling) longest = std::max(longest, s.size());
+  for (const tok::AddedToken& t : impl_->added) longest = std::max(longest, t.content.size());
+  return longest;
+}
+
 std::optional<Token> Tokenizer::token_id(std::string_view token) const {
   auto it = impl_->id_of.find(std::string(token));
   if (it == impl_->id_of.end()) return std::nullopt;

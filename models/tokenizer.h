@@ -78,6 +78,11 @@ class Tokenizer {
 
   // One past the largest id (model vocabulary and added tokens together).
   int32_t vocab_size() const;
+  // The longest token's spelling in bytes (vocabulary and added tokens). A spelling is never
+  // shorter than the normalized text it stands for (byte-level characters, "▁" and "<0xNN>" are
+  // longer than their bytes), so normalized text of B bytes encodes to at least B / this tokens:
+  // a bound a caller can check before encoding a huge input.
+  size_t longest_token_bytes() const;
   // The id of a token as spelled in the file ("Ġworld" in byte-level files, "▁world" in
   // SentencePiece-style ones), or of an added token by its content.
   std::optional<Token> token_id(std::string_view token) const;

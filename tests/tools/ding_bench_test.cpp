@@ -47,5 +47,11 @@ TEST(DingBench, CommandLineErrorsExitOneWithOneLine) {
   EXPECT_EQ(ding_bench("--help").exit_code, 0);
 }
 
+// Results that cannot be written are an error, not a success.
+TEST(DingBench, UnwritableOutputIsAnError) {
+  expect_clean_failure(ding_bench("ops --backend cpu --op softmax --all --filter rows3_Tk37_hugenegative_f32 > /dev/full"), "ding-bench",
+                       "writing the output failed");
+}
+
 }  // namespace
 }  // namespace ding::testing

@@ -176,6 +176,22 @@ TEST(DingRun, EosIdsOutsideTheVocabularyAreANote) {
   EXPECT_EQ(tiny.stderr_only.find("note: eos"), std::string::npos) << tiny.stderr_only;
 }
 
+// Inputs that once fell back to defaults, hung, took minutes or exited 0 with the output lost.
+TEST(DingRun, HostileInputsFailCleanly) {
+  const std::string tiny = "-m " + kTiny.string() + " --backend cpu -n 2";
+  expect_clean_failure(ding_run("-m '' -n 1"), "-m: the folder path is empty");
+  expect_clean_failure(ding_run(tiny + " --tokens ''"), "--tokens: no ids given");
+  expect_clean_failure(ding_run(tiny + " -f " + fs::temp_directory_path().string()), "not a regular file (a directory)");
+  // 8 MB: refused from its size (the tiny model's 64 positions hold at most a few kB of text)
+  // before it is read or tokenized.
+  const fs::path huge = fs::temp_directory_path() / ("ding_run_huge_prompt." + std::to_string(getpid()));
+  std::ofstream(huge) << std::string(size_t(8) << 20, 'a');
+  expect_clean_failure(ding_run(tiny + " -f " + huge.string()), "the context is 64");
+  fs::remove(huge);
+  // Text that cannot be written is an error, not a success.
+  expect_clean_failure(ding_run(tiny + " -p hi > /dev/full"), "writing the output failed");
+}
+
 TEST(DingRun, CommandLineErrorsExitOneWithOneLine) {
   expect_clean_failure(ding_run("--no-such-flag"), "--no-such-flag");
   expect_clean_failure(ding_run("-n"), "-n");

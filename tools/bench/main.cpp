@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <iostream>
 #include <string>
@@ -210,9 +212,14 @@ int main(int argc, char** argv) {
   }
   try {
     if (threads > 0) ding::set_cpu_threads(threads);  // before any device opens
-    if (model_cmd->parsed()) return ding::bench::run_model(model);
-    if (load_cmd->parsed()) return ding::bench::run_load(load);
-    return ding::bench::run_ops(ops);
+    const int status = model_cmd->parsed() ? ding::bench::run_model(model)
+                       : load_cmd->parsed() ? ding::bench::run_load(load)
+                                            : ding::bench::run_ops(ops);
+    // Results that could not be written (a full disk, a closed pipe) are an error, not a success.
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw ding::Error(ding::ErrorCode::io, fmt::format("writing the output failed: {}", std::strerror(errno)));
+    return status;
   } catch (const std::exception& e) {
     std::cerr << "ding-bench: error: " << e.what() << "\n";
     return 1;

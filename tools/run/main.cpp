@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@
 
 #include "ding/ding.h"
 #include "ding/models/generate.h"
+#include "ding/models/input_files.h"
 #include "ding/threads.h"
 #include "../cli_checks.h"
 
@@ -36,6 +38,8 @@ constexpr ding::SamplerOptions kDefaultSampling{.temperature = 0.8f, .top_k = 40
 
 struct Options {
   std::string model_dir;
+  bool model_given = false;   // -m was on the command line (an empty path is then an error)
+  bool tokens_given = false;  // --tokens was (an empty list is then an error)
   std::string prompt = "The";
   std::string prompt_file;
   std::string token_list;
@@ -180,12 +184,28 @@ std::string describe(const Sampling& s) {
   return text;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ding::Error(ding::ErrorCode::io, fmt::format("-f {}: cannot open", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+// Output that could not be written (a full disk, a closed pipe, > /dev/full) is an error, found
+// before the summary so that the error is the only line after the text.
+void check_stdout_written() {
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw ding::Error(ding::ErrorCode::io, fmt::format("writing the output failed: {}", std::strerror(errno)));
+}
+
+// Normalization may shorten text (NFC composes a jamo triple, 9 bytes, into one 3-byte syllable),
+// so a token covers at most this many times its spelling's bytes of the text as given.
+constexpr size_t kNormalizationShrink = 4;
+
+// The prompt file, refused before it is read or tokenized when even its shortest possible
+// encoding (Tokenizer::longest_token_bytes) would not fit the context.
+std::string read_prompt_file(const std::string& path, const ding::Tokenizer& tokenizer, int64_t context) {
+  const size_t bytes = ding::regular_file_size(path);
+  const size_t per_token = kNormalizationShrink * tokenizer.longest_token_bytes();
+  if (bytes / per_token > size_t(context))
+    throw ding::Error(ding::ErrorCode::invalid_argument,
+                      fmt::format("-f {}: {} bytes are more than {} tokens of at most {} bytes each: the context is {}",
+                                  path, bytes, context, per_token, context));
+  return ding::read_text_file(path);
 }
 
 int run(const Options& o, const SamplingFlags& sampling_flags) {
@@ -195,7 +215,8 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
 
   const double t_open = now_seconds();
   ding::Device& device = ding::Device::open(o.backend);
-  const std::string dir = o.model_dir.empty() ? default_model_dir() : o.model_dir;
+  if (o.model_given && o.model_dir.empty()) throw ding::Error(ding::ErrorCode::invalid_argument, "-m: the folder path is empty");
+  const std::string dir = o.model_given ? o.model_dir : default_model_dir();
   const bool show_progress = !o.json && isatty(STDERR_FILENO);
   ding::LoadOptions load;
   if (dtype) load.dtype = *dtype;
@@ -211,22 +232,24 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   const size_t rss_after_load = resident_bytes();
   note_special_ids_outside_vocabulary(model.config());
 
+  ding::Session session(model, {.max_batch = 1, .max_tokens = o.ctx_size, .graphs = !o.no_graphs});
   std::vector<ding::Token> prompt;
   std::string prompt_text;
-  if (!o.token_list.empty()) {
+  if (o.tokens_given) {
     prompt = parse_token_list(o.token_list, model.config().vocab_size);
   } else {
     if (!model.has_tokenizer())
       throw ding::Error(ding::ErrorCode::invalid_argument,
                         "the model folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); pass --tokens");
-    prompt_text = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+    prompt_text = o.prompt_file.empty() ? o.prompt : read_prompt_file(o.prompt_file, model.tokenizer(), session.max_tokens());
     prompt = model.tokenizer().encode(prompt_text, {.strict_utf8 = true});
-    if (prompt.empty()) throw ding::Error(ding::ErrorCode::invalid_argument, "the prompt is empty");
+    if (prompt.empty())
+      throw ding::Error(ding::ErrorCode::invalid_argument,
+                        o.prompt_file.empty() ? std::string("the prompt is empty") : fmt::format("-f {}: the prompt is empty", o.prompt_file));
   }
   if (!o.stop.empty() && !model.has_tokenizer())
     throw ding::Error(ding::ErrorCode::invalid_argument,
                       "--stop matches text, and the model folder has no tokenizer to make text of the tokens");
-  ding::Session session(model, {.max_batch = 1, .max_tokens = o.ctx_size, .graphs = !o.no_graphs});
   if (int64_t(prompt.size()) > session.max_tokens())
     throw ding::Error(ding::ErrorCode::invalid_argument,
                       fmt::format("the prompt has {} tokens but the context is {}{}", prompt.size(), session.max_tokens(),
@@ -242,6 +265,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
     session.prefill(0, prompt, &all);
     std::ofstream out(o.logits_out, std::ios::binary);
     out.write(reinterpret_cast<const char*>(all.data()), std::streamsize(all.size() * sizeof(float)));
+    out.close();  // a write error may only show when the buffer is flushed
     if (!out) throw ding::Error(ding::ErrorCode::io, fmt::format("--logits-out {}: cannot write", o.logits_out));
   }
 
@@ -283,6 +307,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   std::optional<double> ttft_seconds;
   if (!result.tokens.empty()) ttft_seconds = first_token_at ? *first_token_at - t_generate : generate_seconds;
 
+  if (!o.json) check_stdout_written();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double peak_mib = double(usage.ru_maxrss) / 1024.0;
@@ -331,6 +356,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
                         {"peak_rss_bytes", usage.ru_maxrss * 1024},
                         {"rss_after_load_bytes", rss_after_load}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    check_stdout_written();
     return 0;
   }
   if (result.clamped)
@@ -371,13 +397,14 @@ int main(int argc, char** argv) {
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   CLI::App app{"ding-run: generate text with a decoder model folder"};
   Options o;
-  app.add_option("-m,--model", o.model_dir,
-                 "model folder (config.json, *.safetensors, tokenizer files); default: the shipped model");
+  auto* model_dir = app.add_option("-m,--model", o.model_dir,
+                                   "model folder (config.json, *.safetensors, tokenizer files); default: the shipped model");
   auto* prompt = app.add_option("-p,--prompt", o.prompt, "prompt text (default \"The\")");
   auto* file = app.add_option("-f,--file", o.prompt_file, "read the prompt from a file")->excludes(prompt);
-  app.add_option("--tokens", o.token_list, "prompt as token ids, e.g. 464,2068,7586 (needed for a folder without a tokenizer)")
-      ->excludes(prompt)
-      ->excludes(file);
+  auto* tokens = app.add_option("--tokens", o.token_list,
+                                "prompt as token ids, e.g. 464,2068,7586 (needed for a folder without a tokenizer)")
+                     ->excludes(prompt)
+                     ->excludes(file);
   app.add_option("-n,--max-new-tokens", o.max_new_tokens, "tokens to generate (default 128)")->check(ding::tools::at_least(0));
   app.add_option("-c,--ctx-size", o.ctx_size,
                  fmt::format("KV-cache positions (default: the model's context, at most {})", ding::SessionOptions::kDefaultContext))
@@ -407,6 +434,8 @@ int main(int argc, char** argv) {
     return fail(e.what());
   }
   o.seed_given = seed->count() > 0;
+  o.model_given = model_dir->count() > 0;
+  o.tokens_given = tokens->count() > 0;
   const SamplingFlags given{.temperature = temp->count() > 0, .top_k = top_k->count() > 0, .top_p = top_p->count() > 0,
            .min_p = min_p->count() > 0, .repetition_penalty = penalty->count() > 0};
   try {
