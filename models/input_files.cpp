@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <unordered_set>
+#include <vector>
 
 #include "ding/error.h"
 
@@ -60,10 +62,18 @@ std::string read_text_file(const std::string& path, size_t max_bytes) {
   return text;
 }
 
-nlohmann::json parse_json(std::string_view text, const std::string& origin) {
-  const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+nlohmann::json parse_json(std::string_view text, const std::string& origin, bool unique_keys) {
+  using Event = nlohmann::json::parse_event_t;
+  // The keys seen in each open object (an empty set stands for an open array).
+  std::vector<std::unordered_set<std::string>> open_keys;
+  const auto check = [&](int depth, Event event, nlohmann::json& parsed) {
     if (depth > kMaxJsonDepth)
       throw Error(ErrorCode::parse, fmt::format("{}: JSON nested deeper than {} levels", origin, kMaxJsonDepth));
+    if (!unique_keys) return true;
+    if (event == Event::object_start || event == Event::array_start) open_keys.emplace_back();
+    if ((event == Event::object_end || event == Event::array_end) && !open_keys.empty()) open_keys.pop_back();
+    if (event == Event::key && !open_keys.empty() && !open_keys.back().insert(parsed.get<std::string>()).second)
+      throw Error(ErrorCode::parse, fmt::format("{}: key {} appears twice in one object", origin, json_excerpt(parsed)));
     return true;
   };
   // JSON text holds no raw NUL (inside strings it is \u0000), and the parser would take one for
@@ -71,7 +81,7 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin) {
   if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
     throw Error(ErrorCode::parse, fmt::format("{}: not valid JSON: a NUL byte at offset {}", origin, nul));
   try {
-    return nlohmann::json::parse(text.begin(), text.end(), limit_depth);
+    return nlohmann::json::parse(text.begin(), text.end(), check);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::parse, fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }

@@ -25,8 +25,9 @@ size_t regular_file_size(const std::string& path);
 // changes size while being read.
 std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
 // `text` as JSON: Error(parse) naming `origin` for a syntax error, trailing bytes (a NUL
-// included) or nesting deeper than kMaxJsonDepth.
-nlohmann::json parse_json(std::string_view text, const std::string& origin);
+// included), nesting deeper than kMaxJsonDepth, or, with unique_keys, a key twice in one object
+// (the parser keeps the last, which would leave a hole where the first one's data was).
+nlohmann::json parse_json(std::string_view text, const std::string& origin, bool unique_keys = false);
 // A JSON value for an error message: its text cut to max_chars (a bad value may be huge).
 std::string json_excerpt(const nlohmann::json& j, size_t max_chars = 60);
 

@@ -85,7 +85,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   const uint8_t* data = bytes + 8 + header_len;
   const size_t data_size = f->size_ - 8 - size_t(header_len);
 
-  const nlohmann::json j = parse_json(std::string_view(header, size_t(header_len)), path + " (header)");
+  const nlohmann::json j = parse_json(std::string_view(header, size_t(header_len)), path + " (header)", true);
   if (!j.is_object()) bad_file(path, "header is not a JSON object");
 
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // for the overlap check
@@ -120,7 +120,9 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     if (begin > end || end > data_size)
       bad_file(path, fmt::format("tensor '{}' data_offsets [{}, {}] fall outside the {}-byte data section", name, begin,
                                  end, data_size));
-    const uint64_t expected = elements * dtype_size(t.dtype);
+    uint64_t expected = 0;
+    if (__builtin_mul_overflow(elements, uint64_t(dtype_size(t.dtype)), &expected))
+      bad_file(path, fmt::format("tensor '{}' shape {} overflows", name, json_excerpt(shape)));
     if (end - begin != expected)
       bad_file(path, fmt::format("tensor '{}' {} needs {} bytes but data_offsets [{}, {}] hold {}", name, t.shape_str(),
                                  expected, begin, end, end - begin));
@@ -130,15 +132,20 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     range_names.push_back(name);
     f->tensors_.emplace(name, std::move(t));
   }
-  std::vector<size_t> order(ranges.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Non-empty ranges in order of their start: each must begin at or after the furthest end so far
+  // (empty tensors occupy nothing, so they neither overlap nor separate two that do).
+  std::vector<size_t> order;
+  for (size_t i = 0; i < ranges.size(); ++i)
+    if (ranges[i].first != ranges[i].second) order.push_back(i);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  for (size_t i = 1; i < order.size(); ++i) {
-    const auto& prev = ranges[order[i - 1]];
-    const auto& cur = ranges[order[i]];
-    if (cur.first < prev.second && cur.first != cur.second && prev.first != prev.second)
-      bad_file(path, fmt::format("tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", range_names[order[i - 1]], prev.first,
-                                 prev.second, range_names[order[i]], cur.first, cur.second));
+  size_t furthest = order.empty() ? 0 : order[0];
+  for (size_t k = 1; k < order.size(); ++k) {
+    const auto& reach = ranges[furthest];
+    const auto& cur = ranges[order[k]];
+    if (cur.first < reach.second)
+      bad_file(path, fmt::format("tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", range_names[furthest], reach.first,
+                                 reach.second, range_names[order[k]], cur.first, cur.second));
+    if (cur.second > reach.second) furthest = order[k];
   }
   return f;
 }

@@ -16,6 +16,7 @@
 
 #include "ding/ding.h"
 #include "ding/models/model.h"
+#include "ding/models/safetensors.h"
 #include "expect_error.h"
 
 namespace ding::testing {
@@ -139,6 +140,42 @@ TEST_F(HostileFolder, SafetensorsHeaderWithTrailingNul) {
 TEST_F(HostileFolder, EmptyMergesTxt) {
   write_all(dir / "merges.txt", "#version: 0.2\n");
   expect_error([&] { load(); }, ErrorCode::parse, {"merges.txt", "no merges"});
+}
+
+// A safetensors file from a header text and a data section, for the cases a JSON writer cannot
+// produce (a key twice) or a fixture would not hold.
+fs::path write_safetensors(const std::string& name, const std::string& header, size_t data_bytes) {
+  const fs::path path = fs::temp_directory_path() / ("ding_hostile_" + name + "." + std::to_string(getpid()) + ".safetensors");
+  const uint64_t len = header.size();
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &len, 8);
+  write_all(path, bytes + header + std::string(data_bytes, '\0'));
+  return path;
+}
+
+TEST(HostileSafetensors, TensorNamedTwice) {
+  const fs::path p = write_safetensors("twice", R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                                     "a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", 16);
+  expect_error([&] { SafetensorsFile::open(p.string()); }, ErrorCode::parse, {p.filename().string(), "\"a\" appears twice"});
+  fs::remove(p);
+}
+
+// Sorted by start, an empty tensor between two overlapping ones hid the overlap from a check of
+// neighbours.
+TEST(HostileSafetensors, OverlapAcrossAnEmptyTensor) {
+  const fs::path p = write_safetensors("overlap", R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                                       "e": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},
+                                                       "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12);
+  expect_error([&] { SafetensorsFile::open(p.string()); }, ErrorCode::parse, {"'a' [0, 8]", "'b' [4, 12]", "overlap"});
+  fs::remove(p);
+}
+
+// 2^40 · 2^23 elements of 4 bytes: 2^65 bytes, which wrapped to 0 and matched offsets [0, 0].
+TEST(HostileSafetensors, ByteSizeWrappingPast2To64) {
+  const fs::path p =
+      write_safetensors("wrap", R"({"w": {"dtype": "F32", "shape": [1099511627776, 8388608], "data_offsets": [0, 0]}})", 0);
+  expect_error([&] { SafetensorsFile::open(p.string()); }, ErrorCode::parse, {"'w'", "overflows"});
+  fs::remove(p);
 }
 
 }  // namespace
