@@ -24,7 +24,7 @@ void Sampler::ensure_buffers(Device& device, int64_t rows) {
   device_ = &device;
   rows_ = rows;
   uniforms_ = device.alloc(size_t(rows) * sizeof(float));
-  tokens_ = device.alloc(size_t(rows) * sizeof(int32_t));
+  tokens_ = device.alloc(2 * size_t(rows) * sizeof(int32_t));  // the tokens, then each row's non-finite count
 }
 
 void Sampler::apply_repetition_penalty(Stream& stream, const Tensor& logits,
@@ -69,10 +69,19 @@ std::vector<Token> Sampler::sample(Stream& stream, const Tensor& logits, std::sp
     ops::sample(stream, tokens, logits, uniforms,
                 {.temperature = options_.temperature, .top_k = options_.top_k, .top_p = options_.top_p, .min_p = options_.min_p});
   }
-  std::vector<Token> out(static_cast<size_t>(n));
-  device.copy_to_host(stream, out.data(), tokens.data, out.size() * sizeof(Token));
+  // Counted beside the sampling and read back with the tokens: no extra round trip per step.
+  const Tensor nonfinite = Tensor::view(static_cast<int32_t*>(tokens_.data()) + n, &device, DType::i32, {n});
+  ops::count_nonfinite(stream, nonfinite, logits);
+  std::vector<Token> read(2 * static_cast<size_t>(n));
+  device.copy_to_host(stream, read.data(), tokens.data, read.size() * sizeof(Token));
   stream.synchronize();
-  return out;
+  for (int64_t r = 0; r < n; ++r)
+    if (const int32_t bad = read[size_t(n + r)]; bad > 0)
+      throw Error(ErrorCode::non_finite,
+                  fmt::format("the logits of row {} hold {} NaN or infinite value{} of {}: no token is sampled from them",
+                              r, bad, bad == 1 ? "" : "s", logits.dim(1)));
+  read.resize(size_t(n));
+  return read;
 }
 
 Token Sampler::sample_one(Stream& stream, const Tensor& logits_row, std::span<const Token> history) {

@@ -23,4 +23,5 @@
   X(moe_combine, MoeCombineArgs)            \
   X(argmax, ArgmaxArgs)                     \
   X(top_k, TopKArgs)                        \
-  X(sample, SampleArgs)
+  X(sample, SampleArgs)                     \
+  X(count_nonfinite, CountNonfiniteArgs)

@@ -33,6 +33,22 @@ void validate(const Device& device, const ArgmaxArgs& a) {
   validate_ids(c, "out", a.out, a.logits);
 }
 
+void validate(const Device& device, const CountNonfiniteArgs& a) {
+  Check c("count_nonfinite", device);
+  c.tensor("x", a.x, 2, 2);
+  c.float_dtype("x", a.x);
+  c.contiguous("x", a.x);
+  c.tensor("out", a.out, 1, 1);
+  c.dtype_in("out", a.out, {DType::i32});
+  c.contiguous("out", a.out);
+  c.dim("out", a.out, 0, a.x.dim(0), "B (from x)");
+  c.disjoint("out", a.out, "x", a.x);
+}
+
+Cost cost(const CountNonfiniteArgs& a) { return {double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
+
+void count_nonfinite(Stream& stream, Tensor out, Tensor x) { dispatch(stream, CountNonfiniteArgs{out, x}); }
+
 void validate(const Device& device, const TopKArgs& a) {
   Check c("top_k", device);
   validate_logits(c, a.logits);

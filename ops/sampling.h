@@ -7,6 +7,9 @@
 //           keep the shortest prefix with Σp ≥ top_p (if < 1), drop p < min_p · p_max
 //           (if > 0), then return the first kept token whose cumulative p exceeds u · Σp.
 //           temperature 0 is argmax. The caller supplies u ∈ [0, 1) so runs are reproducible.
+//   count_nonfinite: per row, how many values are NaN or ±Inf. A sampler runs it beside argmax or
+//           sample and reads the counts back with the tokens, so a step whose logits went bad is
+//           an error instead of a token, at no extra round trip to the host.
 #pragma once
 #include <cstdint>
 
@@ -40,7 +43,15 @@ struct SampleArgs {
   SampleParams params;
 };
 
+struct CountNonfiniteArgs {
+  Tensor out;  // i32 [B]
+  Tensor x;    // [B, N], f32/f16/bf16, contiguous
+};
+
 void validate(const Device& device, const ArgmaxArgs& a);
+void validate(const Device& device, const CountNonfiniteArgs& a);
+Cost cost(const CountNonfiniteArgs& a);
+void count_nonfinite(Stream& stream, Tensor out, Tensor x);
 void validate(const Device& device, const TopKArgs& a);
 void validate(const Device& device, const SampleArgs& a);
 Cost cost(const ArgmaxArgs& a);

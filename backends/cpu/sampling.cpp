@@ -275,6 +275,15 @@ void argmax(Stream&, const ops::ArgmaxArgs& a) {
   for_each_row(a.logits, [&](int64_t b, const auto* x, int64_t V) { out[b] = int32_t(row_argmax(x, V)); });
 }
 
+void count_nonfinite(Stream&, const ops::CountNonfiniteArgs& a) {
+  int32_t* out = a.out.ptr<int32_t>();
+  for_each_row(a.x, [&](int64_t b, const auto* x, int64_t N) {
+    int32_t count = 0;
+    for (int64_t i = 0; i < N; ++i) count += std::isfinite(widen(x[i])) ? 0 : 1;
+    out[b] = count;
+  });
+}
+
 void top_k(Stream&, const ops::TopKArgs& a) {
   const int64_t k = a.values.dim(1);
   float* values = a.values.ptr<float>();

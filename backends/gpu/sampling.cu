@@ -68,6 +68,24 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(int32_t* out, const T*
   }
 }
 
+// Per row, the NaN and ±Inf among its N values (load_row_batch's zeros past N count as finite).
+template <class T>
+__global__ void __launch_bounds__(kThreads) count_nonfinite_kernel(int32_t* out, const T* x, int64_t B, int64_t N) {
+  __shared__ int shared[32];
+  for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {  // uniform over the block: the barriers below
+    const T* row = x + b * N;
+    int count = 0;
+    for (int64_t first = threadIdx.x; first < N; first += kUnroll * int64_t(blockDim.x)) {
+      float v[kUnroll];
+      load_row_batch(v, row, N, first, blockDim.x);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) count += isfinite(v[u]) ? 0 : 1;
+    }
+    count = block_sum_ordered(count, shared);
+    if (threadIdx.x == 0) out[b] = count;
+  }
+}
+
 struct SelectShared {
   int hist[256];
   int count;
@@ -397,6 +415,18 @@ void launch_argmax(GpuStream& s, int32_t* out, const Tensor& logits) {
 }
 
 }  // namespace
+
+void count_nonfinite(Stream& stream, const ops::CountNonfiniteArgs& a) {
+  GpuStream& s = gpu_stream(stream);
+  const int64_t B = a.x.dim(0), N = a.x.dim(1);
+  if (B == 0) return;
+  with_float_type(a.x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    count_nonfinite_kernel<T><<<row_grid(s, B, 2), kThreads, 0, s.handle()>>>(a.out.ptr<int32_t>(),
+                                                                               static_cast<const T*>(a.x.data), B, N);
+  });
+  DING_GPU_CHECK_LAUNCH("count_nonfinite_kernel");
+}
 
 void argmax(Stream& stream, const ops::ArgmaxArgs& a) {
   check_vocabulary("argmax", a.logits.dim(1));

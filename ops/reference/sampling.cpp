@@ -41,6 +41,14 @@ void argmax(Stream&, const ops::ArgmaxArgs& a) {
     store(a.out, offset(a.out, {b}), double(argmax_of(load_row(a.logits, b))));
 }
 
+void count_nonfinite(Stream&, const ops::CountNonfiniteArgs& a) {
+  for (int64_t b = 0; b < a.x.dim(0); ++b) {
+    int64_t count = 0;
+    for (double v : load_row(a.x, b)) count += std::isfinite(v) ? 0 : 1;
+    store(a.out, offset(a.out, {b}), double(count));
+  }
+}
+
 void top_k(Stream&, const ops::TopKArgs& a) {
   const int64_t k = a.values.dim(1);
   for (int64_t b = 0; b < a.logits.dim(0); ++b) {

@@ -15,6 +15,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::io: return "io";
     case ErrorCode::parse: return "parse";
     case ErrorCode::device_failure: return "device_failure";
+    case ErrorCode::non_finite: return "non_finite";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

@@ -1,6 +1,8 @@
 // Parity cases for argmax, top_k and sample.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <random>
 #include <set>
 
 #include "op_cases.h"
@@ -37,6 +39,30 @@ OpCase argmax_case(int64_t B, int64_t V, DType dtype, bool tied, bool in_tests) 
     Tensor out = run.output("out", DType::i32, {B}, {Compare::exact});
     run.launch = [=](Stream& st) { ops::argmax(st, out, logits); };
     run.cost = ops::cost(ops::ArgmaxArgs{out, logits});
+  };
+  return c;
+}
+
+// Rows with NaN, +Inf and -Inf scattered at random positions (row r holds r of them, some rows
+// none), among normal logits: the counts are compared exactly.
+OpCase count_nonfinite_case(int64_t B, int64_t N, DType dtype) {
+  OpCase c;
+  c.op = "count_nonfinite";
+  c.name = fmt::format("count_nonfinite/B{}_N{}_{}", B, N, dtype_name(dtype));
+  c.tolerance = 1e-30;
+  c.reason = "the outputs are counts, compared exactly";
+  c.build = [=](CaseRun& run) {
+    std::normal_distribution<double> normal(0.0, 3.0);
+    std::uniform_int_distribution<int64_t> position(0, N - 1);
+    const double specials[] = {std::nan(""), INFINITY, -INFINITY};
+    std::vector<double> v(size_t(B * N));
+    for (double& x : v) x = normal(run.rng);
+    for (int64_t r = 0; r < B; ++r)
+      for (int64_t i = 0; i < r % 4 * (N / 7 + 1); ++i) v[size_t(r * N + position(run.rng))] = specials[i % 3];
+    const Tensor x = run.values(dtype, {B, N}, v);
+    const Tensor out = run.output("out", DType::i32, {B}, {Compare::exact});
+    run.launch = [=](Stream& st) { ops::count_nonfinite(st, out, x); };
+    run.cost = ops::cost(ops::CountNonfiniteArgs{out, x});
   };
   return c;
 }
@@ -125,6 +151,11 @@ std::vector<OpCase> sampling_cases() {
     }
   for (int64_t V : {17, 50257}) cases.push_back(argmax_case(1, V, DType::f32, false, true));
   for (DType dtype : {DType::f32, DType::bf16}) cases.push_back(argmax_edges_case(50257, dtype));
+  for (DType dtype : kFloatTypes) {
+    cases.push_back(count_nonfinite_case(8, 1, dtype));
+    cases.push_back(count_nonfinite_case(8, 1000, dtype));
+    cases.push_back(count_nonfinite_case(3, 50257, dtype));
+  }
   int variant = 0;
   for (int64_t V : {1, 2, 17, 50257})
     for (int64_t k : std::set<int64_t>{1, 5, 40, V}) {

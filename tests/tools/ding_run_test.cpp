@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -190,6 +191,32 @@ TEST(DingRun, HostileInputsFailCleanly) {
   fs::remove(huge);
   // Text that cannot be written is an error, not a success.
   expect_clean_failure(ding_run(tiny + " -p hi > /dev/full"), "writing the output failed");
+}
+
+// Finite weights whose activations overflow f16 (an MLP bias of 60000: its GELU sums past 65504
+// in the residual stream): the step's logits are NaN, and ding-run stops with an error instead
+// of sampling a token from them.
+TEST(DingRun, NonFiniteLogitsAreAnErrorNotAToken) {
+  const fs::path dir = copy_of_tiny("overflow", {});
+  const fs::path weights = dir / "model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream in(weights, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const auto& bias = header.at("transformer.h.0.mlp.c_fc.bias");
+  ASSERT_EQ(bias.at("dtype"), "F32");
+  const float big = 60000.0f;
+  for (uint64_t at = bias.at("data_offsets")[0]; at < bias.at("data_offsets")[1].get<uint64_t>(); at += 4)
+    std::memcpy(bytes.data() + 8 + n + at, &big, 4);
+  std::ofstream(weights, std::ios::binary) << bytes;
+  const ToolResult r = ding_run("-m " + dir.string() + " --backend cpu --dtype f16 -n 3 --tokens 1,2 --json");
+  expect_clean_failure(r, "NaN or infinite");
+  EXPECT_EQ(r.stdout_only, "") << "no tokens or summary on stdout";
+  fs::remove_all(dir);
 }
 
 TEST(DingRun, CommandLineErrorsExitOneWithOneLine) {

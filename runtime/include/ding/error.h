@@ -18,6 +18,7 @@ enum class ErrorCode {
   io,                   // a file that cannot be opened or read
   parse,                // a file or string whose contents are malformed
   device_failure,       // the device or its driver reported a failure (the API's message is kept)
+  non_finite,           // a computation produced NaN or ±Inf (e.g. a step's logits)
   internal,             // a broken internal invariant (a bug in ding)
 };
 
