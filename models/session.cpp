@@ -139,6 +139,20 @@ Session::Session(const Model& model, const SessionOptions& options) : state_(std
   const DType dt = model.dtype();
   s.rows = std::max(std::min(s.options.prefill_chunk, S), B);
   const int64_t max_chunk = std::min(s.options.prefill_chunk, s.rows);  // prefill's rows per step
+  // Everything below, against what the device has, before any of it is allocated: host memory is
+  // committed only when touched, so a cache past the machine's memory would otherwise "succeed".
+  double cache_plan = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) cache_plan += layer_cache_bytes(c, l, dt, B, S, max_chunk);
+  const double activation_plan = double(block_scratch_bytes(c, dt, s.rows)) +
+                                 double(s.rows) * double(c.d_model) * double(dtype_size(dt)) +
+                                 double(std::max(B, State::kLogitRows)) * double(c.vocab_size) * sizeof(float);
+  const double free = double(s.device->free_bytes());
+  if (cache_plan + activation_plan > free)
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("Session: the KV cache ({:.2f} GiB for {} sequences of {} positions) and activations ({:.2f} GiB) "
+                            "need {:.2f} GiB; {} has {:.2f} GiB free (lower max_tokens / -c or max_batch)",
+                            cache_plan / double(1 << 30), B, S, activation_plan / double(1 << 30),
+                            (cache_plan + activation_plan) / double(1 << 30), s.device->name(), free / double(1 << 30)));
   for (int64_t l = 0; l < c.n_layer; ++l) {
     s.caches.push_back(make_layer_cache(c, l, *s.device, dt, B, S, max_chunk));
     s.cache_bytes += s.caches.back()->bytes();

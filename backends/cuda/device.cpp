@@ -141,6 +141,13 @@ Buffer CudaDevice::alloc(size_t bytes) {
   return Buffer(this, p, bytes);
 }
 
+size_t CudaDevice::free_bytes() const {
+  DING_GPU_CHECK(cudaSetDevice(index_));
+  size_t free = 0, total = 0;
+  DING_GPU_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 HostBuffer CudaDevice::alloc_staging(size_t bytes) {
   DING_GPU_CHECK(cudaSetDevice(index_));
   void* p = nullptr;

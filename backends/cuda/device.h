@@ -60,6 +60,7 @@ class CudaDevice final : public Device {
   Stream& default_stream() override { return *stream_; }
 
   Buffer alloc(size_t bytes) override;
+  size_t free_bytes() const override;
   void free(void* data, size_t) override;
   // Page-locked (cudaHostAlloc), so that copies from it are asynchronous and run at full speed.
   HostBuffer alloc_staging(size_t bytes) override;

@@ -8,16 +8,34 @@
 
 namespace ding {
 
+namespace {
+
+// A sliding window's cache rolls (ops/attention.h): it holds the window and one prefill chunk
+// beyond it, since a chunk's keys go in before its first query reads the window behind it.
+int64_t kv_slots(const LayerSpec& spec, int64_t max_tokens, int64_t max_chunk) {
+  return spec.window > 0 ? std::min(max_tokens, spec.window + max_chunk - 1) : max_tokens;
+}
+
+}  // namespace
+
+double layer_cache_bytes(const ModelConfig& c, int64_t layer, DType dtype, int64_t max_batch, int64_t max_tokens,
+                         int64_t max_chunk) {
+  const LayerSpec& spec = c.layers[size_t(layer)];
+  switch (spec.mixer) {
+    case MixerKind::attention:
+      return 2.0 * double(max_batch) * double(kv_slots(spec, max_tokens, max_chunk)) * double(c.n_kv_head) *
+             double(c.d_head) * double(dtype_size(dtype));
+  }
+  throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
+}
+
 std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
                                              int64_t max_batch, int64_t max_tokens, int64_t max_chunk) {
   const LayerSpec& spec = c.layers[size_t(layer)];
   switch (spec.mixer) {
-    case MixerKind::attention: {
-      // A sliding window's cache rolls (ops/attention.h): it holds the window and one prefill chunk
-      // beyond it, since a chunk's keys go in before its first query reads the window behind it.
-      const int64_t slots = spec.window > 0 ? std::min(max_tokens, spec.window + max_chunk - 1) : max_tokens;
-      return std::make_unique<KvCache>(device, dtype, max_batch, slots, c.n_kv_head, c.d_head);
-    }
+    case MixerKind::attention:
+      return std::make_unique<KvCache>(device, dtype, max_batch, kv_slots(spec, max_tokens, max_chunk), c.n_kv_head,
+                                       c.d_head);
   }
   throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
 }

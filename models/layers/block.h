@@ -60,6 +60,10 @@ class KvCache final : public LayerCache {
 // layer has one).
 std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer, Device& device, DType dtype,
                                              int64_t max_batch, int64_t max_tokens, int64_t max_chunk);
+// The bytes make_layer_cache would allocate, for checking a session's plan before any of it (in
+// double: a hostile context length must not wrap the sum).
+double layer_cache_bytes(const ModelConfig& c, int64_t layer, DType dtype, int64_t max_batch, int64_t max_tokens,
+                         int64_t max_chunk);
 
 enum class StepKind : uint8_t { prefill, decode };
 

@@ -16,7 +16,27 @@ Device& HostStream::device() { return device_; }
 
 HostDevice::HostDevice(Caps caps, const ops::Kernels& kernels) : caps_(std::move(caps)), kernels_(kernels) {}
 
+size_t HostDevice::free_bytes() const {
+  std::ifstream in("/proc/meminfo");
+  size_t available_kb = 0, swap_free_kb = 0;
+  bool found = false;
+  for (std::string key; in >> key;) {
+    size_t kb = 0;
+    in >> kb;
+    if (key == "MemAvailable:") available_kb = kb, found = true;
+    if (key == "SwapFree:") swap_free_kb = kb;
+    in.ignore(64, '\n');
+  }
+  return found ? (available_kb + swap_free_kb) * 1024 : caps_.memory_bytes;
+}
+
 Buffer HostDevice::alloc(size_t bytes) {
+  // Host memory is committed when touched, not when allocated: without this check an allocation
+  // past what the machine has "succeeds" and the process dies later.
+  if (const size_t available = free_bytes(); bytes > available)
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("{}: cannot allocate {} bytes ({:.2f} GiB) of host memory: {} bytes ({:.2f} GiB) available",
+                            caps_.backend, bytes, double(bytes) / (1 << 30), available, double(available) / (1 << 30)));
   // 64-byte alignment: a cache line and a full AVX-512 vector.
   const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);

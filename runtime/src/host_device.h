@@ -24,6 +24,7 @@ class HostDevice : public Device {
   const ops::Kernels& kernels() const override { return kernels_; }
   Stream& default_stream() override { return stream_; }
   Buffer alloc(size_t bytes) override;
+  size_t free_bytes() const override;
   void free(void* data, size_t bytes) override;
   void copy_to_device(Stream&, void* dst, const void* src_host, size_t bytes) override;
   void copy_to_host(Stream&, void* dst_host, const void* src, size_t bytes) override;

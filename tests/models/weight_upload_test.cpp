@@ -449,6 +449,7 @@ class AsyncCopyDevice final : public Device {
   Stream& default_stream() override { return stream_; }
   Buffer alloc(size_t bytes) override { return Buffer(this, std::aligned_alloc(64, (bytes + 64) / 64 * 64), bytes); }
   void free(void* data, size_t) override { std::free(data); }
+  size_t free_bytes() const override { return Device::open("cpu").free_bytes(); }
   HostBuffer alloc_staging(size_t bytes) override {
     ++staging_buffers;
     return Device::alloc_staging(bytes);

@@ -32,6 +32,21 @@ TEST(Device, CpuAndRefAreCompiledAndAvailable) {
   EXPECT_TRUE(cpu.caps().host_accessible);
 }
 
+// Host memory is committed when touched: an allocation past what the machine has available must
+// fail when asked for, naming both numbers, not succeed and take the process down later.
+TEST(Device, HostAllocationPastTheAvailableMemoryFails) {
+  Device& cpu = Device::open("cpu");
+  const size_t available = cpu.free_bytes();
+  ASSERT_GT(available, size_t(0));
+  try {
+    Buffer b = cpu.alloc(available + (size_t(1) << 30));
+    FAIL() << "allocated " << available + (size_t(1) << 30) << " bytes with " << available << " available";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_memory) << e.what();
+    EXPECT_NE(std::string(e.what()).find("available"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Device, AutoNeverPicksTheReference) { EXPECT_NE(Device::open("auto").name(), "ref"); }
 
 TEST(Device, UnknownBackendIsNamed) {

@@ -219,6 +219,13 @@ TEST(DingRun, NonFiniteLogitsAreAnErrorNotAToken) {
   fs::remove_all(dir);
 }
 
+// A context whose KV cache the machine cannot hold (here ~950 GiB): refused with the numbers before
+// anything is allocated, not "allocated" lazily and killed when touched.
+TEST(DingRun, ContextPastTheMachinesMemoryIsRefusedUpFront) {
+  const fs::path llama = fs::path(DING_TEST_DATA) / "llama-fixtures" / "llama-gqa-f32";
+  expect_clean_failure(ding_run("-m " + llama.string() + " --backend cpu -c 2000000000 -n 2 --tokens 1,2"), "GiB free");
+}
+
 TEST(DingRun, CommandLineErrorsExitOneWithOneLine) {
   expect_clean_failure(ding_run("--no-such-flag"), "--no-such-flag");
   expect_clean_failure(ding_run("-n"), "-n");

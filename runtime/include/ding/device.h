@@ -126,6 +126,10 @@ class Device {
 
   // Allocation throws Error(out_of_memory) naming requested and free bytes.
   virtual Buffer alloc(size_t bytes) = 0;
+  // Memory an allocation could still take now: the driver's free bytes on a GPU; on the host,
+  // what the kernel reports available (MemAvailable + SwapFree), since host allocations succeed
+  // lazily and fail only when touched. Callers planning several allocations check their sum.
+  virtual size_t free_bytes() const = 0;
   virtual void free(void* data, size_t bytes) = 0;
   // Host memory to stage copies to this device in (weight upload); ordinary host memory unless
   // the device has a faster kind. Throws Error(out_of_memory) naming the bytes requested.
