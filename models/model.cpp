@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cstring>
 #include <filesystem>
 
 #include "ding/error.h"
@@ -51,6 +53,31 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
+namespace {
+
+// A checkpoint with more layers than its config.json would run cut short without a word (the
+// families read layers 0 … n_layer − 1 only). Decoder layers are numbered path components after
+// "layers" (Llama, Mistral, Qwen2) or "h" (GPT-2), so a tensor of layer n_layer or beyond is an
+// error naming it.
+void refuse_layers_past_the_config(const WeightFiles& files, const ModelConfig& c, const std::string& dir) {
+  for (const auto& [name, tensor] : files.tensors()) {
+    for (const char* container : {".layers.", ".h."}) {
+      const size_t at = ("." + name).find(container);
+      if (at == std::string::npos) continue;
+      const size_t digits = at + std::strlen(container) - 1;  // in `name` (the "." added before it)
+      int64_t layer = 0;
+      const auto [end, error] = std::from_chars(name.data() + digits, name.data() + name.size(), layer);
+      if (error == std::errc() && end < name.data() + name.size() && *end == '.' && layer >= c.n_layer)
+        throw Error(ErrorCode::parse,
+                    fmt::format("{}: tensor '{}' belongs to layer {}, but config.json has {} layers (num_hidden_layers / "
+                                "n_layer)",
+                                dir, name, layer, c.n_layer));
+    }
+  }
+}
+
+}  // namespace
+
 Model Model::load(const std::string& dir, Device& device, const LoadOptions& options) {
   if (!fs::is_directory(dir)) throw Error(ErrorCode::io, fmt::format("model folder {}: not a directory", dir));
   Model m;
@@ -66,6 +93,7 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   if (has_tokenizer_files(dir)) m.tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_folder(dir));
 
   const WeightFiles files = WeightFiles::open_folder(dir);
+  refuse_layers_past_the_config(files, m.config_, dir);
   std::vector<WeightPlan> plans = m.family_->weight_plans(m.config_, &files, m.weights_);
   upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .progress = options.progress});
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;

@@ -137,6 +137,18 @@ TEST_F(HostileFolder, SafetensorsHeaderWithTrailingNul) {
   expect_error([&] { load(); }, ErrorCode::parse, {"model.safetensors", "not valid JSON"});
 }
 
+// config.json with fewer layers than the checkpoint: refused, naming the first tensor past them,
+// instead of running a model cut short.
+TEST_F(HostileFolder, ConfigWithFewerLayersThanTheWeights) {
+  nlohmann::json config = nlohmann::json::parse(read_all(dir / "config.json"));
+  const int64_t layers = config.at("n_layer").get<int64_t>();
+  ASSERT_GE(layers, 2);
+  config["n_layer"] = layers - 1;
+  write_all(dir / "config.json", config.dump());
+  expect_error([&] { load(); }, ErrorCode::parse,
+               {"belongs to layer " + std::to_string(layers - 1), "config.json has " + std::to_string(layers - 1) + " layers"});
+}
+
 TEST_F(HostileFolder, EmptyMergesTxt) {
   write_all(dir / "merges.txt", "#version: 0.2\n");
   expect_error([&] { load(); }, ErrorCode::parse, {"merges.txt", "no merges"});
