@@ -105,10 +105,22 @@ PrependScheme parse_prepend_scheme(const Field& f) {
   f.fail(fmt::format(".prepend_scheme is not \"always\", \"first\" or \"never\" but {}", json_excerpt(json(s))));
 }
 
+// Real tokenizers chain a handful of normalizers, pre-tokenizers and decoders; every step runs over
+// every piece of text, so a file with thousands (flat, or nested Sequences multiplying) is refused.
+constexpr size_t kMaxComponentSteps = 64;
+
+void check_step_count(const Field& f, const char* key, size_t steps) {
+  if (steps > kMaxComponentSteps)
+    f.fail(fmt::format(".{}: more than {} steps in all (Sequences included)", key, kMaxComponentSteps));
+}
+
 void parse_normalizer(const Field& f, std::vector<Normalizer>& out) {
   const std::string type = f.type();
   if (type == "Sequence") {
-    for (size_t i = 0; i < f.array("normalizers").size(); ++i) parse_normalizer(f.item("normalizers", i), out);
+    for (size_t i = 0; i < f.array("normalizers").size(); ++i) {
+      parse_normalizer(f.item("normalizers", i), out);
+      check_step_count(f, "normalizers", out.size());
+    }
   } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     const UnicodeForm form = type == "NFC" ? UnicodeForm::nfc : type == "NFD" ? UnicodeForm::nfd
                              : type == "NFKC" ? UnicodeForm::nfkc : UnicodeForm::nfkd;
@@ -138,7 +150,10 @@ SplitBehavior parse_behavior(const Field& f) {
 void parse_pre_tokenizer(const Field& f, std::vector<PreTokenizerStep>& out) {
   const std::string type = f.type();
   if (type == "Sequence") {
-    for (size_t i = 0; i < f.array("pretokenizers").size(); ++i) parse_pre_tokenizer(f.item("pretokenizers", i), out);
+    for (size_t i = 0; i < f.array("pretokenizers").size(); ++i) {
+      parse_pre_tokenizer(f.item("pretokenizers", i), out);
+      check_step_count(f, "pretokenizers", out.size());
+    }
   } else if (type == "Split") {
     Replacement pattern = parse_pattern(f, "");
     SplitStep step;
@@ -170,7 +185,10 @@ void parse_pre_tokenizer(const Field& f, std::vector<PreTokenizerStep>& out) {
 void parse_decoder(const Field& f, std::vector<Decoder>& out) {
   const std::string type = f.type();
   if (type == "Sequence") {
-    for (size_t i = 0; i < f.array("decoders").size(); ++i) parse_decoder(f.item("decoders", i), out);
+    for (size_t i = 0; i < f.array("decoders").size(); ++i) {
+      parse_decoder(f.item("decoders", i), out);
+      check_step_count(f, "decoders", out.size());
+    }
   } else if (type == "ByteLevel") {
     out.push_back(ByteLevelDecoder{});
   } else if (type == "ByteFallback") {

@@ -154,6 +154,21 @@ TEST_F(HostileFolder, EmptyMergesTxt) {
   expect_error([&] { load(); }, ErrorCode::parse, {"merges.txt", "no merges"});
 }
 
+// A pre-tokenizer Sequence of 10,000 steps (each would run over every piece of text): refused at
+// load, as nesting is; a flat list needs its own bound.
+TEST(HostileTokenizer, PreTokenizerSequenceOf10000Steps) {
+  const fs::path dir = fs::temp_directory_path() / ("ding_hostile_tokenizer." + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(fs::path(DING_TEST_DATA) / "tokenizers" / "llama3-bpe", dir);
+  nlohmann::json t = nlohmann::json::parse(read_all(dir / "tokenizer.json"));
+  nlohmann::json steps = nlohmann::json::array();
+  for (int i = 0; i < 10000; ++i) steps.push_back({{"type", "Digits"}, {"individual_digits", true}});
+  t["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", steps}};
+  write_all(dir / "tokenizer.json", t.dump());
+  expect_error([&] { Tokenizer::from_folder(dir.string()); }, ErrorCode::parse, {"tokenizer.json", "more than 64 steps"});
+  fs::remove_all(dir);
+}
+
 // A safetensors file from a header text and a data section, for the cases a JSON writer cannot
 // produce (a key twice) or a fixture would not hold.
 fs::path write_safetensors(const std::string& name, const std::string& header, size_t data_bytes) {
