@@ -76,9 +76,10 @@ std::string Tokenizer::decode(std::span<const Token> ids, const DecodeOptions& o
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (Token id : ids) {
-    if (id < 0 || size_t(id) >= m.defined.size() || !m.defined[id])
-      throw Error(ErrorCode::invalid_argument,
-                  fmt::format("decode: token id {} is not in the vocabulary (ids 0..{})", id, int64_t(m.defined.size()) - 1));
+    if (id < 0) throw Error(ErrorCode::invalid_argument, fmt::format("decode: token id {} is negative", id));
+    // An id with no token (a hole in the vocabulary, or a row the model pads its embedding with)
+    // decodes to nothing, as transformers' decode skips it: a model may sample one.
+    if (size_t(id) >= m.defined.size() || !m.defined[id]) continue;
     if (options.skip_special && m.special[id]) continue;
     tokens.push_back(m.spelling[id]);
   }

@@ -72,7 +72,8 @@ class Tokenizer {
   std::vector<Token> encode(std::string_view text, const EncodeOptions& options = {}) const;
 
   // Raw bytes, not necessarily valid UTF-8 (a token may end inside a character; see TextStream).
-  // Throws Error(invalid_argument) naming an id that is not in the vocabulary.
+  // Ids with no token (holes, padded embedding rows) decode to nothing, as in transformers;
+  // a negative id throws Error(invalid_argument).
   std::string decode(std::span<const Token> ids, const DecodeOptions& options = {}) const;
   std::string decode(Token id) const;  // alone: a SentencePiece word loses its leading space
 

@@ -447,8 +447,13 @@ TEST(Tokenizer, UnsupportedTokenizerJsonIsNamed) {
   expect_rejected(wrong_type, ErrorCode::parse, {"tokenizer.json"});
 }
 
-TEST(Tokenizer, DecodeRejectsIdsOutsideTheVocabulary) {
-  expect_error([] { gpt2().decode(Token(50257)); }, ErrorCode::invalid_argument, {"decode", "50257"});
+// A model may sample an id the tokenizer has no token for (a padded embedding row, a hole in the
+// vocabulary): tokenizers' decode (what transformers' fast tokenizers run) skips it, and so does
+// ding's, instead of failing mid-generation. A negative id is no token id at all.
+TEST(Tokenizer, DecodeSkipsIdsWithoutATokenAndRejectsNegativeOnes) {
+  EXPECT_EQ(gpt2().decode(Token(50257)), "");
+  const std::vector<Token> with_padding = {15496, 50300, 995}, without = {15496, 995};
+  EXPECT_EQ(gpt2().decode(with_padding), gpt2().decode(without));
   const std::vector<Token> ids = {15496, -1};
   expect_error([&] { gpt2().decode(ids); }, ErrorCode::invalid_argument, {"decode", "-1"});
 }
