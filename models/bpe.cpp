@@ -19,7 +19,11 @@ constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // ▁
 constexpr size_t kMaxCachedWordBytes = 64;
 constexpr size_t kWordCacheCapacity = size_t(1) << 16;
 
-std::string json_quoted(std::string_view s) { return nlohmann::json(std::string(s)).dump(); }
+// Quoted for a message; bytes that are not UTF-8 (a binary merges.txt) become U+FFFD instead of
+// throwing the JSON library's own exception, which would name no file.
+std::string json_quoted(std::string_view s) {
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 }  // namespace
 

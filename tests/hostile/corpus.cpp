@@ -139,6 +139,8 @@ std::vector<Case> cases() {
        run + " --dtype f16", "NaN or infinite"},
       // Tokenizer files.
       {"merges-empty", gpt2, [](const fs::path& d) { write_all(d / "merges.txt", "#version: 0.2\n"); }, run, "no merges"},
+      {"merges-binary", gpt2, [](const fs::path& d) { write_all(d / "merges.txt", "#version: 0.2\n\xff\xfe \xfd\xfc\n"); },
+       run, "merges.txt"},
       // The command line and the prompt.
       {"seed-negative", gpt2, nullptr, run + " --seed -1", "--seed"},
       {"seed-2-to-64", gpt2, nullptr, run + " --seed 18446744073709551616", "--seed"},
