@@ -4,9 +4,15 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <string>
+
+#include "ding/error.h"
 
 namespace ding::tools {
 
@@ -21,6 +27,14 @@ inline CLI::Validator at_least(int64_t least) {
         return value < least ? fmt::format("must be ≥ {}, got {}", least, value) : "";
       },
       fmt::format("INT ≥ {}", least));
+}
+
+// Output that could not be written (a full disk, a closed pipe, > /dev/full) is an error, not a
+// success: flushes stdout (C and C++ streams) and throws Error(io) if any write failed.
+inline void check_stdout_written() {
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw ding::Error(ding::ErrorCode::io, fmt::format("writing the output failed: {}", std::strerror(errno)));
 }
 
 }  // namespace ding::tools

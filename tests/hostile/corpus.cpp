@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "folder_edit.h"
+
 namespace ding::testing::hostile {
 namespace {
 
@@ -19,38 +21,12 @@ const fs::path kData = DING_TEST_DATA;
 const fs::path kGpt2 = kData / "gpt2-fixtures" / "tiny-f32";
 const fs::path kLlama = kData / "llama-fixtures" / "llama-gqa-f32";
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_all(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
-
-std::string nested_array(int depth) { return std::string(size_t(depth), '[') + "1" + std::string(size_t(depth), ']'); }
-
 // config.json as JSON, edited, written back.
 void edit_config(const fs::path& dir, const std::function<void(json&)>& edit) {
   json c = json::parse(read_all(dir / "config.json"));
   edit(c);
   write_all(dir / "config.json", c.dump());
 }
-
-// The safetensors file split into its header text and data section, and put back together.
-struct Safetensors {
-  std::string header, data;
-  explicit Safetensors(const fs::path& path) {
-    const std::string bytes = read_all(path);
-    uint64_t n = 0;
-    std::memcpy(&n, bytes.data(), 8);
-    header = bytes.substr(8, n);
-    data = bytes.substr(8 + n);
-  }
-  void write(const fs::path& path) const {
-    const uint64_t n = header.size();
-    std::string bytes(8, '\0');
-    std::memcpy(bytes.data(), &n, 8);
-    write_all(path, bytes + header + data);
-  }
-};
 
 // Sets every f32 element of `tensor` to `value` in the folder's model.safetensors.
 void fill_tensor(const fs::path& dir, const std::string& tensor, float value) {

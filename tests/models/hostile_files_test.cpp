@@ -18,6 +18,7 @@
 #include "ding/models/model.h"
 #include "ding/models/safetensors.h"
 #include "expect_error.h"
+#include "hostile/folder_edit.h"
 
 namespace ding::testing {
 namespace {
@@ -26,15 +27,10 @@ namespace fs = std::filesystem;
 
 const fs::path kTiny = fs::path(DING_TEST_DATA) / "gpt2-fixtures" / "tiny-f32";
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_all(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
-
-// `depth` nested arrays around a 1: the shape of the deeply nested values that overflowed the
-// stack of recursive parsers, destructors and error messages.
-std::string nested_array(int depth) { return std::string(size_t(depth), '[') + "1" + std::string(size_t(depth), ']'); }
+using hostile::nested_array;
+using hostile::read_all;
+using hostile::Safetensors;
+using hostile::write_all;
 
 class HostileFolder : public ::testing::Test {
  protected:
@@ -101,20 +97,15 @@ TEST_F(HostileFolder, ConfigFieldNested100000Deep) {
 }
 
 TEST_F(HostileFolder, SafetensorsShapeNested100000Deep) {
-  const std::string bytes = read_all(dir / "model.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  Safetensors st(dir / "model.safetensors");
+  const nlohmann::json header = nlohmann::json::parse(st.header);
   const std::string name = header.begin().key() == "__metadata__" ? std::next(header.begin()).key() : header.begin().key();
-  std::string text = header.dump();
+  st.header = header.dump();
   const std::string shape = "\"shape\":" + header[name]["shape"].dump();
-  const size_t at = text.find(shape, text.find("\"" + name + "\""));
+  const size_t at = st.header.find(shape, st.header.find("\"" + name + "\""));
   ASSERT_NE(at, std::string::npos);
-  text.replace(at, shape.size(), "\"shape\":" + nested_array(100000));
-  const uint64_t len = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &len, 8);
-  write_all(dir / "model.safetensors", out + text + bytes.substr(8 + n));
+  st.header.replace(at, shape.size(), "\"shape\":" + nested_array(100000));
+  st.write(dir / "model.safetensors");
   expect_error([&] { load(); }, ErrorCode::parse, {"model.safetensors", "nested deeper than 64"});
 }
 
@@ -125,15 +116,10 @@ TEST_F(HostileFolder, ConfigJsonWithTrailingNulAndGarbage) {
 }
 
 TEST_F(HostileFolder, SafetensorsHeaderWithTrailingNul) {
-  const std::string bytes = read_all(dir / "model.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
   // The header grows by one NUL byte, which the data offsets (relative to the header's end) absorb.
-  const std::string text = bytes.substr(8, n) + std::string(1, '\0');
-  const uint64_t len = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &len, 8);
-  write_all(dir / "model.safetensors", out + text + bytes.substr(8 + n));
+  Safetensors st(dir / "model.safetensors");
+  st.header += std::string(1, '\0');
+  st.write(dir / "model.safetensors");
   expect_error([&] { load(); }, ErrorCode::parse, {"model.safetensors", "not valid JSON"});
 }
 
@@ -173,10 +159,7 @@ TEST(HostileTokenizer, PreTokenizerSequenceOf10000Steps) {
 // produce (a key twice) or a fixture would not hold.
 fs::path write_safetensors(const std::string& name, const std::string& header, size_t data_bytes) {
   const fs::path path = fs::temp_directory_path() / ("ding_hostile_" + name + "." + std::to_string(getpid()) + ".safetensors");
-  const uint64_t len = header.size();
-  std::string bytes(8, '\0');
-  std::memcpy(bytes.data(), &len, 8);
-  write_all(path, bytes + header + std::string(data_bytes, '\0'));
+  Safetensors(header, data_bytes).write(path);
   return path;
 }
 

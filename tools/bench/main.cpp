@@ -215,10 +215,7 @@ int main(int argc, char** argv) {
     const int status = model_cmd->parsed() ? ding::bench::run_model(model)
                        : load_cmd->parsed() ? ding::bench::run_load(load)
                                             : ding::bench::run_ops(ops);
-    // Results that could not be written (a full disk, a closed pipe) are an error, not a success.
-    std::cout.flush();
-    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
-      throw ding::Error(ding::ErrorCode::io, fmt::format("writing the output failed: {}", std::strerror(errno)));
+    ding::tools::check_stdout_written();
     return status;
   } catch (const std::exception& e) {
     std::cerr << "ding-bench: error: " << e.what() << "\n";

@@ -184,14 +184,6 @@ std::string describe(const Sampling& s) {
   return text;
 }
 
-// Output that could not be written (a full disk, a closed pipe, > /dev/full) is an error, found
-// before the summary so that the error is the only line after the text.
-void check_stdout_written() {
-  std::cout.flush();
-  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
-    throw ding::Error(ding::ErrorCode::io, fmt::format("writing the output failed: {}", std::strerror(errno)));
-}
-
 // Normalization may shorten text (NFC composes a jamo triple, 9 bytes, into one 3-byte syllable),
 // so a token covers at most this many times its spelling's bytes of the text as given.
 constexpr size_t kNormalizationShrink = 4;
@@ -307,7 +299,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   std::optional<double> ttft_seconds;
   if (!result.tokens.empty()) ttft_seconds = first_token_at ? *first_token_at - t_generate : generate_seconds;
 
-  if (!o.json) check_stdout_written();
+  if (!o.json) ding::tools::check_stdout_written();  // before the summary: the error is then the only line
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double peak_mib = double(usage.ru_maxrss) / 1024.0;
@@ -356,7 +348,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
                         {"peak_rss_bytes", usage.ru_maxrss * 1024},
                         {"rss_after_load_bytes", rss_after_load}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    check_stdout_written();
+    ding::tools::check_stdout_written();
     return 0;
   }
   if (result.clamped)
