@@ -71,6 +71,7 @@ gpu::MatmulTuning matmul_tuning_from_environment() {
   if (const char* v = std::getenv("DING_GEMM_SPLIT")) t.splits = std::max(0, std::atoi(v));
   if (const char* v = std::getenv("DING_GEMV_CHAINED")) t.gemv_chained = std::string_view(v) != "0";
   if (const char* v = std::getenv("DING_GEMV_PREFETCH")) t.gemv_prefetch = std::string_view(v) != "0";
+  if (const char* v = std::getenv("DING_GEMV_L2")) t.gemv_l2_fetch = std::atoi(v);
   return t;
 }
 

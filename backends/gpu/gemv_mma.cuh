@@ -46,6 +46,12 @@
 // d1/d3 of the mma) and the epilogue combines them where they are. Blocks are dealt runs of
 // outputs instead of rows; the loads, the ring and the sums are as above.
 //
+// L2 fetch size: a lane group copies 64 bytes of a row and the block's 8 warps 512 contiguous
+// bytes of it, so each copy asks L2 to fetch the 128 bytes around it (cp.async ... L2::128B):
+// half as many DRAM requests, each twice as long. On the H100 that took the Llama-8B gate/up
+// product from 79 % to 89 % of copy bandwidth and its decode step from 6.52 to 5.93 ms
+// (docs/PERFORMANCE.md); 256 bytes measured the same or slightly slower.
+//
 // The prologue: weights (and the norm's parameters) are never written by a kernel of the step, so
 // before waiting for the previous kernel (chained launch, vendor.h) each thread fills its ring; the
 // block then stages x (normalize_rows for Normed) while those loads are in flight.
@@ -86,6 +92,7 @@ struct MmaRows {
   size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
   size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
   bool staged_x = true;     // false: x read from global memory (L2) at each unit, staged_bytes 0
+  int l2_fetch = 128;       // bytes L2 fetches around each copy of w: 0 (the copy's own), 128 or 256
 };
 
 // A launch of the core: the row split, the ring depth (units in flight per thread) and the grid.
@@ -199,6 +206,14 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     c.chunk += kMmaWarps, c.k += kMmaWarps * kMmaChunk;
     while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, c.k -= rs.chunks * kMmaChunk, ++c.tile, c.row += rs.tile_cols;
   };
+  auto copy_w = [&](uint32_t dst, const T* src, int bytes) {
+    if (rs.l2_fetch == 128)
+      cp_async_16_fetch<128>(dst, src, bytes);
+    else if (rs.l2_fetch == 256)
+      cp_async_16_fetch<256>(dst, src, bytes);
+    else
+      cp_async_16(dst, src, bytes);
+  };
   // The unit's rows g and g + 8 of the block's run `w`, into slot s: one commit group per unit,
   // empty past the block's last tile so that the group count stays in step with the units.
   auto issue = [&](int s, const Cursor& c, const T* w) {
@@ -207,8 +222,8 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       const bool lo = in && c.row < rows, hi = in && c.row + rs.hi_rows < rows;
       const T* src = w + (c.row * K + c.k);
       // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
-      cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0);
-      cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0);
+      copy_w(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0);
+      copy_w(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0);
     }
     cp_async_commit();
   };
@@ -409,7 +424,8 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   const bool normed = norm.kind != ops::NormKind::none;
   Params a{p, ep, {}, 1, p.K, 0};
   if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
-  const gemv::MmaPlan plan = gemv::mma_plan(s.props(), p, normed, ep.swiglu);
+  gemv::MmaPlan plan = gemv::mma_plan(s.props(), p, normed, ep.swiglu);
+  if (const int fetch = s.matmul_tuning().gemv_l2_fetch; fetch == 0 || fetch == 128 || fetch == 256) plan.rows.l2_fetch = fetch;
   const bool chained = gemv_chained(s);
   const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   auto launch = [&](auto normed_tag, auto depth_tag) {

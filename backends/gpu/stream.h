@@ -34,7 +34,8 @@ struct Props {
 // How the matmul cores choose their kernel, for experiments and as a bypass: the defaults are the
 // production choice. The cuda backend reads DING_GEMM_TMA (1: on), DING_GEMM_WGMMA (0: off),
 // DING_GEMM_TILE (e.g. "64x128"), DING_GEMM_SPLIT (a K split count), DING_GEMV_CHAINED and
-// DING_GEMV_PREFETCH (0: off) once per device (backends/cuda/device.cpp).
+// DING_GEMV_PREFETCH (0: off) and DING_GEMV_L2 (0, 128 or 256) once per device
+// (backends/cuda/device.cpp).
 struct MatmulTuning {
   bool tma = false;            // the sm_90a persistent TMA core where it fits (gemm_tma.h), ahead
                                // of wgmma: off until measured on an H100
@@ -47,6 +48,8 @@ struct MatmulTuning {
   bool gemv_chained = true;    // decode GEMVs as chained launches where the device has them
   bool gemv_prefetch = true;   // and the FMA GEMV's weights asked of L2 before the wait (the
                                // tensor-core GEMV's cp.async ring starts its loads there instead)
+  int gemv_l2_fetch = -1;      // the tensor-core GEMV's L2 fetch size per copy of w, in bytes:
+                               // 0, 128 or 256 (-1: its default, gemv_mma.cuh)
 };
 
 class GpuStream : public Stream {

@@ -1,13 +1,14 @@
-// How a decode GEMV's weights reach shared memory, without the arithmetic: per-thread 16-byte
-// cp.async copies in a ring (what gemv_mma.cuh does) against bulk copies (sm_90 cp.async.bulk, one
-// thread issues whole rows, completion counted on an mbarrier), against a bare grid-stride read.
-// Standalone probe for docs/PERFORMANCE.md (issue 5), not part of the CMake build:
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o bulk_floor tools/bench/bulk_floor.cu && ./bulk_floor
-// Every kernel reads an [N, K] bf16 matrix (K = 1600) dealt to 2 blocks per SM as equal runs of
-// rows, as the GEMV deals them, stages a 1 × K row of x after its first loads are issued (as the
-// GEMV does after its chained-launch wait), and folds every byte into a checksum. Timed cold
-// (rotating through ≥ 200 MB of copies): "alone" is one launch between two events, median of
-// 50; "batch" is 20 launches back to back between two events, per launch.
+// How a decode GEMV's weights reach shared memory or registers, without the arithmetic: per-thread
+// 16-byte cp.async copies in a ring (what gemv_mma.cuh does; with and without an L2 fetch-size
+// hint), per-thread loads straight into registers, bulk copies (sm_90 cp.async.bulk, one thread
+// issues whole rows, completion counted on an mbarrier), against a bare grid-stride read.
+// Standalone probe for docs/PERFORMANCE.md, not part of the CMake build:
+//   nvcc -O3 -arch=sm_90 -std=c++17 -o bulk_floor tools/bench/bulk_floor.cu && ./bulk_floor [NxK ...]
+// Every kernel reads an [N, K] bf16 matrix dealt to blocks as equal runs of rows, as the GEMV deals
+// them, stages a 1 × K row of x after its first loads are issued (as the GEMV does after its
+// chained-launch wait), and folds every byte into a checksum. Timed cold (rotating through ≥ 200 MB
+// of copies): "alone" is one launch between two events, median of 50; "batch" is 20 launches back
+// to back between two events, per launch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,8 +40,21 @@ __device__ inline void stage_x(const uint4* x, uint4* xs, int K) {
   for (int i = threadIdx.x; i < K / 8; i += kThreads) xs[i] = x[i];
 }
 
+template <int Hint>
+__device__ inline void copy16(void* dst, const void* src, int bytes) {
+  if constexpr (Hint == 256)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes) : "memory");
+  else if constexpr (Hint == 128)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes) : "memory");
+}
+
 // ---- per-thread cp.async ring (the GEMV's pattern) ------------------------------------------
-template <int Depth>
+// Hint: the L2 prefetch size the copies ask for (0: none, 128 or 256 bytes): a lane group reads 64
+// bytes of a row, the block's 8 warps 512 contiguous bytes, so a larger L2 fetch turns 8 DRAM
+// requests per row into 2.
+template <int Depth, int Hint = 0>
 __global__ void __launch_bounds__(kThreads, 2) ring_kernel(const uint16_t* w, const uint4* x, int K, Run run, unsigned* sink) {
   extern __shared__ __align__(16) unsigned char sh[];
   uint4* xs = reinterpret_cast<uint4*>(sh);
@@ -55,10 +69,8 @@ __global__ void __launch_bounds__(kThreads, 2) ring_kernel(const uint16_t* w, co
       const int t = u / chunks, c = u % chunks, row = t * kRows + g, k = c * kChunk + q * 8;
       const bool lo = row < rows, hi = row + 8 < rows;
       const uint16_t* src = wb + size_t(row) * K + k;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(ring + s * kThreads + tid)),
-                   "l"(lo ? src : wb), "r"(lo ? 16 : 0) : "memory");
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(ring + (Depth + s) * kThreads + tid)),
-                   "l"(hi ? src + 8 * K : wb), "r"(hi ? 16 : 0) : "memory");
+      copy16<Hint>(ring + s * kThreads + tid, lo ? src : wb, lo ? 16 : 0);
+      copy16<Hint>(ring + (Depth + s) * kThreads + tid, hi ? src + 8 * K : wb, hi ? 16 : 0);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   };
@@ -78,6 +90,60 @@ __global__ void __launch_bounds__(kThreads, 2) ring_kernel(const uint16_t* w, co
     s = s + 1 == Depth ? 0 : s + 1;
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// ---- the GEMV's pattern through registers --------------------------------------------------
+// Each warp takes units w, w + 8, ... as the ring does, but loads U of them straight into
+// registers (16-byte non-caching loads, evict-first) and issues the next U before folding these:
+// 2 · U · 16 bytes per thread in flight without a ring, so as many warps per SM as registers allow.
+template <int Hint>
+__device__ inline uint4 load16(const uint16_t* p) {
+  uint4 v;
+  if constexpr (Hint == 256)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+template <int U, int Hint, int MinBlocks>
+__global__ void __launch_bounds__(kThreads, MinBlocks) reg_kernel(const uint16_t* w, const uint4* x, int K, Run run, unsigned* sink) {
+  extern __shared__ __align__(16) unsigned char sh[];
+  uint4* xs = reinterpret_cast<uint4*>(sh);
+  int r0, rows;
+  run_of(run, r0, rows);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, q = lane % 4;
+  const int chunks = K / kChunk, tiles = (rows + kRows - 1) / kRows, units = tiles * chunks;
+  const uint16_t* wb = w + size_t(r0) * K;
+  auto load = [&](uint4 (&v)[U][2], int u0) {
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int u = u0 + j * kWarps;
+      const int t = u / chunks, c = u - t * chunks, row = t * kRows + g, k = c * kChunk + q * 8;
+      const uint16_t* src = wb + size_t(row) * K + k;
+      v[j][0] = u < units && row < rows ? load16<Hint>(src) : make_uint4(0, 0, 0, 0);
+      v[j][1] = u < units && row + 8 < rows ? load16<Hint>(src + 8 * K) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  uint4 cur[U][2], next[U][2];
+  load(cur, warp);
+  stage_x(x, xs, K);
+  __syncthreads();
+  unsigned acc = 0;
+  for (int u0 = warp; u0 < units; u0 += U * kWarps) {
+    load(next, u0 + U * kWarps);
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const uint4 xv = xs[((u0 + j * kWarps) % chunks) * 4 + q];
+      acc ^= cur[j][0].x ^ cur[j][0].y ^ cur[j][0].z ^ cur[j][0].w ^ cur[j][1].x ^ cur[j][1].y ^ cur[j][1].z ^
+             cur[j][1].w ^ xv.x;
+    }
+#pragma unroll
+    for (int j = 0; j < U; ++j) cur[j][0] = next[j][0], cur[j][1] = next[j][1];
+  }
   if (acc == 0x12345678u) *sink = acc;
 }
 
@@ -200,54 +266,72 @@ void time(const char* what, size_t bytes, int copies, Launch launch) {
               double(bytes) / m1 / 1e6, m2, double(bytes) / m2 / 1e6);
 }
 
-int main() {
+// One shape, N × K: every kernel over copies of the matrix (≥ 200 MB in all, so from DRAM).
+void shape(int N, int K, int sms, unsigned* sink) {
+  uint4* x = nullptr;
+  CHECK(cudaMalloc(&x, size_t(K) * 2));
+  CHECK(cudaMemset(x, 0, size_t(K) * 2));
+  const size_t bytes = size_t(N) * K * 2;
+  const int copies = int(std::max<size_t>(2, 200000000 / bytes + 1));
+  std::vector<uint16_t*> bufs(size_t(copies), nullptr);
+  for (auto& p : bufs) {
+    CHECK(cudaMalloc(&p, bytes));
+    CHECK(cudaMemset(p, 1, bytes));
+  }
+  std::printf("[%d x %d]\n", N, K);
+  auto run_for = [&](int blocks) { return Run{N / blocks, N % blocks}; };
+  const int blocks = 2 * sms;
+  time("bare read", bytes, copies, [&](int c) {
+    read_kernel<<<blocks, kThreads>>>(reinterpret_cast<const uint4*>(bufs[size_t(c)]), bytes / 16, sink);
+  });
+  auto ring = [&](const char* what, auto kernel, int depth) {
+    const int smem = K * 2 + 2 * depth * kThreads * 16;
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    time(what, bytes, copies, [&](int c) { kernel<<<blocks, kThreads, smem>>>(bufs[size_t(c)], x, K, run_for(blocks), sink); });
+  };
+  ring("cp.async ring, depth 12", ring_kernel<12, 0>, 12);
+  ring("ring 12, L2::128B", ring_kernel<12, 128>, 12);
+  ring("ring 12, L2::256B", ring_kernel<12, 256>, 12);
+  ring("cp.async ring, depth 4", ring_kernel<4, 0>, 4);
+  auto reg = [&](const char* what, auto kernel, int per_sm) {
+    const int b = per_sm * sms, smem = K * 2;
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    time(what, bytes, copies, [&](int c) { kernel<<<b, kThreads, smem>>>(bufs[size_t(c)], x, K, run_for(b), sink); });
+  };
+  reg("registers U4, 2/SM", reg_kernel<4, 0, 2>, 2);
+  reg("registers U4, 4/SM", reg_kernel<4, 0, 4>, 4);
+  reg("registers U2, 4/SM", reg_kernel<2, 0, 4>, 4);
+  reg("registers U8, 2/SM", reg_kernel<8, 0, 2>, 2);
+  reg("registers U4, 4/SM, L2::256B", reg_kernel<4, 256, 4>, 4);
+  if (K * 2 + 2 * kRows * (K + 8) * 2 <= 227 * 1024) {
+    const int smem = K * 2 + 2 * kRows * (K + 8) * 2;
+    CHECK(cudaFuncSetAttribute(bulk_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    time("bulk rows, 2 tiles", bytes, copies, [&](int c) {
+      bulk_kernel<2><<<blocks, kThreads, smem>>>(bufs[size_t(c)], x, K, run_for(blocks), sink);
+    });
+  }
+  for (auto& p : bufs) CHECK(cudaFree(p));
+  CHECK(cudaFree(x));
+}
+
+// Shapes as NxK arguments (default: the gpt2-xl layer's and LM head's at K = 1600).
+int main(int argc, char** argv) {
   int sms = 0, optin = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   unsigned* sink = nullptr;
   CHECK(cudaMalloc(&sink, sizeof(unsigned)));
-  const int K = 1600;
-  uint4* x = nullptr;
-  CHECK(cudaMalloc(&x, K * 2));
-  CHECK(cudaMemset(x, 0, K * 2));
-  const int blocks = 2 * sms;
-  for (const int N : {1600, 4800, 6400, 50257}) {
-    const size_t bytes = size_t(N) * K * 2;
-    const int copies = int(std::max<size_t>(2, 200000000 / bytes + 1));
-    std::vector<uint16_t*> bufs(size_t(copies), nullptr);
-    for (auto& p : bufs) {
-      CHECK(cudaMalloc(&p, bytes));
-      CHECK(cudaMemset(p, 1, bytes));
+  std::vector<std::pair<int, int>> shapes;
+  for (int i = 1; i < argc; ++i) {
+    int n = 0, k = 0;
+    if (std::sscanf(argv[i], "%dx%d", &n, &k) != 2 || n <= 0 || k <= 0 || k % kChunk) {
+      std::fprintf(stderr, "bulk_floor: error: shape '%s' is not NxK with K a multiple of %d\n", argv[i], kChunk);
+      return 1;
     }
-    const Run run{N / blocks, N % blocks};
-    time("bare read", bytes, copies, [&](int c) {
-      read_kernel<<<blocks, kThreads>>>(reinterpret_cast<const uint4*>(bufs[size_t(c)]), bytes / 16, sink);
-    });
-    {
-      constexpr int D = 12;
-      const int smem = K * 2 + 2 * D * kThreads * 16;
-      CHECK(cudaFuncSetAttribute(ring_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      time("cp.async ring, depth 12", bytes, copies, [&](int c) {
-        ring_kernel<D><<<blocks, kThreads, smem>>>(bufs[size_t(c)], x, K, run, sink);
-      });
-    }
-    {
-      constexpr int D = 4;
-      const int smem = K * 2 + 2 * D * kThreads * 16;
-      CHECK(cudaFuncSetAttribute(ring_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      time("cp.async ring, depth 4", bytes, copies, [&](int c) {
-        ring_kernel<D><<<blocks, kThreads, smem>>>(bufs[size_t(c)], x, K, run, sink);
-      });
-    }
-    {
-      const int smem = K * 2 + 2 * kRows * (K + 8) * 2;
-      CHECK(cudaFuncSetAttribute(bulk_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      time("bulk rows, 2 tiles", bytes, copies, [&](int c) {
-        bulk_kernel<2><<<blocks, kThreads, smem>>>(bufs[size_t(c)], x, K, run, sink);
-      });
-    }
-    for (auto& p : bufs) CHECK(cudaFree(p));
+    shapes.emplace_back(n, k);
   }
+  if (shapes.empty()) shapes = {{1600, 1600}, {4800, 1600}, {6400, 1600}, {50257, 1600}};
+  for (const auto& [n, k] : shapes) shape(n, k, sms, sink);
   std::printf("optin shared %d B per block, %d SMs\n", optin, sms);
   return 0;
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU-machine run that sweeps the tensor-core GEMV's L2 fetch size (MatmulTuning's
+# DING_GEMV_L2, stream.h) over the Llama shapes' decode products (ding-bench ops at M = 1 and 8) and the 8B and 1B decode steps. Builds
+# first where the build folder is missing (DING_CUDA_ARCH=90 for an H100 only). Logs go to the
+# folder given (default $OUT).
+#   tools/bench/gemv_sweep.sh [out-dir]        SWEEP="0 128 256" SHAPES="llama-3.1-8b …" BATCHES="1 8"
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-${OUT:-gemv-sweep-logs}}
+mkdir -p "$out"
+deps=${DING_DEPS:-$PWD/.deps/usr}
+build=${DING_GPU_BUILD:-build-gpu}
+export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
+    ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} &&
+  cmake --build "$build" --parallel "$(nproc)" --target ding-bench; } >"$out/build.log" 2>&1 ||
+  { tail -40 "$out/build.log"; echo "gemv-sweep: build failed"; exit 1; }
+bench=$build/tools/ding-bench
+status=0
+for l2 in ${SWEEP:-0 128 256}; do
+  log="$out/sweep-l2-$l2.log"
+  export DING_GEMV_L2=$l2
+  echo "== L2 fetch $l2 bytes"
+  "$bench" ops --op matmul --backend cuda --filter 'M1_|M8_' --filter 'K2048|K4096|K8192|K14336' >"$log" 2>&1 || status=1
+  grep -E "^matmul/" "$log" | awk '{printf "  %-62s %s ms %s\n", $1, $2, $NF}'
+  for shape in ${SHAPES:-llama-3.1-8b llama-3.2-1b}; do
+    for batch in ${BATCHES:-1 8}; do
+      "$bench" model --shape "$shape" --backend cuda --dtype bf16 --prompt 256 --new 256 --batch "$batch" 2>&1 |
+        grep -E "^decode|reached" | tr '\n' ' ' | sed "s/^/  $shape b$batch: /"; echo
+    done
+  done
+done
+exit $status

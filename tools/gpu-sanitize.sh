@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# compute-sanitizer over the cuda tests and a ding-run of every model fixture, on a GPU machine
+# with CUDA, CMake and ninja (dependencies as for tools/gpu-check.sh). Each tool's test run is
+# split into gtest shards, one compute-sanitizer process per core; a tool passes when every
+# process reports "ERROR SUMMARY: 0 errors". Logs go to the folder given (default $OUT).
+#   tools/gpu-sanitize.sh [out-dir]      TOOLS="memcheck racecheck synccheck" FILTER='*cuda*'
+# Environment: DING_DEPS, DING_GPU_BUILD, DING_CUDA_ARCH as for tools/gpu-check.sh; SHARDS (default
+# the core count).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-gpu-sanitize-logs}}
+mkdir -p "$out"
+deps=${DING_DEPS:-$PWD/.deps/usr}
+build=${DING_GPU_BUILD:-build-gpu}
+export OMP_NUM_THREADS=1
+export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
+    ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} &&
+  cmake --build "$build" --parallel "$(nproc)"; } >"$out/build.log" 2>&1 ||
+  { tail -40 "$out/build.log"; echo "gpu-sanitize: build failed"; exit 1; }
+shards=${SHARDS:-$(nproc)}
+status=0
+# One line per log: the file and its error summary (or that it has none: the process died).
+summarize() {
+  local failed=0
+  for log in "$@"; do
+    local line
+    line=$(grep -h "ERROR SUMMARY" "$log" | tail -1)
+    [[ $line == *": 0 errors"* ]] || { failed=1; echo "  $(basename "$log"): ${line:-no summary (see the log)}"; }
+  done
+  return $failed
+}
+for tool in ${TOOLS:-memcheck racecheck synccheck}; do
+  extra=()
+  [[ $tool == memcheck ]] && extra=(--leak-check full)
+  start=$SECONDS
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 9 \
+      "$build/tests/ding_tests" --gtest_filter="${FILTER:-*cuda*}" --gtest_brief=1 >"$out/$tool-tests-$i.log" 2>&1 &
+  done
+  wait
+  for fixture in tests/data/*-fixtures/*/; do
+    name=$(basename "$fixture")
+    "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 9 "$build/tools/ding-run" -m "$fixture" --backend cuda \
+      --tokens 1,2,3,4 -n 8 --seed 1 >"$out/$tool-run-$name.log" 2>&1 &
+  done
+  wait
+  if summarize "$out/$tool"-*.log; then
+    passed=$(cat "$out/$tool"-tests-*.log | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s += $1} END {print s + 0}')
+    echo "$tool: 0 errors in ${passed:-0} passed tests ($shards shards) and $(ls "$out/$tool"-run-*.log | wc -l) ding-run fixtures ($((SECONDS - start)) s)"
+  else
+    echo "$tool: errors above"; status=1
+  fi
+  grep -h "^\[  FAILED  \]" "$out/$tool"-tests-*.log | head -10
+done
+exit $status
