@@ -3,9 +3,11 @@
 // capabilities read from the driver. The kernels are the single-source ones of backends/gpu/.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -188,10 +190,44 @@ cudaStream_t CudaDevice::native(Stream& s) {
   return gpu::gpu_stream(s).handle();
 }
 
+namespace {
+
+// The streams alive in the process. Devices live in Device::open's function-static registry,
+// which is destroyed after the CUDA runtime's own exit handler has torn the context down: the
+// streams' scratch blocks, freed then, would be freed into a dead context (compute-sanitizer
+// reports them as leaked). An exit handler registered after the runtime's — at the first
+// stream's creation, so it runs before the runtime's — frees every live stream's scratch first.
+// Never destroyed, so that it outlives every exit handler and static destructor.
+struct LiveStreams {
+  std::mutex mutex;
+  std::vector<CudaStream*> streams;
+};
+LiveStreams& live_streams() {
+  static LiveStreams* live = new LiveStreams;
+  return *live;
+}
+void release_live_scratch() {
+  LiveStreams& live = live_streams();
+  std::lock_guard lock(live.mutex);
+  for (CudaStream* s : live.streams) s->release_scratch();
+}
+
+}  // namespace
+
 CudaStream::CudaStream(CudaDevice& device, int index, const gpu::Props& props)
     : device_(device), props_(props), matmul_tuning_(matmul_tuning_from_environment()) {
   DING_GPU_CHECK(cudaSetDevice(index));
   DING_GPU_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  static std::once_flag exit_handler;
+  std::call_once(exit_handler, [] { std::atexit(release_live_scratch); });
+  LiveStreams& live = live_streams();
+  std::lock_guard lock(live.mutex);
+  live.streams.push_back(this);
+}
+
+void CudaStream::release_scratch() {
+  (void)cudaStreamSynchronize(stream_);
+  for (Scratch& slot : scratch_) slot = Scratch{};
 }
 
 namespace {
@@ -229,6 +265,11 @@ class CudaTimer final : public StreamTimer {
 std::unique_ptr<StreamTimer> CudaStream::make_timer() { return std::make_unique<CudaTimer>(stream_); }
 
 CudaStream::~CudaStream() {
+  {
+    LiveStreams& live = live_streams();
+    std::lock_guard lock(live.mutex);
+    std::erase(live.streams, this);
+  }
   if (cublas_) (void)cublasDestroy(cublas_);
   for (Scratch& slot : scratch_) slot.blocks.clear();
   (void)cudaStreamDestroy(stream_);

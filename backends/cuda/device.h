@@ -26,6 +26,8 @@ class CudaStream final : public gpu::GpuStream {
   gpu::stream_t handle() const override { return stream_; }
   const gpu::Props& props() const override { return props_; }
   void* scratch(size_t bytes, ScratchSlot slot = ScratchSlot::kernel) override;
+  // Frees the scratch blocks once the stream's work is done (they grow again on the next use).
+  void release_scratch();
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
   std::unique_ptr<Graph> end_capture() override;

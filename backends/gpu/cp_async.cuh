@@ -15,16 +15,17 @@ __device__ inline uint32_t smem_address(const void* p) { return static_cast<uint
 __device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
-// The same, asking L2 to fetch the whole `L2Fetch`-byte (128 or 256) piece around src from memory:
-// where neighbouring threads (or this thread's next copies) read the rest of it soon, fewer and
-// larger DRAM requests.
-template <int L2Fetch>
-__device__ inline void cp_async_16_fetch(uint32_t dst, const void* src, int src_bytes) {
-  static_assert(L2Fetch == 128 || L2Fetch == 256);
-  if constexpr (L2Fetch == 128)
+// The same, asking L2 to fetch the whole `l2_fetch`-byte piece (128 or 256; 0: none) around src
+// from memory: where neighbouring threads (or this thread's next copies) read the rest of it soon,
+// fewer and larger DRAM requests. l2_fetch is uniform over the launch, so the branch costs no
+// divergence.
+__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes, int l2_fetch) {
+  if (l2_fetch == 128)
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-  else
+  else if (l2_fetch == 256)
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  else
+    cp_async_16(dst, src, src_bytes);
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.

@@ -206,14 +206,6 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     c.chunk += kMmaWarps, c.k += kMmaWarps * kMmaChunk;
     while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, c.k -= rs.chunks * kMmaChunk, ++c.tile, c.row += rs.tile_cols;
   };
-  auto copy_w = [&](uint32_t dst, const T* src, int bytes) {
-    if (rs.l2_fetch == 128)
-      cp_async_16_fetch<128>(dst, src, bytes);
-    else if (rs.l2_fetch == 256)
-      cp_async_16_fetch<256>(dst, src, bytes);
-    else
-      cp_async_16(dst, src, bytes);
-  };
   // The unit's rows g and g + 8 of the block's run `w`, into slot s: one commit group per unit,
   // empty past the block's last tile so that the group count stays in step with the units.
   auto issue = [&](int s, const Cursor& c, const T* w) {
@@ -222,8 +214,8 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       const bool lo = in && c.row < rows, hi = in && c.row + rs.hi_rows < rows;
       const T* src = w + (c.row * K + c.k);
       // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
-      copy_w(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0);
-      copy_w(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0);
+      cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0, rs.l2_fetch);
+      cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0, rs.l2_fetch);
     }
     cp_async_commit();
   };
