@@ -316,6 +316,20 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, const MatmulTuni
   return best;  // a forced tile or split that no product could use falls back to large, unsplit
 }
 
+// One tile's kernel over the product (and its split, which the caller reduces). Its own template
+// so that each tile's kernels compile in a unit of their own (matmul_cores.h).
+template <class T, class Tl>
+void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split) {
+  const GemmShape product = product_shape(p, ep);
+  const auto kernel = mma::gemm_mma_kernel<T, Tl>;
+  if (Tl::kSmemBytes > 48 * 1024)
+    DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), Tl::kSmemBytes));
+  const dim3 grid(unsigned(ceil_div(p.M, Tl::BM)), unsigned(std::min(ceil_div(product.N, Tl::BN), kMaxGridYZ)),
+                  unsigned(std::min(p.batches * split.splits, kMaxGridYZ)));
+  kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep, split);
+  DING_GPU_CHECK_LAUNCH("gemm_mma_kernel");
+}
+
 template <class T>
 void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   using namespace mma;
@@ -323,28 +337,17 @@ void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   const GemmShape product = product_shape(p, ep);
   const MmaPlan plan = mma_plan(props, product, s.matmul_tuning());
   const SplitK split = make_split(s, product, ceil_div(p.K, kBK), plan.splits);
-
-  auto launch = [&](auto tile) {
-    using Tl = decltype(tile);
-    const auto kernel = gemm_mma_kernel<T, Tl>;
-    if (Tl::kSmemBytes > 48 * 1024)
-      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), Tl::kSmemBytes));
-    const dim3 grid(unsigned(ceil_div(p.M, Tl::BM)), unsigned(std::min(ceil_div(product.N, Tl::BN), kMaxGridYZ)),
-                    unsigned(std::min(p.batches * split.splits, kMaxGridYZ)));
-    kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep, split);
-    DING_GPU_CHECK_LAUNCH("gemm_mma_kernel");
-  };
   switch (plan.tile) {
     case MmaTile::large:
       if (props.shared_per_sm >= 2 * size_t(TileLarge4::kSmemBytes + 1024) &&
           props.shared_per_block_optin >= size_t(TileLarge4::kSmemBytes))
-        launch(TileLarge4{});
+        launch_gemm_mma_tile<T, TileLarge4>(s, p, ep, split);
       else
-        launch(TileLarge3{});
+        launch_gemm_mma_tile<T, TileLarge3>(s, p, ep, split);
       break;
-    case MmaTile::tall: launch(TileTall{}); break;
-    case MmaTile::wide: launch(TileWide{}); break;
-    case MmaTile::small: launch(TileSmall{}); break;
+    case MmaTile::tall: launch_gemm_mma_tile<T, TileTall>(s, p, ep, split); break;
+    case MmaTile::wide: launch_gemm_mma_tile<T, TileWide>(s, p, ep, split); break;
+    case MmaTile::small: launch_gemm_mma_tile<T, TileSmall>(s, p, ep, split); break;
   }
   if (split.splits > 1) launch_gemm_split_reduce(s, p, split, ep);
 }

@@ -10,7 +10,8 @@
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
-// matmul_chain, built on the same cores, is in matmul_chain.cu.
+// matmul_chain, built on the same cores, is in matmul_chain.cu. The cores' kernels are compiled
+// in units of their own (matmul_cores.h), not here.
 #include <type_traits>
 
 #include "check.h"
@@ -25,6 +26,7 @@
 #include "gemv.cuh"
 #include "gemv_mma.cuh"
 #include "kernels.h"
+#include "matmul_cores.h"
 #include "stream.h"
 
 namespace ding::gpu {

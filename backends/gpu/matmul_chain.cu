@@ -19,6 +19,7 @@
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
 #include "kernels.h"
+#include "matmul_cores.h"
 #include "stream.h"
 
 namespace ding::gpu {

@@ -1,0 +1,13 @@
+// launch_gemm_mma (gemm_mma.cuh) for f16 and bf16: one of the matmul cores' units
+// (matmul_cores.h). NVIDIA only; a HIP build compiles it to nothing.
+#include "gemm_mma.cuh"
+#include "matmul_cores.h"
+
+namespace ding::gpu {
+
+#if defined(DING_GPU_NVIDIA)
+template void launch_gemm_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
+template void launch_gemm_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
+#endif
+
+}  // namespace ding::gpu

@@ -1,0 +1,15 @@
+// launch_gemm_simt (gemm_simt.cuh) for f32 x and every w type, w as [N, K] (matmul) and as [K, N]
+// (matmul_chain): one of the matmul cores' units (matmul_cores.h).
+#include "gemm_simt.cuh"
+#include "matmul_cores.h"
+
+namespace ding::gpu {
+
+template void launch_gemm_simt<float, float, false>(GpuStream&, const GemmShape&, const Epilogue&);
+template void launch_gemm_simt<float, ding::f16, false>(GpuStream&, const GemmShape&, const Epilogue&);
+template void launch_gemm_simt<float, ding::bf16, false>(GpuStream&, const GemmShape&, const Epilogue&);
+template void launch_gemm_simt<float, float, true>(GpuStream&, const GemmShape&, const Epilogue&);
+template void launch_gemm_simt<float, ding::f16, true>(GpuStream&, const GemmShape&, const Epilogue&);
+template void launch_gemm_simt<float, ding::bf16, true>(GpuStream&, const GemmShape&, const Epilogue&);
+
+}  // namespace ding::gpu

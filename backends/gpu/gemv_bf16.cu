@@ -1,0 +1,11 @@
+// launch_gemv (gemv.cuh) for bf16 x and every w type: one of the matmul cores' units (matmul_cores.h).
+#include "gemv.cuh"
+#include "matmul_cores.h"
+
+namespace ding::gpu {
+
+template void launch_gemv<ding::bf16, float>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+template void launch_gemv<ding::bf16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+template void launch_gemv<ding::bf16, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+
+}  // namespace ding::gpu

@@ -1,0 +1,13 @@
+// launch_gemv_mma (gemv_mma.cuh) for f16 and bf16: one of the matmul cores' units
+// (matmul_cores.h). NVIDIA only; a HIP build compiles it to nothing.
+#include "gemv_mma.cuh"
+#include "matmul_cores.h"
+
+namespace ding::gpu {
+
+#if defined(DING_GPU_NVIDIA)
+template void launch_gemv_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+template void launch_gemv_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+#endif
+
+}  // namespace ding::gpu

@@ -1,0 +1,62 @@
+// The matmul cores' launches (gemv.cuh, gemv_mma.cuh, gemm_mma.cuh, gemm_simt.cuh), each
+// instantiated once for every element type it takes, in its own translation unit:
+//   gemv_f32.cu, gemv_f16.cu, gemv_bf16.cu             launch_gemv, by x's type
+//   gemv_mma.cu, gemm_mma.cu                           the tensor-core cores (NVIDIA); gemm_mma.cu
+//                                                      plans, the kernels of each tile are in
+//   gemm_mma_large4.cu, _large3, _tall, _wide, _small   launch_gemm_mma_tile
+//   gemm_simt_f32.cu, gemm_simt_f16.cu, gemm_simt_bf16.cu  launch_gemm_simt, by x's type
+// matmul.cu and matmul_chain.cu include this after the cores' headers, so they compile none of
+// the kernels themselves: the units build in parallel, and none is the whole of matmul's code.
+#pragma once
+#include "ding/ops/matmul.h"
+#include "gemm.cuh"
+#include "gemm_mma.cuh"
+#include "stream.h"
+
+namespace ding::gpu {
+
+template <class X, class W>
+void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
+template <class T>
+void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
+template <class T>
+void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep);
+template <class T, class Tl>
+void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split);
+template <class X, class W, bool WKn>
+void launch_gemm_simt(GpuStream& s, const GemmShape& p, const Epilogue& ep);
+
+#define DING_GEMV(X, W) \
+  extern template void launch_gemv<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+#define DING_GEMM_SIMT(X, W)                                                                     \
+  extern template void launch_gemm_simt<X, W, false>(GpuStream&, const GemmShape&, const Epilogue&); \
+  extern template void launch_gemm_simt<X, W, true>(GpuStream&, const GemmShape&, const Epilogue&);
+#define DING_FOR_W(CORE, X) CORE(X, float) CORE(X, ding::f16) CORE(X, ding::bf16)
+DING_FOR_W(DING_GEMV, float)
+DING_FOR_W(DING_GEMV, ding::f16)
+DING_FOR_W(DING_GEMV, ding::bf16)
+DING_FOR_W(DING_GEMM_SIMT, float)
+DING_FOR_W(DING_GEMM_SIMT, ding::f16)
+DING_FOR_W(DING_GEMM_SIMT, ding::bf16)
+#undef DING_FOR_W
+#undef DING_GEMM_SIMT
+#undef DING_GEMV
+#if defined(DING_GPU_NVIDIA)
+extern template void launch_gemv_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+extern template void launch_gemv_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+extern template void launch_gemm_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
+extern template void launch_gemm_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
+#define DING_GEMM_MMA_TILE(Tl)                                                                                   \
+  extern template void launch_gemm_mma_tile<ding::f16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&,  \
+                                                                 const SplitK&);                                \
+  extern template void launch_gemm_mma_tile<ding::bf16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&, \
+                                                                  const SplitK&);
+DING_GEMM_MMA_TILE(TileLarge4)
+DING_GEMM_MMA_TILE(TileLarge3)
+DING_GEMM_MMA_TILE(TileTall)
+DING_GEMM_MMA_TILE(TileWide)
+DING_GEMM_MMA_TILE(TileSmall)
+#undef DING_GEMM_MMA_TILE
+#endif
+
+}  // namespace ding::gpu
