@@ -320,7 +320,8 @@ bool Upload::run_task(const Task& task, char* out, size_t out_begin, Refusal& re
   if (!s.transposed) {
     const int64_t n = task.end - task.begin;
     const char* src = stored + size_t(task.begin) * stored_size;
-    if (weight_convert(out + (s.offset + size_t(task.begin) * dtype_size_ - out_begin), options_.dtype, src, t.dtype, n))
+    if (weight_convert(out + (s.offset + size_t(task.begin) * dtype_size_ - out_begin), options_.dtype, src, t.dtype, n) ||
+        !options_.check_values)
       return true;
     refusal = {s.plan, s.part, task.begin + weight_first_refused(src, t.dtype, options_.dtype, n, 1, n)};
     return false;
@@ -330,7 +331,8 @@ bool Upload::run_task(const Task& task, char* out, size_t out_begin, Refusal& re
   const int64_t rows = task.end - task.begin, cols = task.col_end - task.col_begin;
   const int64_t corner = task.col_begin * N + task.begin;  // stored element at the block's corner
   char* dst = out + (s.offset + size_t(task.begin * K + task.col_begin) * dtype_size_ - out_begin);
-  if (weight_convert_transposed(dst, options_.dtype, K, stored + size_t(corner) * stored_size, t.dtype, N, rows, cols))
+  if (weight_convert_transposed(dst, options_.dtype, K, stored + size_t(corner) * stored_size, t.dtype, N, rows, cols) ||
+      !options_.check_values)
     return true;
   refusal = {s.plan, s.part,
              corner + weight_first_refused(stored + size_t(corner) * stored_size, t.dtype, options_.dtype, N, cols, rows)};

@@ -281,6 +281,28 @@ TEST_P(WeightUpload, NanAndInfAreErrorsNamingTensorFileAndElement) {
       }
 }
 
+// check_values = false (a trusted folder): NaN loads as NaN and a value beyond the compute dtype
+// as +Inf, where the default refuses both.
+TEST_P(WeightUpload, UncheckedValuesLoadAsTheyConvert) {
+  for (bool transpose : {false, true}) {
+    std::vector<Stored> tensors = {{"w", DType::f32, {16, 24}, std::vector<uint8_t>(16 * 24 * 4)}};
+    store_element(tensors[0].bytes.data(), DType::f32, 5, NAN);
+    store_element(tensors[0].bytes.data(), DType::f32, 30, 1e6);
+    const WeightFiles& f = files(tensors);
+    Tensor t;
+    std::vector<WeightPlan> plans = {{"w", transpose ? std::vector<int64_t>{24, 16} : std::vector<int64_t>{16, 24},
+                                      {{&f.get("w"), transpose}}, WeightInit::stored, 0.02f, &t}};
+    Buffer arena;
+    expect_error([&] { upload_weights(device(), plans, arena, {.dtype = DType::f16}); }, ErrorCode::parse, {"'w'", "NaN"});
+    upload_weights(device(), plans, arena, {.dtype = DType::f16, .check_values = false});
+    const std::vector<uint8_t> back = read_back(device(), t);
+    // Stored elements 5 = [0, 5] and 30 = [1, 6]; transposed, they sit at [5, 0] and [6, 1] of [24, 16].
+    EXPECT_TRUE(std::isnan(load_element(back.data(), DType::f16, transpose ? 5 * 16 : 5)));
+    EXPECT_EQ(load_element(back.data(), DType::f16, transpose ? 6 * 16 + 1 : 30), INFINITY);
+    EXPECT_EQ(load_element(back.data(), DType::f16, transpose ? 1 : 1), 0.0);
+  }
+}
+
 // Finite values that round past the compute dtype's largest finite value: f32 → f16 and
 // bf16 → f16 above 65519.99…, f32 → bf16 near FLT_MAX. The largest values that do fit pass.
 TEST_P(WeightUpload, ValuesBeyondTheComputeDtypeAreErrors) {
