@@ -95,7 +95,8 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   const WeightFiles files = WeightFiles::open_folder(dir);
   refuse_layers_past_the_config(files, m.config_, dir);
   std::vector<WeightPlan> plans = m.family_->weight_plans(m.config_, &files, m.weights_);
-  upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .progress = options.progress});
+  upload_weights(device, plans, m.arena_,
+                 {.dtype = m.dtype_, .progress = options.progress, .check_values = options.check_weights});
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;

@@ -22,6 +22,10 @@ struct LoadOptions {
   std::optional<DType> dtype;
   // Called as weights are converted and uploaded, with bytes done and bytes in all.
   std::function<void(size_t done, size_t total)> progress;
+  // False: the stored weights are not checked for NaN, ±Inf and values beyond the compute dtype
+  // (UploadOptions::check_values), for a folder that is trusted. A non-finite weight then shows
+  // only as non-finite logits, which the Sampler refuses.
+  bool check_weights = true;
 };
 
 struct ModelWeights {

@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csetjmp>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +42,22 @@ bool parse_dtype(const std::string& name, DType& out) {
 // The largest header we accept; real ones are kilobytes to a few megabytes.
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 
+// `bytes` bytes at `offset` of the open file, read (not mapped: a read past a shrunk file's end
+// is a short count here, where through a mapping it would be SIGBUS).
+std::string read_exactly(int fd, const std::string& path, uint64_t offset, size_t bytes) {
+  std::string out(bytes, '\0');
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd, out.data() + done, bytes - done, off_t(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(ErrorCode::io, n == 0 ? fmt::format("safetensors {}: shrank while its header was being read", path)
+                                        : fmt::format("safetensors {}: read failed: {}", path, std::strerror(errno)));
+    done += size_t(n);
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t StoredTensor::numel() const {
@@ -59,33 +78,31 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   regular_file_size(path);  // before open(): a FIFO would block it
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(ErrorCode::io, fmt::format("safetensors {}: cannot open: {}", path, std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(ErrorCode::io, fmt::format("safetensors {}: not a regular file", path));
-  }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(ErrorCode::io, fmt::format("safetensors {}: not a regular file", path));
   f->size_ = size_t(st.st_size);
-  if (f->size_ < 8) {
-    ::close(fd);
-    bad_file(path, fmt::format("truncated: {} bytes, shorter than the 8-byte header length", f->size_));
-  }
+  if (f->size_ < 8) bad_file(path, fmt::format("truncated: {} bytes, shorter than the 8-byte header length", f->size_));
+  const std::string length = read_exactly(fd, path, 0, 8);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | uint8_t(length[size_t(i)]);  // little-endian on any host
+  if (header_len > f->size_ - 8)
+    bad_file(path, fmt::format("header length {} runs past the end of the {}-byte file", header_len, f->size_));
+  if (header_len > kMaxHeaderBytes) bad_file(path, fmt::format("header length {} exceeds the 100 MiB limit", header_len));
+  const std::string header = read_exactly(fd, path, 8, size_t(header_len));
+  // Only tensor data is read through the mapping, and only through mapped_read.
   f->map_ = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
   if (f->map_ == MAP_FAILED) {
     f->map_ = nullptr;
     throw Error(ErrorCode::io, fmt::format("safetensors {}: cannot map {} bytes: {}", path, f->size_, std::strerror(errno)));
   }
-  const auto* bytes = static_cast<const uint8_t*>(f->map_);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian on any host
-  if (header_len > f->size_ - 8)
-    bad_file(path, fmt::format("header length {} runs past the end of the {}-byte file", header_len, f->size_));
-  if (header_len > kMaxHeaderBytes) bad_file(path, fmt::format("header length {} exceeds the 100 MiB limit", header_len));
-  const char* header = reinterpret_cast<const char*>(bytes + 8);
-  const uint8_t* data = bytes + 8 + header_len;
+  const uint8_t* data = static_cast<const uint8_t*>(f->map_) + 8 + header_len;
   const size_t data_size = f->size_ - 8 - size_t(header_len);
 
-  const nlohmann::json j = parse_json(std::string_view(header, size_t(header_len)), path + " (header)", true);
+  const nlohmann::json j = parse_json(header, path + " (header)", true);
   if (!j.is_object()) bad_file(path, "header is not a JSON object");
 
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // for the overlap check
@@ -99,6 +116,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     StoredTensor t;
     t.name = name;
     t.file = path;
+    t.file_bytes = f->size_;
     const auto& dtype = field("dtype");
     if (!dtype.is_string() || !parse_dtype(dtype.get<std::string>(), t.dtype))
       bad_file(path, fmt::format("tensor '{}' has unsupported dtype {}", name, json_excerpt(dtype)));
@@ -172,6 +190,77 @@ void mapped_release(const void* data, size_t bytes) {
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page_size() - 1) / page_size() * page_size();
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page_size() * page_size();
   if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+namespace {
+
+// The read a thread is in: its range of mapped bytes and where to resume should a read fault.
+struct ReadGuard {
+  sigjmp_buf resume;
+  uintptr_t begin, end;
+};
+thread_local ReadGuard* t_read_guard = nullptr;
+struct sigaction g_previous_sigbus {};  // zero: SIG_DFL, until install_sigbus_handler fills it
+
+void on_sigbus(int signal, siginfo_t* info, void* context) {
+  const ReadGuard* guard = t_read_guard;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (guard != nullptr && info->si_code > 0 && at >= guard->begin && at < guard->end) siglongjmp(t_read_guard->resume, 1);
+  // Not a read of ours: what would have happened without this handler.
+  if (g_previous_sigbus.sa_flags & SA_SIGINFO) {
+    g_previous_sigbus.sa_sigaction(signal, info, context);
+  } else if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN) {
+    g_previous_sigbus.sa_handler(signal);
+  } else {
+    // A fault's access runs again on return and now kills; a signal sent by kill() is sent again.
+    ::signal(SIGBUS, SIG_DFL);
+    if (info->si_code <= 0) ::raise(SIGBUS);
+  }
+}
+
+// Once per process, on the first mapped read. A handler installed later by the application
+// replaces this one; its reads of mappings then fault as before, nothing worse.
+void install_sigbus_handler() {
+  static const bool installed = [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_sigbus;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGBUS, &action, &g_previous_sigbus) != 0)
+      throw Error(ErrorCode::internal, fmt::format("cannot install the SIGBUS handler: {}", std::strerror(errno)));
+    return true;
+  }();
+  (void)installed;
+}
+
+}  // namespace
+
+bool mapped_read_impl(const void* data, size_t bytes, void (*read)(void*), void* context) {
+  install_sigbus_handler();
+  ReadGuard guard;
+  guard.begin = reinterpret_cast<uintptr_t>(data);
+  guard.end = guard.begin + bytes;
+  ReadGuard* const outer = t_read_guard;  // mapped_read inside read(): the inner range holds until it returns
+  // The saved signal mask is what unblocks SIGBUS again after a jump out of the handler.
+  if (sigsetjmp(guard.resume, 1) != 0) {
+    t_read_guard = outer;
+    return false;
+  }
+  t_read_guard = &guard;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  read(context);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_read_guard = outer;
+  return true;
+}
+
+void throw_mapped_read_failed(const StoredTensor& t) {
+  struct stat st {};
+  const std::string now = ::stat(t.file.c_str(), &st) == 0 ? fmt::format("is now {} bytes", st.st_size)
+                                                            : fmt::format("cannot be found now ({})", std::strerror(errno));
+  throw Error(ErrorCode::io, fmt::format("safetensors {}: tensor '{}' {} could not be read from the mapped file: it held {} "
+                                         "bytes when opened and {} (truncated or rewritten by another process while loading)",
+                                         t.file, t.name, t.shape_str(), t.file_bytes, now));
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -3,6 +3,7 @@
 // Every header field is checked against the file before any byte is used: offsets inside the
 // data section, size = dtype size × shape, no two tensors overlapping.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,9 +18,10 @@ struct StoredTensor {
   std::string name;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
-  const void* data = nullptr;  // inside the mapping; valid while the file is open
+  const void* data = nullptr;  // inside the mapping; valid while the file is open (read it through mapped_read)
   size_t bytes = 0;
   std::string file;            // for error messages
+  size_t file_bytes = 0;       // the file's size when it was mapped
 
   int64_t numel() const;
   std::string shape_str() const;  // "[768, 2304] bf16"
@@ -32,6 +34,29 @@ struct StoredTensor {
 // converted (the page cache keeps them: reading the range again maps them again).
 void mapped_will_need(const void* data, size_t bytes);
 void mapped_release(const void* data, size_t bytes);
+
+// Reading a mapping safely. A page of a mapping past the end of its file cannot be read: the
+// access raises SIGBUS, which kills the process. That happens when another process truncates or
+// shrinks a weights file while it is mapped (a download restarted, a checkpoint rewritten in
+// place). mapped_read(data, bytes, read) calls read(), which reads mapped bytes inside
+// [data, data + bytes), and returns true; should one of those reads fault, read() is abandoned
+// where it stood and mapped_read returns false instead. Safe on any thread, OpenMP workers
+// included: the fault is caught on the thread that made it.
+//
+// read() is left by siglongjmp, so it must hold nothing that needs destroying or releasing (no
+// std::string, vector, lock) and may have written part of its output. A SIGBUS from anywhere
+// else (another address, another thread, kill) goes to the handler that was installed before
+// the first mapped_read, or kills the process as it would have.
+bool mapped_read_impl(const void* data, size_t bytes, void (*read)(void*), void* context);
+template <class F>
+bool mapped_read(const void* data, size_t bytes, F&& read) {
+  auto* f = &read;
+  return mapped_read_impl(data, bytes, [](void* p) { (*static_cast<decltype(f)>(p))(); },
+                          const_cast<void*>(static_cast<const void*>(f)));
+}
+// The error for a tensor whose bytes mapped_read could not read: Error(io) naming the file, the
+// tensor, its byte range and the file's size then and now.
+[[noreturn]] void throw_mapped_read_failed(const StoredTensor& t);
 
 // One mapped .safetensors file.
 class SafetensorsFile {

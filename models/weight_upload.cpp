@@ -81,7 +81,7 @@ struct Task {
 };
 
 // A value that did not convert: its plan, part and offset in the stored tensor (the element's
-// index, for a generated weight).
+// index, for a generated weight); offset -1: the part's bytes could not be read (mapped_read).
 struct Refusal {
   size_t plan = SIZE_MAX;
   int part = 0;
@@ -320,7 +320,8 @@ bool Upload::run_task(const Task& task, char* out, size_t out_begin, Refusal& re
   if (!s.transposed) {
     const int64_t n = task.end - task.begin;
     const char* src = stored + size_t(task.begin) * stored_size;
-    if (weight_convert(out + (s.offset + size_t(task.begin) * dtype_size_ - out_begin), options_.dtype, src, t.dtype, n))
+    if (weight_convert(out + (s.offset + size_t(task.begin) * dtype_size_ - out_begin), options_.dtype, src, t.dtype, n) ||
+        !options_.check_values)
       return true;
     refusal = {s.plan, s.part, task.begin + weight_first_refused(src, t.dtype, options_.dtype, n, 1, n)};
     return false;
@@ -330,7 +331,8 @@ bool Upload::run_task(const Task& task, char* out, size_t out_begin, Refusal& re
   const int64_t rows = task.end - task.begin, cols = task.col_end - task.col_begin;
   const int64_t corner = task.col_begin * N + task.begin;  // stored element at the block's corner
   char* dst = out + (s.offset + size_t(task.begin * K + task.col_begin) * dtype_size_ - out_begin);
-  if (weight_convert_transposed(dst, options_.dtype, K, stored + size_t(corner) * stored_size, t.dtype, N, rows, cols))
+  if (weight_convert_transposed(dst, options_.dtype, K, stored + size_t(corner) * stored_size, t.dtype, N, rows, cols) ||
+      !options_.check_values)
     return true;
   refusal = {s.plan, s.part,
              corner + weight_first_refused(stored + size_t(corner) * stored_size, t.dtype, options_.dtype, N, cols, rows)};
@@ -342,8 +344,18 @@ void Upload::convert(const Chunk& chunk, char* out) const {
   Refusal first;
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < tasks.size(); ++i) {
+    const Segment& s = *tasks[i].piece->segment;
     Refusal r;
-    if (!run_task(tasks[i], out, chunk.begin, r)) {
+    bool ok = false;
+    if (s.part < 0) {
+      ok = run_task(tasks[i], out, chunk.begin, r);
+    } else {
+      // A file shrunk under its mapping faults here, on whichever thread reads the lost pages.
+      const StoredTensor& t = *plans_[s.plan].parts[size_t(s.part)].tensor;
+      if (!mapped_read(t.data, t.bytes, [&] { ok = run_task(tasks[i], out, chunk.begin, r); }))
+        r = {s.plan, s.part, -1};
+    }
+    if (!ok) {
 #pragma omp critical(ding_weight_refusal)
       first = std::min(first, r);
     }
@@ -361,7 +373,9 @@ void Upload::throw_refused(const Refusal& r) const {
                             plan.name, shape_text(plan.shape), plan.normal_std, dtype_name(d), largest,
                             index_text(plan.shape, r.offset)));
   const StoredTensor& t = *plan.parts[size_t(r.part)].tensor;
-  const double v = load_element(t.data, t.dtype, r.offset);
+  double v = 0;
+  if (r.offset < 0 || !mapped_read(t.data, t.bytes, [&] { v = load_element(t.data, t.dtype, r.offset); }))
+    throw_mapped_read_failed(t);
   const std::string value = std::isnan(v)   ? "NaN"
                             : std::isinf(v) ? (v > 0 ? "+Inf" : "-Inf")
                                             : fmt::format("{}, beyond {}'s largest finite value {}", v, dtype_name(d), largest);

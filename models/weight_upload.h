@@ -43,6 +43,10 @@ struct UploadOptions {
   // while the next one is converted. Devices with host memory are written in place (no copy).
   // Tests make it tiny so that chunks split weights at odd places.
   size_t chunk_bytes = size_t(32) << 20;
+  // False: stored values are not checked. NaN and ±Inf load as they are and a value beyond the
+  // compute dtype becomes ±Inf, for a folder that is trusted (the check shares the conversion's
+  // pass over the data, so skipping it saves little). Generated weights are always checked.
+  bool check_values = true;
 };
 
 struct UploadStats {
@@ -57,10 +61,12 @@ struct UploadStats {
 // parts), Error(parse) naming the tensor and its file for a stored part whose dtype is not a float
 // or whose shape does not concatenate to plan.shape. While converting, throws Error(parse) naming
 // the tensor, its file and the element when a stored value is NaN or ±Inf or a finite value
-// overflows the compute dtype (an f32 weight beyond f16's range); and Error(out_of_memory) from
-// the device when the arena does not fit. On any error `arena` and the targets are left as they
-// were. Stored pages already converted are released from the process (madvise), so after a GPU
-// upload the host holds little of the file.
+// overflows the compute dtype (an f32 weight beyond f16's range), unless options.check_values is
+// false; Error(io) naming the tensor and its file when its bytes can no longer be read (the file
+// was truncated after it was mapped); and Error(out_of_memory) from the device when the arena does
+// not fit. On any error `arena` and the targets are left as they were. Stored pages already
+// converted are released from the process (madvise), so after a GPU upload the host holds little
+// of the file.
 UploadStats upload_weights(Device& device, std::span<WeightPlan> plans, Buffer& arena, const UploadOptions& options);
 
 }  // namespace ding

@@ -5,6 +5,7 @@
 // generated weights are N(0, σ²), ones or zeros, reproducible for a seed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -280,6 +281,28 @@ TEST_P(WeightUpload, NanAndInfAreErrorsNamingTensorFileAndElement) {
       }
 }
 
+// check_values = false (a trusted folder): NaN loads as NaN and a value beyond the compute dtype
+// as +Inf, where the default refuses both.
+TEST_P(WeightUpload, UncheckedValuesLoadAsTheyConvert) {
+  for (bool transpose : {false, true}) {
+    std::vector<Stored> tensors = {{"w", DType::f32, {16, 24}, std::vector<uint8_t>(16 * 24 * 4)}};
+    store_element(tensors[0].bytes.data(), DType::f32, 5, NAN);
+    store_element(tensors[0].bytes.data(), DType::f32, 30, 1e6);
+    const WeightFiles& f = files(tensors);
+    Tensor t;
+    std::vector<WeightPlan> plans = {{"w", transpose ? std::vector<int64_t>{24, 16} : std::vector<int64_t>{16, 24},
+                                      {{&f.get("w"), transpose}}, WeightInit::stored, 0.02f, &t}};
+    Buffer arena;
+    expect_error([&] { upload_weights(device(), plans, arena, {.dtype = DType::f16}); }, ErrorCode::parse, {"'w'", "NaN"});
+    upload_weights(device(), plans, arena, {.dtype = DType::f16, .check_values = false});
+    const std::vector<uint8_t> back = read_back(device(), t);
+    // Stored elements 5 = [0, 5] and 30 = [1, 6]; transposed, they sit at [5, 0] and [6, 1] of [24, 16].
+    EXPECT_TRUE(std::isnan(load_element(back.data(), DType::f16, transpose ? 5 * 16 : 5)));
+    EXPECT_EQ(load_element(back.data(), DType::f16, transpose ? 6 * 16 + 1 : 30), INFINITY);
+    EXPECT_EQ(load_element(back.data(), DType::f16, transpose ? 1 : 1), 0.0);
+  }
+}
+
 // Finite values that round past the compute dtype's largest finite value: f32 → f16 and
 // bf16 → f16 above 65519.99…, f32 → bf16 near FLT_MAX. The largest values that do fit pass.
 TEST_P(WeightUpload, ValuesBeyondTheComputeDtypeAreErrors) {
@@ -309,6 +332,55 @@ TEST_P(WeightUpload, ValuesBeyondTheComputeDtypeAreErrors) {
     expect_error([&] { upload_weights(device(), plans, arena, {.dtype = c.dtype}); }, ErrorCode::parse,
                  {file(), "'big'", "[2, 4]", fmt::format("beyond {}", dtype_name(c.dtype))});
   }
+}
+
+// A weights file truncated by another process after it was mapped: the pages past its new end
+// fault (SIGBUS) when read. Truncated before the upload, and midway (from the progress callback,
+// after the first chunk), with the faults on every converting thread at once: an error naming the
+// file and the tensor, the arena and targets untouched, and the process alive.
+TEST_P(WeightUpload, AFileTruncatedWhileMappedIsAnErrorNamingIt) {
+  const std::vector<int64_t> shape = {512, 1024};  // 2 MiB of f32: several conversion tasks
+  for (bool midway : {false, true})
+    for (bool transpose : {false, true}) {
+      SCOPED_TRACE(fmt::format("{}{}", midway ? "truncated midway" : "truncated before", transpose ? ", transposed" : ""));
+      const std::vector<Stored> tensors = {{"first", DType::f32, {1024}, std::vector<uint8_t>(4096)},
+                                           {"layer.w", DType::f32, shape, std::vector<uint8_t>(size_t(numel(shape)) * 4)}};
+      const WeightFiles& f = files(tensors);
+      const uintmax_t data_start = fs::file_size(file()) - 4096 - size_t(numel(shape)) * 4;
+      Tensor first, w;
+      std::vector<WeightPlan> plans = {{"first", {1024}, {{&f.get("first")}}, WeightInit::stored, 0.02f, &first},
+                                       {"w", transpose ? std::vector<int64_t>{1024, 512} : shape,
+                                        {{&f.get("layer.w"), transpose}}, WeightInit::stored, 0.02f, &w}};
+      UploadOptions options{.dtype = DType::f16, .chunk_bytes = 8192};
+      if (midway) options.progress = [&](size_t, size_t) { fs::resize_file(file(), data_start + 4096); };
+      else fs::resize_file(file(), data_start + 4096);
+      Buffer arena;
+      expect_error([&] { upload_weights(device(), plans, arena, options); }, ErrorCode::io,
+                   {file(), "'layer.w'", fmt::format("held {} bytes", data_start + 4096 + size_t(numel(shape)) * 4),
+                    fmt::format("now {} bytes", data_start + 4096)});
+      EXPECT_EQ(arena.data(), nullptr);
+      EXPECT_FALSE(w.defined());
+    }
+}
+
+// The handler behind mapped_read catches only the reads it guards: a read of a truncated mapping
+// outside mapped_read still ends the process (by SIGBUS, or a sanitizer's report of it).
+TEST(MappedRead, AnUnguardedFaultStillEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path path = fs::temp_directory_path() / fmt::format("ding_mapped_read_{}.safetensors", getpid());
+  write_safetensors(path, {{"w", DType::f32, {4096}, std::vector<uint8_t>(16384)}});
+  const std::unique_ptr<SafetensorsFile> f = SafetensorsFile::open(path.string());
+  const StoredTensor& t = f->tensors().at("w");
+  fs::resize_file(path, 8);
+  const volatile char* last = static_cast<const char*>(t.data) + t.bytes - 1;
+  EXPECT_FALSE(mapped_read(t.data, t.bytes, [&] { (void)*last; }));
+  EXPECT_EXIT(
+      {
+        (void)*last;
+        std::_Exit(0);
+      },
+      [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }, "");
+  fs::remove(path);
 }
 
 // The limits convert.h states, against dtype.h's scalar conversions.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -193,11 +194,9 @@ TEST(DingRun, HostileInputsFailCleanly) {
   expect_clean_failure(ding_run(tiny + " -p hi > /dev/full"), "writing the output failed");
 }
 
-// Finite weights whose activations overflow f16 (an MLP bias of 60000: its GELU sums past 65504
-// in the residual stream): the step's logits are NaN, and ding-run stops with an error instead
-// of sampling a token from them.
-TEST(DingRun, NonFiniteLogitsAreAnErrorNotAToken) {
-  const fs::path dir = copy_of_tiny("overflow", {});
+// A copy of the tiny fixture whose first MLP bias (f32) holds `value` in every element.
+fs::path tiny_with_mlp_bias(const std::string& name, float value) {
+  const fs::path dir = copy_of_tiny(name, {});
   const fs::path weights = dir / "model.safetensors";
   std::string bytes;
   {
@@ -208,14 +207,35 @@ TEST(DingRun, NonFiniteLogitsAreAnErrorNotAToken) {
   std::memcpy(&n, bytes.data(), 8);
   const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
   const auto& bias = header.at("transformer.h.0.mlp.c_fc.bias");
-  ASSERT_EQ(bias.at("dtype"), "F32");
-  const float big = 60000.0f;
+  EXPECT_EQ(bias.at("dtype"), "F32");
   for (uint64_t at = bias.at("data_offsets")[0]; at < bias.at("data_offsets")[1].get<uint64_t>(); at += 4)
-    std::memcpy(bytes.data() + 8 + n + at, &big, 4);
+    std::memcpy(bytes.data() + 8 + n + at, &value, 4);
   std::ofstream(weights, std::ios::binary) << bytes;
+  return dir;
+}
+
+// Finite weights whose activations overflow f16 (an MLP bias of 60000: its GELU sums past 65504
+// in the residual stream): the step's logits are NaN, and ding-run stops with an error instead
+// of sampling a token from them.
+TEST(DingRun, NonFiniteLogitsAreAnErrorNotAToken) {
+  const fs::path dir = tiny_with_mlp_bias("overflow", 60000.0f);
   const ToolResult r = ding_run("-m " + dir.string() + " --backend cpu --dtype f16 -n 3 --tokens 1,2 --json");
   expect_clean_failure(r, "NaN or infinite");
   EXPECT_EQ(r.stdout_only, "") << "no tokens or summary on stdout";
+  fs::remove_all(dir);
+}
+
+// --no-weight-check skips the load's check: a NaN weight is refused by name while loading without
+// it, and loads with it (the run then stops at the step's non-finite logits instead).
+TEST(DingRun, NoWeightCheckSkipsTheLoadsCheck) {
+  const fs::path dir = tiny_with_mlp_bias("nan_weight", NAN);
+  const std::string args = "-m " + dir.string() + " --backend cpu -n 2 --tokens 1,2";
+  const ToolResult checked = ding_run(args);
+  expect_clean_failure(checked, "transformer.h.0.mlp.c_fc.bias");
+  EXPECT_NE(checked.out.find("holds NaN"), std::string::npos) << checked.out;
+  const ToolResult unchecked = ding_run(args + " --no-weight-check");
+  expect_clean_failure(unchecked, "NaN or infinite");
+  EXPECT_EQ(unchecked.out.find("c_fc.bias"), std::string::npos) << unchecked.out;
   fs::remove_all(dir);
 }
 

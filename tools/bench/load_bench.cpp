@@ -135,9 +135,9 @@ int run_load(const LoadBenchOptions& o) {
   if (!o.write_gpt2.empty()) write_gpt2(o.model_dir, o.write_gpt2, parse_float_dtype(o.stored, "--stored"));
   Device& device = Device::open(o.backend);
   const DType dtype = parse_float_dtype(o.dtype, "--dtype");
-  UploadOptions options{.dtype = dtype, .chunk_bytes = size_t(o.chunk_mib * double(1 << 20))};
-  fmt::print("load {} onto {} ({}) as {}, chunks of {} MiB\n", o.model_dir, device.caps().backend, device.caps().name,
-             dtype_name(dtype), o.chunk_mib);
+  UploadOptions options{.dtype = dtype, .chunk_bytes = size_t(o.chunk_mib * double(1 << 20)), .check_values = !o.no_weight_check};
+  fmt::print("load {} onto {} ({}) as {}, chunks of {} MiB{}\n", o.model_dir, device.caps().backend, device.caps().name,
+             dtype_name(dtype), o.chunk_mib, o.no_weight_check ? ", values not checked" : "");
 
   std::vector<double> seconds;
   UploadStats stats;

@@ -14,6 +14,7 @@ struct LoadBenchOptions {
   double chunk_mib = 32;
   std::string write_gpt2;        // a named shape (gpt2, gpt2-xl, …): write random weights into model_dir first
   std::string stored = "f16";    // the dtype --write-gpt2 stores
+  bool no_weight_check = false;  // UploadOptions::check_values off
 };
 
 int run_load(const LoadBenchOptions& options);

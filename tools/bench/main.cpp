@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
   load_cmd->add_option("--chunk-mib", load.chunk_mib, "pipeline chunk in MiB (default 32)")->check(CLI::PositiveNumber);
   load_cmd->add_option("--write-gpt2", load.write_gpt2, "first write random weights of this GPT-2 shape (gpt2 … gpt2-xl) into the folder");
   load_cmd->add_option("--stored", load.stored, "dtype --write-gpt2 stores: f32, f16, bf16 (default f16)");
+  load_cmd->add_flag("--no-weight-check", load.no_weight_check, "do not check the stored values (NaN, Inf, overflow)");
   load_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   try {
     app.parse(argc, argv);

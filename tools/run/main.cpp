@@ -56,6 +56,7 @@ struct Options {
   std::string logits_out;
   int threads = 0;  // 0: OpenMP's default (all cores)
   bool no_graphs = false;
+  bool no_weight_check = false;
 };
 
 // Which sampling flags the user gave: those win over generation_config.json.
@@ -212,6 +213,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   const bool show_progress = !o.json && isatty(STDERR_FILENO);
   ding::LoadOptions load;
   if (dtype) load.dtype = *dtype;
+  load.check_weights = !o.no_weight_check;
   load.progress = [&](size_t done, size_t total) {
     if (show_progress && total > (size_t(64) << 20))
       fmt::print(stderr, "\rloading {}: {:3.0f}%", dir, 100.0 * double(done) / double(total));
@@ -328,6 +330,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
                         {"device_open_seconds", open_seconds},
                         {"load_seconds", load_seconds},
                         {"load_gbps", load_gbps},
+                        {"weights_checked", !o.no_weight_check},
                         {"warm_up_seconds", warm_up_seconds},
                         {"ttft_seconds", ttft_seconds ? nlohmann::json(*ttft_seconds) : nlohmann::json()},
                         {"prompt_tokens", prompt.size()},
@@ -356,8 +359,9 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
                o.max_new_tokens, result.max_new_tokens, session.max_tokens(), prompt.size());
   fmt::print(stderr, "\n--- ding-run: {} on {} ({}), {}, {} CPU thread{}\n", dir, device.caps().backend,
              device.caps().name, dtype_used, threads, threads == 1 ? "" : "s");
-  fmt::print(stderr, "load      {:.3f} s for {:.1f} MiB of weights = {:.2f} GB/s (device open {:.3f} s before it)\n",
-             load_seconds, double(model.weight_bytes()) * mib, load_gbps, open_seconds);
+  fmt::print(stderr, "load      {:.3f} s for {:.1f} MiB of weights = {:.2f} GB/s (device open {:.3f} s before it){}\n",
+             load_seconds, double(model.weight_bytes()) * mib, load_gbps, open_seconds,
+             o.no_weight_check ? "; values not checked (--no-weight-check)" : "");
   fmt::print(stderr, "warm-up   {:.2f} ms (a prefill chunk and decode steps run once before anything is timed)\n", warm_up_seconds * 1e3);
   fmt::print(stderr, "sampling  {}\n", describe(sampling));
   fmt::print(stderr, "prefill   {} tokens in {:.2f} ms = {:.1f} tok/s; time to first token {}\n", prompt.size(),
@@ -415,6 +419,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object (summary, ids, text) instead of streaming text");
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   app.add_flag("--no-graphs", o.no_graphs, "run each decode step op by op instead of replaying a recorded CUDA graph");
+  app.add_flag("--no-weight-check", o.no_weight_check,
+               "do not check the weights for NaN, Inf and values beyond the compute dtype while loading (a trusted folder)");
   app.footer(fmt::format("Sampling flags not given take the model's generation_config.json (do_sample false: greedy), "
                          "else temperature {:g}, top-k {}, top-p {:g}.",
                          kDefaultSampling.temperature, kDefaultSampling.top_k, kDefaultSampling.top_p));
