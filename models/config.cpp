@@ -5,8 +5,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "ding/error.h"
@@ -31,6 +33,12 @@ int64_t ConfigFields::positive_int(const char* key) const {
   if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t(1) << 31))
     fail(fmt::format("field \"{}\" must be a positive integer, got {}", key, json_excerpt(v)));
   return v.get<int64_t>();
+}
+
+int64_t ConfigFields::layer_count(const char* key) const {
+  const int64_t n = positive_int(key);
+  if (n > kMaxLayers) fail(fmt::format("field \"{}\" is {}: more layers than ding loads (at most {})", key, n, kMaxLayers));
+  return n;
 }
 
 int64_t ConfigFields::positive_int_or(const char* key, int64_t fallback) const { return has(key) ? positive_int(key) : fallback; }
@@ -125,6 +133,35 @@ std::optional<DType> stored_dtype_of(const ConfigFields& f) {
   return std::nullopt;  // absent, or a dtype ding does not compute in (the weights' own dtypes are checked at load)
 }
 
+// Sizes from a config.json are each at most 2^31, so their products can pass 2^63: every step
+// is checked, and nullopt stands for a count that does not fit.
+std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
+  bool overflow = false;
+  const auto mul = [&](int64_t a, int64_t b) {
+    int64_t r = 0;
+    overflow |= __builtin_mul_overflow(a, b, &r);
+    return r;
+  };
+  const auto add = [&](std::initializer_list<int64_t> terms) {
+    int64_t r = 0;
+    for (int64_t t : terms) overflow |= __builtin_add_overflow(r, t, &r);
+    return r;
+  };
+  const int64_t C = c.d_model, q = mul(c.n_head, c.d_head), kv = mul(c.n_kv_head, c.d_head);
+  const int64_t qkv = add({q, mul(2, kv)});
+  const int64_t attention = add({mul(C, qkv), mul(q, C), c.qkv_bias ? qkv : 0, c.out_bias ? C : 0});
+  const int64_t ffn_weights = mul(mul(c.ffn == FfnKind::gated ? 3 : 2, C), c.d_ff);
+  const int64_t ffn_biases = c.ffn_bias ? add({mul(c.ffn == FfnKind::gated ? 2 : 1, c.d_ff), C}) : 0;
+  const int64_t norm_params = mul(c.norm == NormKind::layer_norm ? 2 : 1, C);
+  const int64_t per_layer = add({attention, ffn_weights, ffn_biases, mul(2, norm_params)});
+  const int64_t embeddings = mul(c.vocab_size, C);
+  const int64_t total = add({mul(c.n_layer, per_layer), embeddings, norm_params,
+                             c.positions == PositionKind::learned ? mul(c.n_positions, C) : 0,
+                             c.tied_embeddings ? 0 : embeddings});
+  if (overflow) return std::nullopt;
+  return total;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& origin) {
@@ -139,6 +176,12 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.stored_dtype = stored_dtype_of(f);
   if (int64_t(c.layers.size()) != c.n_layer)
     f.fail(fmt::format("{} layer types for {} layers", c.layers.size(), c.n_layer));
+  // Each size is bounded on its own; together they must still count in 64 bits, as every size
+  // derived from them (weights, caches, activations) is computed in int64_t.
+  if (!checked_parameter_count(c))
+    f.fail(fmt::format("the sizes (model width {}, {} heads of {}, FFN width {}, {} layers, vocabulary {}) make more than "
+                       "2^63 parameters",
+                       c.d_model, c.n_head, c.d_head, c.d_ff, c.n_layer, c.vocab_size));
   return c;
 }
 
@@ -152,15 +195,11 @@ std::vector<int32_t> ModelConfig::reachable_eos() const {
 }
 
 int64_t ModelConfig::parameter_count() const {
-  const int64_t C = d_model, q = n_head * d_head, kv = n_kv_head * d_head;
-  const int64_t attention = C * (q + 2 * kv) + q * C + (qkv_bias ? q + 2 * kv : 0) + (out_bias ? C : 0);
-  const int64_t ffn_weights = (ffn == FfnKind::gated ? 3 : 2) * C * d_ff;
-  const int64_t ffn_biases = ffn_bias ? (ffn == FfnKind::gated ? 2 * d_ff : d_ff) + C : 0;
-  const int64_t norm_params = norm == NormKind::layer_norm ? 2 * C : C;
-  int64_t total = n_layer * (attention + ffn_weights + ffn_biases + 2 * norm_params) + vocab_size * C + norm_params;
-  if (positions == PositionKind::learned) total += n_positions * C;
-  if (!tied_embeddings) total += vocab_size * C;
-  return total;
+  const std::optional<int64_t> n = checked_parameter_count(*this);
+  if (!n)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("ModelConfig::parameter_count: the {} model's sizes make more than 2^63 parameters", model_type));
+  return *n;
 }
 
 GenerationDefaults GenerationDefaults::from_json_file(const std::string& path) {

@@ -9,6 +9,10 @@
 
 namespace ding {
 
+// Far beyond any published decoder (Llama 3.1 405B has 126 layers), and small enough that the
+// per-layer specs and weight views a config implies take a few MB.
+inline constexpr int64_t kMaxLayers = 4096;
+
 class ConfigFields {
  public:
   ConfigFields(const nlohmann::json& j, const std::string& origin) : j_(j), origin_(origin) {}
@@ -23,6 +27,9 @@ class ConfigFields {
   ConfigFields object(const char* key) const;
 
   int64_t positive_int(const char* key) const;
+  // A layer count: a positive integer of at most kMaxLayers, since per-layer structures are
+  // allocated from it before any weight is read.
+  int64_t layer_count(const char* key) const;
   int64_t positive_int_or(const char* key, int64_t fallback) const;
   int64_t non_negative_int_or(const char* key, int64_t fallback) const;
   double positive_number(const char* key) const;

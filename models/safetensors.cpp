@@ -107,7 +107,10 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // for the overlap check
   std::vector<std::string> range_names;
-  for (auto& [name, entry] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named, not structured bindings: clang before 16 cannot capture those in the lambda below.
+    const std::string& name = item.key();
+    const nlohmann::json& entry = item.value();
     if (name == "__metadata__") continue;
     auto field = [&](const char* key) -> const nlohmann::json& {
       if (!entry.is_object() || !entry.contains(key)) bad_file(path, fmt::format("tensor '{}' has no '{}'", name, key));

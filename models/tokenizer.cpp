@@ -103,6 +103,8 @@ std::optional<Token> Tokenizer::token_id(std::string_view token) const {
   return it->second;
 }
 
+bool Tokenizer::has_token(Token id) const { return id >= 0 && size_t(id) < impl_->defined.size() && impl_->defined[id]; }
+
 bool Tokenizer::is_special(Token id) const { return id >= 0 && size_t(id) < impl_->special.size() && impl_->special[id]; }
 
 std::optional<Token> Tokenizer::bos() const { return impl_->bos; }
@@ -122,9 +124,12 @@ std::string TextStream::push(Token id) {
   std::string out = text.substr(std::min(shown_, ready), ready - std::min(shown_, ready));
   shown_ = ready;
   if (ready == text.size()) {
-    // Keep the last token decode shows as the next one's context (a skipped special token
-    // shows nothing, so cannot serve); when there is none yet, the next token is the first.
-    const auto shows = [&](Token t) { return !(options_.skip_special && tokenizer_->is_special(t)); };
+    // Keep the last token decode shows as the next one's context (an id with no token or a
+    // skipped special token shows nothing, so cannot serve); when there is none yet, the next
+    // token is the first.
+    const auto shows = [&](Token t) {
+      return tokenizer_->has_token(t) && !(options_.skip_special && tokenizer_->is_special(t));
+    };
     const auto context = std::find_if(window_.rbegin(), window_.rend(), shows);
     window_.erase(window_.begin(), context == window_.rend() ? window_.end() : std::prev(context.base()));
     shown_ = tokenizer_->decode(window_, options_).size();

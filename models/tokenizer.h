@@ -88,6 +88,7 @@ class Tokenizer {
   // SentencePiece-style ones), or of an added token by its content.
   std::optional<Token> token_id(std::string_view token) const;
   bool is_special(Token id) const;  // a special added token (skipped by DecodeOptions::skip_special)
+  bool has_token(Token id) const;   // false for a hole in the vocabulary or an id past it (decode skips those)
 
   // Beginning and end of text, from tokenizer_config.json when from_folder found one;
   // otherwise bos is the token the post-processor puts before the text (if any) and eos is

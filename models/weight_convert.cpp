@@ -15,6 +15,16 @@ uint32_t magnitude_bits(float v) {
   return u & 0x7fffffffu;
 }
 
+// Stored tensors start at any byte of their file (safetensors aligns nothing), so a scalar is read
+// through memcpy: a plain load of a misaligned float is undefined behaviour (the vector loads are
+// unaligned ones already).
+template <class S>
+inline S load_unaligned(const S* p) {
+  S v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 inline float widen(float v) { return v; }
 inline float widen(f16 v) { return f16_to_f32(v); }
 inline float widen(bf16 v) { return bf16_to_f32(v); }
@@ -79,7 +89,7 @@ bool convert_run(D* dst, const S* src, int64_t n) {
   }
   ok = _mm256_testz_si256(refused, refused);
 #endif
-  for (; i < n; ++i) ok &= convert_scalar(dst + i, widen(src[i]));
+  for (; i < n; ++i) ok &= convert_scalar(dst + i, widen(load_unaligned(src + i)));
   return ok;
 }
 
@@ -107,12 +117,14 @@ bool transpose_tile(D* dst, int64_t dst_stride, const S* src, int64_t src_stride
       for (int j = 0; j < 8; ++j) cpu::store8(dst + (r + j) * dst_stride + c, v[j]);
     }
     for (; c < cols; ++c)
-      for (int64_t j = r; j < r + 8; ++j) ok &= convert_scalar(dst + j * dst_stride + c, widen(src[c * src_stride + j]));
+      for (int64_t j = r; j < r + 8; ++j)
+        ok &= convert_scalar(dst + j * dst_stride + c, widen(load_unaligned(src + c * src_stride + j)));
   }
   ok &= bool(_mm256_testz_si256(refused, refused));
 #endif
   for (; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) ok &= convert_scalar(dst + r * dst_stride + c, widen(src[c * src_stride + r]));
+    for (int64_t c = 0; c < cols; ++c)
+      ok &= convert_scalar(dst + r * dst_stride + c, widen(load_unaligned(src + c * src_stride + r)));
   return ok;
 }
 
@@ -153,7 +165,7 @@ int64_t weight_first_refused(const void* src, DType src_dtype, DType dst_dtype, 
   for (int64_t i = 0; i < src_rows; ++i)
     for (int64_t j = 0; j < src_cols; ++j) {
       const int64_t offset = i * src_stride + j;
-      if (!weight_convertible(cpu::load_scalar(src, src_dtype, offset), dst_dtype)) return offset;
+      if (!weight_convertible(float(load_element(src, src_dtype, offset)), dst_dtype)) return offset;
     }
   return -1;
 }

@@ -164,10 +164,19 @@ void Upload::check() const {
     if (plan.shape.empty() || plan.shape.size() > size_t(kMaxRank))
       throw Error(ErrorCode::invalid_argument, fmt::format("upload_weights: weight '{}' has rank {}, expected 1 to {}",
                                                            name, plan.shape.size(), kMaxRank));
-    for (int64_t extent : plan.shape)
+    int64_t elements = 1;
+    size_t bytes = 0;
+    for (int64_t extent : plan.shape) {
       if (extent < 0)
         throw Error(ErrorCode::invalid_argument,
                     fmt::format("upload_weights: weight '{}' has a negative extent in {}", name, shape_text(plan.shape)));
+      if (__builtin_mul_overflow(elements, extent, &elements))
+        throw Error(ErrorCode::invalid_argument,
+                    fmt::format("upload_weights: weight '{}' {} has more than 2^63 elements", name, shape_text(plan.shape)));
+    }
+    if (__builtin_mul_overflow(size_t(elements), dtype_size_, &bytes) || bytes > (size_t(1) << 62))
+      throw Error(ErrorCode::out_of_memory, fmt::format("upload_weights: weight '{}' {} in {} needs more than 2^62 bytes", name,
+                                                        shape_text(plan.shape), dtype_name(d)));
     if (plan.init != WeightInit::stored) {
       if (!plan.parts.empty())
         throw Error(ErrorCode::invalid_argument,
@@ -232,7 +241,11 @@ void Upload::lay_out() {
         at += size_t(s.units * s.unit_elements) * dtype_size_;
       }
     }
-    offset += (size_t(numel(plan.shape)) * dtype_size_ + kAlignment - 1) / kAlignment * kAlignment;
+    // check() bounds each weight by 2^62 bytes; their sum is bounded here, before any allocation.
+    const size_t padded = (size_t(numel(plan.shape)) * dtype_size_ + kAlignment - 1) / kAlignment * kAlignment;
+    if (__builtin_add_overflow(offset, padded, &offset) || offset > (size_t(1) << 62))
+      throw Error(ErrorCode::out_of_memory,
+                  fmt::format("upload_weights: the weights up to '{}' need more than 2^62 bytes", plan.name));
   }
   total_ = offset;
 }

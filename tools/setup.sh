@@ -3,6 +3,9 @@
 # builds into build/. Used by tools/main.sh and tools/test.sh; safe to rerun.
 #   --hip-check   also install Debian's hipcc and compile every backends/gpu kernel as HIP
 #                 (gfx90a), which keeps the GPU sources single-source (tools/test.sh passes it).
+#   --sanitize    also install what tools/sanitize.sh builds with: clang, its ASan/UBSan and
+#                 libFuzzer runtimes, its OpenMP runtime and llvm-symbolizer (for readable reports).
+#   --deps-only   install the packages and stop (no configure, no build).
 # The CUDA backend is built whenever nvcc is found (/usr/local/cuda/bin/nvcc or on PATH).
 # Other arguments go to cmake.
 set -euo pipefail
@@ -11,10 +14,15 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build libeigen3-dev libgtest-dev libgmock-dev
           nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev)
 cmake_args=()
+build=1
 for arg in "$@"; do
   if [[ $arg == --hip-check ]]; then
     packages+=(hipcc)
     cmake_args+=(-DDING_HIP_COMPILE_CHECK=ON)
+  elif [[ $arg == --sanitize ]]; then
+    packages+=(clang libclang-rt-14-dev libomp-dev llvm-14)
+  elif [[ $arg == --deps-only ]]; then
+    build=0
   else
     cmake_args+=("$arg")
   fi
@@ -30,6 +38,7 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+((build)) || exit 0
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
 cmake --build build --parallel "$(nproc)"

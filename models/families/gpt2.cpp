@@ -18,7 +18,7 @@ class Gpt2 final : public Family {
   }
 
   void parse_config(const ConfigFields& f, ModelConfig& c) const override {
-    c.n_layer = f.positive_int("n_layer");
+    c.n_layer = f.layer_count("n_layer");
     c.n_head = f.positive_int("n_head");
     c.n_kv_head = c.n_head;
     c.d_model = f.positive_int("n_embd");

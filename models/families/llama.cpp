@@ -80,7 +80,7 @@ class Llama final : public Family {
   void parse_config(const ConfigFields& f, ModelConfig& c) const override {
     const bool qwen2 = c.model_type == "qwen2";
     c.d_model = f.positive_int("hidden_size");
-    c.n_layer = f.positive_int("num_hidden_layers");
+    c.n_layer = f.layer_count("num_hidden_layers");
     c.n_head = f.positive_int("num_attention_heads");
     c.n_kv_head = f.positive_int_or("num_key_value_heads", c.n_head);
     if (c.n_head % c.n_kv_head != 0)

@@ -20,7 +20,9 @@ Tensor Tensor::view(void* data, Device* device, DType dtype, const int64_t* shap
   for (int i = rank - 1; i >= 0; --i) {
     t.shape[i] = shape[i];
     t.strides[i] = stride;
-    stride *= std::max<int64_t>(shape[i], 1);
+    // A stride past 64 bits saturates: such a view has more elements than 64 bits count, which
+    // every op refuses by name (ops::Check), so the value is never used to address memory.
+    if (__builtin_mul_overflow(stride, std::max<int64_t>(shape[i], 1), &stride)) stride = INT64_MAX;
   }
   return t;
 }
@@ -40,7 +42,8 @@ bool Tensor::is_contiguous() const {
   int64_t expected = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expected) return false;
-    expected *= shape[i];
+    // Past 64 bits no stride can match (the outermost extent scales none).
+    if (i > 0 && __builtin_mul_overflow(expected, shape[i], &expected)) return false;
   }
   return true;
 }

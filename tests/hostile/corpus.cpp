@@ -83,6 +83,8 @@ std::vector<Case> cases() {
        [](const fs::path& d) { edit_config(d, [](json& c) { c["layer_norm_epsilon"] = 1e-50; }); }, run, "layer_norm_epsilon"},
       {"config-unknown-model-type", gpt2, [](const fs::path& d) { edit_config(d, [](json& c) { c["model_type"] = "mamba9"; }); },
        run, "mamba9"},
+      {"config-1e8-layers", gpt2, [](const fs::path& d) { edit_config(d, [](json& c) { c["n_layer"] = 100000000; }); }, run,
+       "more layers than ding loads"},
       {"config-fewer-layers", gpt2,
        [](const fs::path& d) { edit_config(d, [](json& c) { c["n_layer"] = c["n_layer"].get<int>() - 1; }); }, run,
        "belongs to layer"},

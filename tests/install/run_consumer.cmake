@@ -13,6 +13,8 @@ run(${CMAKE_COMMAND} --install ${DING_BUILD_DIR} --prefix ${DING_SCRATCH}/prefix
 # would be split into separate arguments on its way through run()'s ARGN.
 string(REPLACE ";" ":" prefixes "${DING_SCRATCH}/prefix;${DING_PREFIX_PATH}")
 set(ENV{CMAKE_PREFIX_PATH} "${prefixes}")
-run(${CMAKE_COMMAND} -S ${DING_CONSUMER_SOURCE} -B ${DING_SCRATCH}/build -G ${DING_GENERATOR} -DCMAKE_BUILD_TYPE=Release)
+# The compiler that built ding: a sanitizer build's library needs its own compiler's runtimes.
+run(${CMAKE_COMMAND} -S ${DING_CONSUMER_SOURCE} -B ${DING_SCRATCH}/build -G ${DING_GENERATOR} -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_CXX_COMPILER=${DING_CXX_COMPILER})
 run(${CMAKE_COMMAND} --build ${DING_SCRATCH}/build)
 run(${DING_SCRATCH}/build/consumer)

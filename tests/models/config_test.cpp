@@ -105,6 +105,25 @@ TEST(LlamaConfig, BadValuesAreNamed) {
   expect_error([&] { parse(j); }, ErrorCode::parse, {"intermediate_size"});
 }
 
+// Sizes a config may not imply: a layer count whose per-layer structures alone took gigabytes
+// before any weight was read (10^8 layers: 1.5 GB and std::bad_alloc), and sizes each in range
+// whose products pass 2^63 (signed overflow in the parameter count, which UBSan reports; both
+// found while writing the config fuzz target, tests/fuzz).
+TEST(LlamaConfig, SizesPastWhatLoadsAreNamed) {
+  json j = llama_json();
+  j["num_hidden_layers"] = 100000000;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_hidden_layers", "100000000", "at most 4096"});
+  j["num_hidden_layers"] = 4096;
+  EXPECT_EQ(parse(j).layers.size(), 4096u);
+  j = llama_json();
+  j["hidden_size"] = j["intermediate_size"] = j["vocab_size"] = j["head_dim"] = int64_t(1) << 31;
+  j["num_attention_heads"] = j["num_key_value_heads"] = int64_t(1) << 31;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"2^63 parameters"});
+  ModelConfig c = parse(llama_json());
+  c.d_model = c.d_ff = int64_t(1) << 40;
+  expect_error([&] { (void)c.parameter_count(); }, ErrorCode::invalid_argument, {"parameter_count", "2^63"});
+}
+
 TEST(MistralConfig, SlidingWindowOnEveryLayerUnlessNull) {
   json j = llama_json();
   j["model_type"] = "mistral";

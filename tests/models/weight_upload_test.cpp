@@ -439,6 +439,13 @@ TEST_P(WeightUpload, PlansThatCannotBeCarriedOutAreErrors) {
   expect_error([&] { attempt({"w", {}, {}, WeightInit::zeros, 0.02f, &t}); }, ErrorCode::invalid_argument, {"'w'", "rank 0"});
   expect_error([&] { attempt({"w", {4, -6}, {}, WeightInit::zeros, 0.02f, &t}); }, ErrorCode::invalid_argument, {"'w'", "negative"});
   expect_error([&] { attempt({"w", {4}, {}, WeightInit::normal, NAN, &t}); }, ErrorCode::invalid_argument, {"'w'", "normal_std"});
+  // Sizes that wrapped: 2^62 f32 elements are 2^64 bytes, which wrapped to 0 (a tiny arena), and
+  // an element count past 2^63 was signed overflow.
+  const int64_t big = int64_t(1) << 31;
+  expect_error([&] { attempt({"w", {big, big}, {}, WeightInit::zeros, 0.02f, &t}); }, ErrorCode::out_of_memory,
+               {"'w'", "2^62 bytes"});
+  expect_error([&] { attempt({"w", {big, big, big}, {}, WeightInit::zeros, 0.02f, &t}); }, ErrorCode::invalid_argument,
+               {"'w'", "2^63 elements"});
   expect_error([&] { attempt({"w", {4}, {}, WeightInit::normal, 1e30f, &t}, {.dtype = DType::f16}); },
                ErrorCode::invalid_argument, {"'w'", "beyond f16"});
   EXPECT_FALSE(t.defined());

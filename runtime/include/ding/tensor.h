@@ -25,7 +25,8 @@ struct Tensor {
   // device. Null for every other dtype.
   const float* scales = nullptr;
 
-  // A contiguous row-major view of `data`.
+  // A contiguous row-major view of `data`. A shape may count more elements than 64 bits hold (its
+  // strides then saturate at INT64_MAX): ops refuse such a view by name.
   static Tensor view(void* data, Device* device, DType dtype, std::initializer_list<int64_t> shape);
   static Tensor view(void* data, Device* device, DType dtype, const int64_t* shape, int rank);
 
