@@ -12,15 +12,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-sanitize-logs}}
 mkdir -p "$out"
-deps=${DING_DEPS:-$PWD/.deps/usr}
-build=${DING_GPU_BUILD:-build-gpu}
+source tools/gpu_build.sh
 export OMP_NUM_THREADS=1
-export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
-    ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} &&
-  cmake --build "$build" --parallel "$(nproc)"; } >"$out/build.log" 2>&1 ||
-  { tail -40 "$out/build.log"; echo "gpu-sanitize: build failed"; exit 1; }
+gpu_build gpu-sanitize "$out/build.log"
 logs=$build/sanitize
 rm -rf "$logs" && mkdir -p "$logs"
 shards=${SHARDS:-$(nproc)}

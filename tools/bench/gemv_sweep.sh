@@ -8,14 +8,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-gemv-sweep-logs}}
 mkdir -p "$out"
-deps=${DING_DEPS:-$PWD/.deps/usr}
-build=${DING_GPU_BUILD:-build-gpu}
-export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+source tools/gpu_build.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
-    ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} &&
-  cmake --build "$build" --parallel "$(nproc)" --target ding-bench; } >"$out/build.log" 2>&1 ||
-  { tail -40 "$out/build.log"; echo "gemv-sweep: build failed"; exit 1; }
+gpu_build gemv-sweep "$out/build.log" ding-bench
 bench=$build/tools/ding-bench
 status=0
 for l2 in ${SWEEP:-0 128 256}; do

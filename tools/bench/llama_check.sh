@@ -8,15 +8,10 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-llama-check-logs}}
 mkdir -p "$out"
-deps=${DING_DEPS:-$PWD/.deps/usr}
-build=${DING_GPU_BUILD:-build-gpu}
-export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+source tools/gpu_build.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
-    ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} &&
-  cmake --build "$build" --parallel "$(nproc)"; } >"$out/build.log" 2>&1 ||
-  { tail -40 "$out/build.log"; echo "llama-check: build failed"; exit 1; }
+gpu_build llama-check "$out/build.log"
 (cd "$build" && ctest --parallel "$(nproc)" --timeout 300 \
   -R 'cuda.*(attention|kv_append|rope)|ModelParity.*cuda|ModelFixtures|ModelConfig|DingRun' >"$out/ctest.log" 2>&1)
 status=$?
