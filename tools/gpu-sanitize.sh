@@ -13,20 +13,23 @@ cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-sanitize-logs}}
 mkdir -p "$out"
 source tools/gpu_build.sh
+# nproc reads OMP_NUM_THREADS, so the shard count is taken before it is set.
+shards=${SHARDS:-$(nproc)}
 export OMP_NUM_THREADS=1
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 gpu_build gpu-sanitize "$out/build.log"
 logs=$build/sanitize
 rm -rf "$logs" && mkdir -p "$logs"
-shards=${SHARDS:-$(nproc)}
 status=0
 # One line per log: the file and its error summary (or that it has none: the process died).
 summarize() {
   local failed=0
   for log in "$@"; do
     local line
-    line=$(grep -h "ERROR SUMMARY" "$log" | tail -1)
-    [[ $line == *": 0 errors"* ]] || { failed=1; echo "  $(basename "$log"): ${line:-no summary (see the log)}"; }
+    # memcheck and synccheck end with "ERROR SUMMARY: 0 errors", racecheck with
+    # "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)".
+    line=$(grep -ah "SUMMARY: " "$log" | tail -1)
+    [[ $line == *"ERROR SUMMARY: 0 errors"* || $line == *"SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"* ]] || { failed=1; echo "  $(basename "$log"): ${line:-no summary (see the log)}"; }
   done
   return $failed
 }
@@ -51,7 +54,7 @@ for tool in ${TOOLS:-memcheck racecheck synccheck}; do
   else
     echo "$tool: errors above"; status=1
     for log in "$logs/$tool"-*.log; do
-      grep -q "ERROR SUMMARY: 0 errors" "$log" || { echo "==== $(basename "$log")"; head -c 200000 "$log"; }
+      summarize "$log" >/dev/null || { echo "==== $(basename "$log")"; head -c 200000 "$log"; }
     done >"$out/$tool-errors.log"
   fi
   grep -h "^\[  FAILED  \]" "$logs/$tool"-tests-*.log | head -10
