@@ -27,7 +27,7 @@ ops::RopeParams rotation(const ModelConfig& c, const AttentionWeights& w) {
           .inv_freq = w.rope_inv_freq};
 }
 
-// Rotates a prefill chunk's q or k ([n, heads, D] view of the qkv product) in place at its
+// Rotates a prefill chunk's heads ([n, heads, D] view of the qkv product) in place at its
 // positions (one sequence's consecutive tokens).
 void rotate_chunk(const Step& s, const AttentionWeights& w, const Tensor& heads) {
   ops::RopeParams p = rotation(*s.config, w);
@@ -61,10 +61,8 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
     ops::attention_decode(*s.stream, attended.reshape({n, H, D}), q, cache->k.slice(0, 0, n), cache->v.slice(0, 0, n),
                           s.seq_lens, params, k, v, rope ? std::optional(rotation(c, w)) : std::nullopt);
   } else {
-    if (rope) {
-      rotate_chunk(s, w, q);
-      rotate_chunk(s, w, k);
-    }
+    // q and k are adjacent heads of the product and rotate alike: one launch for both.
+    if (rope) rotate_chunk(s, w, heads.slice(1, 0, H + Hkv));
     const Tensor k_seq = cache->k.slice(0, s.seq, s.seq + 1), v_seq = cache->v.slice(0, s.seq, s.seq + 1);
     ops::kv_append(*s.stream, k_seq, v_seq, k.unsqueeze(0), v.unsqueeze(0), s.start_dev, rolling);
     // The chunk's queries see every earlier position of the sequence (or the window's). Until
