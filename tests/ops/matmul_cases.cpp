@@ -400,6 +400,11 @@ std::vector<OpCase> matmul_cases() {
                       .norm = ops::NormKind::rms_norm, .in_tests = false});
       list.push_back({.M = M, .N = l.C, .K = l.F, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .in_tests = false});
     }
+  // The same prefill products without their fused prologue and epilogues: what `--matmul cublas`
+  // can run too (it falls back to ding's kernels for a fused one), so the two compare like for like.
+  for (const LlamaShape& l : llama)
+    for (auto [N, K] : {std::pair{l.qkv, l.C}, {l.C, l.C}, {2 * l.F, l.C}, {l.C, l.F}})
+      list.push_back({.M = 256, .N = N, .K = K, .x = bf16, .w = bf16, .out = bf16, .in_tests = false});
 
   std::vector<OpCase> cases;
   for (const MatmulCase& c : list) cases.push_back(make_case(c));

@@ -141,8 +141,8 @@ for name in "${torch_order[@]}"; do
 done
 
 ops=(ops --backend cuda --min-time 0.2)
-run ops_matmul_ding 90 "$bench" "${ops[@]}" --op matmul --filter 'M1_|M256_|M2048_' --filter xbf16
-run ops_matmul_cublas 60 "$bench" "${ops[@]}" --op matmul --filter 'M256_|M2048_' --filter xbf16 --matmul cublas
+run ops_matmul_ding 120 "$bench" "${ops[@]}" --op matmul --filter 'M1_|M256_|M2048_' --filter xbf16
+run ops_matmul_cublas 90 "$bench" "${ops[@]}" --op matmul --filter 'M256_|M2048_' --filter xbf16 --matmul cublas
 run ops_chain 60 "$bench" "${ops[@]}" --op matmul_chain --filter 50304
 run ops_attention 40 "$bench" "${ops[@]}" --op attention_decode --filter S4096 --filter bf16
 

@@ -5,6 +5,7 @@
 # automatic plan and cuBLAS, then the model's prefill. Builds ding-bench first where the build
 # folder lacks it (DING_CUDA_ARCH=90 for an H100 only). Logs go to the folder given (default $OUT).
 #   tools/bench/gemm_sweep.sh [out-dir]     ROWS=M256_ KS='K4096|K14336' SPLITS="1 2 3 4" SHAPE=llama-3.1-8b
+#     WGMMA_TILES="128x128 128x256" TMA_TILES="128x256 128x128 64x128" MIN_TIME=0.3 (seconds per case)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-gemm-sweep-logs}}
@@ -21,14 +22,14 @@ plan() {
   shift
   echo "== $label" >>"$log"
   env "$@" "$bench" ops --op matmul --backend cuda --filter "${ROWS:-M256_}" --filter "${KS:-K4096|K14336}" \
-    ${MATMUL:+--matmul $MATMUL} >>"$log" 2>&1 || echo "   (failed)" >>"$log"
+    --min-time "${MIN_TIME:-0.3}" ${MATMUL:+--matmul $MATMUL} >>"$log" 2>&1 || echo "   (failed)" >>"$log"
 }
 MATMUL=cublas plan cublas
 plan "wgmma auto"
 plan "tma auto" DING_GEMM_TMA=1
 for split in ${SPLITS:-1 2 3 4}; do
-  for tile in 128x128 128x256; do plan "wgmma $tile split $split" DING_GEMM_TILE=$tile DING_GEMM_SPLIT=$split; done
-  for tile in 128x256 128x128 64x128; do
+  for tile in ${WGMMA_TILES-128x128 128x256}; do plan "wgmma $tile split $split" DING_GEMM_TILE=$tile DING_GEMM_SPLIT=$split; done
+  for tile in ${TMA_TILES-128x256 128x128 64x128}; do
     plan "tma $tile split $split" DING_GEMM_TMA=1 DING_GEMM_TILE=$tile DING_GEMM_SPLIT=$split
   done
 done
