@@ -3,12 +3,14 @@
 #include "model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 
 #include "ding/error.h"
+#include "ding/ops/kernels.h"
 #include "ding/models/families/family.h"
 #include "ding/models/safetensors.h"
 #include "ding/models/weight_upload.h"
@@ -78,6 +80,23 @@ void refuse_layers_past_the_config(const WeightFiles& files, const ModelConfig& 
 
 }  // namespace
 
+void require_kernels(const ops::Kernels& kernels, std::string_view backend, const ModelConfig& c,
+                     const std::string& origin) {
+  const std::vector<std::string_view> needed = model_ops(c);
+  const std::vector<std::string> missing = ops::missing_kernels(kernels, needed);
+  if (!missing.empty())
+    throw Error(ErrorCode::not_implemented,
+                fmt::format("{}: backend {} has no kernel for {} (a {} model needs {})", origin, backend,
+                            fmt::join(missing, ", "), c.model_type, fmt::join(needed, ", ")));
+}
+
+std::vector<std::string_view> model_ops(const ModelConfig& c) {
+  // The token (and GPT-2's position) embeddings, the LM head, greedy and sampled picks, and the
+  // check that stops generation on non-finite logits (session.cpp, sampler.cpp).
+  const std::vector<std::string_view> around = {"embedding", "matmul", "argmax", "sample", "count_nonfinite"};
+  return ops_of({find_family(c.model_type, "model_ops").block_ops(c), around});
+}
+
 Model Model::load(const std::string& dir, Device& device, const LoadOptions& options) {
   if (!fs::is_directory(dir)) throw Error(ErrorCode::io, fmt::format("model folder {}: not a directory", dir));
   Model m;
@@ -85,6 +104,7 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   m.device_ = &device;
   m.config_ = ModelConfig::from_json_file((fs::path(dir) / "config.json").string());
   m.family_ = &find_family(m.config_.model_type, dir);
+  require_kernels(device.kernels(), device.name(), m.config_, dir);
   m.dtype_ = compute_dtype(options, m.config_, device, "Model::load");
   m.generation_ = GenerationDefaults::from_json_file((fs::path(dir) / "generation_config.json").string());
   if (!m.generation_.eos_tokens.empty()) m.config_.eos_tokens = m.generation_.eos_tokens;  // generate() uses these
@@ -108,6 +128,7 @@ Model Model::random(const ModelConfig& config, Device& device, const LoadOptions
   m.device_ = &device;
   m.config_ = config;
   m.family_ = &find_family(config.model_type, "Model::random");
+  require_kernels(device.kernels(), device.name(), config, "Model::random");
   m.dtype_ = compute_dtype(options, config, device, "Model::random");
   std::vector<WeightPlan> plans = m.family_->weight_plans(config, nullptr, m.weights_);
   upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .seed = seed, .progress = options.progress});

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ding/device.h"
@@ -38,6 +39,17 @@ struct ModelWeights {
 };
 
 class Family;
+namespace ops {
+struct Kernels;
+}
+
+// The ops (names from ops/op_list.h) a model of config `c` dispatches: its family's blocks, and
+// what runs around them (the embeddings, the LM head, the sampler and its non-finite check).
+std::vector<std::string_view> model_ops(const ModelConfig& c);
+// Error(not_implemented) naming `origin`, the backend and every op of model_ops(c) that `kernels`
+// lacks; what Model::load and Model::random check first.
+void require_kernels(const ops::Kernels& kernels, std::string_view backend, const ModelConfig& c,
+                     const std::string& origin);
 
 class Model {
  public:
@@ -45,6 +57,9 @@ class Model {
   // or tokenizer, an unknown model_type, and any tensor whose name, dtype or shape does not
   // match the config. A folder without tokenizer files loads (has_tokenizer() is false).
   static Model load(const std::string& dir, Device& device, const LoadOptions& options = {});
+
+  // Both throw Error(not_implemented) before reading any weight when the device's backend lacks a
+  // kernel the model needs, naming every missing op (model_ops).
 
   // A model of the given shape with random weights (normal, σ = 0.02, GPT-2's initialisation;
   // norms at weight 1, biases 0) and no tokenizer: for benchmarks of named shapes.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ding/ops/dispatch.h"
 
 namespace ding::ops {
@@ -13,6 +15,21 @@ std::vector<std::string> missing_kernels(const Kernels& k) {
   DING_OP_LIST(DING_MISSING)
 #undef DING_MISSING
   return missing;
+}
+
+std::vector<std::string> missing_kernels(const Kernels& k, std::span<const std::string_view> needed) {
+  const std::vector<std::string> all = missing_kernels(k);
+  std::vector<std::string> missing;
+  for (std::string_view op : needed) {
+    if (std::find(std::begin(kOpNames), std::end(kOpNames), op) == std::end(kOpNames))
+      throw Error(ErrorCode::internal, fmt::format("missing_kernels: \"{}\" is not an op of op_list.h", op));
+    if (std::find(all.begin(), all.end(), op) != all.end()) missing.emplace_back(op);
+  }
+  return missing;
+}
+
+void throw_unsupported(const char* op, const Device& device, const std::string& why) {
+  throw Error(ErrorCode::not_implemented, fmt::format("op {} on backend {} does not take this call: {}", op, device.name(), why));
 }
 
 void throw_not_implemented(const char* op, const Device& device) {

@@ -29,6 +29,8 @@ class Family {
   virtual std::vector<WeightPlan> weight_plans(const ModelConfig& c, const WeightFiles* files, ModelWeights& w) const = 0;
   // One decoder block over the step's rows: x ← block(x).
   virtual void block(const Step& step, const LayerWeights& w, LayerCache& cache) const = 0;
+  // The ops `block` dispatches for a model of config `c` (its layers' *_ops lists).
+  virtual std::vector<std::string_view> block_ops(const ModelConfig& c) const = 0;
 };
 
 // Throws Error(parse) naming `origin` and the supported model_types when none owns `model_type`.

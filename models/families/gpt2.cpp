@@ -82,6 +82,10 @@ class Gpt2 final : public Family {
     self_attention(step, w.attention, cache);  // x = x + attn(layer_norm(x))
     feed_forward(step, w.ffn);                 // x = x + mlp(layer_norm(x))
   }
+
+  std::vector<std::string_view> block_ops(const ModelConfig& c) const override {
+    return ops_of({self_attention_ops(c), feed_forward_ops(c)});
+  }
 };
 
 }  // namespace

@@ -155,6 +155,10 @@ class Llama final : public Family {
     self_attention(step, w.attention, cache);  // x = x + attn(rms_norm(x)), rotary q and k
     feed_forward(step, w.ffn);                 // x = x + down(silu(gate(h)) ⊙ up(h)), h = rms_norm(x)
   }
+
+  std::vector<std::string_view> block_ops(const ModelConfig& c) const override {
+    return ops_of({self_attention_ops(c), feed_forward_ops(c)});
+  }
 };
 
 }  // namespace

@@ -37,6 +37,12 @@ void rotate_chunk(const Step& s, const AttentionWeights& w, const Tensor& heads)
 
 }  // namespace
 
+std::vector<std::string_view> self_attention_ops(const ModelConfig& c) {
+  std::vector<std::string_view> ops = {"matmul", "kv_append", "attention_prefill", "attention_decode"};
+  if (c.positions == PositionKind::rope) ops.push_back("rope");  // prefill's rotation; decode's is in attention_decode
+  return ops;
+}
+
 void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_cache) {
   const ModelConfig& c = *s.config;
   auto* cache = dynamic_cast<KvCache*>(&layer_cache);

@@ -8,7 +8,10 @@
 // make_layer_cache from the layer's type and owned by the session, which never looks inside.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <string_view>
+#include <vector>
 
 #include "ding/device.h"
 #include "ding/models/config.h"
@@ -91,6 +94,12 @@ struct Step {
 void self_attention(const Step& step, const AttentionWeights& w, LayerCache& cache);
 // x ← x + down(act(up(norm(x)))): GELU MLP, or silu(gate) ⊙ up fused into the up product's epilogue.
 void feed_forward(const Step& step, const FeedForwardWeights& w);
+// The ops (names from ops/op_list.h) each layer dispatches for a model of config `c`: what a
+// backend must have before the model loads on it (Model::load refuses it otherwise).
+std::vector<std::string_view> self_attention_ops(const ModelConfig& c);
+std::vector<std::string_view> feed_forward_ops(const ModelConfig& c);
+// The union of layers' op lists, each op once, in first-seen order.
+std::vector<std::string_view> ops_of(std::initializer_list<std::vector<std::string_view>> layers);
 // Scratch one block needs for `rows` token rows in `dtype`.
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
 

@@ -151,6 +151,10 @@ double flip_nmse(DType out, int64_t elements, double peak, int flips) {
   return flips * 12.0 * rounding_nmse(out) * std::min(1.0, peak / double(std::max<int64_t>(elements, 1)));
 }
 
+bool backend_must_be_complete(std::string_view backend) {
+  return backend == "ref" || backend == "cpu" || backend == "cuda";
+}
+
 const std::vector<OpCase>& all_op_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> all;

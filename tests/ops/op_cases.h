@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ding/ding.h"
@@ -95,6 +96,10 @@ std::vector<OpCase> attention_cases();
 std::vector<OpCase> moe_cases();
 std::vector<OpCase> sampling_cases();
 const std::vector<OpCase>& all_op_cases();
+// Whether `backend` must implement every op for every valid call whenever it is compiled in (the
+// reference, cpu and cuda); other backends may be partial (ops/kernels.h), and their parity
+// cases for what they lack are skipped with the backend's reason.
+bool backend_must_be_complete(std::string_view backend);
 
 // The tolerance of cases whose outputs are all compared exactly (Compare::exact): unused by the
 // comparison, but every case states one.

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "ding/ding.h"
+#include "ding/ops/dispatch.h"
+#include "../expect_error.h"
 
 namespace ding {
 namespace {
@@ -128,15 +130,43 @@ TEST(Profiler, RecordsCallsFlopsAndBytesPerOp) {
   EXPECT_TRUE(contains(profiler.report(), "rms_norm"));
 }
 
-TEST(Dispatch, MissingKernelIsNotImplementedNotSilent) {
-  // Every required backend is complete (coverage_test), so check the error path directly.
-  try {
-    ops::throw_not_implemented("matmul", Device::open("cpu"));
-    FAIL() << "throw_not_implemented returned";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::not_implemented);
-    EXPECT_TRUE(contains(e.what(), "op matmul is not implemented on backend cpu")) << e.what();
-  }
+// A partial backend's table: cpu's, less rope, with a matmul that refuses bf16 x.
+ops::Kernels partial_table() {
+  ops::Kernels k = Device::open("cpu").kernels();
+  k.rope = nullptr;
+  k.limits.matmul = [](const ops::MatmulArgs& a) { return a.x.dtype == DType::bf16 ? std::string("no bf16 x") : std::string(); };
+  return k;
+}
+
+ops::MatmulArgs matmul_args(DType dtype) {
+  Device& cpu = Device::open("cpu");
+  return {.out = Tensor::view(nullptr, &cpu, DType::f32, {2, 3}), .x = Tensor::view(nullptr, &cpu, dtype, {2, 8}),
+          .w = Tensor::view(nullptr, &cpu, dtype, {3, 8})};
+}
+
+TEST(Dispatch, MissingKernelIsNotImplementedNamingOpAndBackend) {
+  const ops::Kernels k = partial_table();
+  testing::expect_error([&] { ops::kernel_for(k, Device::open("cpu"), ops::RopeArgs{}); }, ErrorCode::not_implemented,
+                        {"op rope is not implemented on backend cpu"});
+}
+
+TEST(Dispatch, LimitedKernelRefusesWithItsReasonAndTakesTheRest) {
+  const ops::Kernels k = partial_table();
+  Device& cpu = Device::open("cpu");
+  testing::expect_error([&] { ops::kernel_for(k, cpu, matmul_args(DType::bf16)); }, ErrorCode::not_implemented,
+                        {"op matmul on backend cpu does not take this call: no bf16 x"});
+  EXPECT_EQ(ops::kernel_for(k, cpu, matmul_args(DType::f32)), cpu.kernels().matmul);
+  // The complete table has no limit: bf16 goes through.
+  EXPECT_EQ(ops::kernel_for(cpu.kernels(), cpu, matmul_args(DType::bf16)), cpu.kernels().matmul);
+}
+
+TEST(Dispatch, MissingKernelsOfAListComeInItsOrder) {
+  const ops::Kernels k = partial_table();
+  const std::string_view needed[] = {"matmul", "rope", "embedding"};
+  EXPECT_EQ(ops::missing_kernels(k, needed), std::vector<std::string>{"rope"});
+  EXPECT_EQ(ops::missing_kernels(Device::open("cpu").kernels(), needed), std::vector<std::string>{});
+  const std::string_view unknown[] = {"matmul", "not_an_op"};
+  testing::expect_error([&] { ops::missing_kernels(k, unknown); }, ErrorCode::internal, {"\"not_an_op\"", "op_list.h"});
 }
 
 }  // namespace
