@@ -17,7 +17,7 @@ std::vector<std::string> missing_kernels(const Kernels& k) {
   return missing;
 }
 
-std::vector<std::string> missing_kernels(const Kernels& k, std::span<const std::string_view> needed) {
+std::vector<std::string> missing_kernels(const Kernels& k, const std::vector<std::string_view>& needed) {
   const std::vector<std::string> all = missing_kernels(k);
   std::vector<std::string> missing;
   for (std::string_view op : needed) {

@@ -4,7 +4,6 @@
 // the op's entry in `limits`: dispatch raises Error(not_implemented) with its reason for the rest,
 // and the parity suite reports those cases as skipped with it.
 #pragma once
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +63,6 @@ inline constexpr const char* kOpNames[] = {
 std::vector<std::string> missing_kernels(const Kernels& k);
 // Of the ops named in `needed` (names from op_list.h), those whose slot is null in `k`, in the
 // order given. An unknown name is an Error(internal): the list is the caller's own.
-std::vector<std::string> missing_kernels(const Kernels& k, std::span<const std::string_view> needed);
+std::vector<std::string> missing_kernels(const Kernels& k, const std::vector<std::string_view>& needed);
 
 }  // namespace ding::ops

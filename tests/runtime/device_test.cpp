@@ -162,10 +162,10 @@ TEST(Dispatch, LimitedKernelRefusesWithItsReasonAndTakesTheRest) {
 
 TEST(Dispatch, MissingKernelsOfAListComeInItsOrder) {
   const ops::Kernels k = partial_table();
-  const std::string_view needed[] = {"matmul", "rope", "embedding"};
+  const std::vector<std::string_view> needed = {"matmul", "rope", "embedding"};
   EXPECT_EQ(ops::missing_kernels(k, needed), std::vector<std::string>{"rope"});
   EXPECT_EQ(ops::missing_kernels(Device::open("cpu").kernels(), needed), std::vector<std::string>{});
-  const std::string_view unknown[] = {"matmul", "not_an_op"};
+  const std::vector<std::string_view> unknown = {"matmul", "not_an_op"};
   testing::expect_error([&] { ops::missing_kernels(k, unknown); }, ErrorCode::internal, {"\"not_an_op\"", "op_list.h"});
 }
 
