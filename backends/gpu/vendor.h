@@ -1,16 +1,32 @@
 // vendor.h: the one file that spells CUDA or HIP. Kernels in backends/gpu/ use the ding-owned
 // names below (gpu::stream_t, gpu::shfl_xor, gpu::warp_size, ...), so the same sources build
-// with nvcc for NVIDIA and with hipcc for AMD.
+// with nvcc for NVIDIA, with hipcc for AMD, and with nvcc through HIP's NVIDIA headers (HIP on
+// NVIDIA: -D__HIP_PLATFORM_NVIDIA__, cmake/hip_nvidia_headers.cmake).
 //
-// Guards for code that only one vendor's hardware runs:
+// Two questions, answered apart:
+//   DING_GPU_HIP_API      the runtime API is HIP's (hipcc, or HIP on NVIDIA): streams, events,
+//                         launches, errors are spelled hip*.
+//   DING_GPU_AMD          the hardware is AMD's: wavefronts of 64 (CDNA) or 32 (RDNA), HIP's
+//                         intrinsics. Otherwise the device code is NVIDIA's, whichever API.
+// Guards for code that only NVIDIA hardware runs:
 //   DING_GPU_NVIDIA_MMA   mma.sync / ldmatrix / cp.async (sm_80+): set only while compiling
 //                         device code for such an architecture; a portable path sits beside it.
+//   DING_GPU_NVIDIA       the host side of a build for NVIDIA hardware: lets host code choose an
+//                         NVIDIA-only kernel (after checking Props::has_mma_sync()).
 #pragma once
 
-#if defined(__HIPCC__)
+#if defined(__HIPCC__) && !defined(__HIP_PLATFORM_NVIDIA__)
+#define DING_GPU_AMD 1
+#endif
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_NVIDIA__)
+#define DING_GPU_HIP_API 1
+#endif
+
+#if defined(DING_GPU_HIP_API)
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
-#else
+#endif
+#if !defined(DING_GPU_AMD)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,18 +34,16 @@
 
 #include <cstdint>
 
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define DING_GPU_NVIDIA_MMA 1
 #endif
-//   DING_GPU_NVIDIA       the host side of an NVIDIA build: lets host code choose an NVIDIA-only
-//                         kernel (after checking Props::has_mma_sync()).
-#if !defined(__HIPCC__)
+#if !defined(DING_GPU_AMD)
 #define DING_GPU_NVIDIA 1
 #endif
 
 namespace ding::gpu {
 
-#if defined(__HIPCC__)
+#if defined(DING_GPU_HIP_API)
 using stream_t = hipStream_t;
 using event_t = hipEvent_t;
 using graph_t = hipGraph_t;
@@ -63,7 +77,7 @@ inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
 template <class... Params, class... Args>
 inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
                               stream_t stream, Args&&... args) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_HIP_API)
   (void)chained;
   hipLaunchKernelGGL(kernel, grid, block, shared, stream, static_cast<Params>(args)...);
   return hipGetLastError();
@@ -86,7 +100,7 @@ inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid
 // at once, by the runtime's occupancy calculator (registers, shared memory, block limits).
 template <class... Params>
 inline error_t resident_blocks(int* blocks, void (*kernel)(Params...), int threads, size_t shared) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_HIP_API)
   return hipOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, shared);
 #else
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, shared);
@@ -97,7 +111,7 @@ inline error_t resident_blocks(int* blocks, void (*kernel)(Params...), int threa
 // per SM (CU)": CUDA reads it as that block count, HIP as waves per SIMD (4 SIMDs of wave64 per
 // CU on CDNA), so passing a CUDA block count to HIP would starve the registers 4-fold.
 constexpr int launch_min_blocks([[maybe_unused]] int threads, int blocks) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_AMD)
   return (threads * blocks + 4 * 64 - 1) / (4 * 64);
 #else
   return blocks;
@@ -110,9 +124,9 @@ constexpr int launch_min_blocks([[maybe_unused]] int threads, int blocks) {
 // Threads per warp (wavefront): 32 on NVIDIA and RDNA, 64 on CDNA. A compile-time constant in
 // device code, so loops over lanes unroll.
 __device__ constexpr int warp_size() {
-#if defined(__HIPCC__) && defined(__AMDGCN_WAVEFRONT_SIZE)
+#if defined(DING_GPU_AMD) && defined(__AMDGCN_WAVEFRONT_SIZE)
   return __AMDGCN_WAVEFRONT_SIZE;
-#elif defined(__HIPCC__)
+#elif defined(DING_GPU_AMD)
   return 64;
 #else
   return 32;
@@ -121,7 +135,7 @@ __device__ constexpr int warp_size() {
 
 template <class T>
 __device__ inline T shfl_xor(T v, int lane_mask) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_AMD)
   return __shfl_xor(v, lane_mask);
 #else
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
@@ -130,7 +144,7 @@ __device__ inline T shfl_xor(T v, int lane_mask) {
 
 template <class T>
 __device__ inline T shfl(T v, int src_lane) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_AMD)
   return __shfl(v, src_lane);
 #else
   return __shfl_sync(0xffffffffu, v, src_lane);
@@ -140,7 +154,7 @@ __device__ inline T shfl(T v, int src_lane) {
 // x·y rounded to f32 on its own, never fused with a following add into an FMA (both compilers
 // contract a·b + c by default): error-free transformations such as two-sum rely on it.
 __device__ inline float mul_rn(float x, float y) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_AMD)
 #pragma clang fp contract(off)
   return x * y;
 #else
@@ -151,7 +165,7 @@ __device__ inline float mul_rn(float x, float y) {
 // One bit per lane (lane l is bit l) for the lanes where `pred` holds; every lane of the warp
 // must call it. 64 bits wide for both vendors (the upper half is zero with 32 lanes).
 __device__ inline uint64_t ballot(bool pred) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_AMD)
   return __ballot(pred);
 #else
   return __ballot_sync(0xffffffffu, pred);
@@ -160,7 +174,7 @@ __device__ inline uint64_t ballot(bool pred) {
 
 // f16 <-> f32 through the vendor's half type (hardware conversions on both).
 __device__ inline float half_bits_to_float(uint16_t bits) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_AMD)
   __half_raw raw;
   raw.data = bits;
   return __half2float(__half(raw));
@@ -170,7 +184,7 @@ __device__ inline float half_bits_to_float(uint16_t bits) {
 }
 
 __device__ inline uint16_t float_to_half_bits(float f) {
-#if defined(__HIPCC__)
+#if defined(DING_GPU_AMD)
   __half_raw raw = __half(__float2half_rn(f));
   return raw.data;
 #else
@@ -183,7 +197,7 @@ __device__ inline uint16_t float_to_half_bits(float f) {
 __device__ inline float bf16_bits_to_float(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
 
 __device__ inline uint16_t float_to_bf16_bits(float f) {
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 #else
   uint32_t u = __float_as_uint(f);
@@ -201,13 +215,13 @@ __device__ inline uint16_t float_to_bf16_bits(float f) {
 //   release_dependents()      lets the next chained kernel start now rather than when this one
 //                             ends (it still waits for this one's writes where it reads them).
 __device__ inline void wait_for_prior_kernels() {
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 __device__ inline void release_dependents() {
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
@@ -216,9 +230,9 @@ __device__ inline void release_dependents() {
 // its weights in while its predecessor finishes. One bulk request per call on sm_90 (p and bytes
 // multiples of 16); per 128-byte line elsewhere on NVIDIA; nothing on HIP.
 __device__ inline void prefetch_to_l2(const void* p, uint32_t bytes) {
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#elif !defined(__HIPCC__) && defined(__CUDA_ARCH__)
+#elif !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__)
   for (uint32_t off = 0; off < bytes; off += 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + off));
 #else
