@@ -1,5 +1,6 @@
-// The backends compiled into this build, in the order "auto" prefers them. The DING_HAVE_*
-// definitions come from CMake options; the reference backend is always present.
+// The backends compiled into this library, in the order "auto" prefers them. The DING_HAVE_*
+// definitions come from CMake options and are set on ding alone: ding_cpu (ding::cpu) compiles
+// this file without them, so it registers cpu and ref and links no GPU runtime.
 #include "ding/device.h"
 
 namespace ding {

@@ -6,8 +6,9 @@
 #   --sanitize    also install what tools/sanitize.sh builds with: clang, its ASan/UBSan and
 #                 libFuzzer runtimes, its OpenMP runtime and llvm-symbolizer (for readable reports).
 #   --deps-only   install the packages and stop (no configure, no build).
-# The CUDA backend is built whenever nvcc is found (/usr/local/cuda/bin/nvcc or on PATH).
-# Other arguments go to cmake.
+#   --target=T    build only target T (and what it needs) instead of everything.
+# Without -DDING_CUDA=... the CUDA backend is built whenever nvcc is found
+# (/usr/local/cuda/bin/nvcc or on PATH). Other arguments go to cmake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ packages=(build-essential cmake ninja-build libeigen3-dev libgtest-dev libgmock-
           nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev)
 cmake_args=()
 build=1
+targets=()
 for arg in "$@"; do
   if [[ $arg == --hip-check ]]; then
     packages+=(hipcc)
@@ -23,6 +25,8 @@ for arg in "$@"; do
     packages+=(clang libclang-rt-14-dev libomp-dev llvm-14)
   elif [[ $arg == --deps-only ]]; then
     build=0
+  elif [[ $arg == --target=* ]]; then
+    targets=(--target "${arg#--target=}")
   else
     cmake_args+=("$arg")
   fi
@@ -41,4 +45,4 @@ fi
 ((build)) || exit 0
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
-cmake --build build --parallel "$(nproc)"
+cmake --build build --parallel "$(nproc)" "${targets[@]}"

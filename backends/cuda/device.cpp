@@ -270,7 +270,6 @@ CudaStream::~CudaStream() {
     std::lock_guard lock(live.mutex);
     std::erase(live.streams, this);
   }
-  if (cublas_) (void)cublasDestroy(cublas_);
   for (Scratch& slot : scratch_) slot.blocks.clear();
   (void)cudaStreamDestroy(stream_);
 }
@@ -299,6 +298,15 @@ bool cuda_available() {
 }
 
 }  // namespace
+
+void set_matmul_override(Device& device, std::shared_ptr<MatmulOverride> override) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  if (!cuda)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("ding::cuda::set_matmul_override: device '{}' is not a CUDA device", device.name()));
+  cuda->set_matmul_override(std::move(override));
+}
+
 }  // namespace ding::cuda
 
 namespace ding {

@@ -1,8 +1,7 @@
 // The "cuda" backend's device and stream (CUDA-only host glue; the kernels are the single-source
-// ones of backends/gpu/). Declared here so the CUDA-only extras beside device.cpp (the cuBLAS
-// comparison path) can reach the stream.
+// ones of backends/gpu/).
 #pragma once
-#include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 #include <array>
 #include <memory>
@@ -32,9 +31,11 @@ class CudaStream final : public gpu::GpuStream {
   void begin_capture() override;
   std::unique_ptr<Graph> end_capture() override;
   std::unique_ptr<StreamTimer> make_timer() override;
-  // cuBLAS when the matmul path says so and the call is one it takes (cublas_matmul.cpp).
-  bool vendor_blas_matmul(const ops::MatmulArgs& a) override;
-  void set_matmul_path(MatmulPath path) { matmul_path_ = path; }
+  // The matmul override's answer when one is set (set_matmul_override).
+  bool vendor_blas_matmul(const ops::MatmulArgs& a) override {
+    return matmul_override_ && matmul_override_->matmul(stream_, a);
+  }
+  void set_matmul_override(std::shared_ptr<MatmulOverride> override) { matmul_override_ = std::move(override); }
   const gpu::MatmulTuning& matmul_tuning() const override { return matmul_tuning_; }
 
  private:
@@ -48,9 +49,8 @@ class CudaStream final : public gpu::GpuStream {
     size_t bytes = 0;
   };
   std::array<Scratch, 2> scratch_;  // by ScratchSlot
-  MatmulPath matmul_path_ = MatmulPath::ding;
+  std::shared_ptr<MatmulOverride> matmul_override_;
   gpu::MatmulTuning matmul_tuning_;
-  cublasHandle_t cublas_ = nullptr;  // created on the cuBLAS path's first call
 };
 
 class CudaDevice final : public Device {
@@ -72,7 +72,9 @@ class CudaDevice final : public Device {
   void copy_within(Stream& s, void* dst, const void* src, size_t bytes) override;
   void fill_bytes(Stream& s, void* dst, uint8_t value, size_t bytes) override;
 
-  void set_matmul_path(MatmulPath path) { stream_->set_matmul_path(path); }
+  void set_matmul_override(std::shared_ptr<MatmulOverride> override) {
+    stream_->set_matmul_override(std::move(override));
+  }
 
  private:
   cudaStream_t native(Stream& s);

@@ -2,8 +2,9 @@
 // instantiated once for every element type it takes, in its own translation unit:
 //   gemv_f32.cu, gemv_f16.cu, gemv_bf16.cu             launch_gemv, by x's type
 //   gemv_mma.cu, gemm_mma.cu                           the tensor-core cores (NVIDIA); gemm_mma.cu
-//                                                      plans, the kernels of each tile are in
-//   gemm_mma_large4.cu, _large3, _tall, _wide, _small   launch_gemm_mma_tile
+//                                                      plans, each tile's kernel for each dtype is in
+//   gemm_mma_<tile>_<f16|bf16>.cu                      launch_gemm_mma_tile (tile: large4, large3,
+//                                                      tall, wide, small)
 //   gemm_simt_f32.cu, gemm_simt_f16.cu, gemm_simt_bf16.cu  launch_gemm_simt, by x's type
 // matmul.cu and matmul_chain.cu include this after the cores' headers, so they compile none of
 // the kernels themselves: the units build in parallel, and none is the whole of matmul's code.

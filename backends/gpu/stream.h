@@ -62,9 +62,9 @@ class GpuStream : public Stream {
   // an input (staged_input) may then call a core that takes kernel scratch.
   enum class ScratchSlot { kernel, staged_input };
   virtual void* scratch(size_t bytes, ScratchSlot slot = ScratchSlot::kernel) = 0;
-  // The vendor's BLAS as a comparison path for ding-bench: true when it computed the matmul
-  // (only if the user switched it on, e.g. ding::cuda::set_matmul_path); false to run ding's
-  // own kernels.
+  // Another library's matmul as a comparison path for ding-bench: true when it computed the
+  // matmul (only if the user installed one, ding::cuda::set_matmul_override); false to run
+  // ding's own kernels.
   virtual bool vendor_blas_matmul(const ops::MatmulArgs&) { return false; }
   virtual const MatmulTuning& matmul_tuning() const {
     static const MatmulTuning defaults;

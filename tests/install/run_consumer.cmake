@@ -1,20 +1,72 @@
-# Installs the built ding into a scratch prefix and builds + runs a consumer project with
-# find_package(ding). Run by ctest as install.find_package_consumer.
+# Builds and runs tests/install/consumer, a project outside the ding tree that links ding::cpu,
+# in one of two ways (DING_CONSUMER_MODE):
+#   find_package      install the built ding into a scratch prefix, compile every installed header
+#                     on its own, and build the consumer against the prefix;
+#   add_subdirectory  configure the consumer with ding's source tree as a subproject and build
+#                     only the consumer (so only what ding::cpu needs is compiled).
+# Either way the consumer must run, and neither its link command nor ldd may name a CUDA library.
+# Run by ctest as install.find_package_consumer and install.add_subdirectory_consumer.
 file(REMOVE_RECURSE ${DING_SCRATCH})
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
-  message("${out}")
+  set(run_output "${out}" PARENT_SCOPE)
 endfunction()
-run(${CMAKE_COMMAND} --install ${DING_BUILD_DIR} --prefix ${DING_SCRATCH}/prefix)
-# The prefix path goes through the environment (':'-separated): a ';' list inside one -D argument
-# would be split into separate arguments on its way through run()'s ARGN.
-string(REPLACE ";" ":" prefixes "${DING_SCRATCH}/prefix;${DING_PREFIX_PATH}")
-set(ENV{CMAKE_PREFIX_PATH} "${prefixes}")
+
+set(configure_args -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${DING_CXX_COMPILER})
+if(DING_CONSUMER_MODE STREQUAL "find_package")
+  run(${CMAKE_COMMAND} --install ${DING_BUILD_DIR} --prefix ${DING_SCRATCH}/prefix)
+  # Each installed header, included alone first in a unit of its own, would be one unit per
+  # header; one unit including them all still fails on any header that needs one not installed.
+  file(GLOB_RECURSE headers RELATIVE ${DING_SCRATCH}/prefix/include ${DING_SCRATCH}/prefix/include/*.h)
+  if(NOT headers)
+    message(FATAL_ERROR "no headers installed under ${DING_SCRATCH}/prefix/include")
+  endif()
+  set(includes "")
+  foreach(header IN LISTS headers)
+    string(APPEND includes "#include <${header}>\n")
+  endforeach()
+  file(WRITE ${DING_SCRATCH}/all_headers.cpp "${includes}")
+  list(APPEND configure_args -DDING_HEADER_CHECK=${DING_SCRATCH}/all_headers.cpp)
+  # The prefix path goes through the environment (':'-separated): a ';' list inside one -D
+  # argument would be split into separate arguments on its way through run()'s ARGN.
+  string(REPLACE ";" ":" prefixes "${DING_SCRATCH}/prefix;${DING_PREFIX_PATH}")
+  set(ENV{CMAKE_PREFIX_PATH} "${prefixes}")
+  set(targets consumer consumer_headers)
+elseif(DING_CONSUMER_MODE STREQUAL "add_subdirectory")
+  # No build type, so no optimisation: this compiles ding's CPU code a second time within the test
+  # suite's time, and what it tests is the CMake wiring, not speed.
+  list(APPEND configure_args -DDING_SOURCE_DIR=${DING_SOURCE_DIR} -DCMAKE_BUILD_TYPE=)
+  string(REPLACE ";" ":" prefixes "${DING_PREFIX_PATH}")
+  set(ENV{CMAKE_PREFIX_PATH} "${prefixes}")
+  set(targets consumer)
+else()
+  message(FATAL_ERROR "DING_CONSUMER_MODE must be find_package or add_subdirectory, not '${DING_CONSUMER_MODE}'")
+endif()
+
 # The compiler that built ding: a sanitizer build's library needs its own compiler's runtimes.
-run(${CMAKE_COMMAND} -S ${DING_CONSUMER_SOURCE} -B ${DING_SCRATCH}/build -G ${DING_GENERATOR} -DCMAKE_BUILD_TYPE=Release
-    -DCMAKE_CXX_COMPILER=${DING_CXX_COMPILER})
-run(${CMAKE_COMMAND} --build ${DING_SCRATCH}/build)
+run(${CMAKE_COMMAND} -S ${DING_CONSUMER_SOURCE} -B ${DING_SCRATCH}/build -G ${DING_GENERATOR} ${configure_args})
+run(${CMAKE_COMMAND} --build ${DING_SCRATCH}/build --parallel 2 --target ${targets})
 run(${DING_SCRATCH}/build/consumer)
+message("${run_output}")
+
+# No CUDA library on the consumer's link line (a static libding would carry them there) nor
+# among the shared libraries it loads (a shared one would).
+set(cuda_libraries "cudart|cublas|libcuda\\.|/cuda/|CUDA::")
+if(DING_GENERATOR MATCHES "Ninja")
+  run(${DING_MAKE_PROGRAM} -C ${DING_SCRATCH}/build -t commands consumer)
+  string(REGEX MATCH "[^\n]*-o consumer [^\n]*" link_line "${run_output}")
+  if(NOT link_line)
+    message(FATAL_ERROR "the consumer's link command was not found in:\n${run_output}")
+  endif()
+  if(link_line MATCHES "${cuda_libraries}")
+    message(FATAL_ERROR "the cpu-only consumer links a CUDA library (${CMAKE_MATCH_0}):\n${link_line}")
+  endif()
+endif()
+run(ldd ${DING_SCRATCH}/build/consumer)
+if(run_output MATCHES "${cuda_libraries}")
+  message(FATAL_ERROR "the cpu-only consumer loads a CUDA library (${CMAKE_MATCH_0}):\n${run_output}")
+endif()
+message("consumer (${DING_CONSUMER_MODE}): no CUDA library linked")

@@ -53,6 +53,33 @@ TEST(DingRun, DefaultModelGeneratesAndSummarises) {
     EXPECT_NE(r.out.find(field), std::string::npos) << field;
 }
 
+TEST(DingRun, VersionPrintsTheVersionAndTheCompiledBackends) {
+  const ToolResult r = ding_run("--version");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.stdout_only.rfind(std::string("ding-run ") + ding::kVersion + " ", 0), 0u) << r.out;
+  for (const std::string& backend : ding::registry::compiled_backends())
+    EXPECT_NE(r.stdout_only.find(backend), std::string::npos) << backend << " missing from: " << r.out;
+}
+
+// An installed tree, moved: a copy of the binary finds the default model at DING_RUN_MODEL_DIR
+// beside itself, and without it names that folder (not the source tree's model) in its error.
+TEST(DingRun, DefaultModelIsFoundRelativeToTheExecutable) {
+  const fs::path prefix = fs::temp_directory_path() / ("ding_run_test_prefix." + std::to_string(getpid()));
+  fs::remove_all(prefix);
+  fs::create_directories(prefix / "bin");
+  const fs::path binary = prefix / "bin" / "ding-run";
+  fs::copy_file(DING_RUN_BINARY, binary);
+  const fs::path model = (prefix / "bin" / DING_RUN_MODEL_DIR).lexically_normal();
+  expect_clean_failure(run_tool(binary.string(), "--tokens 5,6,7 -n 2"), "no default model found in " + model.string());
+
+  fs::create_directories(model.parent_path());
+  fs::create_directory_symlink(kTiny, model);
+  const ToolResult r = run_tool(binary.string(), "--tokens 5,6,7 -n 2 --greedy");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("ding-run: " + model.string() + " on "), std::string::npos) << r.out;
+  fs::remove_all(prefix);
+}
+
 TEST(DingRun, JsonSummaryHasTheGeneratedIds) {
   const ToolResult r = ding_run("-m " + kTiny.string() + " --tokens 5,6,7 -n 6 --greedy --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;

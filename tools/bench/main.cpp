@@ -24,7 +24,7 @@
 #include "model_bench.h"
 #include "op_cases.h"
 #ifdef DING_HAVE_CUDA
-#include "ding/cuda.h"
+#include "cublas_matmul.h"
 #endif
 
 namespace ding::bench {
@@ -61,7 +61,7 @@ void choose_matmul_path(Device& device, const std::string& path) {
   if (path == "ding" && device.caps().backend != "cuda") return;
 #ifdef DING_HAVE_CUDA
   if (device.caps().backend == "cuda") {
-    ding::cuda::set_matmul_path(device, path == "cublas" ? ding::cuda::MatmulPath::cublas : ding::cuda::MatmulPath::ding);
+    ding::cuda::set_matmul_override(device, path == "cublas" ? make_cublas_matmul() : nullptr);
     return;
   }
 #endif

@@ -1,5 +1,5 @@
 // ding-run: generate text with a model folder (default: the model shipped in the repo).
-//   ding-run [-m DIR] [-p PROMPT | -f FILE | --tokens 1,2,3] [-n N] [-c N] [--backend auto|cpu|...]
+//   ding-run [--version] [-m DIR] [-p PROMPT | -f FILE | --tokens 1,2,3] [-n N] [-c N] [--backend auto|cpu|...]
 //            [--dtype f32|bf16|f16] [--temp T] [--top-k K] [--top-p P] [--min-p P]
 //            [--repeat-penalty R] [--seed S] [--greedy] [--stop TEXT] [--logits-out FILE] [--json]
 //            [--threads N] [--no-graphs]
@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -98,12 +99,19 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The shipped model: next to the installed binary's data dir, or in the source tree.
+// The shipped model, found relative to this executable (DING_RUN_MODEL_DIR, from CMake: installed
+// as <prefix>/share/ding/models/default beside <prefix>/bin; the build tree has a link at the
+// same place), so an installed or moved tree works without the source tree.
 std::string default_model_dir() {
-  for (const char* dir : {DING_INSTALLED_MODEL_DIR, DING_SOURCE_MODEL_DIR})
-    if (std::ifstream(std::string(dir) + "/config.json")) return dir;
-  throw ding::Error(ding::ErrorCode::io, fmt::format("no default model found in {} or {}; pass -m DIR",
-                                                     DING_INSTALLED_MODEL_DIR, DING_SOURCE_MODEL_DIR));
+  std::error_code error;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error)
+    throw ding::Error(ding::ErrorCode::io,
+                      fmt::format("cannot find the default model: /proc/self/exe: {}; pass -m DIR", error.message()));
+  const std::filesystem::path dir = (exe.parent_path() / DING_RUN_MODEL_DIR).lexically_normal();
+  if (!std::ifstream(dir / "config.json"))
+    throw ding::Error(ding::ErrorCode::io, fmt::format("no default model found in {}; pass -m DIR", dir.string()));
+  return dir.string();
 }
 
 std::vector<ding::Token> parse_token_list(const std::string& text, int64_t vocab) {
@@ -421,12 +429,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-graphs", o.no_graphs, "run each decode step op by op instead of replaying a recorded CUDA graph");
   app.add_flag("--no-weight-check", o.no_weight_check,
                "do not check the weights for NaN, Inf and values beyond the compute dtype while loading (a trusted folder)");
+  app.set_version_flag("--version", fmt::format("ding-run {} (backends: {})", ding::kVersion,
+                                                fmt::join(ding::registry::compiled_backends(), ", ")));
   app.footer(fmt::format("Sampling flags not given take the model's generation_config.json (do_sample false: greedy), "
                          "else temperature {:g}, top-k {}, top-p {:g}.",
                          kDefaultSampling.temperature, kDefaultSampling.top_k, kDefaultSampling.top_p));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return fail(e.what());

@@ -5,5 +5,6 @@
 #include "ding/error.h"
 #include "ding/profile.h"
 #include "ding/tensor.h"
+#include "ding/version.h"
 #include "ding/workspace.h"
 #include "ding/ops/ops.h"

@@ -1,17 +1,18 @@
 // The cuBLAS comparison path for matmul (ding-bench --matmul cublas): cublasGemmEx /
 // cublasGemmStridedBatchedEx with f32 accumulation, for the calls it takes without help. Calls
 // with a bias, activation, residual or norm prologue, mixed x/w dtypes or an out dtype cuBLAS
-// cannot write run ding's own kernels instead (the stream returns false), so the comparison
-// covers plain products.
+// cannot write run ding's own kernels instead (matmul returns false), so the comparison covers
+// plain products. It lives in ding-bench, the only program that links cuBLAS.
+#include "cublas_matmul.h"
+
+#include <cublas_v2.h>
 #include <fmt/format.h>
 
 #include <climits>
 
-#include "device.h"
 #include "ding/error.h"
-#include "ding/ops/matmul.h"
 
-namespace ding::cuda {
+namespace ding::bench {
 
 namespace {
 
@@ -28,10 +29,18 @@ cudaDataType_t cublas_type(DType t) {
   }
 }
 
-}  // namespace
+class CublasMatmul final : public cuda::MatmulOverride {
+ public:
+  ~CublasMatmul() override {
+    if (cublas_) (void)cublasDestroy(cublas_);
+  }
+  bool matmul(void* stream, const ops::MatmulArgs& a) override;
 
-bool CudaStream::vendor_blas_matmul(const ops::MatmulArgs& a) {
-  if (matmul_path_ != MatmulPath::cublas) return false;
+ private:
+  cublasHandle_t cublas_ = nullptr;  // created on the first call
+};
+
+bool CublasMatmul::matmul(void* stream, const ops::MatmulArgs& a) {
   const ops::MatmulParams& params = a.params;
   if (params.bias.defined() || params.residual.defined() || params.activation != ops::Activation::none ||
       params.norm.kind != ops::NormKind::none)
@@ -45,7 +54,7 @@ bool CudaStream::vendor_blas_matmul(const ops::MatmulArgs& a) {
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batches > INT_MAX) return false;
 
   if (!cublas_) check_cublas(cublasCreate(&cublas_), "cublasCreate");
-  check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+  check_cublas(cublasSetStream(cublas_, static_cast<cudaStream_t>(stream)), "cublasSetStream");
   // Row-major out [M, N] is column-major outᵀ [N, M] = w · xᵀ: w [N, K] row-major is a
   // column-major K × N matrix, transposed (op T); x [M, K] row-major is column-major K × M (op N).
   const float alpha = 1.0f, beta = 0.0f;
@@ -63,12 +72,8 @@ bool CudaStream::vendor_blas_matmul(const ops::MatmulArgs& a) {
   return true;
 }
 
-void set_matmul_path(Device& device, MatmulPath path) {
-  auto* cuda = dynamic_cast<CudaDevice*>(&device);
-  if (!cuda)
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("ding::cuda::set_matmul_path: device '{}' is not a CUDA device", device.name()));
-  cuda->set_matmul_path(path);
-}
+}  // namespace
 
-}  // namespace ding::cuda
+std::shared_ptr<cuda::MatmulOverride> make_cublas_matmul() { return std::make_shared<CublasMatmul>(); }
+
+}  // namespace ding::bench

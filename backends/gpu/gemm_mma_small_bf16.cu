@@ -1,0 +1,13 @@
+// The tensor-core GEMM's TileSmall kernel (gemm_mma.cuh) for bf16: one of the matmul cores' units
+// (matmul_cores.h). One tile and one dtype per unit: a single tile kernel takes ~40 s to compile
+// for sm_89 + sm_90 on a 2-core machine. NVIDIA only; a HIP build compiles it to nothing.
+#include "gemm_mma.cuh"
+#include "matmul_cores.h"
+
+namespace ding::gpu {
+
+#if defined(DING_GPU_NVIDIA)
+template void launch_gemm_mma_tile<ding::bf16, mma::TileSmall>(GpuStream&, const GemmShape&, const Epilogue&, const SplitK&);
+#endif
+
+}  // namespace ding::gpu
