@@ -34,17 +34,7 @@ function(occurrences haystack needle out)
   set(${out} ${n} PARENT_SCOPE)
 endfunction()
 
-# Every occurrence of the whole lines `old` becomes `new` under CUDA 13 (empty: nothing).
-function(guard name expected old new)
-  occurrences("${text}" "${old}" n)
-  if(NOT n EQUAL expected)
-    message(FATAL_ERROR "hip_nvidia_headers.cmake: edit '${name}' expects ${expected} match(es) in ${header_name}, found ${n}")
-  endif()
-  string(REPLACE "${old}" "#if CUDART_VERSION >= 13000\n${new}#else\n${old}#endif\n" patched "${text}")
-  set(text "${patched}" PARENT_SCOPE)
-endfunction()
-
-# Every occurrence of `old` becomes `new`, whatever the CUDA version: slips in the header itself.
+# Every occurrence of `old` becomes `new`; there must be `expected` of them.
 function(fix name expected old new)
   occurrences("${text}" "${old}" n)
   if(NOT n EQUAL expected)
@@ -54,6 +44,13 @@ function(fix name expected old new)
   set(text "${patched}" PARENT_SCOPE)
 endfunction()
 
+# As fix, for whole lines that CUDA 13 broke: `new` (empty: nothing) under CUDA 13, `old` before.
+function(guard name expected old new)
+  fix(${name} ${expected} "${old}" "#if CUDART_VERSION >= 13000\n${new}#else\n${old}#endif\n")
+  set(text "${text}" PARENT_SCOPE)
+endfunction()
+
+# Slips in the header itself, whatever the CUDA version.
 fix(version-macro 1 "#define CUDA_11010 11020\n" "#define CUDA_11020 11020\n")
 fix(tex-ref-return 1 "    hipCUResultTohipError(cuModuleGetTexRef(pTexRef, hmod, name));\n"
     "    return hipCUResultTohipError(cuModuleGetTexRef(pTexRef, hmod, name));\n")
