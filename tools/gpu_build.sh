@@ -6,6 +6,8 @@
 deps=${DING_DEPS:-$PWD/.deps/usr}
 build=${DING_GPU_BUILD:-build-gpu}
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+# The logs folder: the script's first argument, else $OUT, else NAME-logs; created. Sets `out`.
+gpu_out() { out=${2:-${OUT:-$1-logs}}; mkdir -p "$out"; }
 gpu_build() {
   local name=$1 log=$2 target=${3:-}
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \

@@ -8,9 +8,8 @@
 #     WGMMA_TILES="128x128 128x256" TMA_TILES="128x256 128x128 64x128" MIN_TIME=0.3 (seconds per case)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:-${OUT:-gemm-sweep-logs}}
-mkdir -p "$out"
 source tools/gpu_build.sh
+gpu_out gemm-sweep "${1:-}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 gpu_build gemm-sweep "$out/build.log" ding-bench
 bench=$build/tools/ding-bench

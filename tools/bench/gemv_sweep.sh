@@ -6,9 +6,8 @@
 #   tools/bench/gemv_sweep.sh [out-dir]        SWEEP="0 128 256" SHAPES="llama-3.1-8b …" BATCHES="1 8"
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:-${OUT:-gemv-sweep-logs}}
-mkdir -p "$out"
 source tools/gpu_build.sh
+gpu_out gemv-sweep "${1:-}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 gpu_build gemv-sweep "$out/build.log" ding-bench
 bench=$build/tools/ding-bench

@@ -6,9 +6,8 @@
 #   tools/bench/llama_check.sh [out-dir]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:-${OUT:-llama-check-logs}}
-mkdir -p "$out"
 source tools/gpu_build.sh
+gpu_out llama-check "${1:-}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 gpu_build llama-check "$out/build.log"
