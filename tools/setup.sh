@@ -3,6 +3,8 @@
 # builds into build/. Used by tools/main.sh and tools/test.sh; safe to rerun.
 #   --hip-check   also install Debian's hipcc and compile every backends/gpu kernel as HIP
 #                 (gfx90a), which keeps the GPU sources single-source (tools/test.sh passes it).
+#   --kokkos      also install Debian's Kokkos (libtrilinos-kokkos-dev: 3.4.1, Serial) and build
+#                 the kokkos backend against it (tools/test.sh passes it).
 #   --sanitize    also install what tools/sanitize.sh builds with: clang, its ASan/UBSan and
 #                 libFuzzer runtimes, its OpenMP runtime and llvm-symbolizer (for readable reports).
 #   --deps-only   install the packages and stop (no configure, no build).
@@ -21,6 +23,9 @@ for arg in "$@"; do
   if [[ $arg == --hip-check ]]; then
     packages+=(hipcc)
     cmake_args+=(-DDING_HIP_COMPILE_CHECK=ON)
+  elif [[ $arg == --kokkos ]]; then
+    packages+=(libtrilinos-kokkos-dev)
+    cmake_args+=(-DDING_KOKKOS=ON)
   elif [[ $arg == --sanitize ]]; then
     packages+=(clang libclang-rt-14-dev libomp-dev llvm-14)
   elif [[ $arg == --deps-only ]]; then

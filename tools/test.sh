@@ -3,7 +3,8 @@
 # fuzz targets again under ASan + UBSan (tools/sanitize.sh); prints both ctest summaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# CUDA as CMake finds it, tests and tools on, whatever tools/main.sh left in build/'s cache.
-tools/setup.sh --hip-check --sanitize -UDING_CUDA -DDING_BUILD_TOOLS=ON -DDING_BUILD_TESTS=ON
+# CUDA as CMake finds it, the kokkos backend on Debian's Kokkos, tests and tools on, whatever
+# tools/main.sh left in build/'s cache.
+tools/setup.sh --hip-check --kokkos --sanitize -UDING_CUDA -DDING_BUILD_TOOLS=ON -DDING_BUILD_TESTS=ON
 (cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 600)
 exec tools/sanitize.sh

@@ -16,7 +16,7 @@ Device& HostStream::device() { return device_; }
 
 HostDevice::HostDevice(Caps caps, const ops::Kernels& kernels) : caps_(std::move(caps)), kernels_(kernels) {}
 
-size_t HostDevice::free_bytes() const {
+size_t host_free_bytes(size_t fallback) {
   std::ifstream in("/proc/meminfo");
   size_t available_kb = 0, swap_free_kb = 0;
   bool found = false;
@@ -27,8 +27,10 @@ size_t HostDevice::free_bytes() const {
     if (key == "SwapFree:") swap_free_kb = kb;
     in.ignore(64, '\n');
   }
-  return found ? (available_kb + swap_free_kb) * 1024 : caps_.memory_bytes;
+  return found ? (available_kb + swap_free_kb) * 1024 : fallback;
 }
+
+size_t HostDevice::free_bytes() const { return host_free_bytes(caps_.memory_bytes); }
 
 Buffer HostDevice::alloc(size_t bytes) {
   // Host memory is committed when touched, not when allocated: without this check an allocation

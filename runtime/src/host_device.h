@@ -39,5 +39,8 @@ class HostDevice : public Device {
 
 // What the host machine reports about itself: CPU model name, memory, last-level cache.
 Caps host_caps(std::string backend, int threads);
+// Host memory an allocation could still take: MemAvailable + SwapFree, or `fallback` where the
+// kernel does not say.
+size_t host_free_bytes(size_t fallback);
 
 }  // namespace ding

@@ -119,7 +119,10 @@ TEST(DingRun, TooManyNewTokensAreClampedAndSaidSo) {
 TEST(DingRun, BadInputFailsCleanly) {
   expect_clean_failure(ding_run("-m /nonexistent/model"), "/nonexistent/model");
   expect_clean_failure(ding_run("--backend tpu -n 1"), "unknown backend 'tpu'");
-  expect_clean_failure(ding_run("--backend kokkos -n 1"), "not compiled into this build");
+  const auto compiled = ding::registry::compiled_backends();
+  for (const char* known : {"cuda", "hip", "kokkos"})
+    if (std::find(compiled.begin(), compiled.end(), known) == compiled.end())
+      expect_clean_failure(ding_run(std::string("--backend ") + known + " -n 1"), "not compiled into this build");
   expect_clean_failure(ding_run("--dtype f8 -n 1"), "--dtype: 'f8'");
   expect_clean_failure(ding_run("-m " + kTiny.string() + " --tokens 1,x,3"), "'x' is not an integer");
   expect_clean_failure(ding_run("-m " + kTiny.string() + " --tokens 1,600"), "id 600 is outside the vocabulary of 512");
@@ -180,6 +183,15 @@ TEST(DingRun, CtxSizeSetsTheCacheLength) {
   EXPECT_EQ(small["kv_cache_bytes"].get<int64_t>() * 64, whole["kv_cache_bytes"].get<int64_t>() * 16);
   expect_clean_failure(ding_run(run + " --ctx-size 0"), "--ctx-size");
   expect_clean_failure(ding_run("-m " + kTiny.string() + " --tokens 5,6,7,8,9 -c 4"), "context is 4 (-c 4)");
+}
+
+TEST(DingRun, RunsOnEveryCompiledBackend) {
+  for (const std::string& backend : ding::registry::compiled_backends()) {
+    if (!ding::registry::is_available(backend)) continue;
+    const ToolResult r = ding_run("-m " + kTiny.string() + " --tokens 5,6,7 -n 4 --greedy --backend " + backend);
+    EXPECT_EQ(r.exit_code, 0) << backend << ": " << r.out;
+    EXPECT_NE(r.out.find(" on " + backend + " "), std::string::npos) << backend << ": " << r.out;
+  }
 }
 
 TEST(DingRun, SummaryReportsDtypeLoadSpeedWarmUpAndFirstToken) {

@@ -1,0 +1,141 @@
+// What every Kokkos kernel of ding shares: the execution and memory spaces, f16/bf16 conversions
+// that run on any device, and `Elements`, a tensor's data read and written as f32 whatever its
+// dtype. Kernels take dtypes at run time: the switch is uniform across a launch (no divergence on
+// a GPU) and loop-invariant, so compilers hoist it out of the inner loops on a CPU; one kernel per
+// op keeps the build small on every Kokkos.
+#pragma once
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "ding/device.h"
+#include "ding/dtype.h"
+
+namespace ding::kokkos {
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Memory = Exec::memory_space;
+using TeamPolicy = Kokkos::TeamPolicy<Exec>;
+using Team = TeamPolicy::member_type;
+
+// A range of N items, N as Kokkos' index type (int64_t ranges: tensors exceed 2^31 elements).
+using Range = Kokkos::RangePolicy<Exec, Kokkos::IndexType<int64_t>>;
+
+KOKKOS_INLINE_FUNCTION uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+KOKKOS_INLINE_FUNCTION float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// bf16 is the top half of an f32; rounding to nearest even, NaN kept quiet (as ding/dtype.h).
+KOKKOS_INLINE_FUNCTION float bf16_to_float(uint16_t h) { return bits_float(uint32_t(h) << 16); }
+
+KOKKOS_INLINE_FUNCTION uint16_t float_to_bf16(float f) {
+  uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
+KOKKOS_INLINE_FUNCTION float f16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
+  if (exponent != 0) return bits_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  // Subnormal (or zero): mantissa · 2^-24, exact in f32.
+  const float magnitude = float(mantissa) * 5.9604644775390625e-8f;
+  return sign ? -magnitude : magnitude;
+}
+
+KOKKOS_INLINE_FUNCTION uint16_t float_to_f16(float f) {
+  const uint32_t u = float_bits(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN stays NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds past 65504: inf
+  if (a >= 0x38800000u) {  // normal in f16: drop 13 mantissa bits, nearest even
+    const uint32_t rebased = a - (112u << 23);
+    const uint32_t rounded = rebased + 0xfffu + ((rebased >> 13) & 1u);
+    return uint16_t(sign | (rounded >> 13));
+  }
+  if (a < 0x33000000u) return sign;  // below half the smallest subnormal: ±0
+  // Subnormal: the implicit bit made explicit, shifted into place with nearest-even rounding.
+  const uint32_t exponent = a >> 23, mantissa = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126 - exponent;  // 14..24
+  const uint32_t half = 1u << (shift - 1), rest = mantissa & ((1u << shift) - 1);
+  uint32_t q = mantissa >> shift;
+  if (rest > half || (rest == half && (q & 1u))) ++q;
+  return uint16_t(sign | q);
+}
+
+// The math of kernels uses the C library's global functions (expf, sqrt, ...): CUDA and HIP
+// provide device versions of exactly those, and their spelling is the same in every Kokkos.
+
+// GELU's tanh form ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³), evaluated as x·σ(2u): the same
+// value, without 1 + tanh u cancelling to nothing for x ≪ 0.
+KOKKOS_INLINE_FUNCTION float gelu_tanh(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));
+}
+
+KOKKOS_INLINE_FUNCTION float silu(float x) { return x / (1.0f + expf(-x)); }
+
+KOKKOS_INLINE_FUNCTION bool is_finite(float v) { return (float_bits(v) & 0x7f800000u) != 0x7f800000u; }
+
+// A tensor's memory seen as numbers: load(i) and store(i, v) at element offset i (the caller
+// applies the strides). Floats widen to and round from f32; i32 is read as an integer.
+struct Elements {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+
+  KOKKOS_INLINE_FUNCTION float load(int64_t i) const {
+    switch (dtype) {
+      case DType::f16: return f16_to_float(static_cast<const uint16_t*>(data)[i]);
+      case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+      case DType::i32: return float(static_cast<const int32_t*>(data)[i]);
+      default: return static_cast<const float*>(data)[i];
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void store(int64_t i, float v) const {
+    switch (dtype) {
+      case DType::f16: static_cast<uint16_t*>(data)[i] = float_to_f16(v); break;
+      case DType::bf16: static_cast<uint16_t*>(data)[i] = float_to_bf16(v); break;
+      case DType::i32: static_cast<int32_t*>(data)[i] = int32_t(v); break;
+      default: static_cast<float*>(data)[i] = v;
+    }
+  }
+  KOKKOS_INLINE_FUNCTION int32_t load_int(int64_t i) const { return static_cast<const int32_t*>(data)[i]; }
+  KOKKOS_INLINE_FUNCTION void store_int(int64_t i, int32_t v) const { static_cast<int32_t*>(data)[i] = v; }
+  KOKKOS_INLINE_FUNCTION bool defined() const { return data != nullptr; }
+};
+
+inline Elements elements(const Tensor& t) { return {t.data, t.dtype}; }
+
+// Element strides of a tensor, by value for capture in kernels (Tensor's std::array is host code).
+struct Strides {
+  int64_t s[kMaxRank] = {};
+  KOKKOS_INLINE_FUNCTION int64_t operator[](int d) const { return s[d]; }
+};
+
+inline Strides strides(const Tensor& t) {
+  Strides r;
+  for (int d = 0; d < t.rank; ++d) r.s[d] = t.strides[d];
+  return r;
+}
+
+// Per-team scratch of `bytes`: level 0 (a GPU's shared memory) while small, else level 1.
+inline int scratch_level(size_t bytes) { return bytes <= 16 * 1024 ? 0 : 1; }
+using ScratchFloats = Kokkos::View<float*, Exec::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// Temporary device memory for a kernel's intermediates, freed when it goes out of scope.
+Buffer temporary(Stream& stream, size_t bytes);
+
+}  // namespace ding::kokkos

@@ -1,0 +1,130 @@
+// matmul and matmul_chain. Each team computes a block of kColumns outputs of one row, a thread
+// per output, accumulating the K products in f32 over the operands' stored types (dot(): the
+// dtype pair is dispatched once per output, not per product). matmul's epilogue (bias,
+// activation, residual) runs on the accumulator before the one rounding to out's dtype; its
+// norm prologue is the norm kernel into a temporary in x's dtype, as ops/matmul.h defines it.
+#include "elements.h"
+#include "kernels.h"
+
+namespace ding::kokkos {
+
+namespace {
+
+constexpr int64_t kColumns = 64;
+
+KOKKOS_INLINE_FUNCTION float widen(float v) { return v; }
+KOKKOS_INLINE_FUNCTION float widen(ding::f16 v) { return f16_to_float(v.bits); }
+KOKKOS_INLINE_FUNCTION float widen(ding::bf16 v) { return bf16_to_float(v.bits); }
+
+// Σ_k x[k]·w[k·w_step] over K terms.
+template <class X, class W>
+KOKKOS_INLINE_FUNCTION float dot_typed(const X* x, const W* w, int64_t w_step, int64_t K) {
+  float acc = 0;
+  if (w_step == 1)
+    for (int64_t k = 0; k < K; ++k) acc += widen(x[k]) * widen(w[k]);
+  else
+    for (int64_t k = 0; k < K; ++k) acc += widen(x[k]) * widen(w[k * w_step]);
+  return acc;
+}
+
+template <class X>
+KOKKOS_INLINE_FUNCTION float dot_with(const X* x, Elements w, int64_t w_at, int64_t w_step, int64_t K) {
+  switch (w.dtype) {
+    case DType::f16: return dot_typed(x, static_cast<const ding::f16*>(w.data) + w_at, w_step, K);
+    case DType::bf16: return dot_typed(x, static_cast<const ding::bf16*>(w.data) + w_at, w_step, K);
+    default: return dot_typed(x, static_cast<const float*>(w.data) + w_at, w_step, K);
+  }
+}
+
+// Σ_k x[x_at + k] · w[w_at + k·w_step], both read in their stored dtypes.
+KOKKOS_INLINE_FUNCTION float dot(Elements x, int64_t x_at, Elements w, int64_t w_at, int64_t w_step, int64_t K) {
+  switch (x.dtype) {
+    case DType::f16: return dot_with(static_cast<const ding::f16*>(x.data) + x_at, w, w_at, w_step, K);
+    case DType::bf16: return dot_with(static_cast<const ding::bf16*>(x.data) + x_at, w, w_at, w_step, K);
+    default: return dot_with(static_cast<const float*>(x.data) + x_at, w, w_at, w_step, K);
+  }
+}
+
+// Teams for `rows` rows of `columns` outputs, kColumns per team.
+TeamPolicy row_blocks(int64_t rows, int64_t columns) {
+  return TeamPolicy(int(rows * ((columns + kColumns - 1) / kColumns)), Kokkos::AUTO);
+}
+
+// out = act(x · wᵀ + bias) + residual for contiguous x [B?, M, K], w [B?, N(·2), K], out [B?, M, N].
+void matmul_plain(const ops::MatmulArgs& a) {
+  const int64_t M = a.x.dim(-2), K = a.x.dim(-1), N = a.out.dim(-1);
+  const int64_t rows = a.x.numel() / K, blocks = (N + kColumns - 1) / kColumns;
+  const int64_t w_batch = a.w.rank == 3 ? a.w.dim(-2) * K : 0;  // elements between batches of w
+  const Elements out = elements(a.out), x = elements(a.x), w = elements(a.w), bias = elements(a.params.bias),
+                 residual = elements(a.params.residual);
+  const ops::Activation activation = a.params.activation;
+  Kokkos::parallel_for("ding::matmul", row_blocks(rows, N), KOKKOS_LAMBDA(const Team& team) {
+    const int64_t row = team.league_rank() / blocks, n0 = team.league_rank() % blocks * kColumns;
+    const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
+    const int64_t w_at = row / M * w_batch;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
+      float acc = dot(x, row * K, w, w_at + n * K, 1, K) + (bias.defined() ? bias.load(n) : 0.0f);
+      if (activation == ops::Activation::gelu_tanh) acc = gelu_tanh(acc);
+      if (activation == ops::Activation::swiglu) {
+        // [W_gate; W_up]: the up row N + n beside the gate row n.
+        const float up = dot(x, row * K, w, w_at + (N + n) * K, 1, K) + (bias.defined() ? bias.load(N + n) : 0.0f);
+        acc = silu(acc) * up;
+      }
+      // The residual is read before out is written: they may be one tensor.
+      if (residual.defined()) acc += residual.load(row * N + n);
+      out.store(row * N + n, acc);
+    });
+  });
+}
+
+// dst[r, j] = Σ_k src[r, k] · f[k, j] for `rows` rows: one product of matmul_chain.
+void chain_product(Elements dst, int64_t dst_at, Elements src, int64_t src_at, const Tensor& f, int64_t rows) {
+  const int64_t K = f.dim(0), J = f.dim(1), blocks = (J + kColumns - 1) / kColumns;
+  const Elements factor = elements(f);
+  Kokkos::parallel_for("ding::matmul_chain", row_blocks(rows, J), KOKKOS_LAMBDA(const Team& team) {
+    const int64_t r = team.league_rank() / blocks, j0 = team.league_rank() % blocks * kColumns;
+    const int64_t j_end = j0 + kColumns < J ? j0 + kColumns : J;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, j_end), [&](const int64_t j) {
+      dst.store(dst_at + r * J + j, dot(src, src_at + r * K, factor, j, J, K));
+    });
+  });
+}
+
+}  // namespace
+
+void matmul(Stream& stream, const ops::MatmulArgs& a) {
+  if (a.params.norm.kind == ops::NormKind::none) return matmul_plain(a);
+  const Buffer staged = temporary(stream, a.x.nbytes());
+  const Tensor h = Tensor::view(staged.data(), a.x.device, a.x.dtype, a.x.shape.data(), a.x.rank);
+  if (a.params.norm.kind == ops::NormKind::layer_norm)
+    layer_norm(stream, ops::prologue_layer_norm(a, h));
+  else
+    rms_norm(stream, ops::prologue_rms_norm(a, h));
+  ops::MatmulArgs plain = a;
+  plain.x = h;
+  plain.params.norm = {};
+  matmul_plain(plain);
+  stream.synchronize();  // before `staged` is freed
+}
+
+// Chunks of chunk_rows rows of A0 go through the chain one product at a time; the
+// intermediates alternate between the scratch's two slots in the chain's intermediate dtype.
+void matmul_chain(Stream&, const ops::MatmulChainArgs& a) {
+  const int64_t R = a.factors[0].dim(0), slot = ops::matmul_chain_slot_elements(a, a.chunk_rows);
+  const Elements scratch = elements(a.scratch), out = elements(a.out);
+  for (int64_t r0 = 0; r0 < R; r0 += a.chunk_rows) {
+    const int64_t rows = a.chunk_rows < R - r0 ? a.chunk_rows : R - r0;
+    Elements src = elements(a.factors[0]);
+    int64_t src_at = r0 * a.factors[0].dim(1);
+    for (int i = 1; i < a.count; ++i) {
+      const bool last = i == a.count - 1;
+      const Elements dst = last ? out : scratch;
+      const int64_t dst_at = last ? r0 * a.out.dim(1) : (i % 2) * slot;
+      chain_product(dst, dst_at, src, src_at, a.factors[i], rows);
+      src = dst;
+      src_at = dst_at;
+    }
+  }
+}
+
+}  // namespace ding::kokkos

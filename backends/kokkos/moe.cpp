@@ -1,0 +1,120 @@
+// moe_route, moe_group, moe_combine.
+//   route:   a work item per token: its k best experts by repeated selection over the E logits
+//            (E and k are small), scores as the op defines them.
+//   group:   a work item per expert e: offsets[e] = the number of slots routed to experts before e,
+//            then e walks the slots in order, numbering its own: the stable counting sort, with
+//            the experts in parallel instead of the slots.
+//   combine: a work item per output element.
+// An expert id or position out of range is skipped (kernels.h).
+#include "elements.h"
+#include "kernels.h"
+
+namespace ding::kokkos {
+
+void moe_route(Stream&, const ops::MoeRouteArgs& a) {
+  const int64_t E = a.logits.dim(1), k = a.params.k;
+  const Elements weights = elements(a.weights), experts = elements(a.experts), logits = elements(a.logits);
+  const Strides w_s = strides(a.weights), e_s = strides(a.experts), l_s = strides(a.logits);
+  const bool softmax = a.params.scoring == ops::MoeScoring::softmax, renormalize = a.params.renormalize;
+  const float scaling = a.params.routed_scaling;
+  Kokkos::parallel_for("ding::moe_route", Range(0, a.logits.dim(0)), KOKKOS_LAMBDA(const int64_t t) {
+    const int64_t row = t * l_s[0];
+    float max = logits.load(row);
+    for (int64_t e = 1; e < E; ++e) max = fmaxf(max, logits.load(row + e * l_s[1]));
+    float denominator = 0;  // softmax's Σ exp(logit − max)
+    if (softmax)
+      for (int64_t e = 0; e < E; ++e) denominator += expf(logits.load(row + e * l_s[1]) - max);
+    // Both scorings increase with the logit, so experts are chosen by logit: larger first, ties
+    // by lower index. Choice j is the best expert ranked after choice j − 1.
+    float chosen_sum = 0;
+    int64_t previous = -1;
+    float previous_logit = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      float best_logit = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        const float l = logits.load(row + e * l_s[1]);
+        const bool after_previous = previous < 0 || l < previous_logit || (l == previous_logit && e > previous);
+        if (after_previous && (best < 0 || l > best_logit)) best = e, best_logit = l;
+      }
+      const float score = softmax ? expf(best_logit - max) / denominator : 1.0f / (1.0f + expf(-best_logit));
+      weights.store(t * w_s[0] + j * w_s[1], score);
+      experts.store_int(t * e_s[0] + j * e_s[1], int32_t(best));
+      chosen_sum += score;
+      previous = best, previous_logit = best_logit;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t at = t * w_s[0] + j * w_s[1];
+      weights.store(at, (renormalize ? weights.load(at) / chosen_sum : weights.load(at)) * scaling);
+    }
+  });
+}
+
+namespace {
+
+// The expert id of slot s = t·k + j, or −1 for one out of [0, E).
+struct ExpertOf {
+  Elements experts;
+  Strides s;
+  int64_t k, E;
+  KOKKOS_INLINE_FUNCTION int64_t operator()(int64_t slot) const {
+    const int32_t e = experts.load_int(slot / k * s[0] + slot % k * s[1]);
+    return e >= 0 && e < E ? int64_t(e) : int64_t(-1);
+  }
+};
+
+}  // namespace
+
+void moe_group(Stream&, const ops::MoeGroupArgs& a) {
+  const int64_t k = a.experts.dim(1), slots_count = a.experts.numel(), E = a.offsets.dim(0) - 1;
+  const Elements offsets = elements(a.offsets), slots = elements(a.slots), positions = elements(a.positions);
+  const ExpertOf expert_of{elements(a.experts), strides(a.experts), k, E};
+  const int64_t o_step = a.offsets.strides[0], s_step = a.slots.strides[0], p_step = a.positions.strides[0];
+  Kokkos::parallel_for("ding::moe_group", Range(0, E + 1), KOKKOS_LAMBDA(const int64_t e) {
+    int64_t before = 0;
+    for (int64_t s = 0; s < slots_count; ++s) {
+      const int64_t x = expert_of(s);
+      before += x >= 0 && x < e ? 1 : 0;
+    }
+    offsets.store_int(e * o_step, int32_t(before));
+    if (e == E) return;
+    int64_t p = before;
+    for (int64_t s = 0; s < slots_count; ++s)
+      if (expert_of(s) == e) {
+        slots.store_int(p * s_step, int32_t(s));
+        positions.store_int(s * p_step, int32_t(p));
+        ++p;
+      }
+  });
+  if (!a.x.defined()) return;
+  const int64_t C = a.x.dim(1);
+  const Elements x = elements(a.x), x_grouped = elements(a.x_grouped);
+  const Strides x_s = strides(a.x), g_s = strides(a.x_grouped);
+  // Grouped rows past the routed ones (slots with bad expert ids) stay unwritten.
+  Kokkos::parallel_for("ding::moe_group_gather", Range(0, slots_count * C), KOKKOS_LAMBDA(const int64_t item) {
+    const int64_t p = item / C, c = item % C;
+    if (p >= offsets.load_int(E * o_step)) return;
+    const int64_t t = slots.load_int(p * s_step) / k;
+    x_grouped.store(p * g_s[0] + c * g_s[1], x.load(t * x_s[0] + c * x_s[1]));
+  });
+}
+
+void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
+  const int64_t k = a.weights.dim(1), C = a.out.dim(1), rows = a.weights.dim(0) * k;
+  const Elements out = elements(a.out), y = elements(a.y_grouped), weights = elements(a.weights),
+                 positions = elements(a.positions);
+  const Strides out_s = strides(a.out), y_s = strides(a.y_grouped), w_s = strides(a.weights);
+  const int64_t p_step = a.positions.strides[0];
+  Kokkos::parallel_for("ding::moe_combine", Range(0, a.out.numel()), KOKKOS_LAMBDA(const int64_t item) {
+    const int64_t t = item / C, c = item % C;
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t p = positions.load_int((t * k + j) * p_step);
+      if (p < 0 || p >= rows) return;  // not a grouped row: nothing written (kernels.h)
+      sum += weights.load(t * w_s[0] + j * w_s[1]) * y.load(p * y_s[0] + c * y_s[1]);
+    }
+    out.store(t * out_s[0] + c * out_s[1], sum);
+  });
+}
+
+}  // namespace ding::kokkos
