@@ -1,6 +1,8 @@
 // layer_norm and rms_norm: one team per row of C. The row's statistics are team reductions over
 // h = x (+ residual); then each column is read, normalised and written by the same thread, so
 // sum_out may be x or residual itself (a column's h is read before its sum_out is written).
+// The row sums are in double: a serial f32 sum over thousands of columns (a Serial or OpenMP
+// team is one thread) drifts past the op's tolerance, and it is one add per element.
 #include "elements.h"
 #include "kernels.h"
 
@@ -26,19 +28,19 @@ void layer_norm(Stream&, const ops::LayerNormArgs& a) {
   const float eps = a.params.eps;
   Kokkos::parallel_for("ding::layer_norm", TeamPolicy(rows_of(a.x), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
     const int64_t row = team.league_rank() * C;
-    float sum = 0;
-    Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, C), [&](const int64_t c, float& s) { s += h(row + c); }, sum);
-    const float mean = sum / float(C);
+    double sum = 0;
+    Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, C), [&](const int64_t c, double& s) { s += h(row + c); }, sum);
+    const float mean = float(sum / double(C));
     // The variance about the mean (a second pass) rather than E[h²] − mean²: no cancellation.
-    float squares = 0;
+    double squares = 0;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, C),
-        [&](const int64_t c, float& s) {
-          const float d = h(row + c) - mean;
+        [&](const int64_t c, double& s) {
+          const double d = double(h(row + c)) - double(mean);
           s += d * d;
         },
         squares);
-    const float rstd = 1.0f / sqrtf(squares / float(C) + eps);
+    const float rstd = float(1.0 / sqrt(squares / double(C) + double(eps)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int64_t c) {
       const float v = h(row + c);
       out.store(row + c, (v - mean) * rstd * weight.load(c) + (bias.defined() ? bias.load(c) : 0.0f));
@@ -54,15 +56,15 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
   const float eps = a.params.eps;
   Kokkos::parallel_for("ding::rms_norm", TeamPolicy(rows_of(a.x), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
     const int64_t row = team.league_rank() * C;
-    float squares = 0;
+    double squares = 0;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, C),
-        [&](const int64_t c, float& s) {
-          const float v = h(row + c);
+        [&](const int64_t c, double& s) {
+          const double v = h(row + c);
           s += v * v;
         },
         squares);
-    const float rstd = 1.0f / sqrtf(squares / float(C) + eps);
+    const float rstd = float(1.0 / sqrt(squares / double(C) + double(eps)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int64_t c) {
       const float v = h(row + c);
       out.store(row + c, v * rstd * weight.load(c));

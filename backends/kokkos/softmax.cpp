@@ -1,5 +1,7 @@
 // softmax over the last dimension: one team per row; the max and the sum of exponentials are
-// team reductions, then each column is written by the thread that reads it (out may be x).
+// team reductions, then each column is written by the thread that reads it (out may be x). The
+// denominator is summed in double: serially in f32 (a host team is one thread) 50257 terms drift
+// past the op's tolerance.
 #include <cfloat>
 
 #include "elements.h"
@@ -21,11 +23,11 @@ void softmax(Stream&, const ops::SoftmaxArgs& a) {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, kept), [&](const int64_t j, float& m) { m = fmaxf(m, scale * x.load(row + j)); },
         Kokkos::Max<float>(max));
-    float sum = 0;
+    double sum = 0;
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, kept), [&](const int64_t j, float& s) { s += expf(scale * x.load(row + j) - max); },
+        Kokkos::TeamThreadRange(team, kept), [&](const int64_t j, double& s) { s += expf(scale * x.load(row + j) - max); },
         sum);
-    const float inverse = 1.0f / sum;
+    const float inverse = float(1.0 / sum);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Tk), [&](const int64_t j) {
       out.store(row + j, j < kept ? expf(scale * x.load(row + j) - max) * inverse : 0.0f);
     });
