@@ -54,8 +54,8 @@ Caps kokkos_caps() {
   return c;
 }
 
-void check_stream(const Stream& s, const KokkosDevice& device, const char* what) {
-  if (&const_cast<Stream&>(s).device() != &device)
+void check_stream(Stream& s, const KokkosDevice& device, const char* what) {
+  if (&s.device() != &device)
     throw Error(ErrorCode::invalid_argument, fmt::format("kokkos: {} on a stream of another device", what));
 }
 

@@ -1,6 +1,5 @@
 // moe_route, moe_group, moe_combine.
-//   route:   a work item per token: its k best experts by repeated selection over the E logits
-//            (E and k are small), scores as the op defines them.
+//   route:   a work item per token: its k best experts by repeated selection over the E logits.
 //   group:   a work item per expert e: offsets[e] = the number of slots routed to experts before e,
 //            then e walks the slots in order, numbering its own: the stable counting sort, with
 //            the experts in parallel instead of the slots.
@@ -11,46 +10,27 @@
 
 namespace ding::kokkos {
 
-void moe_route(Stream&, const ops::MoeRouteArgs& a) {
-  const int64_t E = a.logits.dim(1), k = a.params.k;
-  const Elements weights = elements(a.weights), experts = elements(a.experts), logits = elements(a.logits);
-  const Strides w_s = strides(a.weights), e_s = strides(a.experts), l_s = strides(a.logits);
-  const bool softmax = a.params.scoring == ops::MoeScoring::softmax, renormalize = a.params.renormalize;
-  const float scaling = a.params.routed_scaling;
-  Kokkos::parallel_for("ding::moe_route", Range(0, a.logits.dim(0)), KOKKOS_LAMBDA(const int64_t t) {
-    const int64_t row = t * l_s[0];
-    float max = logits.load(row);
-    for (int64_t e = 1; e < E; ++e) max = fmaxf(max, logits.load(row + e * l_s[1]));
-    float denominator = 0;  // softmax's Σ exp(logit − max)
-    if (softmax)
-      for (int64_t e = 0; e < E; ++e) denominator += expf(logits.load(row + e * l_s[1]) - max);
-    // Both scorings increase with the logit, so experts are chosen by logit: larger first, ties
-    // by lower index. Choice j is the best expert ranked after choice j − 1.
-    float chosen_sum = 0;
-    int64_t previous = -1;
-    float previous_logit = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      float best_logit = 0;
-      for (int64_t e = 0; e < E; ++e) {
-        const float l = logits.load(row + e * l_s[1]);
-        const bool after_previous = previous < 0 || l < previous_logit || (l == previous_logit && e > previous);
-        if (after_previous && (best < 0 || l > best_logit)) best = e, best_logit = l;
-      }
-      const float score = softmax ? expf(best_logit - max) / denominator : 1.0f / (1.0f + expf(-best_logit));
-      weights.store(t * w_s[0] + j * w_s[1], score);
-      experts.store_int(t * e_s[0] + j * e_s[1], int32_t(best));
-      chosen_sum += score;
-      previous = best, previous_logit = best_logit;
-    }
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t at = t * w_s[0] + j * w_s[1];
-      weights.store(at, (renormalize ? weights.load(at) / chosen_sum : weights.load(at)) * scaling);
-    }
-  });
-}
-
 namespace {
+
+// One token's router logits [E] and the op's order on experts: larger logit first, ties by lower
+// index. Both scorings increase with the logit, so this is the order of the scores.
+struct RouterRow {
+  Elements logits;
+  int64_t at, step, E;
+  KOKKOS_INLINE_FUNCTION float logit(int64_t e) const { return logits.load(at + e * step); }
+  // The best expert ranked after `previous` (−1: the best of all).
+  KOKKOS_INLINE_FUNCTION int64_t next_after(int64_t previous) const {
+    const float previous_logit = previous >= 0 ? logit(previous) : 0.0f;
+    int64_t best = -1;
+    float best_logit = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const float l = logit(e);
+      const bool after = previous < 0 || l < previous_logit || (l == previous_logit && e > previous);
+      if (after && (best < 0 || l > best_logit)) best = e, best_logit = l;
+    }
+    return best;
+  }
+};
 
 // The expert id of slot s = t·k + j, or −1 for one out of [0, E).
 struct ExpertOf {
@@ -64,6 +44,34 @@ struct ExpertOf {
 };
 
 }  // namespace
+
+// Choices by repeated selection (E and k are small), walked twice: once for the chosen scores'
+// sum, once to write each weight, rounded to f32 once. Sums in double, as the reference.
+void moe_route(Stream&, const ops::MoeRouteArgs& a) {
+  const int64_t E = a.logits.dim(1), k = a.params.k;
+  const Elements weights = elements(a.weights), experts = elements(a.experts), logits = elements(a.logits);
+  const Strides w_s = strides(a.weights), e_s = strides(a.experts), l_s = strides(a.logits);
+  const bool softmax = a.params.scoring == ops::MoeScoring::softmax, renormalize = a.params.renormalize;
+  const double scaling = a.params.routed_scaling;
+  Kokkos::parallel_for("ding::moe_route", Range(0, a.logits.dim(0)), KOKKOS_LAMBDA(const int64_t t) {
+    const RouterRow row{logits, t * l_s[0], l_s[1], E};
+    float max = row.logit(0);
+    for (int64_t e = 1; e < E; ++e) max = fmaxf(max, row.logit(e));
+    double denominator = 0;  // softmax's Σ exp(logit − max)
+    if (softmax)
+      for (int64_t e = 0; e < E; ++e) denominator += expf(row.logit(e) - max);
+    const auto score = [&](int64_t e) {
+      return softmax ? expf(row.logit(e) - max) / denominator : 1.0 / (1.0 + double(expf(-row.logit(e))));
+    };
+    double chosen_sum = 0;
+    for (int64_t j = 0, e = -1; j < k; ++j) chosen_sum += score(e = row.next_after(e));
+    for (int64_t j = 0, e = -1; j < k; ++j) {
+      e = row.next_after(e);
+      weights.store(t * w_s[0] + j * w_s[1], float((renormalize ? score(e) / chosen_sum : score(e)) * scaling));
+      experts.store_int(t * e_s[0] + j * e_s[1], int32_t(e));
+    }
+  });
+}
 
 void moe_group(Stream&, const ops::MoeGroupArgs& a) {
   const int64_t k = a.experts.dim(1), slots_count = a.experts.numel(), E = a.offsets.dim(0) - 1;
