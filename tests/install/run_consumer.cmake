@@ -4,7 +4,7 @@
 #                     on its own, and build the consumer against the prefix;
 #   add_subdirectory  configure the consumer with ding's source tree as a subproject and build
 #                     only the consumer (so only what ding::cpu needs is compiled).
-# Either way the consumer must run, and neither its link command nor ldd may name a CUDA library.
+# Either way the consumer must run, and neither its link command nor ldd may name a CUDA or Kokkos library.
 # Run by ctest as install.find_package_consumer and install.add_subdirectory_consumer.
 file(REMOVE_RECURSE ${DING_SCRATCH})
 function(run)
@@ -53,20 +53,20 @@ run(${DING_SCRATCH}/build/consumer)
 message("${run_output}")
 
 # No CUDA library on the consumer's link line (a static libding would carry them there) nor
-# among the shared libraries it loads (a shared one would).
-set(cuda_libraries "cudart|cublas|libcuda\\.|/cuda/|CUDA::")
+# among the shared libraries it loads (a shared one would); no Kokkos either (ding::ding's alone).
+set(forbidden_libraries "cudart|cublas|libcuda\\.|/cuda/|CUDA::|kokkoscore|Kokkos::")
 if(DING_GENERATOR MATCHES "Ninja")
   run(${DING_MAKE_PROGRAM} -C ${DING_SCRATCH}/build -t commands consumer)
   string(REGEX MATCH "[^\n]*-o consumer [^\n]*" link_line "${run_output}")
   if(NOT link_line)
     message(FATAL_ERROR "the consumer's link command was not found in:\n${run_output}")
   endif()
-  if(link_line MATCHES "${cuda_libraries}")
-    message(FATAL_ERROR "the cpu-only consumer links a CUDA library (${CMAKE_MATCH_0}):\n${link_line}")
+  if(link_line MATCHES "${forbidden_libraries}")
+    message(FATAL_ERROR "the cpu-only consumer links a CUDA or Kokkos library (${CMAKE_MATCH_0}):\n${link_line}")
   endif()
 endif()
 run(ldd ${DING_SCRATCH}/build/consumer)
-if(run_output MATCHES "${cuda_libraries}")
-  message(FATAL_ERROR "the cpu-only consumer loads a CUDA library (${CMAKE_MATCH_0}):\n${run_output}")
+if(run_output MATCHES "${forbidden_libraries}")
+  message(FATAL_ERROR "the cpu-only consumer loads a CUDA or Kokkos library (${CMAKE_MATCH_0}):\n${run_output}")
 endif()
-message("consumer (${DING_CONSUMER_MODE}): no CUDA library linked")
+message("consumer (${DING_CONSUMER_MODE}): no CUDA or Kokkos library linked")
