@@ -10,10 +10,16 @@ void register_cpu_backend();
 #ifdef DING_HAVE_CUDA
 void register_cuda_backend();
 #endif
+#ifdef DING_HAVE_HIP
+void register_hip_backend();
+#endif
 
 void register_builtin_backends() {
 #ifdef DING_HAVE_CUDA
   register_cuda_backend();
+#endif
+#ifdef DING_HAVE_HIP
+  register_hip_backend();
 #endif
   register_cpu_backend();
   register_reference_backend();

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # CUDA as CMake finds it, tests and tools on, whatever tools/main.sh left in build/'s cache.
-tools/setup.sh --hip-check --sanitize -UDING_CUDA -DDING_BUILD_TOOLS=ON -DDING_BUILD_TESTS=ON
+tools/setup.sh --hip --sanitize -UDING_CUDA -DDING_BUILD_TOOLS=ON -DDING_BUILD_TESTS=ON
 (cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 600)
 exec tools/sanitize.sh

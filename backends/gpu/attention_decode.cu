@@ -67,7 +67,7 @@
 #include "reduce.cuh"
 #include "rotary.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 using namespace attn;
@@ -1003,4 +1003,4 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   });
 }
 
-}  // namespace ding::gpu
+DING_GPU_END
