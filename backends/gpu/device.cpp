@@ -288,6 +288,16 @@ int device_count() {
   return count;
 }
 
+BackendInfo backend_info(std::string name) {
+  return {name, [] { return device_count() > 0; }, [name](int index) -> std::unique_ptr<Device> {
+            const int count = device_count();
+            if (index >= count)
+              throw Error(ErrorCode::backend_unavailable,
+                          fmt::format("Device::open: {}:{} does not exist ({} devices)", name, index, count));
+            return std::make_unique<GpuDevice>(name, index);
+          }};
+}
+
 bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning) {
   auto* ours = dynamic_cast<GpuDevice*>(&device);
   if (ours) ours->stream().set_matmul_tuning(tuning);

@@ -45,6 +45,10 @@ class GpuDevice final : public Device {
 // The number of devices the driver reports; 0 (never an error) where there is no driver or GPU.
 int device_count();
 
+// The registry entry of this API's backend under `name` ("cuda", "hip"): available when the
+// driver reports a device, creating GpuDevices.
+BackendInfo backend_info(std::string name);
+
 // ding::gpu::set_matmul_tuning / set_matmul_override for this API's devices: false when `device`
 // is not one of them (backends/gpu_controls.cpp then asks the next API compiled in).
 bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning);
