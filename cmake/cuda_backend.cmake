@@ -14,8 +14,8 @@ target_link_libraries(ding PRIVATE CUDA::cudart)
 # the persistent TMA core) are sm_90a code: architecture-specific features that no other GPU runs,
 # so they get an object library of their own compiled for 90a alone, whenever the build targets
 # sm_90 (CUDA_ARCHITECTURES is per target in CMake 3.25). matmul.cu sees DING_GPU_WGMMA and
-# checks for a cc 9.0 device before it launches from them.
-set(DING_GPU_WGMMA OFF)
+# checks for a cc 9.0 device before it launches from them. A PTX-only build compiles them too.
+set(DING_GPU_WGMMA ${DING_CUDA_PTX_ONLY})
 foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
   if(arch MATCHES "^90")
     set(DING_GPU_WGMMA ON)
@@ -24,7 +24,11 @@ endforeach()
 if(DING_GPU_WGMMA)
   add_library(ding_gpu_sm90a OBJECT ${PROJECT_SOURCE_DIR}/backends/gpu/sm90/gemm_wgmma.cu
                                     ${PROJECT_SOURCE_DIR}/backends/gpu/sm90/gemm_tma.cu)
-  set_target_properties(ding_gpu_sm90a PROPERTIES CUDA_ARCHITECTURES 90a)
+  if(DING_CUDA_PTX_ONLY)
+    set_target_properties(ding_gpu_sm90a PROPERTIES CUDA_ARCHITECTURES 90a-virtual)
+  else()
+    set_target_properties(ding_gpu_sm90a PROPERTIES CUDA_ARCHITECTURES 90a)
+  endif()
   ding_gpu_objects(ding_gpu_sm90a)
   target_include_directories(ding_gpu_sm90a PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
   target_sources(ding PRIVATE $<TARGET_OBJECTS:ding_gpu_sm90a>)
