@@ -10,6 +10,9 @@ void register_cpu_backend();
 #ifdef DING_HAVE_CUDA
 void register_cuda_backend();
 #endif
+#ifdef DING_HAVE_HIP
+void register_hip_backend();
+#endif
 #ifdef DING_HAVE_KOKKOS
 void register_kokkos_backend();
 bool kokkos_memory_is_host();
@@ -18,6 +21,9 @@ bool kokkos_memory_is_host();
 void register_builtin_backends() {
 #ifdef DING_HAVE_CUDA
   register_cuda_backend();
+#endif
+#ifdef DING_HAVE_HIP
+  register_hip_backend();
 #endif
 #ifdef DING_HAVE_KOKKOS
   // A Kokkos built for a GPU is preferred to the cpu backend; one running on the host (Serial,

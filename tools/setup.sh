@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what ding needs from Debian 12 packages (only what is missing), then configures and
 # builds into build/. Used by tools/main.sh and tools/test.sh; safe to rerun.
-#   --hip-check   also install Debian's hipcc and compile every backends/gpu kernel as HIP
-#                 (gfx90a), which keeps the GPU sources single-source (tools/test.sh passes it).
+#   --hip         also install Debian's hipcc and HIP headers and build the hip backend for AMD
+#                 GPUs (gfx90a and gfx1030; tools/test.sh passes it): without an AMD GPU its tests
+#                 report SKIPPED, and the build keeps the GPU sources single-source.
 #   --kokkos      also install Debian's Kokkos (libtrilinos-kokkos-dev: 3.4.1, Serial) and build
 #                 the kokkos backend against it (tools/test.sh passes it).
 #   --sanitize    also install what tools/sanitize.sh builds with: clang, its ASan/UBSan and
@@ -20,9 +21,9 @@ cmake_args=()
 build=1
 targets=()
 for arg in "$@"; do
-  if [[ $arg == --hip-check ]]; then
-    packages+=(hipcc)
-    cmake_args+=(-DDING_HIP_COMPILE_CHECK=ON)
+  if [[ $arg == --hip ]]; then
+    packages+=(hipcc libamdhip64-dev)
+    cmake_args+=(-DDING_HIP=ON)
   elif [[ $arg == --kokkos ]]; then
     packages+=(libtrilinos-kokkos-dev)
     cmake_args+=(-DDING_KOKKOS=ON)

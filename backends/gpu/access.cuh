@@ -10,7 +10,7 @@
 #include "ding/tensor.h"
 #include "elements.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 template <class T>
 struct Typed {
@@ -89,4 +89,4 @@ inline bool aligned_for(const Tensor& t, int V) {
   return reinterpret_cast<uintptr_t>(t.data) % uintptr_t(bytes) == 0;
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

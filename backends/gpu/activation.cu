@@ -8,7 +8,7 @@
 #include "kernels.h"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 constexpr int kThreads = 256;
@@ -146,4 +146,4 @@ void swiglu(Stream& stream, const ops::SwigluArgs& a) {
   DING_GPU_CHECK_LAUNCH("swiglu_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

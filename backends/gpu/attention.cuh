@@ -15,7 +15,8 @@
 #include "elements.cuh"
 #include "stream.h"
 
-namespace ding::gpu::attn {
+DING_GPU_BEGIN
+namespace attn {
 
 // Strides (elements) of a [B, S|T, Hkv, D] tensor whose last dim is contiguous.
 struct Strides3 {
@@ -130,4 +131,5 @@ struct RowShape {
 void launch_rows(GpuStream& s, Operand out, Operand q, const Tensor& k, Strides3 ks, const Tensor& v, Strides3 vs,
                  const RowShape& sh, float scale);
 
-}  // namespace ding::gpu::attn
+}  // namespace attn
+DING_GPU_END

@@ -67,7 +67,7 @@
 #include "reduce.cuh"
 #include "rotary.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 using namespace attn;
@@ -632,7 +632,7 @@ constexpr int kMmaRows = 16;  // query heads per block: the rows of an m16 tile
 // S = 4096, a forced split count): the GQA group of 4 at D = 128 took 0.0178 ms at 32 splits (the
 // SIMT kernel's cap), 0.0136 at 16, 0.0158 at 8 and 24; gpt2-xl's heads (25 × 64, 13 splits by
 // the occupancy rule, well under either cap) 0.0179-0.0189 ms anywhere from 8 to 16.
-constexpr int64_t kMmaMergeFloats = kMergeFloats / 2;
+[[maybe_unused]] constexpr int64_t kMmaMergeFloats = kMergeFloats / 2;  // unused where mma.sync is not compiled (AMD)
 
 // D = 64: three stages (57.6 KB) and three blocks per SM; D = 128: two stages (74 KB), also three
 // blocks per SM on an H100 (228 KB) and one on an RTX 4090 (100 KB), where three stages would not
@@ -1003,4 +1003,4 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   });
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -11,7 +11,8 @@
 #include "mma_sync.cuh"
 
 #if defined(DING_GPU_NVIDIA_MMA)
-namespace ding::gpu::attn {
+DING_GPU_BEGIN
+namespace attn {
 
 // P enters the mma as a sum of 16-bit parts (split_pair): three for bf16 (remainder 2^-27), two
 // for f16 (2^-24); the precision argument is in attention_prefill.cu.
@@ -55,5 +56,6 @@ __device__ inline void add_pv16(float (&o)[DH / 8][4], const float (&p0)[4], con
   }
 }
 
-}  // namespace ding::gpu::attn
+}  // namespace attn
+DING_GPU_END
 #endif  // DING_GPU_NVIDIA_MMA

@@ -13,7 +13,7 @@
 #include "attention_mma.cuh"
 #include "mma_sync.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 using namespace attn;
@@ -493,4 +493,4 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
                 RowShape{B, Tq, Tk, H, H / Hkv, int(D), a.params.causal, nullptr, a.params.window, S, false}, scale);
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

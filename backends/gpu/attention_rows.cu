@@ -7,7 +7,8 @@
 #include "check.h"
 #include "reduce.cuh"
 
-namespace ding::gpu::attn {
+DING_GPU_BEGIN
+namespace attn {
 namespace {
 
 // Any head dim: the scaled q and the f32 accumulator live in shared memory (2·D floats). Each
@@ -113,4 +114,5 @@ void launch_rows(GpuStream& s, Operand out, Operand q, const Tensor& k, Strides3
   DING_GPU_CHECK_LAUNCH("attention_row_kernel");
 }
 
-}  // namespace ding::gpu::attn
+}  // namespace attn
+DING_GPU_END

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 void throw_api_error(error_t e, const char* what, const char* file, int line) {
   const char* base = std::strrchr(file, '/');
@@ -11,4 +11,4 @@ void throw_api_error(error_t e, const char* what, const char* file, int line) {
   throw Error(ErrorCode::device_failure, std::string("gpu: ") + what + " failed: " + error_string(e) + " (" + where + ")");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

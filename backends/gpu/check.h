@@ -6,7 +6,7 @@
 #include "ding/error.h"
 #include "vendor.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 [[noreturn]] void throw_api_error(error_t e, const char* what, const char* file, int line);
 
@@ -14,7 +14,7 @@ inline void check(error_t e, const char* what, const char* file, int line) {
   if (e != success) throw_api_error(e, what, file, line);
 }
 
-}  // namespace ding::gpu
+DING_GPU_END
 
 #define DING_GPU_CHECK(call) ::ding::gpu::check((call), #call, __FILE__, __LINE__)
 // After every <<<...>>>: a bad configuration shows up here, a fault inside the kernel at the

@@ -7,7 +7,7 @@
 #include "stream.h"
 #include "strided.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 // Unit: the widest access every row start and row length is a multiple of (16, 4, 2 or 1 bytes).
@@ -73,4 +73,4 @@ void copy(Stream& stream, const ops::CopyArgs& a) {
   DING_GPU_CHECK_LAUNCH("copy_convert_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -7,7 +7,7 @@
 #include "vendor.h"
 
 #if defined(DING_GPU_NVIDIA_MMA)
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 __device__ inline uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -34,5 +34,5 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END
 #endif  // DING_GPU_NVIDIA_MMA

@@ -7,7 +7,7 @@
 #include "ding/error.h"
 #include "vendor.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 __device__ inline float to_float(float x) { return x; }
 __device__ inline float to_float(ding::f16 x) { return half_bits_to_float(x.bits); }
@@ -40,4 +40,4 @@ decltype(auto) with_float_type(DType t, F&& f) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -9,7 +9,7 @@
 #include "kernels.h"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 constexpr int kThreads = 256;
@@ -101,4 +101,4 @@ void embedding(Stream& stream, const ops::EmbeddingArgs& a) {
   });
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

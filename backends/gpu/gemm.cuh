@@ -11,7 +11,7 @@
 #include "elements.cuh"
 #include "vendor.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 // A float of any float dtype at base[i].
 __device__ inline float load_as_float(const void* base, DType dtype, int64_t i) {
@@ -165,4 +165,4 @@ inline constexpr int64_t kMaxGridYZ = 65535;
 
 inline bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-}  // namespace ding::gpu
+DING_GPU_END

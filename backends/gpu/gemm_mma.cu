@@ -3,11 +3,11 @@
 #include "gemm_mma.cuh"
 #include "matmul_cores.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 #if defined(DING_GPU_NVIDIA)
 template void launch_gemm_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
 template void launch_gemm_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
 #endif
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -36,7 +36,7 @@
 #include "mma_sync.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 namespace mma {
 
@@ -353,4 +353,4 @@ void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
 }
 #endif  // DING_GPU_NVIDIA
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -4,10 +4,10 @@
 #include "gemm_mma.cuh"
 #include "matmul_cores.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 #if defined(DING_GPU_NVIDIA)
 template void launch_gemm_mma_tile<ding::f16, mma::TileTall>(GpuStream&, const GemmShape&, const Epilogue&, const SplitK&);
 #endif
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -14,7 +14,7 @@
 #include "gemm.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 namespace simt {
 
@@ -111,4 +111,4 @@ void launch_gemm_simt(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   DING_GPU_CHECK_LAUNCH("gemm_simt_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

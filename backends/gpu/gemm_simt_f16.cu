@@ -3,7 +3,7 @@
 #include "gemm_simt.cuh"
 #include "matmul_cores.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 template void launch_gemm_simt<ding::f16, float, false>(GpuStream&, const GemmShape&, const Epilogue&);
 template void launch_gemm_simt<ding::f16, ding::f16, false>(GpuStream&, const GemmShape&, const Epilogue&);
@@ -12,4 +12,4 @@ template void launch_gemm_simt<ding::f16, float, true>(GpuStream&, const GemmSha
 template void launch_gemm_simt<ding::f16, ding::f16, true>(GpuStream&, const GemmShape&, const Epilogue&);
 template void launch_gemm_simt<ding::f16, ding::bf16, true>(GpuStream&, const GemmShape&, const Epilogue&);
 
-}  // namespace ding::gpu
+DING_GPU_END

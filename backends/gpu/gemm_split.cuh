@@ -13,7 +13,7 @@
 #include "gemm.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 struct SplitK {
   int splits = 1;            // 1: no split, the GEMM kernel applies the epilogue itself
@@ -187,4 +187,4 @@ inline void launch_gemm_split_reduce(GpuStream& s, const GemmShape& p, const Spl
   DING_GPU_CHECK_LAUNCH("gemm_split_reduce_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -11,7 +11,7 @@
 #include "gemm.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 // Whether the TMA core can take the product p (product_shape: swiglu's 2N-wide form) on this
 // device: cc 9.0, K a multiple of 8 and x, w 16-byte aligned (what a tensor map's row strides and
@@ -23,4 +23,4 @@ bool gemm_tma_takes(const Props& props, const GemmShape& p);
 template <class T>
 void launch_gemm_tma(GpuStream& s, const GemmShape& p, const Epilogue& ep);
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -9,7 +9,7 @@
 #include "gemm.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 // Whether the wgmma core can take p on this device (cc 9.0, K a multiple of 8, rows of x and w
 // 16-byte aligned, enough shared memory) and has enough 128 × 128 tiles to be worth it (about
@@ -20,4 +20,4 @@ bool gemm_wgmma_takes(const Props& props, const GemmShape& p);
 template <class T>
 void launch_gemm_wgmma(GpuStream& s, const GemmShape& p, const Epilogue& ep);
 
-}  // namespace ding::gpu
+DING_GPU_END

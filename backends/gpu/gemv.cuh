@@ -25,7 +25,7 @@
 #include "reduce.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 // Rows of x (per batch) up to which matmul streams w through the GEMV core.
 inline constexpr int64_t kGemvMaxRows = 8;
@@ -310,4 +310,4 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
   DING_GPU_CHECK_LAUNCH("gemv_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

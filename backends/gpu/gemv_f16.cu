@@ -2,10 +2,10 @@
 #include "gemv.cuh"
 #include "matmul_cores.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 template void launch_gemv<ding::f16, float>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv<ding::f16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv<ding::f16, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 
-}  // namespace ding::gpu
+DING_GPU_END

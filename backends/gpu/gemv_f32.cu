@@ -2,10 +2,10 @@
 #include "gemv.cuh"
 #include "matmul_cores.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 template void launch_gemv<float, float>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv<float, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv<float, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -3,11 +3,11 @@
 #include "gemv_mma.cuh"
 #include "matmul_cores.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 #if defined(DING_GPU_NVIDIA)
 template void launch_gemv_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 #endif
 
-}  // namespace ding::gpu
+DING_GPU_END

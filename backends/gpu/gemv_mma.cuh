@@ -61,7 +61,7 @@
 #include "gemm_mma.cuh"
 #include "gemv.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 namespace gemv {
 
@@ -443,4 +443,4 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   DING_GPU_CHECK_LAUNCH("gemv_mma_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

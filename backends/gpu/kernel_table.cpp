@@ -3,7 +3,7 @@
 // does not link until it has a GPU kernel.
 #include "kernels.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 const ops::Kernels& kernel_table() {
   static const ops::Kernels table = [] {
@@ -16,4 +16,4 @@ const ops::Kernels& kernel_table() {
   return table;
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

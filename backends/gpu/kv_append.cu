@@ -8,7 +8,7 @@
 #include "check.h"
 #include "kernels.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 using namespace attn;
@@ -78,4 +78,4 @@ void launch_kv_append(GpuStream& s, const ops::KvAppendArgs& a, int start_offset
   });
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -29,7 +29,7 @@
 #include "matmul_cores.h"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 namespace {
 
@@ -125,4 +125,4 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   });
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

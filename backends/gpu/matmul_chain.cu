@@ -22,7 +22,7 @@
 #include "matmul_cores.h"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 namespace {
 
@@ -205,4 +205,4 @@ void matmul_chain(Stream& stream, const ops::MatmulChainArgs& a) {
   }
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

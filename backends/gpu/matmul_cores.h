@@ -14,7 +14,7 @@
 #include "gemm_mma.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 template <class X, class W>
 void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
@@ -60,4 +60,4 @@ DING_GEMM_MMA_TILE(TileSmall)
 #undef DING_GEMM_MMA_TILE
 #endif
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -14,7 +14,7 @@
 #include "elements.cuh"
 
 #if defined(DING_GPU_NVIDIA_MMA)
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 // Four 8 × 8 matrices of 16-bit elements from shared memory; lane i names row i % 8 of matrix i / 8.
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -84,5 +84,5 @@ __device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], in
   }
 }
 
-}  // namespace ding::gpu
+DING_GPU_END
 #endif  // DING_GPU_NVIDIA_MMA

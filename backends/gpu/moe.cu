@@ -21,7 +21,7 @@
 #include "stream.h"
 #include "strided.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 constexpr int kRouteThreads = 256;
@@ -259,4 +259,4 @@ void moe_combine(Stream& stream, const ops::MoeCombineArgs& a) {
   DING_GPU_CHECK_LAUNCH("moe_combine_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

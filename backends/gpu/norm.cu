@@ -16,7 +16,7 @@
 #include "row_group.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 // X: access to the row tensors (x, residual, sum_out, out: [rows, C], contiguous);
@@ -187,4 +187,4 @@ void rms_norm(Stream& stream, const ops::RmsNormArgs& a) {
   norm(stream, a.out, a.x, a.weight, Tensor{}, p.residual, p.sum_out, p.eps, /*center=*/false);
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -4,7 +4,7 @@
 
 #include "vendor.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 __device__ inline float warp_sum(float v) {
 #pragma unroll
@@ -41,4 +41,4 @@ struct MaxOp { __device__ float operator()(float a, float b) const { return fmax
 __device__ inline float block_sum(float v, float* shared) { return block_reduce(v, shared, SumOp{}, 0.0f); }
 __device__ inline float block_max(float v, float* shared) { return block_reduce(v, shared, MaxOp{}, -FLT_MAX); }
 
-}  // namespace ding::gpu
+DING_GPU_END

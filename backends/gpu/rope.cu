@@ -10,7 +10,7 @@
 #include "rotary.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 constexpr int kThreads = 256;
@@ -89,4 +89,4 @@ void rope(Stream& stream, const ops::RopeArgs& a) {
   DING_GPU_CHECK_LAUNCH("rope_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

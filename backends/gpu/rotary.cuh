@@ -8,8 +8,9 @@
 #include <cstdint>
 
 #include "ding/ops/rope.h"
+#include "vendor.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 struct Rotary {
   int64_t R = 0;                 // rotated dims (pairs i < R/2); 0: no rotation
@@ -42,4 +43,4 @@ inline Rotary rotary(const ops::RopeParams& p, int64_t D) {
   return r;
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

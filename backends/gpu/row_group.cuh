@@ -8,7 +8,7 @@
 #include "elements.cuh"
 #include "reduce.cuh"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 inline constexpr int kRowCached = 8;         // row elements a thread keeps in registers
 inline constexpr int kRowMaxThreads = 1024;  // threads of one row group
@@ -32,4 +32,4 @@ inline dim3 row_group_block(int64_t C, int warp) {
   return dim3(unsigned(std::min<int64_t>(kRowMaxThreads, ceil_div(needed, 64) * 64)), 1);
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

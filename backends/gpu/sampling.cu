@@ -23,7 +23,7 @@
 #include "select.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 constexpr int kThreads = 1024;
@@ -472,4 +472,4 @@ void sample(Stream& stream, const ops::SampleArgs& a) {
   DING_GPU_CHECK_LAUNCH("sample_kernel");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -9,7 +9,7 @@
 
 #include "vendor.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 // ---- the order as integers -------------------------------------------------------------------
 
@@ -213,4 +213,4 @@ __device__ inline void block_sort_descending(uint64_t* keys, int64_t n, uint64_t
   }
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

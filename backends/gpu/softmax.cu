@@ -18,7 +18,7 @@
 #include "row_group.cuh"
 #include "stream.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 namespace {
 
 // Row r keeps columns [0, kept(r)): all of them, or with the causal mask of ops/softmax.h
@@ -137,4 +137,4 @@ void softmax(Stream& stream, const ops::SoftmaxArgs& a) {
   });
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

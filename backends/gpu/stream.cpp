@@ -4,7 +4,7 @@
 
 #include "ding/error.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 GpuStream& gpu_stream(Stream& stream) {
   if (auto* s = dynamic_cast<GpuStream*>(&stream)) return *s;
@@ -12,4 +12,4 @@ GpuStream& gpu_stream(Stream& stream) {
               "gpu kernels: given a stream of backend '" + stream.device().name() + "', not of a GPU backend");
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -10,7 +10,7 @@
 #include "stream.h"
 #include "vendor.h"
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 struct RowLayout {
   int outer = 0;                     // dims before the last
@@ -65,4 +65,4 @@ void with_byte_unit(int64_t unit_bytes, F&& f) {
   }
 }
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -4,8 +4,8 @@
 // NVIDIA: -D__HIP_PLATFORM_NVIDIA__, cmake/hip_nvidia_headers.cmake).
 //
 // Two questions, answered apart:
-//   DING_GPU_HIP_API      the runtime API is HIP's (hipcc, or HIP on NVIDIA): streams, events,
-//                         launches, errors are spelled hip*.
+//   DING_GPU_HIP_API      the runtime API is HIP's (hipcc and the host sources of an AMD build,
+//                         or HIP on NVIDIA): streams, events, launches, errors are spelled hip*.
 //   DING_GPU_AMD          the hardware is AMD's: wavefronts of 64 (CDNA) or 32 (RDNA), HIP's
 //                         intrinsics. Otherwise the device code is NVIDIA's, whichever API.
 // Guards for code that only NVIDIA hardware runs:
@@ -15,10 +15,12 @@
 //                         NVIDIA-only kernel (after checking Props::has_mma_sync()).
 #pragma once
 
-#if defined(__HIPCC__) && !defined(__HIP_PLATFORM_NVIDIA__)
+// hipcc defines __HIP_PLATFORM_AMD__ itself; the host sources of an AMD build get it from CMake
+// (cmake/hip_backend.cmake) and compile with the C++ compiler.
+#if defined(__HIP_PLATFORM_AMD__) || (defined(__HIPCC__) && !defined(__HIP_PLATFORM_NVIDIA__))
 #define DING_GPU_AMD 1
 #endif
-#if defined(__HIPCC__) || defined(__HIP_PLATFORM_NVIDIA__)
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_NVIDIA__) || defined(__HIP_PLATFORM_AMD__)
 #define DING_GPU_HIP_API 1
 #endif
 
@@ -33,6 +35,7 @@
 #endif
 
 #include <cstdint>
+#include <string>
 
 #if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define DING_GPU_NVIDIA_MMA 1
@@ -41,7 +44,23 @@
 #define DING_GPU_NVIDIA 1
 #endif
 
-namespace ding::gpu {
+// One build may compile these sources twice, for CUDA and for HIP (HIP on NVIDIA, or a build with
+// both backends), and link both into one library: each compilation's symbols sit in an inline
+// namespace named after its API, so `gpu::matmul` is one function per API, never an ODR clash.
+// Every backends/gpu file opens its namespace with DING_GPU_BEGIN and closes it with DING_GPU_END.
+#if defined(DING_GPU_HIP_API)
+#define DING_GPU_API_NAMESPACE hip_api
+#else
+#define DING_GPU_API_NAMESPACE cuda_api
+#endif
+#define DING_GPU_BEGIN \
+  namespace ding::gpu {  \
+  inline namespace DING_GPU_API_NAMESPACE {
+#define DING_GPU_END \
+  }                  \
+  }
+
+DING_GPU_BEGIN
 
 #if defined(DING_GPU_HIP_API)
 using stream_t = hipStream_t;
@@ -67,6 +86,134 @@ inline error_t get_last_error() { return cudaGetLastError(); }
 inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
+#endif
+
+// ---- host side: the runtime API under one name each (backends/gpu/device.cpp) -----------------
+enum class CopyKind { host_to_device, device_to_host, device_to_device };
+// Device facts read one at a time (the property structs differ between the APIs and versions).
+enum class Attribute {
+  multiprocessors, cc_major, cc_minor, warp_size, l2_bytes, shared_per_block_optin, shared_per_multiprocessor,
+  memory_clock_khz, memory_bus_bits, clock_khz
+};
+
+#if defined(DING_GPU_HIP_API)
+inline constexpr error_t error_out_of_memory = hipErrorOutOfMemory;
+inline error_t device_count(int* n) { return hipGetDeviceCount(n); }
+inline error_t set_device(int index) { return hipSetDevice(index); }
+inline error_t device_attribute(int* value, Attribute a, int index) {
+  hipDeviceAttribute_t v = hipDeviceAttributeMultiprocessorCount;
+  switch (a) {
+    case Attribute::multiprocessors: v = hipDeviceAttributeMultiprocessorCount; break;
+    case Attribute::cc_major: v = hipDeviceAttributeComputeCapabilityMajor; break;
+    case Attribute::cc_minor: v = hipDeviceAttributeComputeCapabilityMinor; break;
+    case Attribute::warp_size: v = hipDeviceAttributeWarpSize; break;
+    case Attribute::l2_bytes: v = hipDeviceAttributeL2CacheSize; break;
+    case Attribute::shared_per_block_optin: v = hipDeviceAttributeSharedMemPerBlockOptin; break;
+    case Attribute::shared_per_multiprocessor: v = hipDeviceAttributeMaxSharedMemoryPerMultiprocessor; break;
+    case Attribute::memory_clock_khz: v = hipDeviceAttributeMemoryClockRate; break;
+    case Attribute::memory_bus_bits: v = hipDeviceAttributeMemoryBusWidth; break;
+    case Attribute::clock_khz: v = hipDeviceAttributeClockRate; break;
+  }
+#if !defined(DING_GPU_AMD)
+  // HIP 5.2's NVIDIA headers leave this one unmapped; ask the CUDA runtime they stand on.
+  if (a == Attribute::shared_per_block_optin)
+    return hipCUDAErrorTohipError(cudaDeviceGetAttribute(value, cudaDevAttrMaxSharedMemoryPerBlockOptin, index));
+#endif
+  return hipDeviceGetAttribute(value, v, index);
+}
+// The marketing name and, on AMD, the ISA ("gfx90a:sramecc+:xnack-"); empty arch elsewhere.
+inline error_t device_names(std::string* name, std::string* arch, int index) {
+  hipDeviceProp_t p{};
+  const error_t e = hipGetDeviceProperties(&p, index);
+  if (e != hipSuccess) return e;
+  *name = p.name;
+#if defined(DING_GPU_AMD)
+  *arch = p.gcnArchName;
+#else
+  arch->clear();
+#endif
+  return e;
+}
+inline error_t mem_info(size_t* free, size_t* total) { return hipMemGetInfo(free, total); }
+inline error_t malloc_device(void** p, size_t bytes) { return hipMalloc(p, bytes); }
+inline error_t free_device(void* p) { return hipFree(p); }
+inline error_t malloc_pinned(void** p, size_t bytes) { return hipHostMalloc(p, bytes, hipHostMallocDefault); }
+inline error_t free_pinned(void* p) { return hipHostFree(p); }
+inline error_t memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, stream_t s) {
+  const hipMemcpyKind k = kind == CopyKind::host_to_device   ? hipMemcpyHostToDevice
+                          : kind == CopyKind::device_to_host ? hipMemcpyDeviceToHost
+                                                             : hipMemcpyDeviceToDevice;
+  return hipMemcpyAsync(dst, src, bytes, k, s);
+}
+inline error_t memset_async(void* dst, int value, size_t bytes, stream_t s) { return hipMemsetAsync(dst, value, bytes, s); }
+inline error_t stream_create(stream_t* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
+inline error_t stream_destroy(stream_t s) { return hipStreamDestroy(s); }
+inline error_t stream_synchronize(stream_t s) { return hipStreamSynchronize(s); }
+inline error_t begin_capture(stream_t s) { return hipStreamBeginCapture(s, hipStreamCaptureModeRelaxed); }
+inline error_t end_capture(stream_t s, graph_t* g) { return hipStreamEndCapture(s, g); }
+inline error_t graph_instantiate(graph_exec_t* exec, graph_t g) { return hipGraphInstantiate(exec, g, nullptr, nullptr, 0); }
+inline error_t graph_launch(graph_exec_t exec, stream_t s) { return hipGraphLaunch(exec, s); }
+inline error_t graph_exec_destroy(graph_exec_t exec) { return hipGraphExecDestroy(exec); }
+inline error_t graph_destroy(graph_t g) { return hipGraphDestroy(g); }
+inline error_t event_create(event_t* e) { return hipEventCreate(e); }
+inline error_t event_destroy(event_t e) { return hipEventDestroy(e); }
+inline error_t event_record(event_t e, stream_t s) { return hipEventRecord(e, s); }
+inline error_t event_synchronize(event_t e) { return hipEventSynchronize(e); }
+inline error_t event_elapsed_ms(float* ms, event_t start, event_t stop) { return hipEventElapsedTime(ms, start, stop); }
+#else
+inline constexpr error_t error_out_of_memory = cudaErrorMemoryAllocation;
+inline error_t device_count(int* n) { return cudaGetDeviceCount(n); }
+inline error_t set_device(int index) { return cudaSetDevice(index); }
+inline error_t device_attribute(int* value, Attribute a, int index) {
+  cudaDeviceAttr v = cudaDevAttrMultiProcessorCount;
+  switch (a) {
+    case Attribute::multiprocessors: v = cudaDevAttrMultiProcessorCount; break;
+    case Attribute::cc_major: v = cudaDevAttrComputeCapabilityMajor; break;
+    case Attribute::cc_minor: v = cudaDevAttrComputeCapabilityMinor; break;
+    case Attribute::warp_size: v = cudaDevAttrWarpSize; break;
+    case Attribute::l2_bytes: v = cudaDevAttrL2CacheSize; break;
+    case Attribute::shared_per_block_optin: v = cudaDevAttrMaxSharedMemoryPerBlockOptin; break;
+    case Attribute::shared_per_multiprocessor: v = cudaDevAttrMaxSharedMemoryPerMultiprocessor; break;
+    case Attribute::memory_clock_khz: v = cudaDevAttrMemoryClockRate; break;
+    case Attribute::memory_bus_bits: v = cudaDevAttrGlobalMemoryBusWidth; break;
+    case Attribute::clock_khz: v = cudaDevAttrClockRate; break;
+  }
+  return cudaDeviceGetAttribute(value, v, index);
+}
+inline error_t device_names(std::string* name, std::string* arch, int index) {
+  cudaDeviceProp p{};
+  const error_t e = cudaGetDeviceProperties(&p, index);
+  if (e != cudaSuccess) return e;
+  *name = p.name;
+  arch->clear();
+  return e;
+}
+inline error_t mem_info(size_t* free, size_t* total) { return cudaMemGetInfo(free, total); }
+inline error_t malloc_device(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+inline error_t free_device(void* p) { return cudaFree(p); }
+inline error_t malloc_pinned(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocDefault); }
+inline error_t free_pinned(void* p) { return cudaFreeHost(p); }
+inline error_t memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, stream_t s) {
+  const cudaMemcpyKind k = kind == CopyKind::host_to_device   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::device_to_host ? cudaMemcpyDeviceToHost
+                                                              : cudaMemcpyDeviceToDevice;
+  return cudaMemcpyAsync(dst, src, bytes, k, s);
+}
+inline error_t memset_async(void* dst, int value, size_t bytes, stream_t s) { return cudaMemsetAsync(dst, value, bytes, s); }
+inline error_t stream_create(stream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
+inline error_t stream_destroy(stream_t s) { return cudaStreamDestroy(s); }
+inline error_t stream_synchronize(stream_t s) { return cudaStreamSynchronize(s); }
+inline error_t begin_capture(stream_t s) { return cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed); }
+inline error_t end_capture(stream_t s, graph_t* g) { return cudaStreamEndCapture(s, g); }
+inline error_t graph_instantiate(graph_exec_t* exec, graph_t g) { return cudaGraphInstantiate(exec, g, 0); }
+inline error_t graph_launch(graph_exec_t exec, stream_t s) { return cudaGraphLaunch(exec, s); }
+inline error_t graph_exec_destroy(graph_exec_t exec) { return cudaGraphExecDestroy(exec); }
+inline error_t graph_destroy(graph_t g) { return cudaGraphDestroy(g); }
+inline error_t event_create(event_t* e) { return cudaEventCreate(e); }
+inline error_t event_destroy(event_t e) { return cudaEventDestroy(e); }
+inline error_t event_record(event_t e, stream_t s) { return cudaEventRecord(e, s); }
+inline error_t event_synchronize(event_t e) { return cudaEventSynchronize(e); }
+inline error_t event_elapsed_ms(float* ms, event_t start, event_t stop) { return cudaEventElapsedTime(ms, start, stop); }
 #endif
 
 // Launches kernel<<<grid, block, shared, stream>>>(args...) as a programmatic dependent launch
@@ -243,4 +390,4 @@ __device__ inline void prefetch_to_l2(const void* p, uint32_t bytes) {
 
 #endif  // device side
 
-}  // namespace ding::gpu
+DING_GPU_END

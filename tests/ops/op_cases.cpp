@@ -152,7 +152,7 @@ double flip_nmse(DType out, int64_t elements, double peak, int flips) {
 }
 
 bool backend_must_be_complete(std::string_view backend) {
-  return backend == "ref" || backend == "cpu" || backend == "cuda" || backend == "kokkos";
+  return backend == "ref" || backend == "cpu" || backend == "cuda" || backend == "hip" || backend == "kokkos";
 }
 
 const std::vector<OpCase>& all_op_cases() {

@@ -97,7 +97,7 @@ std::vector<OpCase> moe_cases();
 std::vector<OpCase> sampling_cases();
 const std::vector<OpCase>& all_op_cases();
 // Whether `backend` must implement every op for every valid call whenever it is compiled in (the
-// reference, cpu, cuda and kokkos); other backends may be partial (ops/kernels.h), and their parity
+// reference, cpu, cuda, hip and kokkos); other backends may be partial (ops/kernels.h), and their parity
 // cases for what they lack are skipped with the backend's reason.
 bool backend_must_be_complete(std::string_view backend);
 

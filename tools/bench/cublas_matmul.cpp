@@ -29,7 +29,7 @@ cudaDataType_t cublas_type(DType t) {
   }
 }
 
-class CublasMatmul final : public cuda::MatmulOverride {
+class CublasMatmul final : public gpu::MatmulOverride {
  public:
   ~CublasMatmul() override {
     if (cublas_) (void)cublasDestroy(cublas_);
@@ -74,6 +74,6 @@ bool CublasMatmul::matmul(void* stream, const ops::MatmulArgs& a) {
 
 }  // namespace
 
-std::shared_ptr<cuda::MatmulOverride> make_cublas_matmul() { return std::make_shared<CublasMatmul>(); }
+std::shared_ptr<gpu::MatmulOverride> make_cublas_matmul() { return std::make_shared<CublasMatmul>(); }
 
 }  // namespace ding::bench

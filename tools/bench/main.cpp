@@ -17,10 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "../cli_checks.h"
+#include "../gpu_tuning.h"
 #include "ceilings.h"
 #include "load_bench.h"
 #include "ding/threads.h"
-#include "../cli_checks.h"
 #include "model_bench.h"
 #include "op_cases.h"
 #ifdef DING_HAVE_CUDA
@@ -61,7 +62,7 @@ void choose_matmul_path(Device& device, const std::string& path) {
   if (path == "ding" && device.caps().backend != "cuda") return;
 #ifdef DING_HAVE_CUDA
   if (device.caps().backend == "cuda") {
-    ding::cuda::set_matmul_override(device, path == "cublas" ? make_cublas_matmul() : nullptr);
+    ding::gpu::set_matmul_override(device, path == "cublas" ? make_cublas_matmul() : nullptr);
     return;
   }
 #endif
@@ -83,6 +84,7 @@ bool matches(const std::string& name, const std::vector<std::string>& filters) {
 
 int run_ops(const OpsOptions& o) {
   Device& device = Device::open(o.backend);
+  ding::tools::apply_matmul_tuning_from_environment(device);
   const Caps& caps = device.caps();
   choose_matmul_path(device, o.matmul);
   fmt::print("ding-bench ops: backend {} — {}, last-level cache {}, {} CPU threads\n", caps.backend, caps.name,

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <random>
 
+#include "../gpu_tuning.h"
 #include "ceilings.h"
 #include "ding/ding.h"
 #include "ding/models/sampler.h"
@@ -158,6 +159,7 @@ std::string model_shape_names() {
 
 int run_model(const ModelBenchOptions& o) {
   Device& device = Device::open(o.backend);
+  ding::tools::apply_matmul_tuning_from_environment(device);
   Model model = make_model(o, device);
   const ModelConfig& c = model.config();
   check_fits(o, c.n_positions);

@@ -91,7 +91,7 @@
 #error "gemm_tma.cu holds sm_90a code: compile it for sm_90a only (CMake target ding_gpu_sm90a)"
 #endif
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 namespace tma {
 
@@ -572,4 +572,4 @@ void launch_gemm_tma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
 template void launch_gemm_tma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
 template void launch_gemm_tma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
 
-}  // namespace ding::gpu
+DING_GPU_END

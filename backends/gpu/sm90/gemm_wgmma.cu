@@ -42,7 +42,7 @@
 #error "gemm_wgmma.cu holds sm_90a code: compile it for sm_90a only (CMake target ding_gpu_sm90a)"
 #endif
 
-namespace ding::gpu {
+DING_GPU_BEGIN
 
 namespace wgmma {
 
@@ -254,4 +254,4 @@ void launch_gemm_wgmma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
 template void launch_gemm_wgmma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
 template void launch_gemm_wgmma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
 
-}  // namespace ding::gpu
+DING_GPU_END

@@ -6,8 +6,10 @@
 #include <type_traits>
 
 #include "ding/dtype.h"
+#include "../vendor.h"
 
-namespace ding::gpu::sm90 {
+DING_GPU_BEGIN
+namespace sm90 {
 
 #if defined(__CUDA_ARCH__)
 // Makes this thread's generic-proxy writes to shared memory (landed cp.async copies) visible to
@@ -96,4 +98,5 @@ __device__ inline void wgmma_k16(float (&d)[BN / 2], uint64_t a, uint64_t b) {
 #undef DING_WGMMA_N256_ACC
 #endif  // __CUDA_ARCH__
 
-}  // namespace ding::gpu::sm90
+}  // namespace sm90
+DING_GPU_END

@@ -1,0 +1,49 @@
+// Controls of a GPU device ("cuda" or "hip"), for benchmarks and experiments: neither is needed
+// to run models. Both throw Error(invalid_argument) when `device` is not a GPU device, which
+// includes every device of a library built without a GPU backend (ding::cpu).
+#pragma once
+#include <memory>
+
+#include "ding/device.h"
+#include "ding/ops/matmul.h"
+
+namespace ding::gpu {
+
+// How the matmul kernels are chosen; the defaults are the production choice. A field left at its
+// default keeps the automatic choice. ding's own tools fill it from DING_GEMM_* / DING_GEMV_*
+// environment variables (tools/gpu_tuning.h); the library itself reads no environment.
+struct MatmulTuning {
+  bool tma = false;            // the sm_90a persistent TMA core where it fits, ahead of wgmma: off
+                               // until it beats wgmma on the H100 for the shapes it takes
+  bool wgmma = true;           // the sm_90a wgmma core where it fits; false bypasses it
+  int tile_m = 0, tile_n = 0;  // force this tile (0: chosen per shape): 128x128, 128x64, 64x128 or
+                               // 64x64 on mma.sync, 128x128 or 128x256 on wgmma, 128x256, 128x128
+                               // or 64x128 on tma; others: automatic
+  int splits = 0;              // force this K split on the mma.sync, wgmma and tma paths (0: chosen
+                               // per shape)
+  bool gemv_chained = true;    // decode GEMVs as chained launches where the device has them
+  bool gemv_prefetch = true;   // and the FMA GEMV's weights asked of L2 before the wait (the
+                               // tensor-core GEMV's cp.async ring starts its loads there instead)
+  int gemv_l2_fetch = -1;      // the tensor-core GEMV's L2 fetch size per copy of w, in bytes:
+                               // 0, 128 or 256 (-1: its default)
+};
+
+// Applies to the calls enqueued after it on every stream of `device`.
+void set_matmul_tuning(Device& device, const MatmulTuning& tuning);
+
+// Who computes ops::matmul on the device: ding's own kernels (the default), or another library
+// for comparison (ding-bench --matmul cublas installs one). The library links no vendor BLAS
+// itself; the override brings its own.
+class MatmulOverride {
+ public:
+  virtual ~MatmulOverride() = default;
+  // Computes the call on `stream` (the device's cudaStream_t or hipStream_t) and returns true, or
+  // returns false without doing anything for a call it does not take: ding's kernels then run
+  // it. Called after ops::matmul has checked the arguments.
+  virtual bool matmul(void* stream, const ops::MatmulArgs& args) = 0;
+};
+
+// nullptr returns matmul to ding's kernels.
+void set_matmul_override(Device& device, std::shared_ptr<MatmulOverride> override);
+
+}  // namespace ding::gpu

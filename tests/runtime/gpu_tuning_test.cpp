@@ -1,0 +1,83 @@
+// The GPU matmul tuning: its public setter (ding/gpu.h) and the tools' environment reader
+// (tools/gpu_tuning.h), which this file also applies to the GPU devices of the whole test run, so
+// that tools/gemm-check.sh runs the parity suite on each matmul core by DING_GEMM_* variables.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "ding/device.h"
+#include "ding/gpu.h"
+#include "expect_error.h"
+#include "tools/gpu_tuning.h"
+
+namespace ding {
+namespace {
+
+bool compiled_and_present(const std::string& backend) {
+  const auto compiled = registry::compiled_backends();
+  return std::find(compiled.begin(), compiled.end(), backend) != compiled.end() && registry::is_available(backend);
+}
+
+class GpuTuningFromEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    for (const char* backend : {"cuda", "hip"})
+      if (compiled_and_present(backend)) tools::apply_matmul_tuning_from_environment(Device::open(backend));
+  }
+};
+[[maybe_unused]] const ::testing::Environment* const kGpuTuning =
+    ::testing::AddGlobalTestEnvironment(new GpuTuningFromEnvironment);
+
+// Sets one variable for the scope of a test, restoring what was there.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedVariable() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(GpuTuning, CpuDeviceIsNotAGpu) {
+  testing::expect_error([] { gpu::set_matmul_tuning(Device::open("cpu"), gpu::MatmulTuning{}); },
+                        ErrorCode::invalid_argument, {"set_matmul_tuning", "'cpu' is not a GPU device"});
+  testing::expect_error([] { gpu::set_matmul_override(Device::open("ref"), nullptr); }, ErrorCode::invalid_argument,
+                        {"set_matmul_override", "'ref' is not a GPU device"});
+}
+
+TEST(GpuTuning, EnvironmentIsRead) {
+  ScopedVariable tile("DING_GEMM_TILE", "64x128"), split("DING_GEMM_SPLIT", "3"), wgmma("DING_GEMM_WGMMA", "0"),
+      l2("DING_GEMV_L2", "256");
+  const auto t = tools::matmul_tuning_from_environment();
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->tile_m, 64);
+  EXPECT_EQ(t->tile_n, 128);
+  EXPECT_EQ(t->splits, 3);
+  EXPECT_FALSE(t->wgmma);
+  EXPECT_EQ(t->gemv_l2_fetch, 256);
+  EXPECT_FALSE(t->tma);  // unset: the default
+}
+
+TEST(GpuTuning, UnreadableVariableIsNamed) {
+  for (const auto& [name, value] : {std::pair{"DING_GEMM_TILE", "64by128"}, std::pair{"DING_GEMM_TILE", "64x128x2"},
+                                    std::pair{"DING_GEMM_SPLIT", "-1"}, std::pair{"DING_GEMM_SPLIT", "two"},
+                                    std::pair{"DING_GEMM_WGMMA", "off"}, std::pair{"DING_GEMV_L2", "64"}}) {
+    ScopedVariable v(name, value);
+    testing::expect_error([] { (void)tools::matmul_tuning_from_environment(); }, ErrorCode::invalid_argument,
+                          {std::string(name) + "=" + value});
+  }
+}
+
+}  // namespace
+}  // namespace ding

@@ -1,0 +1,26 @@
+// The GPU matmul tuning (ding::gpu::MatmulTuning) from the environment, for ding's own programs
+// (ding-bench, ding-run, ding_tests): a benchmark sweeps the plans, and a bypass is tried, without
+// a rebuild. The library itself reads no environment.
+//   DING_GEMM_TMA=1        the sm_90a TMA core where it fits
+//   DING_GEMM_WGMMA=0      not the sm_90a wgmma core
+//   DING_GEMM_TILE=MxN     force a tile, e.g. 64x128
+//   DING_GEMM_SPLIT=S      force a K split count (0: chosen per shape)
+//   DING_GEMV_CHAINED=0    decode GEMVs as plain launches
+//   DING_GEMV_PREFETCH=0   no L2 prefetch of GEMV weights before the wait
+//   DING_GEMV_L2=B         the tensor-core GEMV's L2 fetch size: 0, 128 or 256
+#pragma once
+#include <optional>
+
+#include "ding/device.h"
+#include "ding/gpu.h"
+
+namespace ding::tools {
+
+// nullopt when none of the variables is set; Error(invalid_argument) naming the variable when
+// one cannot be read.
+std::optional<gpu::MatmulTuning> matmul_tuning_from_environment();
+
+// Sets it on `device` when a variable is set and `device` is a GPU device.
+void apply_matmul_tuning_from_environment(Device& device);
+
+}  // namespace ding::tools
