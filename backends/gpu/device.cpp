@@ -1,7 +1,8 @@
 // GpuDevice and GpuStream (device.h, stream.h), written once against vendor.h's host API: the
 // same code is the "cuda" backend's device compiled for CUDA and the "hip" backend's compiled
-// for HIP. C++17, since HIP on NVIDIA compiles it with nvcc (cmake/hip_backend.cmake). What differs by hardware (how a device names itself, its peak rates) is chosen by
+// for HIP. What differs by hardware (how a device names itself, its peak rates) is chosen by
 // vendor.h's hardware macros below; registration lives in backends/cuda and backends/hip.
+// C++17, since HIP on NVIDIA compiles it with nvcc (cmake/hip_backend.cmake).
 #include "device.h"
 
 #include <fmt/format.h>
