@@ -1,0 +1,10 @@
+// The wgmma matmul core's 128 × 128 tile (gemm_wgmma.cuh) for bf16: one tile and one dtype
+// per unit, so the sm_90a units build in parallel.
+#include "gemm_wgmma.cuh"
+
+DING_GPU_BEGIN
+
+template void wgmma::launch_gemm_wgmma_tile<ding::bf16, wgmma::Tile128>(GpuStream&, const GemmShape&, const Epilogue&,
+                                                                     const SplitK&);
+
+DING_GPU_END
