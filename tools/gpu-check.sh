@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite on a GPU machine that has CUDA, CMake and ninja but no Debian packages:
 # builds with the dependencies unpacked by ../shared/tools/device-deps.sh (default .deps/usr),
-# runs every test through ctest, then prints the ctest summary and the op-parity table
-# (passed / failed / skipped parity cases per op and backend).
-#   tools/gpu-check.sh [ctest arguments, e.g. -R Parity]
+# runs ding_tests in one gtest shard per core, then prints the op-parity table (passed / failed /
+# skipped parity cases per op and backend), the failed cases and the totals.
+#   tools/gpu-check.sh [ding_tests arguments, e.g. --gtest_filter='*Parity*']
 # Environment: DING_DEPS (prefix of the unpacked packages), DING_GPU_BUILD (build folder),
 # DING_CUDA_ARCH (e.g. 90: build for the chip at hand only; default: CMake's list, sm_89 and sm_90),
 # DING_GPU_HIP (1: also the hip backend, built through HIP's NVIDIA headers, so the parity suite
@@ -13,6 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=${DING_DEPS:-$PWD/.deps/usr}
 build=${DING_GPU_BUILD:-build-gpu}
+cores=$(nproc)  # before OMP_NUM_THREADS is set: nproc reads it
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}  # ctest runs a process per core; more threads each only oversubscribe
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -23,12 +24,24 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="
   ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 start=$(date +%s)
-cmake --build "$build" --parallel "$(nproc)" 2>&1 | grep -E "error:|warning: |FAILED" | head -50
+cmake --build "$build" --parallel "$cores" 2>&1 | grep -E "error:|warning: |FAILED" | head -50
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "gpu-check: build failed"; exit 1; }
-echo "gpu-check: build took $(($(date +%s) - start)) s on $(nproc) cores (hip: $hip)"
-cd "$build"
-ctest --parallel "$(nproc)" --timeout 900 --output-junit ctest-junit.xml "$@" >ctest.log 2>&1
-status=$?
-python3 ../tools/parity_table.py ctest-junit.xml
-sed -n '/tests passed/p; /The following tests FAILED/,/Errors while/p' ctest.log
+echo "gpu-check: build took $(($(date +%s) - start)) s on $cores cores (hip: $hip)"
+# One ding_tests process per core, each a gtest shard: a GPU process pays seconds of device
+# start-up, which ctest's process per test would pay for each of thousands of cases.
+cd "$build/tests"
+rm -f shard-*.xml shard-*.log
+pids=()
+for ((i = 0; i < cores; ++i)); do
+  GTEST_TOTAL_SHARDS=$cores GTEST_SHARD_INDEX=$i OMP_NUM_THREADS=1 ./ding_tests --gtest_brief=1 \
+    --gtest_output="xml:shard-$i.xml" "$@" >"shard-$i.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+python3 ../../tools/parity_table.py shard-*.xml
+cat shard-*.log | grep -E "^\[  FAILED  \]" | sort -u | head -40
+cat shard-*.log | awk -v shards="$cores" '/^\[  PASSED  \]/ { p += $4 } /^\[  SKIPPED \] [0-9]+ tests?[.,]/ { s += $4 }
+  /^\[  FAILED  \] [0-9]+ tests?, listed/ { f += $4 }
+  END { printf "gpu-check: %d passed, %d skipped, %d failed (gtest, %d shards)\n", p, s, f, shards }'
 exit $status

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Op-parity table from ctest's JUnit report: for each op, the parity cases that passed,
+"""Op-parity table from ctest's JUnit report or gtest's XML reports (any number of files): for each op, the parity cases that passed,
 failed and were skipped on each backend (test names Ops/Parity.MatchesReference/<backend>_<op>_...)."""
 import collections
 import re
@@ -11,11 +11,21 @@ OPS = ["copy", "matmul_chain", "matmul", "softmax", "layer_norm", "rms_norm", "g
        "moe_combine", "argmax", "top_k", "sample"]
 
 
-def main(path):
+def cases(paths):
+    """(full test name, testcase element): ctest names the case whole, gtest splits it in two."""
+    for path in paths:
+        for case in ET.parse(path).getroot().iter("testcase"):
+            name, suite = case.get("name", ""), case.get("classname", "")
+            if suite and not name.startswith(suite + "."):
+                name = suite + "." + name
+            yield name, case
+
+
+def main(paths):
     counts = collections.defaultdict(lambda: collections.Counter())
     backends = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        m = re.match(r"Ops/Parity\.MatchesReference/([a-z0-9]+)_(.*)", case.get("name", ""))
+    for name, case in cases(paths):
+        m = re.match(r"Ops/Parity\.MatchesReference/([a-z0-9]+)_(.*)", name)
         if not m:
             continue
         backend, rest = m.groups()
@@ -43,4 +53,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "ctest-junit.xml")
+    main(sys.argv[1:] or ["ctest-junit.xml"])
