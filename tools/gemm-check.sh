@@ -15,7 +15,7 @@ build=${DING_GPU_BUILD:-build-gemm}
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON &&
+{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON -DDING_CUDA_TMA=ON &&
   cmake --build "$build" --parallel "$(nproc)" --target ding_tests ding-bench; } >"$out/build.log" 2>&1 ||
   { tail -50 "$out/build.log"; echo "gemm-check: build failed"; exit 1; }
 tests=$build/tests/ding_tests

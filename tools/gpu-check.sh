@@ -6,6 +6,7 @@
 #   tools/gpu-check.sh [ding_tests arguments, e.g. --gtest_filter='*Parity*']
 # Environment: DING_DEPS (prefix of the unpacked packages), DING_GPU_BUILD (build folder),
 # DING_CUDA_ARCH (e.g. 90: build for the chip at hand only; default: CMake's list, sm_89 and sm_90),
+# DING_CUDA_TMA (ON: also the persistent TMA matmul core, so DING_GEMM_TMA=1 runs can use it),
 # DING_GPU_HIP (1: also the hip backend, built through HIP's NVIDIA headers, so the parity suite
 # and the fixtures run on "hip" on the same GPU; default: 1 when the deps hold include/hip, which
 # `device-deps.sh .deps libamdhip64-dev` unpacks).
@@ -13,14 +14,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=${DING_DEPS:-$PWD/.deps/usr}
 build=${DING_GPU_BUILD:-build-gpu}
-cores=$(nproc)  # before OMP_NUM_THREADS is set: nproc reads it
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc alone reads OMP_NUM_THREADS
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}  # ctest runs a process per core; more threads each only oversubscribe
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 hip=${DING_GPU_HIP:-$([[ -f $deps/include/hip/hip_runtime.h ]] && echo 1 || echo 0)}
 hip_args=(-DDING_HIP=OFF)
 ((hip)) && hip_args=(-DDING_HIP=ON -DDING_HIP_PLATFORM=nvidia -DDING_HIP_INCLUDE="$deps/include")
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON "${hip_args[@]}" \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON -DDING_CUDA_TMA=${DING_CUDA_TMA:-OFF} "${hip_args[@]}" \
   ${DING_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DING_CUDA_ARCH} >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 start=$(date +%s)

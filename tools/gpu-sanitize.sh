@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-sanitize-logs}}
 mkdir -p "$out"
 source tools/gpu_build.sh
-# nproc reads OMP_NUM_THREADS, so the shard count is taken before it is set.
-shards=${SHARDS:-$(nproc)}
+# One shard per core (gpu_build.sh counts them).
+shards=${SHARDS:-$cores}
 export OMP_NUM_THREADS=1
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 gpu_build gpu-sanitize "$out/build.log"

@@ -301,6 +301,13 @@ BackendInfo backend_info(std::string name) {
 
 bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning) {
   auto* ours = dynamic_cast<GpuDevice*>(&device);
+#if !defined(DING_GPU_HIP_API) && !defined(DING_GPU_TMA)
+  // A request for a core that is not there must not pass for a measurement of it.
+  if (ours && tuning.tma)
+    throw Error(ErrorCode::invalid_argument,
+                "set_matmul_tuning: tma asks for the persistent TMA matmul core, which this build does not have "
+                "(configure with -DDING_CUDA_TMA=ON)");
+#endif
   if (ours) ours->stream().set_matmul_tuning(tuning);
   return ours != nullptr;
 }

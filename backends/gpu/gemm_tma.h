@@ -2,11 +2,11 @@
 // wgmma.mma_async), for x and w both bf16 or both f16, f32 accumulation, the same fused epilogue
 // as the other cores (gemm.cuh). It computes what gemm_wgmma.h computes; the difference is how:
 // one producer warp feeds two consumer warpgroups that overlap a tile's epilogue with the next
-// tile's math (the design is at the top of sm90/gemm_tma.cu).
+// tile's math (the design is at the top of sm90/gemm_tma.cuh).
 //
-// Compiled only into the sm_90a object (backends/gpu/sm90/gemm_tma.cu, CMake target
-// ding_gpu_sm90a) beside the wgmma core; DING_GPU_WGMMA tells the callers both are there. It runs
-// only when MatmulTuning::tma is on (DING_GEMM_TMA=1) and the device is cc 9.0.
+// Compiled only with -DDING_CUDA_TMA=ON, into the sm_90a object (backends/gpu/sm90/gemm_tma*.cu,
+// CMake target ding_gpu_sm90a) beside the wgmma core; DING_GPU_TMA tells the callers it is there.
+// It runs only when MatmulTuning::tma is on (DING_GEMM_TMA=1) and the device is cc 9.0.
 #pragma once
 #include "gemm.cuh"
 #include "stream.h"

@@ -4,9 +4,9 @@
 //                  mma.sync, the norm prologue fused
 //   gemv.cuh       M ≤ 8 otherwise: the same on FMAs; the GEMM cores get norm(x) staged by the
 //                  norm kernel
-//   gemm_tma.h     on an H100, when MatmulTuning::tma asks for it (DING_GEMM_TMA=1): the persistent,
-//                  warp-specialised TMA + wgmma core (faster on large square products, not yet on
-//                  the M = 256 prefill shapes: docs/PERFORMANCE.md)
+//   gemm_tma.h     on an H100 in a -DDING_CUDA_TMA=ON build, when MatmulTuning::tma asks for it
+//                  (DING_GEMM_TMA=1): the persistent, warp-specialised TMA + wgmma core (faster on
+//                  large square products, not yet on the M = 256 prefill shapes: docs/PERFORMANCE.md)
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
@@ -19,8 +19,10 @@
 #include "gemm.cuh"
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
-#if defined(DING_GPU_WGMMA)
+#if defined(DING_GPU_TMA)
 #include "gemm_tma.h"
+#endif
+#if defined(DING_GPU_WGMMA)
 #include "gemm_wgmma.h"
 #endif
 #include "gemv.cuh"
@@ -104,11 +106,13 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
       }
 #if defined(DING_GPU_NVIDIA)
       if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
-#if defined(DING_GPU_WGMMA)
+#if defined(DING_GPU_TMA)
         if (s.matmul_tuning().tma && gemm_tma_takes(s.props(), product_shape(p, ep))) {
           launch_gemm_tma<X>(s, p, ep);
           return;
         }
+#endif
+#if defined(DING_GPU_WGMMA)
         if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), product_shape(p, ep))) {
           launch_gemm_wgmma<X>(s, p, ep);
           return;

@@ -56,6 +56,20 @@ TEST(GpuTuning, CpuDeviceIsNotAGpu) {
                         {"set_matmul_override", "'ref' is not a GPU device"});
 }
 
+// A tuning that asks for the TMA core of a build without it is refused, naming the option that
+// compiles it, rather than measured as the wgmma core.
+TEST(GpuTuning, MissingTmaCoreIsRefused) {
+#if defined(DING_TEST_CUDA_TMA)
+  GTEST_SKIP() << "this build has the TMA core (-DDING_CUDA_TMA=ON)";
+#else
+  if (!compiled_and_present("cuda")) GTEST_SKIP() << "no cuda backend compiled or no NVIDIA device present";
+  gpu::MatmulTuning tuning;
+  tuning.tma = true;
+  testing::expect_error([&] { gpu::set_matmul_tuning(Device::open("cuda"), tuning); }, ErrorCode::invalid_argument,
+                        {"set_matmul_tuning", "TMA matmul core", "-DDING_CUDA_TMA=ON"});
+#endif
+}
+
 TEST(GpuTuning, EnvironmentIsRead) {
   ScopedVariable tile("DING_GEMM_TILE", "64x128"), split("DING_GEMM_SPLIT", "3"), wgmma("DING_GEMM_WGMMA", "0"),
       l2("DING_GEMV_L2", "256");

@@ -8,6 +8,7 @@
 #     WGMMA_TILES="128x128 128x256" TMA_TILES="128x256 128x128 64x128" MIN_TIME=0.3 (seconds per case)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+export DING_CUDA_TMA=ON  # the sweep times the TMA core
 source tools/gpu_build.sh
 gpu_out gemm-sweep "${1:-}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}

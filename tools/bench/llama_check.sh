@@ -11,7 +11,7 @@ gpu_out llama-check "${1:-}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 gpu_build llama-check "$out/build.log"
-(cd "$build" && ctest --parallel "$(nproc)" --timeout 300 \
+(cd "$build" && ctest --parallel "$cores" --timeout 300 \
   -R 'cuda.*(attention|kv_append|rope)|ModelParity.*cuda|ModelFixtures|ModelConfig|DingRun' >"$out/ctest.log" 2>&1)
 status=$?
 grep -E "tests passed|\(Failed\)|Timeout" "$out/ctest.log"
