@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -153,9 +154,13 @@ std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
   const int64_t ffn_weights = mul(mul(c.ffn == FfnKind::gated ? 3 : 2, C), c.d_ff);
   const int64_t ffn_biases = c.ffn_bias ? add({mul(c.ffn == FfnKind::gated ? 2 : 1, c.d_ff), C}) : 0;
   const int64_t norm_params = mul(c.norm == NormKind::layer_norm ? 2 : 1, C);
-  const int64_t per_layer = add({attention, ffn_weights, ffn_biases, mul(2, norm_params)});
+  const int64_t dense_layer = add({attention, ffn_weights, ffn_biases, mul(2, norm_params)});
+  // A mixture-of-experts layer: the router, E experts and the shared ones, each a SwiGLU FFN.
+  const int64_t moe_layer = add({attention, mul(c.moe.experts, C), mul(mul(c.moe.experts, 3 * C), c.moe.d_ff),
+                                 mul(3 * C, c.moe.shared_d_ff), mul(2, norm_params)});
+  const int64_t moe_layers = std::count_if(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; });
   const int64_t embeddings = mul(c.vocab_size, C);
-  const int64_t total = add({mul(c.n_layer, per_layer), embeddings, norm_params,
+  const int64_t total = add({mul(c.n_layer - moe_layers, dense_layer), mul(moe_layers, moe_layer), embeddings, norm_params,
                              c.positions == PositionKind::learned ? mul(c.n_positions, C) : 0,
                              c.tied_embeddings ? 0 : embeddings});
   if (overflow) return std::nullopt;

@@ -9,6 +9,7 @@
 
 #include "ding/dtype.h"
 #include "ding/ops/matmul.h"
+#include "ding/ops/moe.h"
 #include "ding/ops/rope.h"
 
 namespace ding {
@@ -21,10 +22,21 @@ enum class FfnKind : uint8_t { mlp, gated };
 // What mixes tokens in a layer. Latent and linear attention come with their families.
 enum class MixerKind : uint8_t { attention };
 
-// One decoder layer's type: its mixer and how far back it sees.
+// One decoder layer's type: its mixer, how far back it sees, and its feed-forward.
 struct LayerSpec {
   MixerKind mixer = MixerKind::attention;
   int64_t window = 0;  // > 0: sliding-window attention over the last `window` positions; 0: full
+  bool moe = false;    // the feed-forward is the mixture of experts (ModelConfig::moe), else dense (d_ff)
+};
+
+// The mixture-of-experts feed-forward (Mixtral, OLMoE, DeepSeek): the router scores E experts per
+// token, the k best run (each a SwiGLU FFN of width d_ff) and their outputs are summed with the
+// router's weights; shared experts, where the model has them, run for every token.
+struct MoeSpec {
+  int64_t experts = 0;        // E
+  int64_t d_ff = 0;           // one expert's hidden width
+  ops::MoeRouteParams route;  // k, scoring, renormalisation (norm_topk_prob), routed_scaling_factor
+  int64_t shared_d_ff = 0;    // the shared experts' hidden width, all of them together; 0: none
 };
 
 struct ModelConfig {
@@ -49,6 +61,7 @@ struct ModelConfig {
   bool out_bias = false;        // of the attention's output projection
   bool ffn_bias = false;        // of the FFN's projections
   bool tied_embeddings = true;  // the LM head reuses the token embedding
+  MoeSpec moe;                  // the layers with LayerSpec::moe
   std::vector<LayerSpec> layers;    // one per layer
   int32_t bos_token = -1;           // -1: none
   std::vector<int32_t> eos_tokens;  // generation stops on any of them; ids outside the vocabulary are kept

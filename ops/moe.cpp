@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ding/ops/check.h"
 #include "ding/ops/dispatch.h"
 
@@ -62,6 +64,29 @@ void validate(const Device& device, const MoeGroupArgs& a) {
   }
 }
 
+void validate(const Device& device, const MoeMatmulArgs& a) {
+  Check c("moe_matmul", device);
+  if (a.activation != Activation::none && a.activation != Activation::swiglu)
+    c.fail(ErrorCode::invalid_argument, "activation must be none or swiglu");
+  c.tensor("out", a.out, 2, 2);
+  c.tensor("x", a.x, 2, 2);
+  c.tensor("w", a.w, 3, 3);
+  c.tensor("offsets", a.offsets, 1, 1);
+  for (auto [name, t] : {std::pair{"out", &a.out}, {"x", &a.x}, {"w", &a.w}}) {
+    c.float_dtype(name, *t);
+    c.contiguous(name, *t);
+  }
+  c.dtype_in("offsets", a.offsets, {DType::i32});
+  c.contiguous("offsets", a.offsets);
+  const int64_t P = a.x.dim(0), K = a.x.dim(1), E = a.w.dim(0), N = a.out.dim(1);
+  const bool swiglu = a.activation == Activation::swiglu;
+  c.dim("out", a.out, 0, P, "P (from x)");
+  c.dim("w", a.w, 1, swiglu ? 2 * N : N, swiglu ? "2N (swiglu: gate and up rows, N from out)" : "N (from out)");
+  c.dim("w", a.w, 2, K, "K (from x)");
+  c.dim("offsets", a.offsets, 0, E + 1, "E + 1 (E from w)");
+  for (auto [name, t] : {std::pair{"x", &a.x}, {"w", &a.w}, {"offsets", &a.offsets}}) c.disjoint("out", a.out, name, *t);
+}
+
 void validate(const Device& device, const MoeCombineArgs& a) {
   Check c("moe_combine", device);
   c.tensor("weights", a.weights, 2, 2);
@@ -81,6 +106,13 @@ void validate(const Device& device, const MoeCombineArgs& a) {
   c.dim("positions", a.positions, 0, T * k, "T·k (from weights)");
   for (auto [name, t] : {std::pair{"y_grouped", &a.y_grouped}, {"weights", &a.weights}, {"positions", &a.positions}})
     c.disjoint("out", a.out, name, *t);
+  if (a.residual.defined()) {
+    c.tensor("residual", a.residual, 2, 2);
+    c.float_dtype("residual", a.residual);
+    c.contiguous("residual", a.residual);
+    c.same_shape("residual", a.residual, "out", a.out);
+    c.same_or_disjoint("out", a.out, "residual", a.residual);
+  }
 }
 
 Cost cost(const MoeRouteArgs& a) {
@@ -93,9 +125,19 @@ Cost cost(const MoeGroupArgs& a) {
   return c;
 }
 
+Cost cost(const MoeMatmulArgs& a, int64_t active_experts) {
+  const int64_t P = a.x.dim(0), E = a.w.dim(0), rows = a.w.dim(1), K = a.w.dim(2);
+  const double active = double(active_experts >= 0 ? active_experts : std::min(E, P));
+  return {2.0 * double(P) * double(rows) * double(K),
+          active * double(rows * K) * double(dtype_size(a.w.dtype)) +
+              double(a.x.nbytes() + a.out.nbytes() + a.offsets.nbytes())};
+}
+
 Cost cost(const MoeCombineArgs& a) {
-  return {2.0 * double(a.y_grouped.numel()),
-          double(a.out.nbytes() + a.y_grouped.nbytes() + a.weights.nbytes() + a.positions.nbytes())};
+  Cost c{2.0 * double(a.y_grouped.numel()),
+         double(a.out.nbytes() + a.y_grouped.nbytes() + a.weights.nbytes() + a.positions.nbytes())};
+  if (a.residual.defined()) c.bytes += double(a.residual.nbytes());
+  return c;
 }
 
 void moe_route(Stream& stream, Tensor weights, Tensor experts, Tensor logits, const MoeRouteParams& params) {
@@ -106,8 +148,12 @@ void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, T
   dispatch(stream, MoeGroupArgs{offsets, slots, positions, experts, x, x_grouped});
 }
 
-void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions) {
-  dispatch(stream, MoeCombineArgs{out, y_grouped, weights, positions});
+void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets, Activation activation) {
+  dispatch(stream, MoeMatmulArgs{out, x, w, offsets, activation});
+}
+
+void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions, Tensor residual) {
+  dispatch(stream, MoeCombineArgs{out, y_grouped, weights, positions, residual});
 }
 
 }  // namespace ding::ops

@@ -1,15 +1,22 @@
-// Mixture-of-experts routing in three steps:
+// A mixture-of-experts layer in four steps:
 //   moe_route:   scores = softmax(logits) or σ(logits); pick the top-k experts per token
 //                (ties: lower expert index first), weights = their scores, optionally
 //                renormalised to sum 1, then multiplied by routed_scaling.
 //   moe_group:   sort the T·k (token, choice) slots by expert (stable in slot index), so each
 //                expert's inputs are one contiguous block: offsets[e]..offsets[e+1]. Optionally
 //                gathers the token rows into that order for the expert matmuls.
-//   moe_combine: out[t] = Σ_j weights[t, j] · y_grouped[positions[t·k + j]].
+//   moe_matmul:  every expert's product over its block of grouped rows, as one segmented matmul:
+//                out[p] = act(x[p] · W[e]ᵀ) for offsets[e] ≤ p < offsets[e+1], act none or swiglu
+//                exactly as matmul defines them (swiglu: W[e] = [W_gate; W_up], 2N rows, and
+//                out[p, j] = silu(g)·u). Only experts that own rows are read, so a decode step at
+//                one token reads k experts' weights, and the offsets stay on the device.
+//   moe_combine: out[t] = residual[t] + Σ_j weights[t, j] · y_grouped[positions[t·k + j]]
+//                (residual optional; it may be out itself, the layer's residual stream).
 #pragma once
 #include <cstdint>
 
 #include "ding/device.h"
+#include "ding/ops/matmul.h"
 #include "ding/profile.h"
 
 namespace ding::ops {
@@ -39,22 +46,40 @@ struct MoeGroupArgs {
   Tensor x_grouped;  // [T·k, C], optional (with x): x_grouped[p] = x[slots[p] / k]
 };
 
+// x, w: f32/f16/bf16 in any combination; accumulation is f32 in kernels, f64 in the reference;
+// swiglu combines g and u before the one rounding to out's dtype.
+struct MoeMatmulArgs {
+  Tensor out;      // [P, N], f32/f16/bf16
+  Tensor x;        // [P, K]: the grouped rows (moe_group's x_grouped)
+  Tensor w;        // [E, N, K]; swiglu: [E, 2N, K]
+  Tensor offsets;  // i32 [E + 1], from moe_group: 0 = offsets[0] ≤ … ≤ offsets[E] = P (host backends check)
+  Activation activation = Activation::none;  // none or swiglu
+};
+
 struct MoeCombineArgs {
   Tensor out;        // [T, C], f32/f16/bf16
   Tensor y_grouped;  // [T·k, C], the experts' outputs in grouped order
   Tensor weights;    // f32 [T, k]
   Tensor positions;  // i32 [T·k], from moe_group
+  Tensor residual;   // [T, C], optional, f32/f16/bf16; may be out itself
 };
 
 void validate(const Device& device, const MoeRouteArgs& a);
 void validate(const Device& device, const MoeGroupArgs& a);
+void validate(const Device& device, const MoeMatmulArgs& a);
 void validate(const Device& device, const MoeCombineArgs& a);
 Cost cost(const MoeRouteArgs& a);
 Cost cost(const MoeGroupArgs& a);
+// Bytes count the weights of the experts that own rows, each read once: `active_experts` where the
+// caller knows how many (the offsets live on the device), else min(E, P), every expert that can.
+Cost cost(const MoeMatmulArgs& a, int64_t active_experts = -1);
 Cost cost(const MoeCombineArgs& a);
 void moe_route(Stream& stream, Tensor weights, Tensor experts, Tensor logits, const MoeRouteParams& params);
 void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, Tensor experts,
                Tensor x = {}, Tensor x_grouped = {});
-void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions);
+void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets,
+                Activation activation = Activation::none);
+void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions,
+                 Tensor residual = {});
 
 }  // namespace ding::ops

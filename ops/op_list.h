@@ -20,6 +20,7 @@
   X(kv_append, KvAppendArgs)                \
   X(moe_route, MoeRouteArgs)                \
   X(moe_group, MoeGroupArgs)                \
+  X(moe_matmul, MoeMatmulArgs)              \
   X(moe_combine, MoeCombineArgs)            \
   X(argmax, ArgmaxArgs)                     \
   X(top_k, TopKArgs)                        \

@@ -1,5 +1,7 @@
 // CPU MoE routing: tokens in parallel for route and combine; the counting sort of moe_group is
 // one serial O(T·k + E) pass (a few µs at decode and prefill sizes), its row gather parallel.
+// moe_matmul runs each expert that owns rows as one product of the matmul cores (gemm.h), which
+// parallelise over output columns, so each expert's weights are streamed once.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "ding/error.h"
+#include "gemm.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -101,6 +104,38 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
   }
 }
 
+void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
+  const int64_t P = a.x.dim(0), K = a.x.dim(1), E = a.w.dim(0), N = a.out.dim(1), rows = a.w.dim(1);
+  const int32_t* offsets = a.offsets.ptr<int32_t>();
+  for (int64_t e = 0, previous = 0; e <= E; previous = offsets[e++]) {
+    const int64_t o = offsets[e];
+    if (e == 0 ? o != 0 : o < previous || o > P || (e == E && o != P))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("moe_matmul: offsets[{}] = {} breaks 0 = offsets[0] ≤ … ≤ offsets[E = {}] = P = {}", e,
+                              offsets[e], E, P));
+  }
+  const size_t x_row = size_t(K) * dtype_size(a.x.dtype), out_row = size_t(N) * dtype_size(a.out.dtype);
+  const size_t w_expert = size_t(rows * K) * dtype_size(a.w.dtype);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = offsets[e], M = offsets[e + 1] - offsets[e];
+    if (M == 0) continue;  // an expert no token chose is never read
+    GemmProblem p;
+    p.x = static_cast<const char*>(a.x.data) + size_t(first) * x_row;
+    p.x_dtype = a.x.dtype;
+    p.w = static_cast<const char*>(a.w.data) + size_t(e) * w_expert;
+    p.w_dtype = a.w.dtype;
+    p.M = M;
+    p.N = N;
+    p.K = K;
+    p.ep.swiglu = a.activation == ops::Activation::swiglu;
+    p.ep.out = static_cast<char*>(a.out.data) + size_t(first) * out_row;
+    p.ep.out_dtype = a.out.dtype;
+    p.ep.N = N;
+    if (M <= kGemvMaxRows) gemv(p);
+    else gemm(p);
+  }
+}
+
 void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
   const int64_t T = a.weights.dim(0), k = a.weights.dim(1), C = a.out.dim(1);
   const float* weights = a.weights.ptr<float>();
@@ -111,27 +146,34 @@ void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
                   fmt::format("moe_combine: positions[{}] (token {}, choice {}) = {} is outside [0, T·k = {})", s,
                               s / k, s % k, positions[s], T * k));
   const DType out_type = a.out.dtype, y_type = a.y_grouped.dtype;
+  const bool has_residual = a.residual.defined();
+  // Without a residual the sums start at zero; its pointer is then out's, typed but never read.
+  const DType residual_type = has_residual ? a.residual.dtype : out_type;
+  const void* residual_data = has_residual ? a.residual.data : a.out.data;
   with_float_type(y_type, static_cast<const void*>(a.y_grouped.data), [&](const auto* y) {
     with_float_type(out_type, a.out.data, [&](auto* out) {
+      with_float_type(residual_type, residual_data, [&](const auto* residual) {
 #pragma omp parallel for schedule(static)
-      for (int64_t t = 0; t < T; ++t) {
-        const float* w = weights + t * k;
-        const int32_t* pos = positions + t * k;
-        auto* o = out + t * C;
-        int64_t c = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          const float* w = weights + t * k;
+          const int32_t* pos = positions + t * k;
+          auto* o = out + t * C;
+          const auto* r = residual + t * C;  // may be o itself: each element is read before it is written
+          int64_t c = 0;
 #ifdef DING_CPU_AVX2
-        for (; c + 8 <= C; c += 8) {
-          __m256 sum = _mm256_setzero_ps();
-          for (int64_t j = 0; j < k; ++j) sum = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8(y + pos[j] * C + c), sum);
-          store8(o + c, sum);
-        }
+          for (; c + 8 <= C; c += 8) {
+            __m256 sum = has_residual ? load8(r + c) : _mm256_setzero_ps();
+            for (int64_t j = 0; j < k; ++j) sum = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8(y + pos[j] * C + c), sum);
+            store8(o + c, sum);
+          }
 #endif
-        for (; c < C; ++c) {
-          float sum = 0;
-          for (int64_t j = 0; j < k; ++j) sum = std::fma(w[j], load_scalar(y, y_type, pos[j] * C + c), sum);
-          store_scalar(o, out_type, c, sum);
+          for (; c < C; ++c) {
+            float sum = has_residual ? load_scalar(r, residual_type, c) : 0.0f;
+            for (int64_t j = 0; j < k; ++j) sum = std::fma(w[j], load_scalar(y, y_type, pos[j] * C + c), sum);
+            store_scalar(o, out_type, c, sum);
+          }
         }
-      }
+      });
     });
   });
 }

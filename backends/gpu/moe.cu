@@ -5,7 +5,8 @@
 //   moe_group:   one block: a counting sort stable in the slot index, with no atomics (every
 //                run writes the same bits), then a row gather of x for the expert matmuls.
 //   moe_combine: one thread per 4 (or 1) columns of a token, an f32 FMA chain over j = 0..k−1
-//                in the reference's order (the CPU's exact operations).
+//                from the residual (or 0) in the reference's order (the CPU's exact operations).
+// moe_matmul, between moe_group and moe_combine, is in moe_matmul.cu.
 // Device-held ids that the host backends reject cannot raise here: an expert id outside [0, E)
 // sorts after every expert's rows (offsets[E] counts only valid slots; slots and positions stay
 // a permutation, so nothing downstream indexes out of bounds), and a position outside [0, T·k)
@@ -16,6 +17,7 @@
 
 #include "check.h"
 #include "elements.cuh"
+#include "gemm.cuh"
 #include "kernels.h"
 #include "select.cuh"
 #include "stream.h"
@@ -146,16 +148,21 @@ __global__ void moe_gather_convert_kernel(Out* x_grouped, const In* x, const int
   }
 }
 
-// out[t, c..c+N) = Σ_j weights[t, j] · y_grouped[positions[t·k + j], c..c+N), j ascending.
+// out[t, c..c+N) = residual[t, c..c+N) + Σ_j weights[t, j] · y_grouped[positions[t·k + j], c..c+N),
+// j ascending. residual (null: none) is read at run time in its own dtype; it may be out itself,
+// since each element's residual is read by the thread that writes that element, before it does.
 template <class Out, class Y, int N>
 __global__ void moe_combine_kernel(Out* out, const Y* y_grouped, const float* weights, const int32_t* positions,
-                                   int64_t tokens, int k, int64_t C) {
+                                   const void* residual, DType residual_dtype, int64_t tokens, int k, int64_t C) {
   const int64_t S = tokens * k;
   for (int64_t t = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; t < tokens; t += int64_t(gridDim.x) * blockDim.y) {
     const float* w = weights + t * k;
     const int32_t* position = positions + t * k;
     for (int64_t c = int64_t(threadIdx.x) * N; c < C; c += int64_t(blockDim.x) * N) {
       float sum[N] = {};
+      if (residual)
+#pragma unroll
+        for (int n = 0; n < N; ++n) sum[n] = load_as_float(residual, residual_dtype, t * C + c + n);
       for (int j = 0; j < k; ++j) {
         const int64_t row = position[j];
         if (row < 0 || row >= S) continue;
@@ -247,7 +254,7 @@ void moe_combine(Stream& stream, const ops::MoeCombineArgs& a) {
         const dim3 block = row_block(ceil_div(C, N));
         moe_combine_kernel<Out, Y, N><<<row_grid(s, T, block), block, 0, s.handle()>>>(
             static_cast<Out*>(a.out.data), static_cast<const Y*>(a.y_grouped.data), a.weights.ptr<float>(),
-            a.positions.ptr<int32_t>(), T, int(k), C);
+            a.positions.ptr<int32_t>(), a.residual.data, a.residual.dtype, T, int(k), C);
       };
       // Packs of 4 when every row start is aligned to one (rows are C elements apart).
       if (C % 4 == 0 && aligned(a.out.data, 4 * sizeof(Out)) && aligned(a.y_grouped.data, 4 * sizeof(Y)))

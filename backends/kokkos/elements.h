@@ -119,6 +119,41 @@ struct Elements {
 
 inline Elements elements(const Tensor& t) { return {t.data, t.dtype}; }
 
+// Dot products over the operands' stored types, for matmul and moe_matmul: the dtype pair is
+// dispatched once per call, and the K-long loop runs on the raw element types.
+KOKKOS_INLINE_FUNCTION float widen(float v) { return v; }
+KOKKOS_INLINE_FUNCTION float widen(ding::f16 v) { return f16_to_float(v.bits); }
+KOKKOS_INLINE_FUNCTION float widen(ding::bf16 v) { return bf16_to_float(v.bits); }
+
+// Σ_k x[k]·w[k·w_step] over K terms.
+template <class X, class W>
+KOKKOS_INLINE_FUNCTION float dot_typed(const X* x, const W* w, int64_t w_step, int64_t K) {
+  float acc = 0;
+  if (w_step == 1)
+    for (int64_t k = 0; k < K; ++k) acc += widen(x[k]) * widen(w[k]);
+  else
+    for (int64_t k = 0; k < K; ++k) acc += widen(x[k]) * widen(w[k * w_step]);
+  return acc;
+}
+
+template <class X>
+KOKKOS_INLINE_FUNCTION float dot_with(const X* x, Elements w, int64_t w_at, int64_t w_step, int64_t K) {
+  switch (w.dtype) {
+    case DType::f16: return dot_typed(x, static_cast<const ding::f16*>(w.data) + w_at, w_step, K);
+    case DType::bf16: return dot_typed(x, static_cast<const ding::bf16*>(w.data) + w_at, w_step, K);
+    default: return dot_typed(x, static_cast<const float*>(w.data) + w_at, w_step, K);
+  }
+}
+
+// Σ_k x[x_at + k] · w[w_at + k·w_step], both read in their stored dtypes.
+KOKKOS_INLINE_FUNCTION float dot(Elements x, int64_t x_at, Elements w, int64_t w_at, int64_t w_step, int64_t K) {
+  switch (x.dtype) {
+    case DType::f16: return dot_with(static_cast<const ding::f16*>(x.data) + x_at, w, w_at, w_step, K);
+    case DType::bf16: return dot_with(static_cast<const ding::bf16*>(x.data) + x_at, w, w_at, w_step, K);
+    default: return dot_with(static_cast<const float*>(x.data) + x_at, w, w_at, w_step, K);
+  }
+}
+
 // Element strides of a tensor, by value for capture in kernels (Tensor's std::array is host code).
 struct Strides {
   int64_t s[kMaxRank] = {};

@@ -1,10 +1,13 @@
-// moe_route, moe_group, moe_combine.
+// moe_route, moe_group, moe_matmul, moe_combine.
 //   route:   a work item per token: its k best experts by repeated selection over the E logits.
 //   group:   a work item per expert e: offsets[e] = the number of slots routed to experts before e,
 //            then e walks the slots in order, numbering its own: the stable counting sort, with
 //            the experts in parallel instead of the slots.
-//   combine: a work item per output element.
-// An expert id or position out of range is skipped (kernels.h).
+//   matmul:  as matmul's kernel (matmul.cpp), a team per grouped row and block of kColumns output
+//            columns, a thread per output; each team finds its row's expert by a binary search
+//            over the offsets, in device memory where moe_group wrote them.
+//   combine: a work item per output element, its sum started from the residual.
+// An expert id, position or grouped row outside the offsets' ranges is skipped (kernels.h).
 #include "elements.h"
 #include "kernels.h"
 
@@ -42,6 +45,25 @@ struct ExpertOf {
     return e >= 0 && e < E ? int64_t(e) : int64_t(-1);
   }
 };
+
+constexpr int64_t kColumns = 64;  // output columns per team of moe_matmul
+
+// The expert e whose rows offsets[e] ≤ p < offsets[e+1] hold grouped row p, or −1 for none: the
+// last e with offsets[e] ≤ p, by binary search (the offsets are non-decreasing), then checked,
+// so offsets out of order find no expert rather than a wrong one out of bounds.
+KOKKOS_INLINE_FUNCTION int64_t expert_of_row(Elements offsets, int64_t step, int64_t E, int64_t p) {
+  int64_t lo = 0, hi = E;  // the count of e < E with offsets[e] ≤ p lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (offsets.load_int(mid * step) <= p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const int64_t e = lo - 1;
+  if (e < 0 || offsets.load_int(e * step) > p || p >= offsets.load_int((e + 1) * step)) return -1;
+  return e;
+}
 
 }  // namespace
 
@@ -107,15 +129,38 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
   });
 }
 
+// x, w and out are contiguous (ops/moe.cpp checks).
+void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
+  const int64_t P = a.x.dim(0), K = a.x.dim(1), N = a.out.dim(1), E = a.w.dim(0);
+  const int64_t w_expert = a.w.dim(1) * K, blocks = (N + kColumns - 1) / kColumns;
+  const Elements out = elements(a.out), x = elements(a.x), w = elements(a.w), offsets = elements(a.offsets);
+  const int64_t o_step = a.offsets.strides[0];
+  const bool swiglu = a.activation == ops::Activation::swiglu;
+  Kokkos::parallel_for("ding::moe_matmul", TeamPolicy(int(P * blocks), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+    const int64_t p = team.league_rank() / blocks, n0 = team.league_rank() % blocks * kColumns;
+    const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
+    const int64_t e = expert_of_row(offsets, o_step, E, p);
+    if (e < 0) return;  // no expert owns the row: nothing written (kernels.h)
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
+      float acc = dot(x, p * K, w, e * w_expert + n * K, 1, K);
+      // [W_gate; W_up]: the up row N + n beside the gate row n; one rounding, after silu(g)·u.
+      if (swiglu) acc = silu(acc) * dot(x, p * K, w, e * w_expert + (N + n) * K, 1, K);
+      out.store(p * N + n, acc);
+    });
+  });
+}
+
 void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
   const int64_t k = a.weights.dim(1), C = a.out.dim(1), rows = a.weights.dim(0) * k;
   const Elements out = elements(a.out), y = elements(a.y_grouped), weights = elements(a.weights),
-                 positions = elements(a.positions);
-  const Strides out_s = strides(a.out), y_s = strides(a.y_grouped), w_s = strides(a.weights);
+                 positions = elements(a.positions), residual = elements(a.residual);
+  const Strides out_s = strides(a.out), y_s = strides(a.y_grouped), w_s = strides(a.weights),
+                r_s = strides(a.residual);
   const int64_t p_step = a.positions.strides[0];
   Kokkos::parallel_for("ding::moe_combine", Range(0, a.out.numel()), KOKKOS_LAMBDA(const int64_t item) {
     const int64_t t = item / C, c = item % C;
-    float sum = 0;
+    // The residual may be out itself: this item reads its element before writing it.
+    float sum = residual.defined() ? residual.load(t * r_s[0] + c * r_s[1]) : 0.0f;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t p = positions.load_int((t * k + j) * p_step);
       if (p < 0 || p >= rows) return;  // not a grouped row: nothing written (kernels.h)

@@ -13,10 +13,11 @@ namespace ding {
 // Each family file defines its accessor; this list is the only place that names them all.
 const Family& gpt2_family();
 const Family& llama_family();
+const Family& mixtral_family();
 
 namespace {
 
-std::array<const Family*, 2> families() { return {&gpt2_family(), &llama_family()}; }
+std::array<const Family*, 3> families() { return {&gpt2_family(), &llama_family(), &mixtral_family()}; }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";

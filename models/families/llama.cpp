@@ -7,11 +7,9 @@
 // (rope_parameters) both load.
 #include <fmt/format.h>
 
-#include "ding/models/families/family.h"
+#include "ding/models/families/llama_parts.h"
 
 namespace ding {
-
-namespace {
 
 // The rotary base and its scaling: transformers 5's rope_parameters, or transformers 4's
 // rope_theta beside rope_scaling. Scalings ding does not implement are refused by name.
@@ -45,13 +43,15 @@ void parse_rope(const ConfigFields& f, ModelConfig& c) {
   }
 }
 
-// Which layers attend through a sliding window, and how wide it is.
 void parse_windows(const ConfigFields& f, ModelConfig& c) {
   const std::string& type = c.model_type;
-  // Mistral's window applies to every layer (its config class defaults it to 4096; null turns it off).
-  // Qwen2's needs use_sliding_window and covers layers from max_window_layers on.
+  // Mistral's window applies to every layer (its config class defaults it to 4096; null turns it
+  // off); Mixtral's likewise, with no window by default. Qwen2's needs use_sliding_window and
+  // covers layers from max_window_layers on.
   int64_t window = 0;
   if (type == "mistral") window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
+  if (type == "mixtral" && f.has("sliding_window") && !f.is_null("sliding_window"))
+    window = f.positive_int("sliding_window");
   if (type == "qwen2" && f.boolean_or("use_sliding_window", false)) window = f.positive_int_or("sliding_window", 4096);
   c.layers.assign(size_t(c.n_layer), LayerSpec{});
   const std::vector<std::string> layer_types = f.string_list("layer_types");
@@ -70,6 +70,61 @@ void parse_windows(const ConfigFields& f, ModelConfig& c) {
   for (int64_t l = first_windowed; l < c.n_layer; ++l) c.layers[size_t(l)].window = window;
 }
 
+void parse_llama_attention(const ConfigFields& f, ModelConfig& c) {
+  const bool qwen2 = c.model_type == "qwen2";
+  c.d_model = f.positive_int("hidden_size");
+  c.n_layer = f.layer_count("num_hidden_layers");
+  c.n_head = f.positive_int("num_attention_heads");
+  c.n_kv_head = f.positive_int_or("num_key_value_heads", c.n_head);
+  if (c.n_head % c.n_kv_head != 0)
+    f.fail(fmt::format("num_attention_heads = {} is not a multiple of num_key_value_heads = {}", c.n_head, c.n_kv_head));
+  if (f.has("head_dim") && !f.is_null("head_dim")) {
+    c.d_head = f.positive_int("head_dim");
+  } else {
+    if (c.d_model % c.n_head != 0)
+      f.fail(fmt::format("hidden_size = {} is not divisible by num_attention_heads = {} (and no head_dim)", c.d_model, c.n_head));
+    c.d_head = c.d_model / c.n_head;
+  }
+  if (c.d_head % 2 != 0) f.fail(fmt::format("head_dim = {} is odd; rotary positions rotate pairs", c.d_head));
+  c.n_positions = f.positive_int_or("max_position_embeddings", 2048);
+  c.vocab_size = f.positive_int("vocab_size");
+  c.norm = NormKind::rms_norm;
+  c.norm_eps = f.positive_float_or("rms_norm_eps", 1e-6f);
+  const std::string act = f.string_or("hidden_act", "silu");
+  if (act != "silu") f.fail(fmt::format("hidden_act \"{}\" is not supported ({} uses silu)", act, c.model_type));
+  c.positions = PositionKind::rope;
+  parse_rope(f, c);
+  const bool attention_bias = f.boolean_or("attention_bias", false);
+  c.qkv_bias = qwen2 || attention_bias;
+  c.out_bias = !qwen2 && attention_bias;
+  c.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  parse_windows(f, c);
+  const std::vector<int32_t> bos = f.token_list("bos_token_id");
+  c.bos_token = bos.empty() ? -1 : bos[0];
+  c.eos_tokens = f.token_list("eos_token_id");
+}
+
+void llama_attention_weights(WeightMap& map, const ModelConfig& c, int64_t layer, AttentionWeights& a) {
+  const int64_t C = c.d_model, q = c.n_head * c.d_head, kv = c.n_kv_head * c.d_head;
+  const std::string p = fmt::format("layers.{}.", layer), at = p + "self_attn.";
+  map.vector(&a.norm_w, p + "input_layernorm.weight", C, WeightInit::ones);
+  const std::string qkv[] = {at + "q_proj.weight", at + "k_proj.weight", at + "v_proj.weight"};
+  const int64_t qkv_rows[] = {q, kv, kv};
+  map.stacked(&a.qkv_w, at + "qkv_proj.weight", qkv, qkv_rows, C);
+  if (c.qkv_bias) {
+    const std::string biases[] = {at + "q_proj.bias", at + "k_proj.bias", at + "v_proj.bias"};
+    map.stacked_vector(&a.qkv_b, at + "qkv_proj.bias", biases, qkv_rows);
+  }
+  map.matrix(&a.out_w, at + "o_proj.weight", C, q);
+  if (c.out_bias) map.vector(&a.out_b, at + "o_proj.bias", C, WeightInit::zeros);
+}
+
+WeightMap llama_weight_map(const WeightFiles* files) {
+  return WeightMap(files, files && files->has("model.embed_tokens.weight") ? "model." : "");
+}
+
+namespace {
+
 class Llama final : public Family {
  public:
   std::span<const std::string_view> model_types() const override {
@@ -78,63 +133,22 @@ class Llama final : public Family {
   }
 
   void parse_config(const ConfigFields& f, ModelConfig& c) const override {
-    const bool qwen2 = c.model_type == "qwen2";
-    c.d_model = f.positive_int("hidden_size");
-    c.n_layer = f.layer_count("num_hidden_layers");
-    c.n_head = f.positive_int("num_attention_heads");
-    c.n_kv_head = f.positive_int_or("num_key_value_heads", c.n_head);
-    if (c.n_head % c.n_kv_head != 0)
-      f.fail(fmt::format("num_attention_heads = {} is not a multiple of num_key_value_heads = {}", c.n_head, c.n_kv_head));
-    if (f.has("head_dim")) {
-      c.d_head = f.positive_int("head_dim");
-    } else {
-      if (c.d_model % c.n_head != 0)
-        f.fail(fmt::format("hidden_size = {} is not divisible by num_attention_heads = {} (and no head_dim)", c.d_model, c.n_head));
-      c.d_head = c.d_model / c.n_head;
-    }
-    if (c.d_head % 2 != 0) f.fail(fmt::format("head_dim = {} is odd; rotary positions rotate pairs", c.d_head));
+    parse_llama_attention(f, c);
     c.d_ff = f.positive_int("intermediate_size");
-    c.n_positions = f.positive_int_or("max_position_embeddings", 2048);
-    c.vocab_size = f.positive_int("vocab_size");
-    c.norm = NormKind::rms_norm;
-    c.norm_eps = f.positive_float_or("rms_norm_eps", 1e-6f);
-    const std::string act = f.string_or("hidden_act", "silu");
-    if (act != "silu") f.fail(fmt::format("hidden_act \"{}\" is not supported ({} uses silu)", act, c.model_type));
-    c.positions = PositionKind::rope;
-    parse_rope(f, c);
     c.ffn = FfnKind::gated;
     c.activation = ops::Activation::swiglu;
-    const bool attention_bias = f.boolean_or("attention_bias", false);
-    c.qkv_bias = qwen2 || attention_bias;
-    c.out_bias = !qwen2 && attention_bias;
     c.ffn_bias = f.boolean_or("mlp_bias", false);
-    c.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
-    parse_windows(f, c);
-    const std::vector<int32_t> bos = f.token_list("bos_token_id");
-    c.bos_token = bos.empty() ? -1 : bos[0];
-    c.eos_tokens = f.token_list("eos_token_id");
   }
 
-  // *ForCausalLM checkpoints prefix the decoder's names with "model."; bare *Model ones do not.
   std::vector<WeightPlan> weight_plans(const ModelConfig& c, const WeightFiles* files, ModelWeights& w) const override {
-    const int64_t C = c.d_model, F = c.d_ff, V = c.vocab_size, q = c.n_head * c.d_head, kv = c.n_kv_head * c.d_head;
-    WeightMap map(files, files && files->has("model.embed_tokens.weight") ? "model." : "");
+    const int64_t C = c.d_model, F = c.d_ff, V = c.vocab_size;
+    WeightMap map = llama_weight_map(files);
     map.matrix(&w.token_embedding, "embed_tokens.weight", V, C);
     w.layers.resize(size_t(c.n_layer));
     for (int64_t l = 0; l < c.n_layer; ++l) {
-      AttentionWeights& a = w.layers[size_t(l)].attention;
+      llama_attention_weights(map, c, l, w.layers[size_t(l)].attention);
       FeedForwardWeights& m = w.layers[size_t(l)].ffn;
-      const std::string p = fmt::format("layers.{}.", l), at = p + "self_attn.", mlp = p + "mlp.";
-      map.vector(&a.norm_w, p + "input_layernorm.weight", C, WeightInit::ones);
-      const std::string qkv[] = {at + "q_proj.weight", at + "k_proj.weight", at + "v_proj.weight"};
-      const int64_t qkv_rows[] = {q, kv, kv};
-      map.stacked(&a.qkv_w, at + "qkv_proj.weight", qkv, qkv_rows, C);
-      if (c.qkv_bias) {
-        const std::string biases[] = {at + "q_proj.bias", at + "k_proj.bias", at + "v_proj.bias"};
-        map.stacked_vector(&a.qkv_b, at + "qkv_proj.bias", biases, qkv_rows);
-      }
-      map.matrix(&a.out_w, at + "o_proj.weight", C, q);
-      if (c.out_bias) map.vector(&a.out_b, at + "o_proj.bias", C, WeightInit::zeros);
+      const std::string p = fmt::format("layers.{}.", l), mlp = p + "mlp.";
       map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
       const std::string gate_up[] = {mlp + "gate_proj.weight", mlp + "up_proj.weight"};
       const int64_t gate_up_rows[] = {F, F};

@@ -40,12 +40,22 @@ std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer
   throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
 }
 
+double model_cache_bytes(const ModelConfig& c, DType dtype, int64_t batch, int64_t tokens) {
+  double bytes = 0;
+  // A chunk of one: the cache as decoding leaves it, without room for a prefill chunk.
+  for (int64_t l = 0; l < c.n_layer; ++l) bytes += layer_cache_bytes(c, l, dtype, batch, tokens, 1);
+  return bytes;
+}
+
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
   const int64_t attention = rows * ((c.n_head + 2 * c.n_kv_head) * c.d_head + c.n_head * c.d_head);
   const int64_t ffn = rows * c.d_ff;
-  // A block takes all three (qkv, attention output, FFN hidden) between resets; each take is
-  // rounded up to 256 bytes.
-  return size_t(attention + ffn) * dtype_size(dtype) + 3 * 256;
+  // A block takes the attention's two (qkv, its output) and then its feed-forward's between
+  // resets: the dense FFN's hidden or the mixture of experts' takes; each take is rounded up to
+  // 256 bytes.
+  const size_t dense = size_t(ffn) * dtype_size(dtype) + 256;
+  return size_t(attention) * dtype_size(dtype) + 2 * 256 +
+         std::max(dense, mixture_of_experts_scratch_bytes(c, dtype, rows));
 }
 
 }  // namespace ding

@@ -36,9 +36,21 @@ struct FeedForwardWeights {
   Tensor down_b;          // [C], optional
 };
 
+// Expert e's weights are rows e·R … (e + 1)·R − 1 of the stacked matrices (R = 2F or C), the
+// layout of ops::moe_matmul's [E, R, K] w.
+struct MoeWeights {
+  Tensor norm_w;         // [C]
+  Tensor router_w;       // [E, C]
+  Tensor up_w;           // [E·2F, C]: each expert's [W_gate; W_up]
+  Tensor down_w;         // [E·C, F]
+  Tensor shared_up_w;    // [2Fs, C]: the shared experts' [W_gate; W_up], optional
+  Tensor shared_down_w;  // [C, Fs]
+};
+
 struct LayerWeights {
   AttentionWeights attention;
-  FeedForwardWeights ffn;
+  FeedForwardWeights ffn;  // dense layers
+  MoeWeights moe;          // LayerSpec::moe layers
 };
 
 // A layer's per-session state, sized once for the session's batch and context.
@@ -94,12 +106,22 @@ struct Step {
 void self_attention(const Step& step, const AttentionWeights& w, LayerCache& cache);
 // x ← x + down(act(up(norm(x)))): GELU MLP, or silu(gate) ⊙ up fused into the up product's epilogue.
 void feed_forward(const Step& step, const FeedForwardWeights& w);
+// x ← x + Σ_j weight_j · expert_j(h) (+ shared(h)), h = norm(x): route, group the token rows by
+// expert, both expert products as segmented matmuls, and combine into x, all on the device.
+void mixture_of_experts(const Step& step, const MoeWeights& w);
 // The ops (names from ops/op_list.h) each layer dispatches for a model of config `c`: what a
 // backend must have before the model loads on it (Model::load refuses it otherwise).
 std::vector<std::string_view> self_attention_ops(const ModelConfig& c);
 std::vector<std::string_view> feed_forward_ops(const ModelConfig& c);
+std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig& c);
+// Scratch the mixture of experts takes for `rows` token rows (0 without MoE layers).
+size_t mixture_of_experts_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
 // The union of layers' op lists, each op once, in first-seen order.
 std::vector<std::string_view> ops_of(std::initializer_list<std::vector<std::string_view>> layers);
+// Bytes every layer's cache holds for `tokens` positions of each of `batch` sequences (a sliding
+// window's layer at most its window): what a run of that many tokens stores. At tokens = 1, the
+// cache's bytes per token.
+double model_cache_bytes(const ModelConfig& c, DType dtype, int64_t batch, int64_t tokens);
 // Scratch one block needs for `rows` token rows in `dtype`.
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
 

@@ -1,7 +1,9 @@
-// Reference MoE routing, grouping and combining: plain loops in double.
+// Reference MoE routing, grouping, expert products and combining: plain loops in double.
 // Routing follows HF transformers' MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock (softmax,
 // topk, optional renormalisation: `norm_topk_prob`) and DeepseekV3TopkRouter (sigmoid scores,
-// `routed_scaling_factor`); grouping is a stable counting sort by expert id.
+// `routed_scaling_factor`); grouping is a stable counting sort by expert id; each expert's
+// product is torch.nn.functional.linear over its rows (MixtralBlockSparseTop2MLP: w2(act(w1 x) · w3 x)
+// is moe_matmul with swiglu, then moe_matmul).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -82,7 +84,37 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
   }
 }
 
-// out[t] = Σ_j weights[t, j] · y_grouped[positions[t·k + j]].
+// out[p] = act(x[p] · W[e]ᵀ) over each expert's rows; swiglu as the reference matmul has it.
+void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
+  const int64_t P = a.x.dim(0), K = a.x.dim(1), E = a.w.dim(0), N = a.out.dim(1);
+  const bool swiglu = a.activation == ops::Activation::swiglu;
+  for (int64_t e = 0, previous = 0; e <= E; ++e) {
+    const double o = load(a.offsets, offset(a.offsets, {e}));
+    if (e == 0 ? o != 0 : !(o >= double(previous) && o <= double(P)) || (e == E && o != double(P)))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("moe_matmul: offsets[{}] = {} breaks 0 = offsets[0] ≤ … ≤ offsets[E = {}] = P = {}", e, o,
+                              E, P));
+    previous = int64_t(o);
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = int64_t(load(a.offsets, offset(a.offsets, {e})));
+    const int64_t end = int64_t(load(a.offsets, offset(a.offsets, {e + 1})));
+    for (int64_t p = first; p < end; ++p) {
+      const auto linear = [&](int64_t row) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += load(a.x, offset(a.x, {p, k})) * load(a.w, offset(a.w, {e, row, k}));
+        return sum;
+      };
+      for (int64_t n = 0; n < N; ++n) {
+        double y = linear(n);
+        if (swiglu) y = y / (1.0 + std::exp(-y)) * linear(N + n);
+        store(a.out, offset(a.out, {p, n}), y);
+      }
+    }
+  }
+}
+
+// out[t] = residual[t] + Σ_j weights[t, j] · y_grouped[positions[t·k + j]].
 void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
   const int64_t T = a.weights.dim(0), k = a.weights.dim(1), C = a.out.dim(1);
   std::vector<int64_t> position(size_t(T * k));
@@ -96,7 +128,7 @@ void moe_combine(Stream&, const ops::MoeCombineArgs& a) {
   }
   for (int64_t t = 0; t < T; ++t)
     for (int64_t c = 0; c < C; ++c) {
-      double sum = 0;
+      double sum = a.residual.defined() ? load(a.residual, offset(a.residual, {t, c})) : 0.0;
       for (int64_t j = 0; j < k; ++j)
         sum += load(a.weights, offset(a.weights, {t, j})) *
                load(a.y_grouped, offset(a.y_grouped, {position[size_t(t * k + j)], c}));

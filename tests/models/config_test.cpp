@@ -133,6 +133,50 @@ TEST(MistralConfig, SlidingWindowOnEveryLayerUnlessNull) {
   for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 0);
 }
 
+json mixtral_json() {
+  json j = llama_json();
+  j["model_type"] = "mixtral";
+  j["num_local_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["head_dim"] = nullptr;  // transformers writes MixtralConfig's unset head_dim as null
+  j["sliding_window"] = nullptr;
+  return j;
+}
+
+TEST(MixtralConfig, EveryLayerIsAMixtureOfRenormalisedTopKExperts) {
+  const ModelConfig c = parse(mixtral_json());
+  EXPECT_EQ(c.d_head, 16);
+  EXPECT_EQ(c.moe.experts, 8);
+  EXPECT_EQ(c.moe.d_ff, 96);
+  EXPECT_EQ(c.moe.route.k, 2);
+  EXPECT_EQ(c.moe.route.scoring, ops::MoeScoring::softmax);
+  EXPECT_TRUE(c.moe.route.renormalize);
+  EXPECT_EQ(c.moe.shared_d_ff, 0);
+  ASSERT_EQ(c.layers.size(), 3u);
+  for (const LayerSpec& l : c.layers) {
+    EXPECT_TRUE(l.moe);
+    EXPECT_EQ(l.window, 0);
+  }
+  // Per layer: attention 64·(64 + 2·32) + 64·64, router 8·64, experts 8·3·64·96, two norms.
+  const int64_t per_layer = 64 * 128 + 64 * 64 + 8 * 64 + 8 * 3 * 64 * 96 + 2 * 64;
+  EXPECT_EQ(c.parameter_count(), 3 * per_layer + 2 * 300 * 64 + 64);
+}
+
+TEST(MixtralConfig, WindowWhenSetAndBadExpertCountsAreNamed) {
+  json j = mixtral_json();
+  j["sliding_window"] = 40;
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 40);
+  j = mixtral_json();
+  j["num_experts_per_tok"] = 9;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_experts_per_tok = 9", "num_local_experts = 8"});
+  j = mixtral_json();
+  j.erase("num_local_experts");
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_local_experts"});
+  j = mixtral_json();
+  j["num_experts_per_tok"] = 0;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_experts_per_tok"});
+}
+
 TEST(Qwen2Config, WindowFromMaxWindowLayersOnAndQkvBiases) {
   json j = llama_json();
   j["model_type"] = "qwen2";

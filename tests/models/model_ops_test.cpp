@@ -52,6 +52,20 @@ TEST(ModelOps, AreWhatTheModelDispatches) {
   }
 }
 
+// A mixture-of-experts model has no fixture folder of its own here; its random-weight twin
+// dispatches the same ops.
+TEST(ModelOps, MixtureOfExpertsModelDispatchesWhatItDeclares) {
+  const ModelConfig config = ModelConfig::from_json_text(
+      R"({"model_type": "mixtral", "hidden_size": 32, "intermediate_size": 24, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50, "num_local_experts": 4,
+          "num_experts_per_tok": 2})",
+      "tiny mixtral");
+  const Model model = Model::random(config, Device::open("cpu"));
+  std::set<std::string> declared;
+  for (std::string_view op : model_ops(model.config())) declared.insert(std::string(op));
+  EXPECT_EQ(declared, dispatched(model));
+}
+
 // cpu's table with some of a model's ops taken out.
 ops::Kernels without_attention_decode_and_rope() {
   ops::Kernels k = Device::open("cpu").kernels();

@@ -33,57 +33,6 @@ struct MatmulCase {
   bool in_tests = true;
 };
 
-// Inputs are identical on both backends (rounded to their dtype before upload), so the only
-// differences are the kernel's f32 sums against the reference's f64 ones, and the rounding of out.
-// f32 out: f32 accumulation error grows like K·ε² in NMSE (ε = 2^-24, random-walk over K terms),
-//   plus a few roundings that do not grow with K (bias add, GELU's exp, residual add, the store);
-//   bound 10·(K + 8)·rounding_nmse(f32); measured ≤ 0.12 × that bound (worst of 300 seeds, K = 7).
-// f16/bf16 out: both sides round to the same dtype, so elements differ by one step at most, and
-//   only where the f32 sum straddles a rounding boundary (~K·ε/ulp of them). Measured ≤ 0.005 ×
-//   rounding_nmse(out) (40 seeds) on large outputs. In small ones a single such flip decides:
-//   one step at element i costs ulp_i²/Σy², up to 24·rounding_nmse·y_i²/Σy² (a full step, at the
-//   bottom of a binade), and a Gaussian output's largest y_i² reaches ~16× the mean square. With
-//   rounding_nmse/4 alone, M1_N64_K4096 (64 outputs, norm prologue) failed 3 of 400 seeds on the
-//   CPU backend. Bound: the larger of rounding_nmse/4 and two such worst flips, 768·rounding_nmse
-//   / elements (the same for outputs of ≥ 3072 elements).
-double tolerance(DType out, int64_t K, int64_t elements) {
-  if (out == DType::f32) return 10.0 * double(K + 8) * rounding_nmse(DType::f32);
-  return std::max(rounding_nmse(out) / 4, 768.0 * rounding_nmse(out) / double(elements));
-}
-
-std::string reason(DType out, int64_t K) {
-  if (out == DType::f32)
-    return fmt::format("f32 sums of K = {} products vs f64 (NMSE ~ K·ε²) plus the epilogue's roundings: "
-                       "bound 10·(K + 8)·rounding_nmse(f32)", K);
-  return fmt::format("both sides round the output to {}: a few elements one step apart, bound "
-                     "max(rounding_nmse({})/4, two worst-case flips: 768·rounding_nmse/elements)",
-                     dtype_name(out), dtype_name(out));
-}
-
-// swiglu: y = silu(g)·u from two sums, each carrying the f32 error of a plain output.
-// f32 out: δy = silu'(g)·u·δg + silu(g)·δu, so E[δy²] ≈ (E[silu'(g)²] + E[silu(g)²])·δ² ≈ 0.7·δ²
-//   for unit-scale g and u, while E[y²] = E[silu(g)²] ≈ 0.36 against 1 for a plain output: about
-//   twice the plain NMSE, plus the epilogue's exp and products. Bound 20·(K + 8)·rounding_nmse(f32),
-//   twice the plain one; measured ≤ 0.21 × that (CPU backend, 300 seeds, M1_N33_K7).
-// f16/bf16 out: the same rounding-noise floor as plain outputs, rounding_nmse/4, or two flips
-//   (flip_nmse) on outputs as large as y gets: y is a product of two Gaussians' worth, so its
-//   largest square among 10⁵ draws reaches ~200× the mean square (10⁴: ~130×), where a plain
-//   Gaussian output's stays under 16×. Measured ≤ 0.12 × the bound (CPU, 300 seeds, M257_N77_K72
-//   f16; the six largest cases 20 seeds).
-constexpr double kSwigluPeak = 200.0;
-double swiglu_tolerance(DType out, int64_t K, int64_t elements) {
-  if (out == DType::f32) return 20.0 * double(K + 8) * rounding_nmse(DType::f32);
-  return std::max(rounding_nmse(out) / 4, flip_nmse(out, elements, kSwigluPeak, 2));
-}
-
-std::string swiglu_reason(DType out, int64_t K) {
-  if (out == DType::f32)
-    return fmt::format("swiglu: silu(g)·u of two f32 sums of K = {} products vs f64, ~2× a plain output's NMSE "
-                       "(δg and δu both reach y; E[y²] ≈ 0.36): bound 20·(K + 8)·rounding_nmse(f32)", K);
-  return fmt::format("swiglu: both sides round the output to {}: bound max(rounding_nmse/4, two flips on outputs "
-                     "up to 200× the mean square: flip_nmse)", dtype_name(out));
-}
-
 std::string case_name(const MatmulCase& c) {
   std::string name = "matmul/";
   if (c.B) name += fmt::format("B{}_", c.B);
@@ -109,8 +58,8 @@ OpCase make_case(const MatmulCase& c) {
   oc.op = "matmul";
   oc.name = case_name(c);
   const int64_t elements = std::max<int64_t>(c.B, 1) * c.M * c.N;
-  oc.tolerance = c.swiglu ? swiglu_tolerance(c.out, c.K, elements) : tolerance(c.out, c.K, elements);
-  oc.reason = c.swiglu ? swiglu_reason(c.out, c.K) : reason(c.out, c.K);
+  oc.tolerance = matmul_tolerance(c.out, c.K, elements, c.swiglu);
+  oc.reason = matmul_reason(c.out, c.K, c.swiglu);
   // The prologue: both sides round norm(x) to x's dtype, from f32 statistics here and f64 ones in
   // the reference; an element differs by one step of x's dtype only where the two straddle a
   // rounding boundary (a few per row), far inside the bounds above.
@@ -177,10 +126,10 @@ OpCase make_chain_case(const ChainCase& c) {
                             intermediates, dtype_name(c.factors), dtype_name(c.out), dtype_name(c.factors));
   } else {
     // Each intermediate is an f32 sum (rounded once per product) where the reference keeps f64.
-    oc.tolerance = tolerance(c.out, inner, c.dims.front() * c.dims.back());
+    oc.tolerance = matmul_tolerance(c.out, inner, c.dims.front() * c.dims.back());
     oc.reason = c.out == DType::f32 ? fmt::format("f32 products through the chain, {} summed terms in all: "
                                                   "bound 10·(Σinner + 8)·rounding_nmse(f32)", inner)
-                                    : reason(c.out, inner);
+                                    : matmul_reason(c.out, inner);
   }
   oc.in_tests = c.in_tests;
   oc.build = [c](CaseRun& run) {

@@ -1,8 +1,9 @@
-// Parity cases for moe_route, moe_group and moe_combine.
+// Parity cases for moe_route, moe_group, moe_matmul and moe_combine.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <numeric>
 
 #include "op_cases.h"
@@ -132,6 +133,61 @@ void add_group_cases(std::vector<OpCase>& cases) {
     }
 }
 
+// The offsets moe_group makes of T tokens' k routed experts each: popular experts own many rows,
+// the last quarter none.
+std::vector<int32_t> routed_offset_values(CaseRun& run, int64_t T, int64_t k, int64_t E) {
+  std::vector<int32_t> offsets(size_t(E + 1), 0);
+  for (int32_t e : routed_experts(run, T, E, k)) ++offsets[size_t(e) + 1];
+  std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+  return offsets;
+}
+
+Tensor routed_offsets(CaseRun& run, int64_t T, int64_t k, int64_t E) {
+  return run.ints({E + 1}, routed_offset_values(run, T, k, E));
+}
+
+struct ExpertTypes {
+  DType x, w, out;
+};
+
+void add_expert_matmul_cases(std::vector<OpCase>& cases) {
+  struct Shape {
+    int64_t T, k, E, N, K;
+  };
+  // Decode (one token, top-2 of 8 and top-8 of 64; eight tokens sharing experts), prefill with
+  // hundreds of rows per popular expert, and odd N and K around vector widths.
+  const Shape shapes[] = {{1, 1, 3, 1, 1},      {1, 2, 8, 64, 96},  {1, 8, 64, 40, 256}, {8, 8, 64, 48, 64},
+                          {17, 2, 8, 33, 70}, {300, 6, 60, 24, 40}, {64, 4, 16, 130, 520}};
+  const ExpertTypes types[] = {{DType::bf16, DType::bf16, DType::bf16}, {DType::f32, DType::f32, DType::f32},
+                               {DType::f16, DType::f16, DType::f16},    {DType::f32, DType::bf16, DType::f32},
+                               {DType::bf16, DType::f32, DType::bf16}};
+  int variant = 0;
+  for (Shape s : shapes)
+    for (bool swiglu : {false, true})
+      for (int t = 0; t < 2; ++t) {
+        const ExpertTypes ty = types[size_t(variant++ % 5)];
+        const int64_t P = s.T * s.k, rows = swiglu ? 2 * s.N : s.N;
+        OpCase c;
+        c.op = "moe_matmul";
+        c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
+                             dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "");
+        // Each output is one matmul output (f32 sums of K products), so matmul's budget holds.
+        c.tolerance = matmul_tolerance(ty.out, s.K, P * s.N, swiglu);
+        c.reason = matmul_reason(ty.out, s.K, swiglu);
+        c.build = [=](CaseRun& run) {
+          Tensor offsets = routed_offsets(run, s.T, s.k, s.E);
+          Tensor x = run.normal(ty.x, {P, s.K});
+          // w scaled by 1/√K keeps the sums near unit scale, where silu is not linear.
+          Tensor w = run.normal(ty.w, {s.E, rows, s.K}, 1.0 / std::sqrt(double(s.K)));
+          Tensor out = run.output("out", ty.out, {P, s.N});
+          const ops::Activation act = swiglu ? ops::Activation::swiglu : ops::Activation::none;
+          run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
+          run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act});
+        };
+        cases.push_back(c);
+      }
+}
+
 struct CombineTypes {
   DType y, out;
 };
@@ -143,11 +199,15 @@ void add_combine_cases(std::vector<OpCase>& cases) {
   const Shape shapes[] = {{1, 1, 1}, {1, 2, 17}, {17, 2, 64}, {17, 8, 3}, {300, 2, 17}, {300, 8, 8}, {3, 6, 4097}};
   const CombineTypes types[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
                                 {DType::bf16, DType::f32}, {DType::f32, DType::bf16}};
+  enum class Residual { none, separate, in_place };
+  int variant = 0;
   for (Shape s : shapes)
     for (CombineTypes ty : types) {
+      const Residual residual = std::array{Residual::none, Residual::separate, Residual::in_place}[size_t(variant++ % 3)];
       OpCase c;
       c.op = "moe_combine";
-      c.name = fmt::format("moe_combine/T{}_k{}_C{}_y{}_out{}", s.T, s.k, s.C, dtype_name(ty.y), dtype_name(ty.out));
+      c.name = fmt::format("moe_combine/T{}_k{}_C{}_y{}_out{}{}", s.T, s.k, s.C, dtype_name(ty.y), dtype_name(ty.out),
+                           residual == Residual::separate ? "_residual" : residual == Residual::in_place ? "_residual_inplace" : "");
       // f32 FMA over k ≤ 8 products against a double sum: ≤ ~k ulp of f32; then one rounding to
       // the output dtype, identical on both sides except for sums on a rounding boundary.
       if (ty.out == DType::f32) {
@@ -162,9 +222,14 @@ void add_combine_cases(std::vector<OpCase>& cases) {
         Tensor y_grouped = run.normal(ty.y, {s.T * s.k, s.C});
         Tensor weights = run.uniform(DType::f32, {s.T, s.k}, 0.0, 1.0);
         Tensor positions = run.ints({s.T * s.k}, permutation(run, s.T * s.k));
-        Tensor out = run.output("out", ty.out, {s.T, s.C});
-        run.launch = [=](Stream& st) { ops::moe_combine(st, out, y_grouped, weights, positions); };
-        run.cost = ops::cost(ops::MoeCombineArgs{out, y_grouped, weights, positions});
+        // In place, out starts as the residual stream (restored before each run).
+        Tensor out = residual == Residual::in_place ? run.inout("out", ty.out, {s.T, s.C})
+                                                    : run.output("out", ty.out, {s.T, s.C});
+        Tensor r = residual == Residual::separate ? run.normal(ty.y, {s.T, s.C})
+                   : residual == Residual::in_place ? out
+                                                    : Tensor{};
+        run.launch = [=](Stream& st) { ops::moe_combine(st, out, y_grouped, weights, positions, r); };
+        run.cost = ops::cost(ops::MoeCombineArgs{out, y_grouped, weights, positions, r});
       };
       cases.push_back(c);
     }
@@ -201,6 +266,32 @@ void add_bench_cases(std::vector<OpCase>& cases) {
   group.in_tests = false;
   cases.push_back(group);
 
+  // OLMoE-1B-7B's experts (C = 2048, F = 1024) at decode: batch 1 reads 8 experts' weights, batch 8
+  // the union of what its tokens chose.
+  for (int64_t tokens : {1, 8})
+    for (bool up : {true, false}) {
+      const int64_t F = 1024, N = up ? F : C, K = up ? C : F, P = tokens * k;
+      OpCase expert{.op = "moe_matmul",
+                    .name = fmt::format("moe_matmul/bench_olmoe_{}_T{}_k8_E64_bf16", up ? "gate_up" : "down", tokens),
+                    .tolerance = matmul_tolerance(DType::bf16, K, P * N, up),
+                    .reason = matmul_reason(DType::bf16, K, up)};
+      expert.build = [=](CaseRun& run) {
+        const std::vector<int32_t> values = routed_offset_values(run, tokens, k, E);
+        int64_t active = 0;  // the roofline's bytes: the experts the tokens chose, each once
+        for (int64_t e = 0; e < E; ++e) active += values[size_t(e) + 1] > values[size_t(e)];
+        Tensor offsets = run.ints({E + 1}, values);
+        Tensor x = run.normal(DType::bf16, {P, K});
+        Tensor w = run.normal(DType::bf16, {E, up ? 2 * N : N, K}, 1.0 / std::sqrt(double(K)));
+        Tensor out = run.output("out", DType::bf16, {P, N});
+        const ops::Activation act = up ? ops::Activation::swiglu : ops::Activation::none;
+        run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
+        run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act}, active);
+        run.note = fmt::format("{} experts chosen", active);
+      };
+      expert.in_tests = false;
+      cases.push_back(expert);
+    }
+
   OpCase combine{.op = "moe_combine", .name = "moe_combine/bench_T256_k8_C2048_bf16", .tolerance = 0.05 * rounding_nmse(DType::bf16),
                  .reason = "as the small bf16 moe_combine cases"};
   combine.build = [=](CaseRun& run) {
@@ -221,6 +312,7 @@ std::vector<OpCase> moe_cases() {
   std::vector<OpCase> cases;
   add_route_cases(cases);
   add_group_cases(cases);
+  add_expert_matmul_cases(cases);
   add_combine_cases(cases);
   add_bench_cases(cases);
   return cases;

@@ -1,4 +1,4 @@
-// moe_route / moe_group / moe_combine: closed-form facts on the reference and CPU backends, and
+// moe_route / moe_group / moe_matmul / moe_combine: closed-form facts on the reference and CPU backends, and
 // bad input through the public front end.
 #include <gtest/gtest.h>
 
@@ -161,6 +161,65 @@ TEST(MoeGroup, RejectsBadShapesDtypesAndAliasing_T3_k2) {
                ErrorCode::dtype_mismatch, {"moe_group", "x", "i32"});
 }
 
+// Expert 1 owns no row, so its weights (NaN here) must not reach any output; expert 0's two rows
+// and expert 2's one row each get their own expert's product: w[e] = (e + 1)·I.
+TEST(MoeMatmul, EachRowUsesItsExpertAndAnEmptyExpertIsNotRead_P3_E3_K2) {
+  const float nan = std::nanf("");
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor out = ts.make(DType::f32, {3, 2});
+    ops::moe_matmul(ts.stream(), out, ts.f32({3, 2}, {1, 2, 3, 4, 5, 6}),
+                    ts.f32({3, 2, 2}, {1, 0, 0, 1, nan, nan, nan, nan, 3, 0, 0, 3}), ts.i32({4}, {0, 2, 2, 3}));
+    EXPECT_EQ(ts.read<float>(out), (std::vector<float>{1, 2, 3, 4, 15, 18})) << backend;
+  }
+}
+
+TEST(MoeMatmul, RejectsOffsetsThatAreNotABlockPerExpert_P3_E2) {
+  const std::vector<std::pair<std::vector<int32_t>, std::string>> bad = {
+      {{1, 2, 3}, "offsets[0] = 1"}, {{0, 2, 1}, "offsets[2] = 1"}, {{0, 4, 3}, "offsets[1] = 4"}, {{0, 1, 2}, "offsets[2] = 2"}};
+  for (const char* backend : kBackends)
+    for (const auto& [offsets, what] : bad) {
+      Tensors ts(Device::open(backend));
+      expect_error([&] { ops::moe_matmul(ts.stream(), ts.make(DType::f32, {3, 4}), ts.make(DType::f32, {3, 5}),
+                                         ts.make(DType::f32, {2, 4, 5}), ts.i32({3}, offsets)); },
+                   ErrorCode::invalid_argument, {"moe_matmul", what, "P = 3"});
+    }
+}
+
+TEST(MoeMatmul, RejectsBadShapesDtypesActivationsAndAliasing_P3_E2) {
+  Tensors ts(Device::open("cpu")), other(Device::open("ref"));
+  Stream& s = ts.stream();
+  Tensor out = ts.make(DType::f32, {3, 4}), x = ts.make(DType::f32, {3, 5}), w = ts.make(DType::f32, {2, 4, 5});
+  Tensor offsets = ts.i32({3}, {0, 1, 3});
+  expect_error([&] { ops::moe_matmul(s, out, x, ts.make(DType::f32, {2, 4, 6}), offsets); }, ErrorCode::shape_mismatch,
+               {"moe_matmul", "w", "K (from x)"});
+  expect_error([&] { ops::moe_matmul(s, out, x, w, offsets, ops::Activation::swiglu); }, ErrorCode::shape_mismatch,
+               {"moe_matmul", "w", "2N"});
+  expect_error([&] { ops::moe_matmul(s, out, x, w, offsets, ops::Activation::gelu_tanh); }, ErrorCode::invalid_argument,
+               {"moe_matmul", "none or swiglu"});
+  expect_error([&] { ops::moe_matmul(s, out, x, w, ts.i32({4}, {0, 1, 2, 3})); }, ErrorCode::shape_mismatch,
+               {"moe_matmul", "offsets", "E + 1"});
+  expect_error([&] { ops::moe_matmul(s, out, x, w, ts.make(DType::f32, {3})); }, ErrorCode::dtype_mismatch,
+               {"moe_matmul", "offsets", "f32"});
+  expect_error([&] { ops::moe_matmul(s, ts.make(DType::i32, {3, 4}), x, w, offsets); }, ErrorCode::dtype_mismatch,
+               {"moe_matmul", "out", "i32"});
+  expect_error([&] { ops::moe_matmul(s, out, other.make(DType::f32, {3, 5}), w, offsets); }, ErrorCode::device_mismatch,
+               {"moe_matmul", "x", "ref"});
+  expect_error([&] { ops::moe_matmul(s, x.reshape({15}).slice(0, 0, 12).reshape({3, 4}), x, w, offsets); },
+               ErrorCode::aliasing, {"moe_matmul", "out", "x"});
+}
+
+TEST(MoeCombine, AddsTheResidualInPlace_T2_k2_C3) {
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor x = ts.f32({2, 3}, {1, 2, 3, 4, 5, 6});
+    // Token 0 takes rows 1 and 0 at weights 0.5 and 2; token 1 takes row 3 at weight 1 and row 2 at 0.
+    ops::moe_combine(ts.stream(), x, ts.f32({4, 3}, {1, 1, 1, 10, 10, 10, 7, 7, 7, 100, 200, 300}),
+                     ts.f32({2, 2}, {0.5f, 2, 1, 0}), ts.i32({4}, {1, 0, 3, 2}), x);
+    EXPECT_EQ(ts.read<float>(x), (std::vector<float>{8, 9, 10, 104, 205, 306})) << backend;
+  }
+}
+
 TEST(MoeCombine, RejectsPositionOutOfRange_T2_k2) {
   for (const char* backend : kBackends) {
     Tensors ts(Device::open(backend));
@@ -186,6 +245,11 @@ TEST(MoeCombine, RejectsBadShapesDtypesDevicesAndAliasing_T2_k2_C3) {
                {"moe_combine", "y_grouped", "ref"});
   expect_error([&] { ops::moe_combine(s, y.reshape({12}).slice(0, 0, 6).reshape({2, 3}), y, w, pos); }, ErrorCode::aliasing,
                {"moe_combine", "out", "y_grouped"});
+  expect_error([&] { ops::moe_combine(s, out, y, w, pos, ts.make(DType::f32, {2, 4})); }, ErrorCode::shape_mismatch,
+               {"moe_combine", "residual"});
+  expect_error([&] { ops::moe_combine(s, y.reshape({12}).slice(0, 0, 6).reshape({2, 3}), ts.make(DType::f32, {4, 3}), w, pos,
+                                      y.reshape({12}).slice(0, 3, 9).reshape({2, 3})); },
+               ErrorCode::aliasing, {"moe_combine", "out", "residual"});
 }
 
 }  // namespace

@@ -120,4 +120,10 @@ double rounding_nmse(DType dtype);
 // NMSE ×12 in a case of one element, nothing that matters in a case of thousands.
 double flip_nmse(DType out, int64_t elements, double peak, int flips = 1);
 
+// The NMSE bound of a product whose outputs are f32 sums of K products (swiglu: silu(g)·u of two
+// such sums) rounded to `out`, over `elements` outputs, and the reason that goes with it
+// (matmul_tolerance.cpp derives both).
+double matmul_tolerance(DType out, int64_t K, int64_t elements, bool swiglu = false);
+std::string matmul_reason(DType out, int64_t K, bool swiglu = false);
+
 }  // namespace ding::testing

@@ -49,7 +49,8 @@ TEST(DingRun, DefaultModelGeneratesAndSummarises) {
   EXPECT_EQ(r.stdout_only.rfind("The jury said", 0), 0u);
   EXPECT_GT(r.stdout_only.size(), 40u);
   for (const char* field : {"load ", "GB/s", "warm-up ", "sampling  greedy", "seed ", "prefill ", "time to first token",
-                            "decode ", "tok/s", "KV cache", "peak RSS", "CPU thread"})
+                            "decode ", "tok/s", "bytes per token", "for this run's", "allocated for", "peak RSS",
+                            "CPU thread"})
     EXPECT_NE(r.out.find(field), std::string::npos) << field;
 }
 

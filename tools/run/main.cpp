@@ -378,10 +378,15 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
              result.prefill_seconds * 1e3, prefill_tps, ttft_seconds ? fmt::format("{:.2f} ms", *ttft_seconds * 1e3) : "-");
   fmt::print(stderr, "decode    {} tokens in {:.2f} ms = {:.1f} tok/s (stop: {})\n", n_new, result.decode_seconds * 1e3,
              decode_tps, ding::stop_reason_name(result.reason));
-  fmt::print(stderr, "memory    peak RSS {:.1f} MiB; KV cache {:.2f} MiB ({} layers x 2 x {} positions x {} kv heads x {}), "
-                     "activations {:.2f} MiB\n",
-             peak_mib, double(session.kv_cache_bytes()) * mib, model.config().n_layer, session.max_tokens(),
-             model.config().n_kv_head, model.config().d_head, double(session.activation_bytes()) * mib);
+  const ding::ModelConfig& config = model.config();
+  const int64_t run_tokens = int64_t(prompt.size()) + n_new;
+  fmt::print(stderr, "cache     {:.0f} bytes per token over {} layers; {:.2f} MiB for this run's {} tokens; {:.2f} MiB "
+                     "allocated for {} positions\n",
+             ding::model_cache_bytes(config, model.dtype(), 1, 1), config.n_layer,
+             ding::model_cache_bytes(config, model.dtype(), 1, run_tokens) * mib, run_tokens,
+             double(session.kv_cache_bytes()) * mib, session.max_tokens());
+  fmt::print(stderr, "memory    peak RSS {:.1f} MiB; activations {:.2f} MiB\n", peak_mib,
+             double(session.activation_bytes()) * mib);
   return 0;
 }
 

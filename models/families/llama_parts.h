@@ -1,0 +1,23 @@
+// What the families built on Llama's decoder share (Llama, Mistral, Qwen2 in llama.cpp; Mixtral,
+// OLMoE): its config fields for attention, rotary positions and windows, and where its
+// checkpoints keep the attention weights.
+#pragma once
+#include "ding/models/families/family.h"
+
+namespace ding {
+
+// rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5); scalings
+// ding does not implement are refused by name.
+void parse_rope(const ConfigFields& f, ModelConfig& c);
+// Which layers attend through a sliding window, and how wide it is (per model_type). Sets
+// c.layers, one LayerSpec per layer.
+void parse_windows(const ConfigFields& f, ModelConfig& c);
+// Everything but the feed-forward: sizes, heads, RMSNorm, silu, rotary positions, attention
+// biases, tied embeddings, windows, bos/eos.
+void parse_llama_attention(const ConfigFields& f, ModelConfig& c);
+// *ForCausalLM checkpoints prefix the decoder's names with "model."; bare *Model ones do not.
+WeightMap llama_weight_map(const WeightFiles* files);
+// Layer `layer`'s input norm, fused q/k/v (and biases) and output projection.
+void llama_attention_weights(WeightMap& map, const ModelConfig& c, int64_t layer, AttentionWeights& a);
+
+}  // namespace ding

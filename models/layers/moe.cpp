@@ -1,0 +1,73 @@
+// The mixture-of-experts feed-forward: x ← x + Σ_j weight_j · expert_j(h) + shared(h), h = norm(x),
+// expert(h) = W_down · (silu(W_gate h) ⊙ W_up h). Every step is a device op, so routing results
+// never visit the host and a decode step records into a graph like any other:
+//   logits = W_router h                      matmul, f32 (the choice of experts needs no rounding)
+//   weights, experts = top-k of the scores   moe_route
+//   h_grouped = h's rows sorted by expert    moe_group (offsets: each expert's block of rows)
+//   hidden = silu(g) ⊙ u per expert          moe_matmul, swiglu: reads only the chosen experts
+//   y = W_down hidden per expert             moe_matmul
+//   x += shared(h)                           matmul ×2, where the model has shared experts
+//   x += Σ_j weights · y                     moe_combine, residual in place
+#include <algorithm>
+
+#include "ding/models/layers/block.h"
+#include "ding/ops/ops.h"
+
+namespace ding {
+
+std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig&) {
+  return {"rms_norm", "matmul", "moe_route", "moe_group", "moe_matmul", "moe_combine"};
+}
+
+size_t mixture_of_experts_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
+  const bool any = std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; });
+  if (!any) return 0;
+  const int64_t E = c.moe.experts, k = c.moe.route.k, C = c.d_model, F = c.moe.d_ff, slots = rows * k;
+  const size_t element = dtype_size(dtype);
+  const size_t takes[] = {size_t(rows * C) * element,                  // h
+                          size_t(rows * E) * 4,                        // logits
+                          size_t(slots) * 4 * 2,                       // weights, experts
+                          size_t(E + 1) * 4, size_t(slots) * 4 * 2,    // offsets, slots, positions
+                          size_t(slots * C) * element,                 // h_grouped
+                          size_t(slots * F) * element,                 // hidden
+                          size_t(slots * C) * element,                 // y
+                          size_t(rows * c.moe.shared_d_ff) * element};  // the shared experts' hidden
+  size_t bytes = 0;
+  for (size_t t : takes) bytes += (t + 255) / 256 * 256 + 256;  // each take aligned to 256 bytes
+  return bytes;
+}
+
+void mixture_of_experts(const Step& s, const MoeWeights& w) {
+  const ModelConfig& c = *s.config;
+  const int64_t n = s.n, E = c.moe.experts, k = c.moe.route.k, C = c.d_model, F = c.moe.d_ff, slots = n * k;
+  const DType dt = s.x.dtype;
+  Workspace& scratch = *s.scratch;
+  Stream& stream = *s.stream;
+
+  const Tensor h = scratch.take(dt, {n, C});
+  ops::rms_norm(stream, h, s.x, w.norm_w, {.eps = c.norm_eps});
+  const Tensor logits = scratch.take(DType::f32, {n, E});
+  ops::matmul(stream, logits, h, w.router_w);
+  const Tensor weights = scratch.take(DType::f32, {n, k});
+  const Tensor experts = scratch.take(DType::i32, {n, k});
+  ops::moe_route(stream, weights, experts, logits, c.moe.route);
+
+  const Tensor offsets = scratch.take(DType::i32, {E + 1});
+  const Tensor slot_of = scratch.take(DType::i32, {slots});
+  const Tensor positions = scratch.take(DType::i32, {slots});
+  const Tensor h_grouped = scratch.take(dt, {slots, C});
+  ops::moe_group(stream, offsets, slot_of, positions, experts, h, h_grouped);
+  const Tensor hidden = scratch.take(dt, {slots, F});
+  ops::moe_matmul(stream, hidden, h_grouped, w.up_w.reshape({E, 2 * F, C}), offsets, ops::Activation::swiglu);
+  const Tensor y = scratch.take(dt, {slots, C});
+  ops::moe_matmul(stream, y, hidden, w.down_w.reshape({E, C, F}), offsets);
+
+  if (c.moe.shared_d_ff > 0) {
+    const Tensor shared = scratch.take(dt, {n, c.moe.shared_d_ff});
+    ops::matmul(stream, shared, h, w.shared_up_w, {.activation = ops::Activation::swiglu});
+    ops::matmul(stream, s.x, shared, w.shared_down_w, {.residual = s.x});
+  }
+  ops::moe_combine(stream, s.x, y, weights, positions, s.x);
+}
+
+}  // namespace ding
