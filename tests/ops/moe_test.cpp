@@ -178,11 +178,12 @@ TEST(MoeMatmul, RejectsOffsetsThatAreNotABlockPerExpert_P3_E2) {
   const std::vector<std::pair<std::vector<int32_t>, std::string>> bad = {
       {{1, 2, 3}, "offsets[0] = 1"}, {{0, 2, 1}, "offsets[2] = 1"}, {{0, 4, 3}, "offsets[1] = 4"}, {{0, 1, 2}, "offsets[2] = 2"}};
   for (const char* backend : kBackends)
-    for (const auto& [offsets, what] : bad) {
+    for (const auto& entry : bad) {  // not a structured binding: clang 15 cannot capture those
+      const std::vector<int32_t>& offsets = entry.first;
       Tensors ts(Device::open(backend));
       expect_error([&] { ops::moe_matmul(ts.stream(), ts.make(DType::f32, {3, 4}), ts.make(DType::f32, {3, 5}),
                                          ts.make(DType::f32, {2, 4, 5}), ts.i32({3}, offsets)); },
-                   ErrorCode::invalid_argument, {"moe_matmul", what, "P = 3"});
+                   ErrorCode::invalid_argument, {"moe_matmul", entry.second, "P = 3"});
     }
 }
 
