@@ -12,6 +12,7 @@
 #include "ding/ding.h"
 #include "ding/models/model.h"
 #include "ding/models/session.h"
+#include "op_cases.h"  // nmse
 
 namespace ding::testing {
 namespace {
@@ -39,15 +40,6 @@ std::vector<double> run_logits(const std::string& backend) {
   append(session.prefill(0, std::vector<Token>{3, 14, 15, 92, 65, 35, 89}));
   for (Token t : {79, 32, 38}) append(session.decode(std::vector<Token>{t}));
   return all;
-}
-
-double nmse(const std::vector<double>& a, const std::vector<double>& ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err += (a[i] - ref[i]) * (a[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  return err / norm;
 }
 
 class MoeModelOnBackend : public ::testing::TestWithParam<std::string> {
