@@ -154,14 +154,23 @@ std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
   const int64_t ffn_weights = mul(mul(c.ffn == FfnKind::gated ? 3 : 2, C), c.d_ff);
   const int64_t ffn_biases = c.ffn_bias ? add({mul(c.ffn == FfnKind::gated ? 2 : 1, c.d_ff), C}) : 0;
   const int64_t norm_params = mul(c.norm == NormKind::layer_norm ? 2 : 1, C);
-  const int64_t dense_layer = add({attention, ffn_weights, ffn_biases, mul(2, norm_params)});
-  // A mixture-of-experts layer: the router, E experts and the shared ones, each a SwiGLU FFN.
-  const int64_t moe_layer = add({attention, mul(c.moe.experts, C), mul(mul(c.moe.experts, 3 * C), c.moe.d_ff),
-                                 mul(3 * C, c.moe.shared_d_ff), mul(2, norm_params)});
-  const int64_t moe_layers = std::count_if(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; });
+  // Multi-head latent attention: the query (through its bottleneck and norm, or one matrix), the
+  // latent and rope-key projection with the latent's norm, the up-projection, the output.
+  const MlaSpec& m = c.mla;
+  const int64_t q_heads = mul(c.n_head, m.nope_dim + m.rope_dim);
+  const int64_t latent_query = m.q_lora_rank > 0 ? add({mul(C, m.q_lora_rank), m.q_lora_rank, mul(m.q_lora_rank, q_heads)})
+                                                 : mul(C, q_heads);
+  const int64_t latent = add({latent_query, mul(C, m.kv_lora_rank + m.rope_dim), m.kv_lora_rank,
+                              mul(m.kv_lora_rank, mul(c.n_head, m.nope_dim + m.value_dim)), mul(mul(c.n_head, m.value_dim), C)});
+  const int64_t dense_ffn = add({ffn_weights, ffn_biases});
+  // A mixture-of-experts feed-forward: the router, E experts and the shared ones, each a SwiGLU FFN.
+  const int64_t moe_ffn = add({mul(c.moe.experts, C), mul(mul(c.moe.experts, 3 * C), c.moe.d_ff), mul(3 * C, c.moe.shared_d_ff)});
+  int64_t layers = 0;
+  for (const LayerSpec& l : c.layers)
+    layers = add({layers, l.mixer == MixerKind::latent_attention ? latent : attention, l.moe ? moe_ffn : dense_ffn,
+                  mul(2, norm_params)});
   const int64_t embeddings = mul(c.vocab_size, C);
-  const int64_t total = add({mul(c.n_layer - moe_layers, dense_layer), mul(moe_layers, moe_layer), embeddings, norm_params,
-                             c.positions == PositionKind::learned ? mul(c.n_positions, C) : 0,
+  const int64_t total = add({layers, embeddings, norm_params, c.positions == PositionKind::learned ? mul(c.n_positions, C) : 0,
                              c.tied_embeddings ? 0 : embeddings});
   if (overflow) return std::nullopt;
   return total;

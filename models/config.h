@@ -19,8 +19,9 @@ enum class PositionKind : uint8_t { learned, rope };
 // mlp:   down(act(up(h) + b_up)) + b_down                    (GPT-2)
 // gated: down(silu(gate(h)) ⊙ up(h)), gate and up stacked    (Llama's SwiGLU)
 enum class FfnKind : uint8_t { mlp, gated };
-// What mixes tokens in a layer. Latent and linear attention come with their families.
-enum class MixerKind : uint8_t { attention };
+// What mixes tokens in a layer: softmax attention over a per-head KV cache, or multi-head latent
+// attention (DeepSeek-V2) over a cache of latents (ModelConfig::mla).
+enum class MixerKind : uint8_t { attention, latent_attention };
 
 // One decoder layer's type: its mixer, how far back it sees, and its feed-forward.
 struct LayerSpec {
@@ -37,6 +38,18 @@ struct MoeSpec {
   int64_t d_ff = 0;           // one expert's hidden width
   ops::MoeRouteParams route;  // k, scoring, renormalisation (norm_topk_prob), routed_scaling_factor
   int64_t shared_d_ff = 0;    // the shared experts' hidden width, all of them together; 0: none
+};
+
+// Multi-head latent attention (ops/mla.h): queries from x directly or through a low-rank
+// bottleneck, keys and values up-projected from a per-token latent of kv_lora_rank elements, the
+// only thing cached besides one rotated key of rope_dim shared by the heads.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;   // Lq; 0: q = W_q x (DeepSeek-V2-Lite), else q = W_qb · rms_norm(W_qa x)
+  int64_t kv_lora_rank = 0;  // L
+  int64_t rope_dim = 0;      // Dr (qk_rope_head_dim)
+  int64_t nope_dim = 0;      // Dn (qk_nope_head_dim)
+  int64_t value_dim = 0;     // Dv (v_head_dim)
+  float softmax_scale = 0;   // (Dn + Dr)^-½, times yarn_mscale(factor, mscale_all_dim)² under YaRN
 };
 
 struct ModelConfig {
@@ -58,10 +71,13 @@ struct ModelConfig {
   FfnKind ffn = FfnKind::mlp;
   ops::Activation activation = ops::Activation::gelu_tanh;  // the mlp's; gated FFNs use swiglu
   bool qkv_bias = false;        // biases of the q, k, v projections
+  bool qk_norm = false;         // OLMoE: RMSNorm over the whole q and k projections (not per head), before rope
+  float clip_qkv = 0;           // > 0: q, k and v clamped to [−clip_qkv, clip_qkv] after those norms (OLMoE)
   bool out_bias = false;        // of the attention's output projection
   bool ffn_bias = false;        // of the FFN's projections
   bool tied_embeddings = true;  // the LM head reuses the token embedding
   MoeSpec moe;                  // the layers with LayerSpec::moe
+  MlaSpec mla;                  // the layers with MixerKind::latent_attention
   std::vector<LayerSpec> layers;    // one per layer
   int32_t bos_token = -1;           // -1: none
   std::vector<int32_t> eos_tokens;  // generation stops on any of them; ids outside the vocabulary are kept

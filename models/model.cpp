@@ -46,7 +46,7 @@ void upload_constants(const ModelConfig& c, Device& device, Buffer& constants, M
   w.rope_inv_freq = Tensor::view(constants.data(), &device, DType::f32, {int64_t(inv_freq.size())});
   device.copy_to_device(device.default_stream(), constants.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
   device.default_stream().synchronize();
-  for (LayerWeights& layer : w.layers) layer.attention.rope_inv_freq = w.rope_inv_freq;
+  for (LayerWeights& layer : w.layers) layer.attention.rope_inv_freq = layer.latent.rope_inv_freq = w.rope_inv_freq;
 }
 
 }  // namespace

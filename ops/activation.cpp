@@ -1,5 +1,9 @@
 #include "ding/ops/activation.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 #include "ding/ops/check.h"
 #include "ding/ops/dispatch.h"
 
@@ -28,14 +32,31 @@ void validate(const Device& device, const SwigluArgs& a) {
   validate_pointwise(Check("swiglu", device), a.out, {{"gate", &a.gate}, {"up", &a.up}});
 }
 
+void validate(const Device& device, const ClampArgs& a) {
+  Check c("clamp", device);
+  c.tensor("out", a.out, 1, kMaxRank);
+  c.tensor("x", a.x, a.out.rank, a.out.rank);
+  c.float_dtype("out", a.out);
+  c.float_dtype("x", a.x);
+  c.last_dim_contiguous("out", a.out);
+  c.last_dim_contiguous("x", a.x);
+  c.same_shape("x", a.x, "out", a.out);
+  c.same_or_disjoint("out", a.out, "x", a.x);
+  if (std::isnan(a.lo)) c.fail(ErrorCode::invalid_argument, "lo is NaN");
+  if (std::isnan(a.hi)) c.fail(ErrorCode::invalid_argument, "hi is NaN");
+  if (!(a.lo <= a.hi)) c.fail(ErrorCode::invalid_argument, fmt::format("lo = {} must not exceed hi = {}", a.lo, a.hi));
+}
+
 Cost cost(const GeluArgs& a) { return {8.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
 Cost cost(const SiluArgs& a) { return {4.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
 Cost cost(const SwigluArgs& a) {
   return {5.0 * double(a.out.numel()), double(a.gate.nbytes() + a.up.nbytes() + a.out.nbytes())};
 }
+Cost cost(const ClampArgs& a) { return {2.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
 
 void gelu(Stream& stream, Tensor out, Tensor x) { dispatch(stream, GeluArgs{out, x}); }
 void silu(Stream& stream, Tensor out, Tensor x) { dispatch(stream, SiluArgs{out, x}); }
 void swiglu(Stream& stream, Tensor out, Tensor gate, Tensor up) { dispatch(stream, SwigluArgs{out, gate, up}); }
+void clamp(Stream& stream, Tensor out, Tensor x, float lo, float hi) { dispatch(stream, ClampArgs{out, x, lo, hi}); }
 
 }  // namespace ding::ops

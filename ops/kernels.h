@@ -12,6 +12,7 @@
 #include "ding/ops/copy.h"
 #include "ding/ops/embedding.h"
 #include "ding/ops/matmul.h"
+#include "ding/ops/mla.h"
 #include "ding/ops/moe.h"
 #include "ding/ops/norm.h"
 #include "ding/ops/op_list.h"

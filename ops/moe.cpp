@@ -17,6 +17,16 @@ void validate(const Device& device, const MoeRouteArgs& a) {
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
   if (k < 1 || k > E) c.fail(ErrorCode::invalid_argument, fmt::format("k must be in [1, E = {}], got {}", E, k));
   c.positive("routed_scaling", a.params.routed_scaling);
+  const int64_t groups = a.params.groups, top_groups = a.params.top_groups;
+  if (groups < 1 || E % groups != 0)
+    c.fail(ErrorCode::invalid_argument, fmt::format("groups must be ≥ 1 and divide E = {}, got {}", E, groups));
+  if (top_groups < 1 || top_groups > groups)
+    c.fail(ErrorCode::invalid_argument, fmt::format("top_groups must be in [1, groups = {}], got {}", groups, top_groups));
+  // The top-k is taken among the kept groups' experts only: they must hold k of them.
+  if (k > top_groups * (E / groups))
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("k = {} exceeds the {} experts of top_groups = {} groups of E/groups = {}", k,
+                       top_groups * (E / groups), top_groups, E / groups));
   c.tensor("weights", a.weights, 2, 2);
   c.dtype_in("weights", a.weights, {DType::f32});
   c.contiguous("weights", a.weights);

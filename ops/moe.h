@@ -1,7 +1,12 @@
 // A mixture-of-experts layer in four steps:
 //   moe_route:   scores = softmax(logits) or σ(logits); pick the top-k experts per token
 //                (ties: lower expert index first), weights = their scores, optionally
-//                renormalised to sum 1, then multiplied by routed_scaling.
+//                renormalised to sum 1, then multiplied by routed_scaling. With groups > 1
+//                (DeepSeek-V2's group_limited_greedy) the experts split into `groups`
+//                consecutive groups of E/groups, a group's score is its best expert's, only the
+//                top_groups best groups (ties: lower group first) are eligible, and the top-k is
+//                taken among their experts; the scores themselves, and so the weights, stay
+//                those over all E experts.
 //   moe_group:   sort the T·k (token, choice) slots by expert (stable in slot index), so each
 //                expert's inputs are one contiguous block: offsets[e]..offsets[e+1]. Optionally
 //                gathers the token rows into that order for the expert matmuls.
@@ -28,6 +33,8 @@ struct MoeRouteParams {
   MoeScoring scoring = MoeScoring::softmax;
   bool renormalize = true;      // Mixtral/Qwen-MoE: true; OLMoE: false
   float routed_scaling = 1.0f;  // DeepSeek's routed_scaling_factor
+  int64_t groups = 1;           // DeepSeek-V2's n_group: divides E; 1 = no grouping
+  int64_t top_groups = 1;       // its topk_group: in [1, groups], k ≤ top_groups · E/groups
 };
 
 struct MoeRouteArgs {

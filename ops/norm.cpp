@@ -15,10 +15,11 @@ void validate_norm(const Check& c, const Tensor& out, const Tensor& x, const Ten
   c.tensor("x", x, 1, kMaxRank);
   c.tensor("out", out, x.rank, x.rank);
   c.tensor("weight", weight, 1, 1);
-  for (auto [name, t] : {std::pair{"x", &x}, {"out", &out}, {"weight", &weight}}) {
-    c.float_dtype(name, *t);
-    c.contiguous(name, *t);
-  }
+  for (auto [name, t] : {std::pair{"x", &x}, {"out", &out}, {"weight", &weight}}) c.float_dtype(name, *t);
+  // Rows may sit anywhere (strided views of fused products); within a row, kernels step by one.
+  c.last_dim_contiguous("x", x);
+  c.last_dim_contiguous("out", out);
+  c.contiguous("weight", weight);
   c.same_shape("out", out, "x", x);
   c.dim("weight", weight, 0, x.dim(-1), "C (from x)");
   c.positive("eps", eps);
@@ -26,7 +27,7 @@ void validate_norm(const Check& c, const Tensor& out, const Tensor& x, const Ten
   if (residual.defined()) {
     c.tensor("residual", residual, x.rank, x.rank);
     c.float_dtype("residual", residual);
-    c.contiguous("residual", residual);
+    c.last_dim_contiguous("residual", residual);
     c.same_shape("residual", residual, "x", x);
     c.disjoint("out", out, "residual", residual);
   }
@@ -34,7 +35,7 @@ void validate_norm(const Check& c, const Tensor& out, const Tensor& x, const Ten
     if (!residual.defined()) c.fail(ErrorCode::invalid_argument, "sum_out is given without a residual to add");
     c.tensor("sum_out", sum_out, x.rank, x.rank);
     c.float_dtype("sum_out", sum_out);
-    c.contiguous("sum_out", sum_out);
+    c.last_dim_contiguous("sum_out", sum_out);
     c.same_shape("sum_out", sum_out, "x", x);
     c.same_or_disjoint("sum_out", sum_out, "x", x);
     c.same_or_disjoint("sum_out", sum_out, "residual", residual);
@@ -59,6 +60,7 @@ void validate(const Device& device, const LayerNormArgs& a) {
   if (a.params.bias.defined()) {
     c.tensor("bias", a.params.bias, 1, 1);
     c.float_dtype("bias", a.params.bias);
+    c.contiguous("bias", a.params.bias);
     c.dim("bias", a.params.bias, 0, a.x.dim(-1), "C (from x)");
   }
 }

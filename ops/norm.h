@@ -2,6 +2,10 @@
 // rms_norm:   y = h / sqrt(mean(h²) + eps) · weight
 // where h = x, or h = x + residual when a residual is given (the pre-norm residual stream);
 // `sum_out`, if given, receives h so the block can carry it forward without a second pass.
+// The row tensors (x, out, residual, sum_out) are views with a contiguous last dimension C and
+// any strides in the leading ones, each its own: the q part of a fused q/k/v product
+// qkv [T, (H + 2Hkv)·D] is normalised as one row per token through qkv.slice(1, 0, H·D), or per
+// head through its [T, H, D] view (strides [(H + 2Hkv)·D, D, 1]). weight and bias are contiguous [C].
 #pragma once
 #include "ding/device.h"
 #include "ding/profile.h"

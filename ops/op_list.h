@@ -13,11 +13,14 @@
   X(gelu, GeluArgs)                         \
   X(silu, SiluArgs)                         \
   X(swiglu, SwigluArgs)                     \
+  X(clamp, ClampArgs)                       \
   X(embedding, EmbeddingArgs)               \
   X(rope, RopeArgs)                         \
   X(attention_prefill, AttentionPrefillArgs) \
   X(attention_decode, AttentionDecodeArgs)  \
   X(kv_append, KvAppendArgs)                \
+  X(mla_prefill, MlaPrefillArgs)            \
+  X(mla_decode, MlaDecodeArgs)              \
   X(moe_route, MoeRouteArgs)                \
   X(moe_group, MoeGroupArgs)                \
   X(moe_matmul, MoeMatmulArgs)              \

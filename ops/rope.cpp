@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -29,7 +30,36 @@ double llama3_frequency(double freq, const RopeScaling& s) {
   return (1.0 - smooth) * freq / s.factor + smooth * freq;
 }
 
+// The yarn blend of one frequency (transformers' _compute_yarn_parameters): dims below the band
+// keep θ_i (they turn often over the original context: extrapolation is safe), dims above it are
+// divided by `factor` (interpolated), the band between blended linearly in the dim index.
+double yarn_frequency(double freq, int64_t i, double theta, int64_t rotary_dim, const RopeScaling& s) {
+  const double R = double(rotary_dim), context = double(s.original_max_position);
+  auto dim_of_turns = [&](double turns) {
+    return R * std::log(context / (turns * 2.0 * std::numbers::pi)) / (2.0 * std::log(theta));
+  };
+  double low = dim_of_turns(s.beta_fast), high = dim_of_turns(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, R - 1);
+  if (low == high) high += 0.001;  // as transformers: no division by zero for a one-dim band
+  const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+  return freq * (1.0 - ramp) + freq / s.factor * ramp;
+}
+
 }  // namespace
+
+double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
+
+double rope_attention_factor(const RopeScaling& s) {
+  if (s.kind != RopeScalingKind::yarn) return 1.0;
+  if (s.attention_factor > 0) return s.attention_factor;
+  if (s.mscale != 0 && s.mscale_all_dim != 0) return yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim);
+  return yarn_mscale(s.factor, 1.0);
+}
 
 std::vector<float> rope_inv_frequencies(double theta, int64_t rotary_dim, const RopeScaling& scaling) {
   if (!(theta > 0) || !std::isfinite(theta))
@@ -47,6 +77,13 @@ std::vector<float> rope_inv_frequencies(double theta, int64_t rotary_dim, const 
     if (scaling.original_max_position <= 0)
       bad_scaling(fmt::format("llama3 needs original_max_position > 0, got {}", scaling.original_max_position));
   }
+  if (scaling.kind == RopeScalingKind::yarn) {
+    if (scaling.original_max_position <= 0)
+      bad_scaling(fmt::format("yarn needs original_max_position > 0, got {}", scaling.original_max_position));
+    if (!(scaling.beta_slow > 0) || !std::isfinite(scaling.beta_fast) || !(scaling.beta_fast > scaling.beta_slow))
+      bad_scaling(fmt::format("yarn needs 0 < beta_slow < beta_fast, got beta_fast = {}, beta_slow = {}", scaling.beta_fast,
+                              scaling.beta_slow));
+  }
   std::vector<float> inv_freq(size_t(rotary_dim / 2));
   for (int64_t i = 0; i < rotary_dim / 2; ++i) {
     const double freq = std::pow(theta, -2.0 * double(i) / double(rotary_dim));
@@ -54,6 +91,7 @@ std::vector<float> rope_inv_frequencies(double theta, int64_t rotary_dim, const 
       case RopeScalingKind::none: inv_freq[size_t(i)] = float(freq); break;
       case RopeScalingKind::linear: inv_freq[size_t(i)] = float(freq / scaling.factor); break;
       case RopeScalingKind::llama3: inv_freq[size_t(i)] = float(llama3_frequency(freq, scaling)); break;
+      case RopeScalingKind::yarn: inv_freq[size_t(i)] = float(yarn_frequency(freq, i, theta, rotary_dim, scaling)); break;
     }
   }
   return inv_freq;

@@ -36,25 +36,42 @@ struct RopeArgs {
 
 // How a model's config scales the RoPE frequencies (HF config.json's rope_scaling; transformers'
 // modeling_rope_utils.py defines each kind).
-enum class RopeScalingKind : uint8_t { none, linear, llama3 };
+enum class RopeScalingKind : uint8_t { none, linear, llama3, yarn };
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::none;
-  double factor = 1.0;                   // linear and llama3
+  double factor = 1.0;                   // linear, llama3, yarn
   double low_freq_factor = 1.0;          // llama3
   double high_freq_factor = 4.0;         // llama3
-  int64_t original_max_position = 8192;  // llama3: original_max_position_embeddings
+  int64_t original_max_position = 8192;  // llama3, yarn: original_max_position_embeddings
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn: the rotation counts bounding the blended band
+  double mscale = 0.0, mscale_all_dim = 0.0;  // yarn: 0 = absent
+  double attention_factor = 0.0;              // yarn: 0 = derived from factor and the mscales
+  bool truncate = true;                       // yarn: the band's ends rounded outwards to whole dims
 };
 
 // θ_i for i < R/2, as transformers computes them for this scaling: θ_i = theta^(-2i/R), then
 //   linear: θ_i / factor;
 //   llama3: with wavelength λ_i = 2π/θ_i and L = original_max_position, θ_i / factor where
 //     λ_i > L / low_freq_factor, θ_i where λ_i < L / high_freq_factor, and between them the blend
-//     (1 − s)·θ_i / factor + s·θ_i with s = (L/λ_i − low_freq_factor) / (high_freq_factor − low_freq_factor).
+//     (1 − s)·θ_i / factor + s·θ_i with s = (L/λ_i − low_freq_factor) / (high_freq_factor − low_freq_factor);
+//   yarn (Peng et al. 2023, "YaRN"): with d(n) = R·ln(L / (2πn)) / (2·ln theta), the dim index at
+//     which a wavelength turns n times over L, the band [low, high] = [d(beta_fast), d(beta_slow)]
+//     (floor and ceil when truncate, clamped into [0, R − 1]) and ramp r_i = clamp((i − low) /
+//     (high − low), 0, 1): θ_i·(1 − r_i) + (θ_i / factor)·r_i (fast dims kept, slow ones interpolated).
 // Computed in double and rounded to f32 once. transformers forms the same values in f32 (2i/R,
 // theta^(2i/R) and the reciprocal each round), so its table can differ by a few f32 ulps.
 // Throws Error(invalid_argument) on a bad value: theta ≤ 0, R odd or < 2, factor ≤ 0, a llama3
-// band with low_freq_factor ≤ 0 or high_freq_factor ≤ low_freq_factor, original_max_position ≤ 0.
+// band with low_freq_factor ≤ 0 or high_freq_factor ≤ low_freq_factor, original_max_position ≤ 0,
+// yarn's beta_fast ≤ beta_slow.
 std::vector<float> rope_inv_frequencies(double theta, int64_t rotary_dim, const RopeScaling& scaling);
+// The factor cos φ and sin φ are scaled by (RopeParams::attention_factor): yarn's attention_factor
+// if given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both mscales are set,
+// else mscale(factor, 1), with mscale(s, m) = 0.1·m·ln s + 1 for s > 1 (1 otherwise); 1 for the
+// other scalings.
+double rope_attention_factor(const RopeScaling& scaling);
+// yarn's mscale(s, m) above, which DeepSeek-V2 also applies (squared, with m = mscale_all_dim) to
+// its softmax scale.
+double yarn_mscale(double factor, double m);
 
 void validate(const Device& device, const RopeArgs& a);
 Cost cost(const RopeArgs& a);

@@ -6,7 +6,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-OPS = ["copy", "matmul_chain", "matmul", "softmax", "layer_norm", "rms_norm", "gelu", "silu", "swiglu",
+OPS = ["copy", "matmul_chain", "matmul", "softmax", "layer_norm", "rms_norm", "gelu", "silu", "swiglu", "clamp",
        "embedding", "rope", "attention_prefill", "attention_decode", "kv_append", "moe_route", "moe_group", "moe_matmul",
        "moe_combine", "argmax", "top_k", "sample"]
 

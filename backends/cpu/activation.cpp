@@ -2,10 +2,12 @@
 // a stack buffer, transformed with the vectorised logistic of vec_math.h, and narrowed on the
 // way out: whatever the mix of dtypes, one loop per op does the math. Chunks are the unit of
 // OpenMP work, so every element is written by exactly one thread and in-place use is safe.
+// clamp's views are walked as rows of their contiguous last dimension, each in chunks.
 #include <algorithm>
 
 #include "kernels.h"
 #include "simd.h"
+#include "strided.h"
 #include "vec_math.h"
 
 namespace ding::cpu {
@@ -46,6 +48,17 @@ void swiglu_chunk(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = gate[i] * sigmoid_scalar(gate[i]) * up[i];
 }
 
+// v ← min(max(v, lo), hi). maxps and minps return their second operand when either is NaN, so
+// with v second a NaN stays NaN, as in the scalar form (whose comparisons are false for it).
+void clamp_chunk(float* v, int64_t n, float lo, float hi) {
+  int64_t i = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 lo8 = _mm256_set1_ps(lo), hi8 = _mm256_set1_ps(hi);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, _mm256_min_ps(hi8, _mm256_max_ps(lo8, _mm256_loadu_ps(v + i))));
+#endif
+  for (; i < n; ++i) v[i] = v[i] < lo ? lo : v[i] > hi ? hi : v[i];
+}
+
 const char* element(const Tensor& t, int64_t i) { return static_cast<const char*>(t.data) + i * int64_t(dtype_size(t.dtype)); }
 char* element_out(const Tensor& t, int64_t i) { return static_cast<char*>(t.data) + i * int64_t(dtype_size(t.dtype)); }
 
@@ -78,6 +91,24 @@ void swiglu(Stream&, const ops::SwigluArgs& a) {
     load_row(up, element(a.up, begin), a.up.dtype, len);
     swiglu_chunk(gate, up, len);
     store_row(element_out(a.out, begin), a.out.dtype, gate, len);
+  }
+}
+
+// Contiguous tensors are one row, so short last dims still split into full chunks; views are
+// rows of their last dimension, and the OpenMP work items are the chunks of every row.
+void clamp(Stream&, const ops::ClampArgs& a) {
+  const bool flat = a.x.is_contiguous() && a.out.is_contiguous();
+  const int64_t n = a.x.numel(), cols = flat ? n : a.x.dim(-1), rows = n / cols;
+  const int64_t chunks_per_row = (cols + kChunk - 1) / kChunk, items = rows * chunks_per_row;
+  const size_t in_size = dtype_size(a.x.dtype), out_size = dtype_size(a.out.dtype);
+  const float lo = a.lo, hi = a.hi;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinimum)
+  for (int64_t item = 0; item < items; ++item) {
+    alignas(32) float v[kChunk];
+    const int64_t r = item / chunks_per_row, begin = item % chunks_per_row * kChunk, len = std::min(kChunk, cols - begin);
+    load_row(v, row_bytes(a.x, r) + begin * int64_t(in_size), a.x.dtype, len);
+    clamp_chunk(v, len, lo, hi);
+    store_row(row_bytes_out(a.out, r) + begin * int64_t(out_size), a.out.dtype, v, len);
   }
 }
 

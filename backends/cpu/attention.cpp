@@ -32,41 +32,6 @@ constexpr int64_t kKeyBlock = 32;       // keys scored per step: every row's blo
 constexpr int64_t kPrefillRows = 16;    // query rows per prefill task (group heads × positions)
 constexpr int64_t kKeysPerSplit = 64;  // decode chunk; fixed, so results do not depend on the thread count
 
-inline float widen(float x) { return x; }
-inline float widen(f16 x) { return f16_to_f32(x); }
-inline float widen(bf16 x) { return bf16_to_f32(x); }
-
-template <class T>
-float dot(const float* q, const T* k, int64_t D) {
-  int64_t d = 0;
-  float s = 0;
-#ifdef DING_CPU_AVX2
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  for (; d + 16 <= D; d += 16) {
-    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
-    s1 = _mm256_fmadd_ps(load8(q + d + 8), load8(k + d + 8), s1);
-  }
-  if (d + 8 <= D) {
-    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
-    d += 8;
-  }
-  s = hsum(_mm256_add_ps(s0, s1));
-#endif
-  for (; d < D; ++d) s += q[d] * widen(k[d]);
-  return s;
-}
-
-// acc += p · v
-template <class T>
-void axpy(float* acc, float p, const T* v, int64_t D) {
-  int64_t d = 0;
-#ifdef DING_CPU_AVX2
-  const __m256 pv = _mm256_set1_ps(p);
-  for (; d + 8 <= D; d += 8) store8(acc + d, _mm256_fmadd_ps(pv, load8(v + d), load8(acc + d)));
-#endif
-  for (; d < D; ++d) acc[d] += p * widen(v[d]);
-}
-
 // Scores of 4 consecutive keys (rows k_step apart): four independent FMA chains hide the FMA
 // latency, and one horizontal reduction serves all four.
 template <class T>

@@ -5,34 +5,21 @@
 
 #include "kernels.h"
 #include "simd.h"
+#include "strided.h"
 
 namespace ding::cpu {
 
-namespace {
-
-// Element offset of row r (all dims but the last, row-major) through t's strides.
-int64_t row_offset(const Tensor& t, int64_t r) {
-  int64_t offset = 0;
-  for (int d = t.rank - 2; d >= 0; --d) {
-    offset += (r % t.shape[d]) * t.strides[d];
-    r /= t.shape[d];
-  }
-  return offset;
-}
-
-}  // namespace
-
 void copy(Stream&, const ops::CopyArgs& a) {
   const int64_t cols = a.x.dim(-1), rows = a.x.numel() / cols;
-  const size_t in_size = dtype_size(a.x.dtype), out_size = dtype_size(a.out.dtype);
+  const size_t in_size = dtype_size(a.x.dtype);
   const bool same_dtype = a.x.dtype == a.out.dtype;
 #pragma omp parallel if (rows * cols >= (1 << 16))
   {
     std::vector<float> row(same_dtype ? 0 : size_t(cols));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const char* src = static_cast<const char*>(a.x.data) + row_offset(a.x, r) * int64_t(in_size);
-      char* dst = static_cast<char*>(a.out.data) + row_offset(a.out, r) * int64_t(out_size);
+      const char* src = row_bytes(a.x, r);
+      char* dst = row_bytes_out(a.out, r);
       if (same_dtype) {
         std::memcpy(dst, src, size_t(cols) * in_size);
       } else {

@@ -12,14 +12,11 @@
 #include "gemm.h"
 #include "scratch.h"
 #include "simd.h"
+#include "vec_math.h"
 
 namespace ding::cpu {
 
 namespace {
-
-inline float widen(float v) { return v; }
-inline float widen(f16 v) { return f16_to_f32(v); }
-inline float widen(bf16 v) { return bf16_to_f32(v); }
 
 // acc[m] = Σ_k w[k] · x[m, k] for one row of w and each of the `Rows` rows of x (f32).
 // Unroll × Rows independent accumulators (≤ 8, all in ymm registers) hide the FMA latency;

@@ -15,37 +15,69 @@
 
 namespace ding::cpu {
 
+namespace {
+
+// The k largest of v[0, n) that `eligible` admits, best first, with their indices: insertion into
+// the sorted k best, where strict > keeps the lower index first among equal values.
+template <class Eligible>
+void select_top(const float* v, int64_t n, int64_t k, float* best, int32_t* chosen, Eligible eligible) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!eligible(i)) continue;
+    const float x = v[i];
+    if (count == k && !(x > best[k - 1])) continue;
+    int64_t j = count < k ? count++ : k - 1;
+    for (; j > 0 && x > best[j - 1]; --j) best[j] = best[j - 1], chosen[j] = chosen[j - 1];
+    best[j] = x, chosen[j] = int32_t(i);
+  }
+}
+
+}  // namespace
+
 void moe_route(Stream&, const ops::MoeRouteArgs& a) {
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
   const ops::MoeRouteParams params = a.params;
+  const int64_t groups = params.groups, group_size = E / groups;
   float* weights = a.weights.ptr<float>();
   int32_t* experts = a.experts.ptr<int32_t>();
   const void* logits = a.logits.data;
   const DType dtype = a.logits.dtype;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    thread_local std::vector<float> logit, best;  // [E], [k]: grow once per thread
+    thread_local std::vector<float> logit, best;              // [E], [k]: grow once per thread
+    thread_local std::vector<float> group_best, kept_best;    // [groups], [top_groups]
+    thread_local std::vector<int32_t> kept_groups;            // [top_groups]
+    thread_local std::vector<char> kept;                      // [groups]
     logit.resize(size_t(E));
     best.resize(size_t(k));
     load_row(logit.data(), static_cast<const char*>(logits) + t * E * int64_t(dtype_size(dtype)), dtype, E);
-    // Insertion into the sorted k best. Scores are increasing in the logit, so ranking logits
-    // ranks scores; strict > keeps the lower expert first among equal logits.
-    int32_t* chosen = experts + t * k;
-    int64_t count = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const float v = logit[e];
-      if (count == k && !(v > best[k - 1])) continue;
-      int64_t j = count < k ? count++ : k - 1;
-      for (; j > 0 && v > best[j - 1]; --j) best[j] = best[j - 1], chosen[j] = chosen[j - 1];
-      best[j] = v, chosen[j] = int32_t(e);
+    // Group-limited routing: a group's score is its best expert's, and only the experts of the
+    // top_groups best groups are candidates. Scores are increasing in the logit, so ranking
+    // logits ranks scores, for groups as for experts.
+    if (groups > 1) {
+      group_best.resize(size_t(groups));
+      kept_best.resize(size_t(params.top_groups));
+      kept_groups.resize(size_t(params.top_groups));
+      kept.assign(size_t(groups), 0);
+      for (int64_t g = 0; g < groups; ++g) {
+        float m = logit[g * group_size];
+        for (int64_t e = g * group_size + 1; e < (g + 1) * group_size; ++e) m = logit[e] > m ? logit[e] : m;
+        group_best[g] = m;
+      }
+      select_top(group_best.data(), groups, params.top_groups, kept_best.data(), kept_groups.data(),
+                 [](int64_t) { return true; });
+      for (int32_t g : kept_groups) kept[size_t(g)] = 1;
     }
+    int32_t* chosen = experts + t * k;
+    select_top(logit.data(), E, k, best.data(), chosen,
+               [&](int64_t e) { return groups == 1 || kept[size_t(e / group_size)]; });
     // Per-weight exps in f32 (≤ 1 ulp each); the sums in double, as E-term f32 sums of equal
     // scores (tied logits) would otherwise drift by ~√E ulp.
     float* w = weights + t * k;
     double chosen_sum = 0;
     if (params.scoring == ops::MoeScoring::softmax) {
-      // exp(logit − max) with max = best[0]; the full denominator is needed only without
-      // renormalisation (with it, it cancels).
+      // exp(logit − max) with max = best[0] (with groups too: the best group holds the best
+      // expert); the full denominator is needed only without renormalisation (with it, it cancels).
       for (int64_t j = 0; j < k; ++j) chosen_sum += w[j] = std::exp(best[j] - best[0]);
       double denominator = chosen_sum;
       if (!params.renormalize) {

@@ -2,13 +2,15 @@
 // widened (and summed with the residual) into an f32 scratch row; sum_out is written from it,
 // the statistics and the normalised values are computed from it while it sits in L1/L2, and
 // out is narrowed from it. Because the row is read whole before anything is written,
-// sum_out may be x or residual itself. Weight and bias are widened to f32 once per call.
+// sum_out may be x or residual itself. Weight and bias are widened to f32 once per call. Each
+// row tensor finds row r through its own strides (strided.h), so views of fused products work.
 #include <cmath>
 #include <vector>
 
 #include "kernels.h"
 #include "scratch.h"
 #include "simd.h"
+#include "strided.h"
 #include "vec_math.h"
 
 namespace ding::cpu {
@@ -66,13 +68,6 @@ const float* widen(const Tensor& t, ScratchSlot slot) {
   return v;
 }
 
-const char* row_of(const Tensor& t, int64_t r, int64_t C) {
-  return static_cast<const char*>(t.data) + r * C * int64_t(dtype_size(t.dtype));
-}
-char* row_of_out(const Tensor& t, int64_t r, int64_t C) {
-  return static_cast<char*>(t.data) + r * C * int64_t(dtype_size(t.dtype));
-}
-
 // The row loop both norms share; `stats(h, C)` returns {mean to subtract, 1/σ}.
 template <class Stats>
 void norm_rows(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
@@ -85,12 +80,12 @@ void norm_rows(const Tensor& out, const Tensor& x, const Tensor& weight, const T
     float* const h = thread_scratch(ScratchSlot::third, size_t(C));  // one row per thread; w and b hold first, second
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      load_row(h, row_of(x, r, C), x.dtype, C);
-      if (residual.defined()) add_row(h, row_of(residual, r, C), residual.dtype, C);
-      if (sum_out.defined()) store_row(row_of_out(sum_out, r, C), sum_out.dtype, h, C);
+      load_row(h, row_bytes(x, r), x.dtype, C);
+      if (residual.defined()) add_row(h, row_bytes(residual, r), residual.dtype, C);
+      if (sum_out.defined()) store_row(row_bytes_out(sum_out, r), sum_out.dtype, h, C);
       const auto [mean, rstd] = stats(h, C);
       normalize_row(h, C, mean, rstd, w, b);
-      store_row(row_of_out(out, r, C), out.dtype, h, C);
+      store_row(row_bytes_out(out, r), out.dtype, h, C);
     }
   }
 }

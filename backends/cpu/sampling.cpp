@@ -26,10 +26,6 @@ constexpr auto precedes = [](const auto& a, const auto& b) {
   return a.value > b.value || (a.value == b.value && a.index < b.index);
 };
 
-inline float widen(float v) { return v; }
-inline float widen(f16 v) { return f16_to_f32(v); }
-inline float widen(bf16 v) { return bf16_to_f32(v); }
-
 
 // The first index of the row's maximum.
 template <class Elem>

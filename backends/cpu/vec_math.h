@@ -1,7 +1,8 @@
 // Vectorised exponential, logistic, gelu and silu shared by the CPU kernels (softmax, silu,
 // swiglu, gelu and the GEMM's gelu and swiglu epilogues), accurate to a few f32 ulp relative to
 // the result so f32 parity tolerances can stay tight. Each has a scalar twin for the tails of
-// rows and for builds without AVX2. Also the one row helper the norm and embedding kernels share.
+// rows and for builds without AVX2. Also the row helpers several kernels share: add_row (norm,
+// embedding), dot and axpy (attention, latent attention).
 #pragma once
 #include <array>
 #include <cmath>
@@ -133,6 +134,43 @@ inline void add_row(float* acc, const void* src, DType dtype, int64_t n) {
 #endif
     for (; i < n; ++i) acc[i] += load_scalar(p, dtype, i);
   });
+}
+
+// A stored element as f32.
+inline float widen(float x) { return x; }
+inline float widen(f16 x) { return f16_to_f32(x); }
+inline float widen(bf16 x) { return bf16_to_f32(x); }
+
+// Σ_d q[d]·k[d], k in its stored dtype widened in registers.
+template <class T>
+float dot(const float* q, const T* k, int64_t D) {
+  int64_t d = 0;
+  float s = 0;
+#ifdef DING_CPU_AVX2
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  for (; d + 16 <= D; d += 16) {
+    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
+    s1 = _mm256_fmadd_ps(load8(q + d + 8), load8(k + d + 8), s1);
+  }
+  if (d + 8 <= D) {
+    s0 = _mm256_fmadd_ps(load8(q + d), load8(k + d), s0);
+    d += 8;
+  }
+  s = hsum(_mm256_add_ps(s0, s1));
+#endif
+  for (; d < D; ++d) s += q[d] * widen(k[d]);
+  return s;
+}
+
+// acc += p · v
+template <class T>
+void axpy(float* acc, float p, const T* v, int64_t D) {
+  int64_t d = 0;
+#ifdef DING_CPU_AVX2
+  const __m256 pv = _mm256_set1_ps(p);
+  for (; d + 8 <= D; d += 8) store8(acc + d, _mm256_fmadd_ps(pv, load8(v + d), load8(acc + d)));
+#endif
+  for (; d < D; ++d) acc[d] += p * widen(v[d]);
 }
 
 }  // namespace ding::cpu

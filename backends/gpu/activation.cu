@@ -1,12 +1,16 @@
-// gelu, silu and swiglu on the GPU. Tensors are contiguous, so element i is at offset i in
+// gelu, silu, swiglu and clamp on the GPU. Contiguous tensors have element i at offset i in
 // each: a grid-stride loop moves N-element vectors (16 bytes on the widest side) while every
 // base pointer is aligned for them, else single elements; the n mod N elements past the last
-// vector go one to each of the grid's first threads. Each element is read and written by one
-// thread, the read first, so out may be the input itself.
+// vector go one to each of the grid's first threads. clamp's strided views go row by row
+// (strided.cuh), in vectors where every row start allows them. Each element is read and written
+// by one thread, the read first, so out may be the input itself.
+#include <type_traits>
+
 #include "access.cuh"
 #include "check.h"
 #include "kernels.h"
 #include "stream.h"
+#include "strided.cuh"
 
 DING_GPU_BEGIN
 namespace {
@@ -56,6 +60,11 @@ struct Gelu {
 struct Silu {
   __device__ float operator()(float x) const { return x_sigmoid(x, 1.0f, x, 0.0f); }
 };
+// The comparisons are false for a NaN x, which is kept (torch.clamp; fminf/fmaxf would drop it).
+struct Clamp {
+  float lo, hi;
+  __device__ float operator()(float x) const { return x < lo ? lo : x > hi ? hi : x; }
+};
 
 // out, x: [n], contiguous.
 template <int N, class Op, class Out, class In>
@@ -91,6 +100,23 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(Out out, Gate gate, Up
   }
 }
 
+// out, x: [..., cols], rows where their layouts put them; cols % N == 0, and every row start
+// aligned for N-element vectors.
+template <int N, class Op, class Out, class In>
+__global__ void unary_rows_kernel(Out out, RowLayout out_rows, In x, RowLayout x_rows, int64_t rows, int64_t cols,
+                                  Op op) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t out_at = row_offset(out_rows, r), x_at = row_offset(x_rows, r);
+    for (int64_t c = int64_t(threadIdx.x) * N; c < cols; c += int64_t(blockDim.x) * N) {
+      float v[N];
+      x.template load<N>(x_at + c, v);
+#pragma unroll
+      for (int j = 0; j < N; ++j) v[j] = op(v[j]);
+      out.template store<N>(out_at + c, v);
+    }
+  }
+}
+
 // Enough blocks for one vector per thread, at most 16 per multiprocessor (the loop strides).
 unsigned grid_for(const GpuStream& s, int64_t n, int N) {
   return unsigned(std::min<int64_t>(ceil_div(std::max<int64_t>(n / N, 1), kThreads), int64_t(s.props().sm_count) * 16));
@@ -112,6 +138,34 @@ void unary(Stream& stream, const Tensor& out, const Tensor& x, Op op) {
     });
   });
   DING_GPU_CHECK_LAUNCH("unary_kernel");
+}
+
+// Rows of strided views: N-element vectors when the row length and every row start allow them.
+template <class Op>
+void unary_rows(Stream& stream, const Tensor& out, const Tensor& x, Op op) {
+  GpuStream& s = gpu_stream(stream);
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  const RowLayout out_rows = row_layout(out), x_rows = row_layout(x);
+  with_float_type(out.dtype, [&](auto out_tag) {
+    with_float_type(x.dtype, [&](auto x_tag) {
+      using O = decltype(out_tag);
+      using X = decltype(x_tag);
+      constexpr int N = 16 / int(sizeof(O) > sizeof(X) ? sizeof(O) : sizeof(X));
+      auto launch = [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        const dim3 block = row_block(ceil_div(cols, V));
+        unary_rows_kernel<V><<<row_grid(s, rows, block), block, 0, s.handle()>>>(typed<O>(out), out_rows, typed<X>(x),
+                                                                                  x_rows, rows, cols, op);
+      };
+      const bool vectors = cols % N == 0 && aligned_for(out, N) && aligned_for(x, N) &&
+                           rows_start_at_multiples(out, N) && rows_start_at_multiples(x, N);
+      if (vectors)
+        launch(std::integral_constant<int, N>{});
+      else
+        launch(std::integral_constant<int, 1>{});
+    });
+  });
+  DING_GPU_CHECK_LAUNCH("unary_rows_kernel");
 }
 
 }  // namespace
@@ -144,6 +198,13 @@ void swiglu(Stream& stream, const ops::SwigluArgs& a) {
     });
   });
   DING_GPU_CHECK_LAUNCH("swiglu_kernel");
+}
+
+void clamp(Stream& stream, const ops::ClampArgs& a) {
+  if (a.x.is_contiguous() && a.out.is_contiguous())
+    unary(stream, a.out, a.x, Clamp{a.lo, a.hi});
+  else
+    unary_rows(stream, a.out, a.x, Clamp{a.lo, a.hi});
 }
 
 DING_GPU_END

@@ -1,7 +1,8 @@
 // Mixture-of-experts routing on the GPU.
 //   moe_route:   one warp per token: k rounds of a warp max over (logit, expert) pairs, each
 //                round below the previous pick (select.cuh: ties to the lower expert), then the
-//                weights from f32 exps with double sums, as the CPU backend computes them.
+//                weights from f32 exps with double sums, as the CPU backend computes them. With
+//                groups, top_groups rounds over the groups' best pairs first find the kept ones.
 //   moe_group:   one block: a counting sort stable in the slot index, with no atomics (every
 //                run writes the same bits), then a row gather of x for the expert matmuls.
 //   moe_combine: one thread per 4 (or 1) columns of a token, an f32 FMA chain over j = 0..k−1
@@ -35,7 +36,23 @@ __device__ inline double warp_sum_double(double v) {
   return v;
 }
 
-// Whole warps leave together at the end (tokens are per warp), so the shuffles see every lane.
+// The best (logit, expert) pair of group g, experts [g·size, (g+1)·size): the group's place in
+// the order of groups (a group's score is its best expert's; of equal ones, the lower group
+// holds the lower expert, so it ranks first).
+template <class T>
+__device__ uint64_t group_pair(const T* x, int64_t g, int64_t size) {
+  uint64_t best = 0;
+  for (int64_t e = g * size; e < (g + 1) * size; ++e) {
+    const uint64_t pair = order_pair(to_float(x[e]), uint32_t(e));
+    best = pair > best ? pair : best;
+  }
+  return best;
+}
+
+constexpr int64_t kMaskedGroups = 64;  // up to this many groups, the kept ones are a bit mask
+
+// Whole warps leave together at the end (tokens are per warp), so the shuffles and ballots see
+// every lane.
 template <class T>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights, int32_t* experts, const T* logits,
                                                                   int64_t tokens, int64_t E, int k,
@@ -46,6 +63,34 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights
   const T* x = logits + t * E;
   float* w = weights + t * k;
   int32_t* chosen = experts + t * k;
+  // Group-limited routing: round i of a warp max over the groups' best pairs (a lane per group)
+  // finds the i-th best group; a group is kept when its pair is not below the last round's.
+  // Up to kMaskedGroups groups, the kept ones become a bit mask; beyond, a kept test reads the
+  // expert's group again (E/groups < E/64 logits).
+  const int64_t groups = params.groups, group_size = E / groups;
+  uint64_t last_kept = 0, kept_mask = 0;
+  if (groups > 1) {
+    uint64_t previous = ~uint64_t(0);
+    for (int64_t i = 0; i < params.top_groups; ++i) {
+      uint64_t best = 0;
+      for (int64_t g = lane; g < groups; g += warp_size()) {
+        const uint64_t pair = group_pair(x, g, group_size);
+        if (pair < previous && pair > best) best = pair;
+      }
+      previous = warp_max_u64(best);
+    }
+    last_kept = previous;
+    if (groups <= kMaskedGroups)
+      for (int64_t g0 = 0; g0 < groups; g0 += warp_size()) {
+        const int64_t g = g0 + lane;
+        kept_mask |= ballot(g < groups && group_pair(x, g, group_size) >= last_kept) << g0;
+      }
+  }
+  auto kept = [&](int64_t e) {
+    if (groups == 1) return true;
+    const int64_t g = e / group_size;
+    return groups <= kMaskedGroups ? ((kept_mask >> g) & 1) != 0 : group_pair(x, g, group_size) >= last_kept;
+  };
   // Round j: the best pair below round j−1's, i.e. the j-th in the order. Lane j % warp_size()
   // keeps it, parking the logit in w[j], which only that lane reads back below.
   uint64_t previous = ~uint64_t(0);
@@ -54,9 +99,9 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights
     uint64_t best = 0;
     for (int64_t e = lane; e < E; e += warp_size()) {
       const uint64_t pair = order_pair(to_float(x[e]), uint32_t(e));
-      if (pair < previous && pair > best) best = pair;
+      if (pair < previous && pair > best && kept(e)) best = pair;
     }
-    best = warp_max_u64(best);  // > 0: k ≤ E leaves a pair for every round
+    best = warp_max_u64(best);  // > 0: k ≤ the kept experts leaves a pair for every round
     previous = best;
     if (j == 0) best_logit = pair_value(best);
     if (lane == j % warp_size()) {

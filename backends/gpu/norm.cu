@@ -7,7 +7,8 @@
 //    pass.
 // All statistics are f32. sum_out may be x or residual itself: every element of h is read and
 // written by one thread only, and in the streaming form sum_out is written in the last pass,
-// after the passes that read x and residual.
+// after the passes that read x and residual. Each row tensor has its own row layout
+// (strided.cuh): views of fused products, such as the q part of a q/k/v product or its heads.
 #include <type_traits>
 
 #include "access.cuh"
@@ -15,44 +16,55 @@
 #include "kernels.h"
 #include "row_group.cuh"
 #include "stream.h"
+#include "strided.cuh"
 
 DING_GPU_BEGIN
 namespace {
 
-// X: access to the row tensors (x, residual, sum_out, out: [rows, C], contiguous);
-// W: to weight and bias ([C]; bias may be strided, and then V = 1).
+// X: access to the row tensors (x, residual, sum_out, out: [..., C], the last dim contiguous,
+// rows where their layouts put them); W: to weight and bias ([C], contiguous).
 template <class X, class W>
 struct NormTensors {
   X out, x, residual, sum_out;  // residual.p, sum_out.p null when absent
+  RowLayout out_rows, x_rows, residual_rows, sum_out_rows;
   W weight, bias;               // bias.p null when absent
-  int64_t bias_stride;
 };
 
-// h[0..V) ← x (+ residual) at element i.
+// Where row r starts in each row tensor.
+struct RowStarts {
+  int64_t out, x, residual, sum_out;
+};
+
+template <class X, class W>
+__device__ RowStarts row_starts(const NormTensors<X, W>& t, int64_t r) {
+  return {row_offset(t.out_rows, r), row_offset(t.x_rows, r), row_offset(t.residual_rows, r),
+          row_offset(t.sum_out_rows, r)};
+}
+
+// h[0..V) ← x (+ residual) at column c of the row.
 template <int V, class X, class W>
-__device__ void load_h(const NormTensors<X, W>& t, int64_t i, float* h) {
-  t.x.template load<V>(i, h);
+__device__ void load_h(const NormTensors<X, W>& t, const RowStarts& row, int64_t c, float* h) {
+  t.x.template load<V>(row.x + c, h);
   if (t.residual.p) {
     float r[V];
-    t.residual.template load<V>(i, r);
+    t.residual.template load<V>(row.residual + c, r);
 #pragma unroll
     for (int j = 0; j < V; ++j) h[j] += r[j];
   }
 }
 
-// sum_out ← h, out ← (h − mean)·rstd·weight + bias, for the V elements at column c of the row
-// starting at element `row`.
+// sum_out ← h, out ← (h − mean)·rstd·weight + bias, for the V elements at column c of the row.
 template <int V, class X, class W>
-__device__ void store_normalized(const NormTensors<X, W>& t, int64_t row, int64_t c, const float* h, float mean,
-                                 float rstd) {
-  if (t.sum_out.p) t.sum_out.template store<V>(row + c, h);
+__device__ void store_normalized(const NormTensors<X, W>& t, const RowStarts& row, int64_t c, const float* h,
+                                 float mean, float rstd) {
+  if (t.sum_out.p) t.sum_out.template store<V>(row.sum_out + c, h);
   float w[V], b[V] = {};
   t.weight.template load<V>(c, w);
-  if (t.bias.p) t.bias.template load<V>(c * t.bias_stride, b);
+  if (t.bias.p) t.bias.template load<V>(c, b);
   float y[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) y[j] = (h[j] - mean) * rstd * w[j] + b[j];
-  t.out.template store<V>(row + c, y);
+  t.out.template store<V>(row.out + c, y);
 }
 
 // center: layer_norm (subtract the mean, add bias); else rms_norm. The row loop is uniform
@@ -66,7 +78,7 @@ __global__ void __launch_bounds__(kRowMaxThreads)
   __shared__ float shared[32];
   const int64_t tid = threadIdx.x, threads = blockDim.x;
   for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
-    const int64_t row = r * C;
+    const RowStarts row = row_starts(t, r);
     if (cache_rows && C <= kRowCached * threads) {
       // Vector k of this thread starts at column (k·threads + tid)·V; C is a multiple of V, so
       // a vector that starts inside the row ends inside it.
@@ -76,7 +88,7 @@ __global__ void __launch_bounds__(kRowMaxThreads)
       for (int k = 0; k < kRowCached / V; ++k) {
         const int64_t c = (k * threads + tid) * V;
         if (c < C) {
-          load_h<V>(t, row + c, h + k * V);
+          load_h<V>(t, row, c, h + k * V);
 #pragma unroll
           for (int j = 0; j < V; ++j) sum += h[k * V + j];
         }
@@ -106,7 +118,7 @@ __global__ void __launch_bounds__(kRowMaxThreads)
         float sum = 0.0f;
         for (int64_t c = tid * V; c < C; c += threads * V) {
           float h[V];
-          load_h<V>(t, row + c, h);
+          load_h<V>(t, row, c, h);
 #pragma unroll
           for (int j = 0; j < V; ++j) sum += h[j];
         }
@@ -115,7 +127,7 @@ __global__ void __launch_bounds__(kRowMaxThreads)
       float squares = 0.0f;
       for (int64_t c = tid * V; c < C; c += threads * V) {
         float h[V];
-        load_h<V>(t, row + c, h);
+        load_h<V>(t, row, c, h);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float d = h[j] - mean;
@@ -125,7 +137,7 @@ __global__ void __launch_bounds__(kRowMaxThreads)
       const float rstd = 1.0f / sqrtf(row_group_sum(squares, shared) / float(C) + eps);
       for (int64_t c = tid * V; c < C; c += threads * V) {
         float h[V];
-        load_h<V>(t, row + c, h);
+        load_h<V>(t, row, c, h);
         store_normalized<V>(t, row, c, h, mean, rstd);
       }
     }
@@ -147,20 +159,23 @@ void norm(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& weig
           const Tensor& residual, const Tensor& sum_out, float eps, bool center) {
   const int64_t C = x.dim(-1), rows = x.numel() / C;
   GpuStream& s = gpu_stream(stream);
-  const int64_t bias_stride = bias.defined() ? bias.strides[0] : 1;
+  const RowLayout out_rows = row_layout(out), x_rows = row_layout(x), residual_rows = row_layout(residual),
+                  sum_out_rows = row_layout(sum_out);
   auto same = [](const Tensor& t, DType d) { return !t.defined() || t.dtype == d; };
   if (out.dtype == x.dtype && same(residual, x.dtype) && same(sum_out, x.dtype) && same(bias, weight.dtype)) {
     with_float_type(x.dtype, [&](auto x_tag) {
       with_float_type(weight.dtype, [&](auto w_tag) {
         using XT = decltype(x_tag);
         using WT = decltype(w_tag);
-        const NormTensors<Typed<XT>, Typed<WT>> t{typed<XT>(out),    typed<XT>(x),      typed<XT>(residual),
-                                                  typed<XT>(sum_out), typed<WT>(weight), typed<WT>(bias),
-                                                  bias_stride};
-        // Rows start at multiples of C, so C % V == 0 and aligned bases keep every vector aligned.
+        const NormTensors<Typed<XT>, Typed<WT>> t{
+            typed<XT>(out), typed<XT>(x), typed<XT>(residual), typed<XT>(sum_out), out_rows, x_rows, residual_rows,
+            sum_out_rows, typed<WT>(weight), typed<WT>(bias)};
+        // Vectors start at multiples of V within a row (C % V == 0); with aligned bases and rows
+        // that start at multiples of V, every vector is aligned.
         constexpr int V = kPack16<XT>;
-        bool vectors = C % V == 0 && bias_stride == 1;
-        for (const Tensor* u : {&out, &x, &residual, &sum_out, &weight, &bias}) vectors = vectors && aligned_for(*u, V);
+        bool vectors = C % V == 0;
+        for (const Tensor* u : {&out, &x, &residual, &sum_out, &weight, &bias})
+          vectors = vectors && aligned_for(*u, V) && rows_start_at_multiples(*u, V);
         if (vectors)
           launch_norm<V>(s, t, rows, C, eps, center);
         else
@@ -169,9 +184,9 @@ void norm(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& weig
     });
     return;
   }
-  const NormTensors<AnyFloat, AnyFloat> t{any_float(out),    any_float(x),      any_float(residual),
-                                          any_float(sum_out), any_float(weight), any_float(bias),
-                                          bias_stride};
+  const NormTensors<AnyFloat, AnyFloat> t{
+      any_float(out), any_float(x), any_float(residual), any_float(sum_out), out_rows, x_rows, residual_rows,
+      sum_out_rows, any_float(weight), any_float(bias)};
   launch_norm<1>(s, t, rows, C, eps, center);
 }
 

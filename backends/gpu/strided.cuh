@@ -1,5 +1,7 @@
 // Rows of a strided tensor whose last dimension is contiguous: row r (row-major over all
-// dims but the last) starts at row_offset(r). Passed to kernels by value.
+// dims but the last) starts at row_offset(r). Passed to kernels by value. Leading dims that step
+// over each other exactly are merged (a contiguous [B, T, C] has one dim of B·T rows), and dims
+// of size 1 dropped, so the common layouts cost one multiply per row.
 #pragma once
 #include <cstdint>
 
@@ -13,28 +15,44 @@
 DING_GPU_BEGIN
 
 struct RowLayout {
-  int outer = 0;                     // dims before the last
+  int outer = 0;                     // dims before the last, after merging
   int64_t shape[kMaxRank] = {};      // of those dims
   int64_t strides[kMaxRank] = {};    // in elements
 };
 
+// An absent tensor (rank 0) has no dims: every row starts at 0.
 inline RowLayout row_layout(const Tensor& t) {
   RowLayout l;
-  l.outer = t.rank - 1;
-  for (int d = 0; d < l.outer; ++d) {
-    l.shape[d] = t.shape[d];
-    l.strides[d] = t.strides[d];
+  for (int d = 0; d + 1 < t.rank; ++d) {
+    if (t.shape[d] == 1) continue;
+    if (l.outer > 0 && l.strides[l.outer - 1] == t.strides[d] * t.shape[d]) {
+      l.shape[l.outer - 1] *= t.shape[d];
+      l.strides[l.outer - 1] = t.strides[d];
+    } else {
+      l.shape[l.outer] = t.shape[d];
+      l.strides[l.outer] = t.strides[d];
+      ++l.outer;
+    }
   }
   return l;
 }
 
+// r < the product of the shape, so the outermost dim needs no modulo.
 __device__ inline int64_t row_offset(const RowLayout& l, int64_t r) {
+  if (l.outer == 0) return 0;
   int64_t offset = 0;
-  for (int d = l.outer - 1; d >= 0; --d) {
+  for (int d = l.outer - 1; d > 0; --d) {
     offset += (r % l.shape[d]) * l.strides[d];
     r /= l.shape[d];
   }
-  return offset;
+  return offset + r * l.strides[0];
+}
+
+// Whether every row of t starts a multiple of n elements past its base (an absent t: yes).
+inline bool rows_start_at_multiples(const Tensor& t, int64_t n) {
+  for (int d = 0; d + 1 < t.rank; ++d)
+    if (t.shape[d] > 1 && t.strides[d] % n != 0) return false;
+  return true;
 }
 
 // Launch shape for row-wise moves with 256-thread blocks: threads per row a power of two from 32

@@ -1,5 +1,6 @@
 // Pointwise activations, one element per work item; each element is read before it is written,
-// so out may be the input itself.
+// so out may be the input itself. clamp's views reach their elements through their row starts
+// (the last dimension is contiguous).
 #include "elements.h"
 #include "kernels.h"
 
@@ -21,6 +22,19 @@ void swiglu(Stream&, const ops::SwigluArgs& a) {
   const Elements out = elements(a.out), gate = elements(a.gate), up = elements(a.up);
   Kokkos::parallel_for("ding::swiglu", Range(0, a.out.numel()),
                        KOKKOS_LAMBDA(const int64_t i) { out.store(i, kokkos::silu(gate.load(i)) * up.load(i)); });
+}
+
+// The comparisons are false for a NaN v, which is kept as it is (torch.clamp).
+void clamp(Stream&, const ops::ClampArgs& a) {
+  const Elements out = elements(a.out), x = elements(a.x);
+  const RowStarts out_rows = row_starts(a.out), x_rows = row_starts(a.x);
+  const int64_t C = a.x.dim(-1);
+  const float lo = a.lo, hi = a.hi;
+  Kokkos::parallel_for("ding::clamp", Range(0, a.x.numel()), KOKKOS_LAMBDA(const int64_t i) {
+    const int64_t r = i / C, c = i % C;
+    const float v = x.load(x_rows(r) + c);
+    out.store(out_rows(r) + c, v < lo ? lo : v > hi ? hi : v);
+  });
 }
 
 }  // namespace ding::kokkos

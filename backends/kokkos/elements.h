@@ -166,6 +166,28 @@ inline Strides strides(const Tensor& t) {
   return r;
 }
 
+// Where row r (row-major over all dims but the last) of a view with a contiguous last dimension
+// starts, through its strides: rows(r) + c is the element at column c. Absent tensors: always 0.
+struct RowStarts {
+  int outer = 0;  // dims before the last
+  Strides shape, stride;
+  KOKKOS_INLINE_FUNCTION int64_t operator()(int64_t r) const {
+    int64_t offset = 0;
+    for (int d = outer - 1; d >= 0; --d) {
+      offset += (r % shape[d]) * stride[d];
+      r /= shape[d];
+    }
+    return offset;
+  }
+};
+
+inline RowStarts row_starts(const Tensor& t) {
+  RowStarts rows;
+  rows.outer = t.rank > 0 ? t.rank - 1 : 0;
+  for (int d = 0; d < rows.outer; ++d) rows.shape.s[d] = t.shape[d], rows.stride.s[d] = t.strides[d];
+  return rows;
+}
+
 // Per-team scratch of `bytes`: level 0 (a GPU's shared memory) while small, else level 1.
 inline int scratch_level(size_t bytes) { return bytes <= 16 * 1024 ? 0 : 1; }
 using ScratchFloats = Kokkos::View<float*, Exec::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;

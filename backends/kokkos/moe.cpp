@@ -1,5 +1,6 @@
 // moe_route, moe_group, moe_matmul, moe_combine.
-//   route:   a work item per token: its k best experts by repeated selection over the E logits.
+//   route:   a work item per token: its k best experts by repeated selection over the E logits
+//            (with groups: first the top_groups best groups', by repeated selection over groups).
 //   group:   a work item per expert e: offsets[e] = the number of slots routed to experts before e,
 //            then e walks the slots in order, numbering its own: the stable counting sort, with
 //            the experts in parallel instead of the slots.
@@ -16,20 +17,46 @@ namespace ding::kokkos {
 namespace {
 
 // One token's router logits [E] and the op's order on experts: larger logit first, ties by lower
-// index. Both scorings increase with the logit, so this is the order of the scores.
+// index. Both scorings increase with the logit, so this is the order of the scores. Groups of
+// group_size consecutive experts are ranked by their best experts in the same order (a group's
+// score is its best expert's; ties go to the lower group, which holds the lower expert).
 struct RouterRow {
   Elements logits;
-  int64_t at, step, E;
+  int64_t at, step, E, group_size;
+  int64_t last_kept = -1;  // the best expert of the last kept group; −1: every group is kept
   KOKKOS_INLINE_FUNCTION float logit(int64_t e) const { return logits.load(at + e * step); }
-  // The best expert ranked after `previous` (−1: the best of all).
+  KOKKOS_INLINE_FUNCTION bool precedes(int64_t a, int64_t b) const {
+    const float la = logit(a), lb = logit(b);
+    return la > lb || (la == lb && a < b);
+  }
+  KOKKOS_INLINE_FUNCTION int64_t group_best(int64_t g) const {
+    int64_t best = g * group_size;
+    for (int64_t e = best + 1; e < (g + 1) * group_size; ++e)
+      if (logit(e) > logit(best)) best = e;
+    return best;
+  }
+  // The best expert of the group ranked after the one whose best expert is `previous` (−1: of the
+  // best group).
+  KOKKOS_INLINE_FUNCTION int64_t next_group_after(int64_t previous) const {
+    int64_t best = -1;
+    for (int64_t g = 0; g < E / group_size; ++g) {
+      const int64_t b = group_best(g);
+      if ((previous < 0 || precedes(previous, b)) && (best < 0 || precedes(b, best))) best = b;
+    }
+    return best;
+  }
+  // The best expert of the kept groups ranked after `previous` (−1: the best of all).
   KOKKOS_INLINE_FUNCTION int64_t next_after(int64_t previous) const {
     const float previous_logit = previous >= 0 ? logit(previous) : 0.0f;
     int64_t best = -1;
     float best_logit = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const float l = logit(e);
-      const bool after = previous < 0 || l < previous_logit || (l == previous_logit && e > previous);
-      if (after && (best < 0 || l > best_logit)) best = e, best_logit = l;
+    for (int64_t g = 0; g < E / group_size; ++g) {
+      if (last_kept >= 0 && precedes(last_kept, group_best(g))) continue;  // ranked below the kept groups
+      for (int64_t e = g * group_size; e < (g + 1) * group_size; ++e) {
+        const float l = logit(e);
+        const bool after = previous < 0 || l < previous_logit || (l == previous_logit && e > previous);
+        if (after && (best < 0 || l > best_logit)) best = e, best_logit = l;
+      }
     }
     return best;
   }
@@ -75,8 +102,12 @@ void moe_route(Stream&, const ops::MoeRouteArgs& a) {
   const Strides w_s = strides(a.weights), e_s = strides(a.experts), l_s = strides(a.logits);
   const bool softmax = a.params.scoring == ops::MoeScoring::softmax, renormalize = a.params.renormalize;
   const double scaling = a.params.routed_scaling;
+  const int64_t group_size = E / a.params.groups, top_groups = a.params.groups > 1 ? a.params.top_groups : 0;
   Kokkos::parallel_for("ding::moe_route", Range(0, a.logits.dim(0)), KOKKOS_LAMBDA(const int64_t t) {
-    const RouterRow row{logits, t * l_s[0], l_s[1], E};
+    RouterRow row{logits, t * l_s[0], l_s[1], E, group_size};
+    int64_t last_kept = -1;
+    for (int64_t i = 0; i < top_groups; ++i) last_kept = row.next_group_after(last_kept);
+    row.last_kept = last_kept;
     float max = row.logit(0);
     for (int64_t e = 1; e < E; ++e) max = fmaxf(max, row.logit(e));
     double denominator = 0;  // softmax's Σ exp(logit − max)

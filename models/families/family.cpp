@@ -14,10 +14,14 @@ namespace ding {
 const Family& gpt2_family();
 const Family& llama_family();
 const Family& mixtral_family();
+const Family& olmoe_family();
+const Family& deepseek_v2_family();
 
 namespace {
 
-std::array<const Family*, 3> families() { return {&gpt2_family(), &llama_family(), &mixtral_family()}; }
+std::array<const Family*, 5> families() {
+  return {&gpt2_family(), &llama_family(), &mixtral_family(), &olmoe_family(), &deepseek_v2_family()};
+}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";

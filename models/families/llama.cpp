@@ -38,8 +38,22 @@ void parse_rope(const ConfigFields& f, ModelConfig& c) {
     r.original_max_position = s.positive_int("original_max_position_embeddings");
     if (!(r.high_freq_factor > r.low_freq_factor))
       s.fail(fmt::format("high_freq_factor ({}) must exceed low_freq_factor ({})", r.high_freq_factor, r.low_freq_factor));
+  } else if (type == "yarn") {
+    r.kind = ops::RopeScalingKind::yarn;
+    r.original_max_position = s.positive_int("original_max_position_embeddings");
+    // No factor: the context's growth over the original (transformers' DeepSeek-V3 note).
+    r.factor = s.has("factor") ? s.positive_number("factor")
+                               : double(f.positive_int("max_position_embeddings")) / double(r.original_max_position);
+    r.beta_fast = s.positive_number_or("beta_fast", 32.0);
+    r.beta_slow = s.positive_number_or("beta_slow", 1.0);
+    r.mscale = s.optional_number("mscale").value_or(0.0);
+    r.mscale_all_dim = s.optional_number("mscale_all_dim").value_or(0.0);
+    r.attention_factor = s.has("attention_factor") ? s.positive_number("attention_factor") : 0.0;
+    r.truncate = s.boolean_or("truncate", true);
+    if (!(r.beta_fast > r.beta_slow))
+      s.fail(fmt::format("beta_fast ({}) must exceed beta_slow ({})", r.beta_fast, r.beta_slow));
   } else {
-    s.fail(fmt::format("rope type \"{}\" is not supported (ding has default, linear and llama3)", type));
+    s.fail(fmt::format("rope type \"{}\" is not supported (ding has default, linear, llama3 and yarn)", type));
   }
 }
 
@@ -117,6 +131,21 @@ void llama_attention_weights(WeightMap& map, const ModelConfig& c, int64_t layer
   }
   map.matrix(&a.out_w, at + "o_proj.weight", C, q);
   if (c.out_bias) map.vector(&a.out_b, at + "o_proj.bias", C, WeightInit::zeros);
+}
+
+void expert_weights(WeightMap& map, const ModelConfig& c, const std::string& prefix, const char* gate, const char* up,
+                    const char* down, MoeWeights& m) {
+  const int64_t C = c.d_model, F = c.moe.d_ff, E = c.moe.experts;
+  std::vector<std::string> up_names, down_names;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string expert = fmt::format("{}experts.{}.", prefix, e);
+    up_names.push_back(expert + gate);
+    up_names.push_back(expert + up);
+    down_names.push_back(expert + down);
+  }
+  const std::vector<int64_t> up_rows(size_t(2 * E), F), down_rows(size_t(E), C);
+  map.stacked(&m.up_w, prefix + "experts.gate_up_proj", up_names, up_rows, C);
+  map.stacked(&m.down_w, prefix + "experts.down_proj", down_names, down_rows, F);
 }
 
 WeightMap llama_weight_map(const WeightFiles* files) {

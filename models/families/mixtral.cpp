@@ -36,7 +36,7 @@ class Mixtral final : public Family {
   // Each expert's w1 (gate) and w3 (up) stack into its [W_gate; W_up] rows, the experts one after
   // another; w2 (down) likewise.
   std::vector<WeightPlan> weight_plans(const ModelConfig& c, const WeightFiles* files, ModelWeights& w) const override {
-    const int64_t C = c.d_model, F = c.moe.d_ff, V = c.vocab_size, E = c.moe.experts;
+    const int64_t C = c.d_model, V = c.vocab_size, E = c.moe.experts;
     WeightMap map = llama_weight_map(files);
     map.matrix(&w.token_embedding, "embed_tokens.weight", V, C);
     w.layers.resize(size_t(c.n_layer));
@@ -46,16 +46,7 @@ class Mixtral final : public Family {
       const std::string p = fmt::format("layers.{}.", l), moe = p + "block_sparse_moe.";
       map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
       map.matrix(&m.router_w, moe + "gate.weight", E, C);
-      std::vector<std::string> up_names, down_names;
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string expert = fmt::format("{}experts.{}.", moe, e);
-        up_names.push_back(expert + "w1.weight");
-        up_names.push_back(expert + "w3.weight");
-        down_names.push_back(expert + "w2.weight");
-      }
-      const std::vector<int64_t> up_rows(size_t(2 * E), F), down_rows(size_t(E), C);
-      map.stacked(&m.up_w, moe + "experts.gate_up_proj", up_names, up_rows, C);
-      map.stacked(&m.down_w, moe + "experts.down_proj", down_names, down_rows, F);
+      expert_weights(map, c, moe, "w1.weight", "w3.weight", "w2.weight", m);
     }
     map.vector(&w.final_norm_w, "norm.weight", C, WeightInit::ones);
     if (!c.tied_embeddings) map.lm_head(&w.lm_head, V, C);

@@ -24,7 +24,7 @@ ops::MatmulNorm prologue(const ModelConfig& c, const Tensor& weight, const Tenso
 // The rotation of the layer's q and k heads; positions are the step's.
 ops::RopeParams rotation(const ModelConfig& c, const AttentionWeights& w) {
   return {.layout = ops::RopeLayout::neox, .theta = float(c.rope_theta), .rotary_dim = c.rotary_dim,
-          .inv_freq = w.rope_inv_freq};
+          .inv_freq = w.rope_inv_freq, .attention_factor = float(ops::rope_attention_factor(c.rope_scaling))};
 }
 
 // Rotates a prefill chunk's heads ([n, heads, D] view of the qkv product) in place at its
@@ -39,6 +39,8 @@ void rotate_chunk(const Step& s, const AttentionWeights& w, const Tensor& heads)
 
 std::vector<std::string_view> self_attention_ops(const ModelConfig& c) {
   std::vector<std::string_view> ops = {"matmul", "kv_append", "attention_prefill", "attention_decode"};
+  if (c.qk_norm) ops.push_back("rms_norm");
+  if (c.clip_qkv > 0) ops.push_back("clamp");
   if (c.positions == PositionKind::rope) ops.push_back("rope");  // prefill's rotation; decode's is in attention_decode
   return ops;
 }
@@ -53,8 +55,22 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
   const Tensor attended = s.scratch->take(dt, {n, H * D});
   ops::matmul(*s.stream, qkv, s.x, w.qkv_w, {.bias = w.qkv_b, .norm = prologue(c, w.norm_w, w.norm_b)});
 
-  const Tensor heads = qkv.reshape({n, H + 2 * Hkv, D});
-  const Tensor q = heads.slice(1, 0, H), k = heads.slice(1, H, H + Hkv), v = heads.slice(1, H + Hkv, H + 2 * Hkv);
+  Tensor heads = qkv.reshape({n, H + 2 * Hkv, D});
+  const Tensor v = heads.slice(1, H + Hkv, H + 2 * Hkv);
+  if (c.qk_norm) {
+    // OLMoE: q and k normalised over their whole projections into one [n, (H + Hkv)·D] buffer, so
+    // they stay adjacent heads (one rope launch below), then q, k and v clipped.
+    const Tensor qk = s.scratch->take(dt, {n, (H + Hkv) * D});
+    const ops::RmsNormParams eps{.eps = c.norm_eps};
+    ops::rms_norm(*s.stream, qk.slice(1, 0, H * D), qkv.slice(1, 0, H * D), w.q_norm_w, eps);
+    ops::rms_norm(*s.stream, qk.slice(1, H * D, (H + Hkv) * D), qkv.slice(1, H * D, (H + Hkv) * D), w.k_norm_w, eps);
+    if (c.clip_qkv > 0) {
+      ops::clamp(*s.stream, qk, qk, -c.clip_qkv, c.clip_qkv);
+      ops::clamp(*s.stream, v, v, -c.clip_qkv, c.clip_qkv);
+    }
+    heads = qk.reshape({n, H + Hkv, D});
+  }
+  const Tensor q = heads.slice(1, 0, H), k = heads.slice(1, H, H + Hkv);
   const bool rope = c.positions == PositionKind::rope;
   ops::AttentionParams params{.window = c.layers[size_t(s.layer)].window};
   // A window the cache can hold makes it a rolling cache (position p at slot p mod S): a sliding

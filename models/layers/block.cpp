@@ -25,6 +25,8 @@ double layer_cache_bytes(const ModelConfig& c, int64_t layer, DType dtype, int64
     case MixerKind::attention:
       return 2.0 * double(max_batch) * double(kv_slots(spec, max_tokens, max_chunk)) * double(c.n_kv_head) *
              double(c.d_head) * double(dtype_size(dtype));
+    case MixerKind::latent_attention:
+      return double(max_batch) * double(max_tokens) * double(c.mla.kv_lora_rank + c.mla.rope_dim) * double(dtype_size(dtype));
   }
   throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
 }
@@ -36,6 +38,8 @@ std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer
     case MixerKind::attention:
       return std::make_unique<KvCache>(device, dtype, max_batch, kv_slots(spec, max_tokens, max_chunk), c.n_kv_head,
                                        c.d_head);
+    case MixerKind::latent_attention:
+      return std::make_unique<LatentCache>(device, dtype, max_batch, max_tokens, c.mla.kv_lora_rank + c.mla.rope_dim);
   }
   throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
 }
@@ -48,14 +52,22 @@ double model_cache_bytes(const ModelConfig& c, DType dtype, int64_t batch, int64
 }
 
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
-  const int64_t attention = rows * ((c.n_head + 2 * c.n_kv_head) * c.d_head + c.n_head * c.d_head);
-  const int64_t ffn = rows * c.d_ff;
-  // A block takes the attention's two (qkv, its output) and then its feed-forward's between
-  // resets: the dense FFN's hidden or the mixture of experts' takes; each take is rounded up to
-  // 256 bytes.
-  const size_t dense = size_t(ffn) * dtype_size(dtype) + 256;
-  return size_t(attention) * dtype_size(dtype) + 2 * 256 +
-         std::max(dense, mixture_of_experts_scratch_bytes(c, dtype, rows));
+  // A block takes its mixer's tensors and then its feed-forward's between resets; each take is
+  // rounded up to 256 bytes. Attention takes two (qkv, its output), three with OLMoE's q/k norms
+  // (the normalised q and k); latent attention five (q, the query bottleneck, the kv_a product,
+  // the cache rows, its output).
+  const int64_t qk_normed = c.qk_norm ? (c.n_head + c.n_kv_head) * c.d_head : 0;
+  const size_t attention =
+      size_t(rows * ((c.n_head + 2 * c.n_kv_head) * c.d_head + c.n_head * c.d_head + qk_normed)) * dtype_size(dtype) + 3 * 256;
+  const MlaSpec& m = c.mla;
+  const int64_t latent_elements = rows * (c.n_head * (m.nope_dim + m.rope_dim) + m.q_lora_rank +
+                                          2 * (m.kv_lora_rank + m.rope_dim) + c.n_head * m.value_dim);
+  const size_t latent = size_t(latent_elements) * dtype_size(dtype) + 5 * 256;
+  bool any_attention = false, any_latent = false;
+  for (const LayerSpec& spec : c.layers) (spec.mixer == MixerKind::latent_attention ? any_latent : any_attention) = true;
+  const size_t mixer = std::max(any_attention ? attention : 0, any_latent ? latent : 0);
+  const size_t dense = size_t(rows * c.d_ff) * dtype_size(dtype) + 256;
+  return mixer + std::max(dense, mixture_of_experts_scratch_bytes(c, dtype, rows));
 }
 
 }  // namespace ding

@@ -23,9 +23,24 @@ struct AttentionWeights {
   Tensor norm_w, norm_b;  // [C]; norm_b layer_norm only
   Tensor qkv_w;           // [(H + 2·Hkv)·D, C]: rows of q, then k, then v
   Tensor qkv_b;           // [(H + 2·Hkv)·D], optional
+  Tensor q_norm_w;        // [H·D], with ModelConfig::qk_norm
+  Tensor k_norm_w;        // [Hkv·D], with ModelConfig::qk_norm
   Tensor out_w;           // [C, H·D]
   Tensor out_b;           // [C], optional
   Tensor rope_inv_freq;   // f32 [R/2], rope positions only: θ_i with the config's scaling applied
+};
+
+// Multi-head latent attention's weights (ops/mla.h), transformers' DeepseekV2Attention names beside.
+struct LatentAttentionWeights {
+  Tensor norm_w;         // [C] input_layernorm
+  Tensor q_w;            // [H·(Dn + Dr), C] q_proj; with a q bottleneck [H·(Dn + Dr), Lq] q_b_proj
+  Tensor q_a_w;          // [Lq, C] q_a_proj, with a q bottleneck only
+  Tensor q_a_norm_w;     // [Lq] q_a_layernorm
+  Tensor kv_a_w;         // [L + Dr, C] kv_a_proj_with_mqa: the latent, then the rope key
+  Tensor kv_a_norm_w;    // [L] kv_a_layernorm
+  Tensor kv_b_w;         // [H·(Dn + Dv), L] kv_b_proj: ops::mla's w_kv [H, Dn + Dv, L]
+  Tensor out_w;          // [C, H·Dv] o_proj
+  Tensor rope_inv_freq;  // f32 [Dr/2]: θ_i with the config's scaling applied
 };
 
 struct FeedForwardWeights {
@@ -49,6 +64,7 @@ struct MoeWeights {
 
 struct LayerWeights {
   AttentionWeights attention;
+  LatentAttentionWeights latent;  // MixerKind::latent_attention layers
   FeedForwardWeights ffn;  // dense layers
   MoeWeights moe;          // LayerSpec::moe layers
 };
@@ -65,6 +81,18 @@ class KvCache final : public LayerCache {
   KvCache(Device& device, DType dtype, int64_t batch, int64_t positions, int64_t kv_heads, int64_t head_dim);
   size_t bytes() const override { return 2 * k.nbytes(); }
   Tensor k, v;  // [B, S, Hkv, D]; a sliding-window layer's S may be below the context (a rolling cache)
+
+ private:
+  Buffer buffer_;
+};
+
+// Multi-head latent attention's cache: per position the normalised latent and the rotated rope
+// key, [c ; k^R], never per-head keys or values.
+class LatentCache final : public LayerCache {
+ public:
+  LatentCache(Device& device, DType dtype, int64_t batch, int64_t positions, int64_t row);
+  size_t bytes() const override { return latent.nbytes(); }
+  Tensor latent;  // [B, S, L + Dr]
 
  private:
   Buffer buffer_;
@@ -104,6 +132,10 @@ struct Step {
 // them, causal attention (full or sliding-window, per the layer's type) over the cache after
 // appending this step's keys and values, and the output projection added to x.
 void self_attention(const Step& step, const AttentionWeights& w, LayerCache& cache);
+// x ← x + W_o · mla(q, latents): the query (through its bottleneck where the config has one), the
+// token's latent normalised and its rope key rotated into the LatentCache, then ops::mla_prefill or
+// ops::mla_decode (which reads only latents) and the output projection added to x.
+void latent_attention(const Step& step, const LatentAttentionWeights& w, LayerCache& cache);
 // x ← x + down(act(up(norm(x)))): GELU MLP, or silu(gate) ⊙ up fused into the up product's epilogue.
 void feed_forward(const Step& step, const FeedForwardWeights& w);
 // x ← x + Σ_j weight_j · expert_j(h) (+ shared(h)), h = norm(x): route, group the token rows by
@@ -112,6 +144,7 @@ void mixture_of_experts(const Step& step, const MoeWeights& w);
 // The ops (names from ops/op_list.h) each layer dispatches for a model of config `c`: what a
 // backend must have before the model loads on it (Model::load refuses it otherwise).
 std::vector<std::string_view> self_attention_ops(const ModelConfig& c);
+std::vector<std::string_view> latent_attention_ops(const ModelConfig& c);
 std::vector<std::string_view> feed_forward_ops(const ModelConfig& c);
 std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig& c);
 // Scratch the mixture of experts takes for `rows` token rows (0 without MoE layers).

@@ -14,4 +14,13 @@ int64_t offset(const Tensor& t, std::initializer_list<int64_t> index) {
   return o;
 }
 
+int64_t row_offset(const Tensor& t, int64_t r) {
+  int64_t o = 0;
+  for (int d = t.rank - 2; d >= 0; --d) {
+    o += (r % t.shape[d]) * t.strides[d];
+    r /= t.shape[d];
+  }
+  return o;
+}
+
 }  // namespace ding::reference

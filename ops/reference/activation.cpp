@@ -4,8 +4,10 @@
 //   silu: Elfwing et al., "Sigmoid-Weighted Linear Units" (2017) (HF: nn.SiLU).
 //   swiglu: Shazeer, "GLU Variants Improve Transformer" (2020), SwiGLU with β = 1 (HF: LlamaMLP,
 //           act_fn(gate_proj(x)) * up_proj(x)).
-// Tensors are contiguous (checked by the front end), so element i sits at offset i in each; reading
-// each element before writing it keeps in-place use (out == x) correct.
+//   clamp:  torch.clamp(x, min=lo, max=hi), NaN kept (HF: OlmoeAttention's clip_qkv).
+// gelu, silu and swiglu take contiguous tensors (checked by the front end), so element i sits at
+// offset i in each; clamp walks rows of its views' contiguous last dimension. Reading each element
+// before writing it keeps in-place use (out == x) correct.
 #include <cmath>
 #include <numbers>
 
@@ -37,6 +39,19 @@ void silu(Stream&, const ops::SiluArgs& a) {
 
 void swiglu(Stream&, const ops::SwigluArgs& a) {
   for (int64_t i = 0; i < a.out.numel(); ++i) store(a.out, i, silu_value(load(a.gate, i)) * load(a.up, i));
+}
+
+// The comparisons are false for a NaN x, which is kept as it is.
+void clamp(Stream&, const ops::ClampArgs& a) {
+  const int64_t C = a.x.dim(-1), rows = a.x.numel() / C;
+  const double lo = a.lo, hi = a.hi;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t x_row = row_offset(a.x, r), out_row = row_offset(a.out, r);
+    for (int64_t c = 0; c < C; ++c) {
+      const double v = load(a.x, x_row + c);
+      store(a.out, out_row + c, v < lo ? lo : v > hi ? hi : v);
+    }
+  }
 }
 
 }  // namespace ding::reference

@@ -1,7 +1,9 @@
 // Reference MoE routing, grouping, expert products and combining: plain loops in double.
 // Routing follows HF transformers' MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock (softmax,
-// topk, optional renormalisation: `norm_topk_prob`) and DeepseekV3TopkRouter (sigmoid scores,
-// `routed_scaling_factor`); grouping is a stable counting sort by expert id; each expert's
+// topk, optional renormalisation: `norm_topk_prob`), DeepseekV3TopkRouter (sigmoid scores,
+// `routed_scaling_factor`) and DeepseekV2TopkRouter's group_limited_greedy (group scores the
+// max of their experts', the topk_group best groups kept, the rest masked to 0 before the
+// top-k); grouping is a stable counting sort by expert id; each expert's
 // product is torch.nn.functional.linear over its rows (MixtralBlockSparseTop2MLP: w2(act(w1 x) · w3 x)
 // is moe_matmul with swiglu, then moe_matmul).
 #include <fmt/format.h>
@@ -19,9 +21,13 @@ namespace ding::reference {
 // scores = softmax(logits[t]) or σ(logits[t]); experts[t] = the k best, weights[t] their scores,
 // renormalised to Σ = 1 if asked, times routed_scaling. Both scorings are strictly increasing
 // in the logit, so the experts are chosen by logit: the order of the exact scores, with no ties
-// invented by rounding (σ(40) and σ(41) are both 1.0 in double).
+// invented by rounding (σ(40) and σ(41) are both 1.0 in double). With groups, a group's score
+// is its best expert's, so groups are ranked by their best logit too (ties: lower group first),
+// and the experts of the groups outside the top_groups best are not candidates: the masked
+// scores of 0 that transformers gives them rank below every kept expert (k ≤ the kept experts).
 void moe_route(Stream&, const ops::MoeRouteArgs& a) {
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
+  const int64_t groups = a.params.groups, group_size = E / groups;
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> logit(static_cast<size_t>(E)), score(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) logit[e] = load(a.logits, offset(a.logits, {t, e}));
@@ -33,8 +39,18 @@ void moe_route(Stream&, const ops::MoeRouteArgs& a) {
     } else {
       for (int64_t e = 0; e < E; ++e) score[e] = 1.0 / (1.0 + std::exp(-logit[e]));
     }
-    std::vector<int64_t> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
+    std::vector<double> group_best(static_cast<size_t>(groups));
+    for (int64_t g = 0; g < groups; ++g)
+      group_best[g] = *std::max_element(logit.begin() + g * group_size, logit.begin() + (g + 1) * group_size);
+    std::vector<int64_t> group_order(static_cast<size_t>(groups));
+    std::iota(group_order.begin(), group_order.end(), 0);
+    std::stable_sort(group_order.begin(), group_order.end(),
+                     [&](int64_t g, int64_t h) { return group_best[g] > group_best[h]; });
+    std::vector<bool> kept(static_cast<size_t>(groups), false);
+    for (int64_t i = 0; i < a.params.top_groups; ++i) kept[group_order[i]] = true;
+    std::vector<int64_t> order;  // the kept experts, best first
+    for (int64_t e = 0; e < E; ++e)
+      if (kept[e / group_size]) order.push_back(e);
     std::sort(order.begin(), order.end(),
               [&](int64_t i, int64_t j) { return logit[i] > logit[j] || (logit[i] == logit[j] && i < j); });
     double chosen_sum = 0;

@@ -5,8 +5,8 @@
 //               (HF: LlamaRMSNorm).
 // With a residual, h = x + residual is formed in double and normalised as is; sum_out receives h
 // rounded to its dtype. sum_out may be x or residual itself, so each row is read whole before
-// anything of it is written. Tensors are contiguous (checked by the front end): row r, column c
-// is element r·C + c.
+// anything of it is written. Every row tensor has a contiguous last dimension (checked by the
+// front end) and its own strides in the others: row r, column c is element row_offset(t, r) + c.
 #include <cmath>
 #include <vector>
 
@@ -18,10 +18,13 @@ namespace {
 
 // h ← x (+ residual) for row r, then sum_out ← h if asked.
 void load_row_sum(std::vector<double>& h, int64_t r, const Tensor& x, const Tensor& residual, const Tensor& sum_out) {
-  const int64_t C = int64_t(h.size());
-  for (int64_t c = 0; c < C; ++c) h[c] = load(x, r * C + c) + (residual.defined() ? load(residual, r * C + c) : 0.0);
-  if (sum_out.defined())
-    for (int64_t c = 0; c < C; ++c) store(sum_out, r * C + c, h[c]);
+  const int64_t C = int64_t(h.size()), x_row = row_offset(x, r);
+  const int64_t residual_row = residual.defined() ? row_offset(residual, r) : 0;
+  for (int64_t c = 0; c < C; ++c) h[c] = load(x, x_row + c) + (residual.defined() ? load(residual, residual_row + c) : 0.0);
+  if (sum_out.defined()) {
+    const int64_t sum_row = row_offset(sum_out, r);
+    for (int64_t c = 0; c < C; ++c) store(sum_out, sum_row + c, h[c]);
+  }
 }
 
 }  // namespace
@@ -39,9 +42,10 @@ void layer_norm(Stream&, const ops::LayerNormArgs& a) {
     for (double v : h) var += (v - mean) * (v - mean);
     var /= double(C);
     const double rstd = 1.0 / std::sqrt(var + double(p.eps));
+    const int64_t out_row = row_offset(a.out, r);
     for (int64_t c = 0; c < C; ++c) {
       const double bias = p.bias.defined() ? load(p.bias, c) : 0.0;
-      store(a.out, r * C + c, (h[c] - mean) * rstd * load(a.weight, c) + bias);
+      store(a.out, out_row + c, (h[c] - mean) * rstd * load(a.weight, c) + bias);
     }
   }
 }
@@ -56,7 +60,8 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
     for (double v : h) mean_square += v * v;
     mean_square /= double(C);
     const double rstd = 1.0 / std::sqrt(mean_square + double(p.eps));
-    for (int64_t c = 0; c < C; ++c) store(a.out, r * C + c, h[c] * rstd * load(a.weight, c));
+    const int64_t out_row = row_offset(a.out, r);
+    for (int64_t c = 0; c < C; ++c) store(a.out, out_row + c, h[c] * rstd * load(a.weight, c));
   }
 }
 

@@ -16,5 +16,8 @@ double load(const Tensor& t, int64_t element_offset);
 void store(const Tensor& t, int64_t element_offset, double value);
 // Element offset of a multi-index (i0, i1, …) through t's strides.
 int64_t offset(const Tensor& t, std::initializer_list<int64_t> index);
+// Element offset of row r, the r-th index of all dims but the last in row-major order, through
+// t's strides: where row r of a view with a contiguous last dimension starts.
+int64_t row_offset(const Tensor& t, int64_t r);
 
 }  // namespace ding::reference

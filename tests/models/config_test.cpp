@@ -2,6 +2,8 @@
 // family reads, the per-layer windows, and the errors for what ding does not run.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "ding/models/config.h"
@@ -79,8 +81,31 @@ TEST(LlamaConfig, LinearScalingUnderTheOldKeyName) {
   EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.0);
 }
 
+// DeepSeek-V2's rope_scaling, under transformers 4's key; factor absent falls back to the
+// context's growth, max_position_embeddings / original_max_position_embeddings.
+TEST(LlamaConfig, YarnScaling) {
+  json j = llama_json();
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+                       {"beta_slow", 1}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}};
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.kind, ops::RopeScalingKind::yarn);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 40.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position, 4096);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.mscale_all_dim, 0.707);
+  EXPECT_DOUBLE_EQ(ops::rope_attention_factor(c.rope_scaling), 1.0);  // equal mscales cancel
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"original_max_position_embeddings", 1024}};
+  j["max_position_embeddings"] = 4096;
+  c = parse(j);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_DOUBLE_EQ(ops::rope_attention_factor(c.rope_scaling), 0.1 * std::log(4.0) + 1.0);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"original_max_position_embeddings"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}, {"beta_fast", 1}, {"beta_slow", 2}};
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"beta_fast", "beta_slow"});
+}
+
 TEST(LlamaConfig, UnsupportedRopeScalingIsNamed) {
-  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+  for (const char* type : {"dynamic", "longrope"}) {
     json j = llama_json();
     j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
     expect_error([&] { parse(j); }, ErrorCode::parse, {type});
@@ -175,6 +200,108 @@ TEST(MixtralConfig, WindowWhenSetAndBadExpertCountsAreNamed) {
   j = mixtral_json();
   j["num_experts_per_tok"] = 0;
   expect_error([&] { parse(j); }, ErrorCode::parse, {"num_experts_per_tok"});
+}
+
+json olmoe_json() {
+  json j = llama_json();
+  j["model_type"] = "olmoe";
+  j["num_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["norm_topk_prob"] = false;
+  j["clip_qkv"] = nullptr;
+  return j;
+}
+
+TEST(OlmoeConfig, QkNormsClipAndUnnormalisedRouting) {
+  ModelConfig c = parse(olmoe_json());
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.clip_qkv, 0.0f);
+  EXPECT_EQ(c.moe.experts, 8);
+  EXPECT_FALSE(c.moe.route.renormalize);
+  for (const LayerSpec& l : c.layers) EXPECT_TRUE(l.moe);
+  json j = olmoe_json();
+  j["clip_qkv"] = 8.0;
+  j["norm_topk_prob"] = true;
+  c = parse(j);
+  EXPECT_EQ(c.clip_qkv, 8.0f);
+  EXPECT_TRUE(c.moe.route.renormalize);
+  j = olmoe_json();
+  j["head_dim"] = 8;  // 4 heads × 8 ≠ hidden_size 64: q_norm over hidden_size would not fit
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"head_dim = 8", "hidden_size = 64"});
+  j = olmoe_json();
+  j["clip_qkv"] = -1.0;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"clip_qkv"});
+}
+
+json deepseek_json() {
+  return json::parse(R"({"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96,
+      "moe_intermediate_size": 24, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+      "q_lora_rank": null, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 12,
+      "n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2, "topk_method": "greedy",
+      "n_group": null, "topk_group": null, "routed_scaling_factor": 1.5, "first_k_dense_replace": 1,
+      "moe_layer_freq": 1, "norm_topk_prob": false, "scoring_func": "softmax", "vocab_size": 300,
+      "max_position_embeddings": 160, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+      "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                       "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}})");
+}
+
+TEST(DeepseekV2Config, LatentAttentionDenseFirstLayerThenExperts) {
+  const ModelConfig c = parse(deepseek_json());
+  EXPECT_EQ(c.mla.q_lora_rank, 0);
+  EXPECT_EQ(c.mla.kv_lora_rank, 32);
+  EXPECT_EQ(c.mla.rope_dim, 8);
+  EXPECT_EQ(c.rotary_dim, 8);
+  EXPECT_EQ(c.d_head, 24);
+  EXPECT_EQ(c.moe.shared_d_ff, 48);
+  EXPECT_FALSE(c.moe.route.renormalize);
+  EXPECT_FLOAT_EQ(c.moe.route.routed_scaling, 1.5f);
+  EXPECT_EQ(c.moe.route.groups, 1);
+  // transformers: (Dn + Dr)^-½ · (0.1·mscale_all_dim·ln factor + 1)².
+  const double mscale = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(c.mla.softmax_scale, mscale * mscale / std::sqrt(24.0), 1e-6);
+  ASSERT_EQ(c.layers.size(), 4u);
+  EXPECT_FALSE(c.layers[0].moe);
+  for (size_t l = 0; l < 4; ++l) {
+    EXPECT_EQ(c.layers[l].mixer, MixerKind::latent_attention);
+    if (l > 0) EXPECT_TRUE(c.layers[l].moe);
+  }
+  // Per layer: q 64·4·24, kv_a 64·40 + 32, kv_b 32·4·28, o 4·12·64, two norms; the dense layer's
+  // FFN 3·64·96, the others' router 8·64, experts 8·3·64·24 and shared 3·64·48.
+  const int64_t attention = 64 * 96 + 64 * 40 + 32 + 32 * 112 + 48 * 64 + 2 * 64;
+  const int64_t dense = 3 * 64 * 96, moe = 8 * 64 + 8 * 3 * 64 * 24 + 3 * 64 * 48;
+  EXPECT_EQ(c.parameter_count(), 4 * attention + dense + 3 * moe + 2 * 300 * 64 + 64);
+}
+
+TEST(DeepseekV2Config, GroupLimitedRoutingAndQueryBottleneck) {
+  json j = deepseek_json();
+  j["q_lora_rank"] = 20;
+  j["topk_method"] = "group_limited_greedy";
+  j["n_group"] = 4;
+  j["topk_group"] = 2;
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.mla.q_lora_rank, 20);
+  EXPECT_EQ(c.moe.route.groups, 4);
+  EXPECT_EQ(c.moe.route.top_groups, 2);
+}
+
+TEST(DeepseekV2Config, UnsupportedOrBadFieldsAreNamed) {
+  const std::vector<std::pair<std::string, json>> bad = {
+      {"topk_method", "noaux_tc"}, {"scoring_func", "sigmoid"}, {"moe_layer_freq", 2}, {"qk_rope_head_dim", 7},
+      {"attention_bias", true},   {"kv_lora_rank", 0},         {"num_experts_per_tok", 9}};
+  for (const auto& [field, value] : bad) {
+    json j = deepseek_json();
+    j[field] = value;
+    expect_error([&] { parse(j); }, ErrorCode::parse, {field});
+  }
+  json j = deepseek_json();
+  j["topk_method"] = "group_limited_greedy";
+  j["n_group"] = 3;  // 8 experts do not split into 3 groups
+  j["topk_group"] = 2;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"n_group = 3"});
+  j["n_group"] = 4;
+  j["topk_group"] = 1;  // 2 experts kept, top-2: fine; top-3 is not
+  j["num_experts_per_tok"] = 3;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_experts_per_tok = 3", "topk_group = 1"});
 }
 
 TEST(Qwen2Config, WindowFromMaxWindowLayersOnAndQkvBiases) {

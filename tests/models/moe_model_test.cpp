@@ -1,5 +1,6 @@
-// A mixture-of-experts model (a tiny Mixtral with random weights) on every backend against the
-// reference backend: prefill and decode logits, and the ops it dispatches. The reference backend
+// Mixture-of-experts and latent-attention models (tiny Mixtral, OLMoE and DeepSeek-V2 with random
+// weights) on every backend against the reference backend: prefill and decode logits, decode
+// recorded as a graph where the backend records. The reference backend
 // runs every op in double, so it is the oracle for how the layer composes route, group, the
 // expert products and combine; transformers' own logits come with the fixtures
 // (tools/fixtures/make_moe_fixtures.py).
@@ -18,18 +19,35 @@ namespace ding::testing {
 namespace {
 
 // 6 experts, top-2, GQA; C = 48 so that the CPU's SIMD loops run whole vectors and a tail.
-ModelConfig tiny_mixtral() {
-  return ModelConfig::from_json_text(R"({"model_type": "mixtral", "hidden_size": 48, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97,
-      "max_position_embeddings": 64, "num_local_experts": 6, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5,
-      "rope_theta": 10000.0, "sliding_window": null, "tie_word_embeddings": false})",
-                                     "tiny mixtral");
-}
+const char* const kTinyMixtral = R"({"model_type": "mixtral", "hidden_size": 48, "intermediate_size": 40,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97,
+    "max_position_embeddings": 64, "num_local_experts": 6, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "sliding_window": null, "tie_word_embeddings": false})";
+// q/k norms over whole projections, clip_qkv, 8 experts top-3 unnormalised.
+const char* const kTinyOlmoe = R"({"model_type": "olmoe", "hidden_size": 48, "intermediate_size": 24,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97,
+    "max_position_embeddings": 64, "num_experts": 8, "num_experts_per_tok": 3, "norm_topk_prob": false,
+    "clip_qkv": 0.8, "rms_norm_eps": 1e-5, "tie_word_embeddings": false})";
+// Latent attention with a query bottleneck and YaRN, a dense first layer, then 8 experts in 4
+// groups (2 kept), top-3, 2 shared, scaled weights.
+const char* const kTinyDeepseek = R"({"model_type": "deepseek_v2", "hidden_size": 48, "intermediate_size": 64,
+    "moe_intermediate_size": 16, "num_hidden_layers": 3, "num_attention_heads": 3, "q_lora_rank": 20,
+    "kv_lora_rank": 24, "qk_rope_head_dim": 8, "qk_nope_head_dim": 12, "v_head_dim": 10, "n_routed_experts": 8,
+    "n_shared_experts": 2, "num_experts_per_tok": 3, "topk_method": "group_limited_greedy", "n_group": 4,
+    "topk_group": 2, "routed_scaling_factor": 1.7, "first_k_dense_replace": 1, "vocab_size": 97,
+    "max_position_embeddings": 64, "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 16,
+    "mscale": 1.0, "mscale_all_dim": 0.8}, "tie_word_embeddings": false})";
+
+struct TinyModel {
+  const char* name;
+  const char* config;
+};
 
 // Logits of a 7-token prefill and then 3 decode steps, all as one vector.
-std::vector<double> run_logits(const std::string& backend) {
-  const Model model = Model::random(tiny_mixtral(), Device::open(backend), {.dtype = DType::f32}, 7);
-  Session session(model, {.graphs = false});
+std::vector<double> run_logits(const TinyModel& tiny, const std::string& backend) {
+  const Model model = Model::random(ModelConfig::from_json_text(tiny.config, tiny.name), Device::open(backend),
+                                    {.dtype = DType::f32}, 7);
+  Session session(model, {.graphs = backend != "ref"});
   std::vector<double> all;
   const auto append = [&](const Tensor& logits) {
     ASSERT_EQ(logits.dtype, DType::f32);  // the model's compute dtype
@@ -42,10 +60,18 @@ std::vector<double> run_logits(const std::string& backend) {
   return all;
 }
 
-class MoeModelOnBackend : public ::testing::TestWithParam<std::string> {
+struct Param {
+  TinyModel model;
+  std::string backend;
+};
+
+void PrintTo(const Param& p, std::ostream* os) { *os << p.model.name << " on " << p.backend; }
+
+class MoeModelOnBackend : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
-    if (!registry::is_available(GetParam())) GTEST_SKIP() << "backend " << GetParam() << " has no device on this machine";
+    if (!registry::is_available(GetParam().backend))
+      GTEST_SKIP() << "backend " << GetParam().backend << " has no device on this machine";
   }
 };
 
@@ -53,21 +79,24 @@ class MoeModelOnBackend : public ::testing::TestWithParam<std::string> {
 // two layers of some twenty ops and the LM head stay far below 1e-9. A wrong expert, a wrong
 // weight or a row combined into the wrong token moves the logits by O(1) relative (NMSE ≫ 1e-3).
 TEST_P(MoeModelOnBackend, LogitsMatchTheReferenceBackend) {
-  const std::vector<double> ref = run_logits("ref");
-  const std::vector<double> got = run_logits(GetParam());
+  const std::vector<double> ref = run_logits(GetParam().model, "ref");
+  const std::vector<double> got = run_logits(GetParam().model, GetParam().backend);
   ASSERT_EQ(got.size(), ref.size());
   EXPECT_LT(nmse(got, ref), 1e-9);
 }
 
-std::vector<std::string> backends() {
-  std::vector<std::string> names;
-  for (const std::string& b : registry::compiled_backends())
-    if (b != "ref") names.push_back(b);
-  return names;
+std::vector<Param> params() {
+  std::vector<Param> all;
+  for (const TinyModel& m : {TinyModel{"mixtral", kTinyMixtral}, {"olmoe", kTinyOlmoe}, {"deepseek_v2", kTinyDeepseek}})
+    for (const std::string& b : registry::compiled_backends())
+      if (b != "ref") all.push_back({m, b});
+  return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MoeModelOnBackend, ::testing::ValuesIn(backends()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Backends, MoeModelOnBackend, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return info.param.model.name + std::string("_") + info.param.backend;
+                         });
 
 }  // namespace
 }  // namespace ding::testing

@@ -1,7 +1,13 @@
-// gelu, silu and swiglu cases: lengths 1, 7 (all tail), 4097 (one past a chunk multiple) and
-// 100003 (several OpenMP chunks, odd tail), every dtype, mixed in/out dtypes (and gate/up
+// gelu, silu, swiglu and clamp cases: lengths 1, 7 (all tail), 4097 (one past a chunk multiple)
+// and 100003 (several OpenMP chunks, odd tail), every dtype, mixed in/out dtypes (and gate/up
 // dtypes), in place, and views that start one element into their buffer (unaligned).
-// Inputs have σ = 3 so the saturated tails (gelu → 0 and → x) are exercised too.
+// Inputs have σ = 3 so the saturated tails (gelu → 0 and → x) are exercised too, and a third of
+// clamp's inputs are clamped. clamp also runs on strided views: the q, k and v parts of a fused
+// q/k/v product clamped in place (OLMoE's clip_qkv), and head views into another buffer.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -70,6 +76,107 @@ OpCase activation_case(const std::string& op, int64_t n, DType in, DType out, Al
   return c;
 }
 
+// clamp picks x, lo or hi (all f32 values) and rounds it once to out's dtype, as the reference's
+// store does, so every backend's output is the reference's bit for bit.
+const char* const kClampReason = "clamp selects x, lo or hi and rounds it once to out's dtype on every backend: compared exactly";
+
+std::string bound_name(float v) {
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  return fmt::format("{}", v);
+}
+
+OpCase clamp_case(const std::string& name, std::function<void(CaseRun&)> build) {
+  OpCase c;
+  c.op = "clamp";
+  c.name = "clamp/" + name;
+  c.tolerance = kExactTolerance;
+  c.reason = kClampReason;
+  c.build = std::move(build);
+  return c;
+}
+
+// Contiguous [n] (a view `offset` elements into its buffer), out a separate tensor or x itself.
+OpCase clamp_flat_case(int64_t n, DType in, DType out, float lo, float hi, Alias alias = Alias::none,
+                       int64_t offset = 0, bool in_tests = true) {
+  const bool in_place = alias == Alias::in_place;
+  OpCase c = clamp_case(fmt::format("n{}_{}{}_lo{}_hi{}{}{}", n, dt(in), out != in ? "_out" + dt(out) : "", bound_name(lo),
+                                    bound_name(hi), offset ? "_offset" + std::to_string(offset) : "",
+                                    in_place ? "_inplace" : ""),
+                        [=](CaseRun& run) {
+                          Tensor x = in_place ? run.inout("x", in, {n + offset}, 3.0, {Compare::exact})
+                                              : run.normal(in, {n + offset}, 3.0);
+                          x = x.slice(0, offset, n + offset);
+                          const Tensor y = in_place ? x : run.output("out", out, {n}, {Compare::exact});
+                          run.launch = [=](Stream& s) { ops::clamp(s, y, x, lo, hi); };
+                          run.cost = ops::cost(ops::ClampArgs{y, x, lo, hi});
+                        });
+  c.in_tests = in_tests;
+  return c;
+}
+
+// OLMoE's clip_qkv: the q, k and v parts of a fused [T, (H + 2·Hkv)·D] product, each clamped in
+// place to [−clip, clip] as a [T, H·D] (or [T, Hkv·D]) column slice: three calls, one buffer.
+// ragged: rows one element longer, so they start at odd offsets (no vectors on the GPU).
+OpCase clamp_qkv_case(int64_t T, int64_t H, int64_t Hkv, int64_t D, DType dtype, float clip, bool ragged = false) {
+  return clamp_case(fmt::format("qkv_T{}_H{}_Hkv{}_D{}_{}_clip{}{}", T, H, Hkv, D, dt(dtype), bound_name(clip),
+                                ragged ? "_ragged" : ""),
+                    [=](CaseRun& run) {
+                      const int64_t width = (H + 2 * Hkv) * D + (ragged ? 1 : 0);
+                      const Tensor qkv = run.inout("qkv", dtype, {T, width}, 3.0, {Compare::exact});
+                      const Tensor parts[] = {qkv.slice(1, 0, H * D), qkv.slice(1, H * D, (H + Hkv) * D),
+                                              qkv.slice(1, (H + Hkv) * D, (H + 2 * Hkv) * D)};
+                      run.launch = [=](Stream& s) {
+                        for (const Tensor& part : parts) ops::clamp(s, part, part, -clip, clip);
+                      };
+                      for (const Tensor& part : parts) {
+                        const Cost one = ops::cost(ops::ClampArgs{part, part, -clip, clip});
+                        run.cost.flops += one.flops;
+                        run.cost.bytes += one.bytes;
+                      }
+                    });
+}
+
+// Heads [1, 1 + H) of a [T, H + 3, D] buffer, as [T, H, D] (strides [(H + 3)·D, D, 1]), clamped
+// into heads [2, 2 + H) of a [T, H + 2, D] buffer of another dtype: both strided, not in place.
+OpCase clamp_heads_case(int64_t T, int64_t H, int64_t D, DType in, DType out, float lo, float hi) {
+  return clamp_case(fmt::format("heads_T{}_H{}_D{}_{}_out{}_lo{}_hi{}", T, H, D, dt(in), dt(out), bound_name(lo),
+                                bound_name(hi)),
+                    [=](CaseRun& run) {
+                      const Tensor x = run.normal(in, {T, H + 3, D}, 3.0).slice(1, 1, 1 + H);
+                      const Tensor y = run.inout("out", out, {T, H + 2, D}, 1.0, {Compare::exact}).slice(1, 2, 2 + H);
+                      run.launch = [=](Stream& s) { ops::clamp(s, y, x, lo, hi); };
+                      run.cost = ops::cost(ops::ClampArgs{y, x, lo, hi});
+                    });
+}
+
+void add_clamp_cases(std::vector<OpCase>& cases) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    for (int64_t n : {1, 7, 4097, 100003}) cases.push_back(clamp_flat_case(n, d, d, -2.0f, 1.5f));
+    cases.push_back(clamp_flat_case(1000, d, d, -1.0f, 1.0f, Alias::in_place));
+  }
+  cases.push_back(clamp_flat_case(333, DType::bf16, DType::f32, -0.75f, 2.0f));
+  cases.push_back(clamp_flat_case(333, DType::f32, DType::f16, -3.0f, 0.1f));  // hi rounds in f16
+  // One side open, and lo = hi (every output is that value).
+  cases.push_back(clamp_flat_case(1001, DType::f32, DType::bf16, -inf, 0.5f));
+  cases.push_back(clamp_flat_case(1001, DType::f16, DType::f16, 0.0f, inf));
+  cases.push_back(clamp_flat_case(77, DType::f32, DType::f32, 0.25f, 0.25f));
+  // Unaligned: views one element into their buffers.
+  cases.push_back(clamp_flat_case(4099, DType::f16, DType::f16, -1.0f, 2.0f, Alias::in_place, 1));
+  cases.push_back(clamp_flat_case(333, DType::f32, DType::bf16, -1.0f, 2.0f, Alias::none, 1));
+  // Strided: q, k, v in place (MHA and GQA widths, ragged rows), and head views between buffers.
+  cases.push_back(clamp_qkv_case(5, 4, 4, 64, DType::f32, 2.5f));
+  cases.push_back(clamp_qkv_case(17, 8, 2, 16, DType::bf16, 1.0f));
+  cases.push_back(clamp_qkv_case(3, 3, 1, 7, DType::f16, 4.0f, /*ragged=*/true));
+  cases.push_back(clamp_qkv_case(1, 16, 4, 128, DType::bf16, 8.0f, /*ragged=*/true));
+  cases.push_back(clamp_heads_case(9, 4, 64, DType::bf16, DType::bf16, -1.5f, 3.0f));
+  cases.push_back(clamp_heads_case(4, 2, 33, DType::f32, DType::f16, -2.0f, 0.5f));
+  // Bench: clip_qkv over a 256-token prompt's fused q/k/v at OLMoE-1B-7B's shape (H = Hkv = 16, D = 128).
+  OpCase bench = clamp_qkv_case(256, 16, 16, 128, DType::bf16, 8.0f);
+  bench.in_tests = false;
+  cases.push_back(bench);
+}
+
 }  // namespace
 
 std::vector<OpCase> activation_cases() {
@@ -92,6 +199,7 @@ std::vector<OpCase> activation_cases() {
       for (DType d : {DType::f32, DType::bf16})
         cases.push_back(activation_case(op, tokens * 6400, d, d, Alias::none, /*in_tests=*/false));
   }
+  add_clamp_cases(cases);
   return cases;
 }
 

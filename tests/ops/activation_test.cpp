@@ -1,9 +1,11 @@
-// gelu, silu, swiglu: closed-form facts on the reference (and the CPU kernel), and bad input
-// through the public front end.
+// gelu, silu, swiglu, clamp: closed-form facts on the reference (and the CPU kernel), and bad
+// input through the public front end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "expect_error.h"
@@ -78,6 +80,46 @@ TEST(SwigluSanity, UpOfTwoDoublesSilu_n9) {
   }
 }
 
+TEST(ClampSanity, BoundsInfinitiesNaNAndSignedZero_lo_m1_hi_1) {
+  // torch.clamp: values outside [lo, hi] become lo or hi, NaN stays NaN, −0 stays −0. 17
+  // values, so the CPU's 8-wide path and its scalar tail both see a NaN.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> in = {-3, -1, 0, 0.5, 2, nan, -inf, inf, -0.0, 0.75, -0.25, 1.5, -1.5, nan, 1, 4, nan};
+  const std::vector<double> want = {-1, -1, 0, 0.5, 1, nan, -1, 1, -0.0, 0.75, -0.25, 1, -1, nan, 1, 1, nan};
+  for (const char* backend : kBackends) {
+    CaseRun run(Device::open(backend), 1);
+    const int64_t n = int64_t(in.size());
+    Tensor x = run.values(DType::f32, {n}, in), y = run.output("y", DType::f32, {n});
+    ops::clamp(run.stream, y, x, -1.0f, 1.0f);
+    const auto v = run.read(y);
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(v[i])) << backend << " element " << i;
+      } else {
+        EXPECT_EQ(v[i], want[i]) << backend << " element " << i;
+        EXPECT_EQ(std::signbit(v[i]), std::signbit(want[i])) << backend << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(ClampSanity, InPlaceOnKOfQkvLeavesQAndVAlone_T2_H2_Hkv1_D3) {
+  // qkv [2, (2 + 2·1)·3]: k is columns [6, 9) of each row, clamped in place to [−0.5, 0.5].
+  for (const char* backend : kBackends) {
+    CaseRun run(Device::open(backend), 1);
+    std::vector<double> v(24);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (double(i) - 11.5) / 4;  // −2.875 … 2.875
+    Tensor qkv = run.values(DType::f32, {2, 12}, v);
+    Tensor k = qkv.slice(1, 6, 9);
+    ops::clamp(run.stream, k, k, -0.5f, 0.5f);
+    const auto after = run.read(qkv);
+    for (int64_t i = 0; i < 24; ++i) {
+      const bool in_k = i % 12 >= 6 && i % 12 < 9;
+      EXPECT_EQ(after[i], in_k ? std::min(0.5, std::max(-0.5, v[i])) : v[i]) << backend << " element " << i;
+    }
+  }
+}
+
 class ActivationBadInput : public ::testing::Test {
  protected:
   Device& cpu = Device::open("cpu");
@@ -118,6 +160,37 @@ TEST_F(ActivationBadInput, PartialOverlap_out_shifted_by_one_row) {
 TEST_F(ActivationBadInput, ZeroSizeDim_4x0) {
   Tensor empty = Tensor::view(x.data, &cpu, DType::f32, {4, 0});
   expect_error([&] { ops::gelu(run.stream, empty, empty); }, ErrorCode::invalid_argument, {"gelu", "out", "size 0"});
+}
+
+TEST_F(ActivationBadInput, ClampBounds_lo_above_hi_and_NaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { ops::clamp(run.stream, y, x, 2.0f, 1.0f); }, ErrorCode::invalid_argument,
+               {"clamp", "lo = 2", "hi = 1"});
+  expect_error([&] { ops::clamp(run.stream, y, x, nan, 1.0f); }, ErrorCode::invalid_argument, {"clamp", "lo", "NaN"});
+  expect_error([&] { ops::clamp(run.stream, y, x, -1.0f, nan); }, ErrorCode::invalid_argument, {"clamp", "hi", "NaN"});
+}
+
+TEST_F(ActivationBadInput, ClampShapeDtypeAndOverlap) {
+  Tensor y5 = run.output("y5", DType::f32, {4, 5});
+  expect_error([&] { ops::clamp(run.stream, y5, x, -1.0f, 1.0f); }, ErrorCode::shape_mismatch,
+               {"clamp", "x", "[4, 6]", "[4, 5]"});
+  Tensor xi = run.random_ints({4, 6}, 0, 3);
+  expect_error([&] { ops::clamp(run.stream, y, xi, -1.0f, 1.0f); }, ErrorCode::dtype_mismatch, {"clamp", "x", "i32"});
+  Tensor big = run.normal(DType::f32, {5, 6});
+  Tensor in = big.slice(0, 0, 4), out = big.slice(0, 1, 5);
+  expect_error([&] { ops::clamp(run.stream, out, in, -1.0f, 1.0f); }, ErrorCode::aliasing, {"clamp", "out", "overlaps", "x"});
+}
+
+TEST_F(ActivationBadInput, ClampStridedLastDim_every_other_column) {
+  // Views of fused products are taken (leading strides free), but the last dim must step by one.
+  Tensor wide = run.normal(DType::f32, {4, 12});
+  Tensor every_other = wide;
+  every_other.shape = {4, 6};
+  every_other.strides = {12, 2};
+  expect_error([&] { ops::clamp(run.stream, y, every_other, -1.0f, 1.0f); }, ErrorCode::invalid_argument,
+               {"clamp", "x", "contiguous last dimension", "stride 2"});
+  expect_error([&] { ops::clamp(run.stream, every_other, every_other, -1.0f, 1.0f); }, ErrorCode::invalid_argument,
+               {"clamp", "out", "contiguous last dimension"});
 }
 
 TEST_F(ActivationBadInput, OverflowShape_2pow31_cubed) {

@@ -88,6 +88,49 @@ void add_route_cases(std::vector<OpCase>& cases) {
         }
 }
 
+// Group-limited routing (DeepSeek-V2's group_limited_greedy): E experts in `groups` groups, the
+// top_groups best kept, the top-k among their experts.
+struct GroupedRouteShape {
+  int64_t E, k, groups, top_groups;
+};
+
+void add_grouped_route_cases(std::vector<OpCase>& cases) {
+  // DeepSeek-V2's 160 experts in 8 groups (top 3, k = 6); every group kept; one group kept with
+  // k filling it; k above a 32-lane warp; more groups than a 64-bit mask holds (80 of 2, the GPU
+  // kernel's unmasked form); groups of one expert.
+  const GroupedRouteShape shapes[] = {{8, 2, 4, 2},  {160, 6, 8, 3},  {16, 3, 4, 4}, {64, 8, 8, 1},
+                                      {96, 40, 6, 5}, {160, 6, 80, 5}, {72, 4, 72, 6}};
+  const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
+  int variant = 0;
+  for (GroupedRouteShape s : shapes)
+    for (int64_t T : {1, 33})
+      for (bool renormalize : {true, false}) {
+        const DType dtype = dtypes[variant % 3];
+        const MoeScoring scoring = variant % 5 == 4 ? MoeScoring::sigmoid : MoeScoring::softmax;
+        const bool tied = variant % 6 == 1;  // exact ties between experts and between groups
+        const float scaling = variant % 2 ? 16.0f : 1.0f;
+        ++variant;
+        ops::MoeRouteParams params{.k = s.k, .scoring = scoring, .renormalize = renormalize, .routed_scaling = scaling,
+                                   .groups = s.groups, .top_groups = s.top_groups};
+        OpCase c;
+        c.op = "moe_route";
+        c.name = fmt::format("moe_route/T{}_E{}_k{}_groups{}_top{}_{}_{}_scale{}_{}{}", T, s.E, s.k, s.groups,
+                             s.top_groups, scoring == MoeScoring::softmax ? "softmax" : "sigmoid",
+                             renormalize ? "renorm" : "raw", scaling, dtype_name(dtype), tied ? "_ties" : "");
+        // As the ungrouped cases: the group mask is exact, the weights the same formulas.
+        c.tolerance = 3e-13;
+        c.reason = "f32 exp per weight, double sums: a few f32 ulp (measured ≤ 1.4e-14); group choice is exact";
+        c.build = [=](CaseRun& run) {
+          Tensor logits = tied ? tied_logits(run, dtype, T, s.E) : run.normal(dtype, {T, s.E}, 2.0);
+          Tensor weights = run.output("weights", DType::f32, {T, s.k});
+          Tensor experts = run.output("experts", DType::i32, {T, s.k}, {Compare::exact});
+          run.launch = [=](Stream& st) { ops::moe_route(st, weights, experts, logits, params); };
+          run.cost = ops::cost(ops::MoeRouteArgs{weights, experts, logits, params});
+        };
+        cases.push_back(c);
+      }
+}
+
 struct GroupShape {
   int64_t T, k, E;
 };
@@ -311,6 +354,7 @@ void add_bench_cases(std::vector<OpCase>& cases) {
 std::vector<OpCase> moe_cases() {
   std::vector<OpCase> cases;
   add_route_cases(cases);
+  add_grouped_route_cases(cases);
   add_group_cases(cases);
   add_expert_matmul_cases(cases);
   add_combine_cases(cases);

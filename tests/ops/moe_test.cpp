@@ -60,6 +60,34 @@ TEST(MoeRoute, SigmoidWeightOfLogitZeroIsOneHalf_E3_k1) {
   }
 }
 
+// Group-limited routing where the mask changes the choice: 8 experts in 4 groups of 2, the 2
+// best groups kept. Group maxima: g0 5.0, g2 4.3, g1 4.2, g3 1.0, so g0 and g2 are kept, and
+// the third expert is e1 (−3) rather than e2 (4.2) and e3 (4.1), the global 3rd and 4th, which
+// lie in g1, a group that loses to g2's max. Weights are the softmax over all 8 experts.
+TEST(MoeRoute, GroupLimitedTopKSkipsTheLosingGroups_E8_groups4_top2_k3) {
+  const std::vector<float> logits = {5.0f, -3.0f, 4.2f, 4.1f, 4.3f, -3.5f, 1.0f, 0.0f};
+  double all = 0;
+  for (float l : logits) all += std::exp(double(l));
+  for (const char* backend : kBackends) {
+    Tensors ts(Device::open(backend));
+    Tensor w = ts.make(DType::f32, {1, 3}), e = ts.make(DType::i32, {1, 3});
+    const Tensor x = ts.f32({1, 8}, logits);
+    ops::moe_route(ts.stream(), w, e, x, {.k = 3, .renormalize = false, .groups = 4, .top_groups = 2});
+    const std::vector<int32_t> expected = {0, 4, 1};
+    EXPECT_EQ(ts.read<int32_t>(e), expected) << backend;
+    const auto weights = ts.read<float>(w);
+    for (int j = 0; j < 3; ++j) EXPECT_NEAR(weights[j], std::exp(double(logits[size_t(expected[j])])) / all, 1e-6) << backend;
+    // Renormalised over the chosen three, times routed_scaling.
+    ops::moe_route(ts.stream(), w, e, x,
+                   {.k = 3, .renormalize = true, .routed_scaling = 2.5f, .groups = 4, .top_groups = 2});
+    const double chosen = std::exp(5.0) + std::exp(4.3) + std::exp(-3.0);
+    EXPECT_NEAR(ts.read<float>(w)[1], 2.5 * std::exp(4.3) / chosen, 1e-6) << backend;
+    // Ungrouped, the same logits route to the global top 3.
+    ops::moe_route(ts.stream(), w, e, x, {.k = 3});
+    EXPECT_EQ(ts.read<int32_t>(e), (std::vector<int32_t>{0, 4, 2})) << backend;
+  }
+}
+
 TEST(MoeGroup, OffsetsArePrefixSumsOfCountsAndSlotsInvertPositions_T6_k2_E5) {
   const std::vector<int32_t> ids = {3, 0, 3, 1, 0, 3, 1, 0, 4, 3, 0, 1};  // expert 2 has no token
   for (const char* backend : kBackends) {
@@ -127,6 +155,25 @@ TEST(MoeRoute, RejectsBadInput_T2_E4) {
   Tensor huge = logits;
   huge.shape[0] = int64_t(1) << 62;
   expect_error([&] { ops::moe_route(s, w, e, huge, {.k = 2}); }, ErrorCode::invalid_argument, {"moe_route", "logits"});
+}
+
+TEST(MoeRoute, RejectsBadGroups_T2_E4) {
+  Tensors ts(Device::open("cpu"));
+  Tensor logits = ts.make(DType::f32, {2, 4}), w = ts.make(DType::f32, {2, 2}), e = ts.make(DType::i32, {2, 2});
+  Stream& s = ts.stream();
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 2, .groups = 3}); }, ErrorCode::invalid_argument,
+               {"moe_route", "groups", "divide E = 4", "got 3"});
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 2, .groups = 0}); }, ErrorCode::invalid_argument,
+               {"moe_route", "groups", "got 0"});
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 2, .groups = 2, .top_groups = 0}); },
+               ErrorCode::invalid_argument, {"moe_route", "top_groups", "[1, groups = 2]", "got 0"});
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 2, .groups = 2, .top_groups = 3}); },
+               ErrorCode::invalid_argument, {"moe_route", "top_groups", "got 3"});
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 2, .groups = 1, .top_groups = 2}); },
+               ErrorCode::invalid_argument, {"moe_route", "top_groups", "[1, groups = 1]"});
+  // k = 2 needs 2 experts in the kept groups; one group of E/groups = 1 holds 1.
+  expect_error([&] { ops::moe_route(s, w, e, logits, {.k = 2, .groups = 4, .top_groups = 1}); },
+               ErrorCode::invalid_argument, {"moe_route", "k = 2", "top_groups = 1", "E/groups = 1"});
 }
 
 TEST(MoeGroup, RejectsExpertIdOutOfRange_E4) {

@@ -1,8 +1,10 @@
 // layer_norm and rms_norm cases: C from 1 to 12288 (odd, below and above the 8-lane width,
 // gpt2-xl's 1600, and past what the GPU keeps in registers), 1 to 64 rows, every dtype with
 // weights in another dtype, bias on and off, each residual mode: none, residual only,
-// residual + separate sum_out, sum_out == x and sum_out == residual (both in place), and a
-// residual stream in another dtype than x.
+// residual + separate sum_out, sum_out == x and sum_out == residual (both in place), a
+// residual stream in another dtype than x, and strided row tensors: the q part of a fused q/k/v
+// product as one row per token (a column slice) or one per head (a rank-3 view), with out,
+// residual and sum_out views of buffers of other widths, so each tensor has its own strides.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -50,6 +52,11 @@ const char* kReason =
     "~1 f32 ulp of a rounding midpoint (measured ≤ 0.027 / 0.0035 × rounding_nmse), plus one such output "
     "at up to 18× the mean square (what one flip costs among a few outputs)";
 
+// How the row tensors lie in memory: contiguous [rows, C]; `columns`: [rows, C] column slices of
+// wider buffers (a token's q inside its q/k/v row, normalised as one row); `heads`: [rows, heads,
+// C] views of `heads` consecutive heads of C in wider rows (Qwen3's per-head q/k norm).
+enum class Layout { contiguous, columns, heads };
+
 struct NormShape {
   int64_t rows, C;
   DType x, weight;
@@ -57,40 +64,82 @@ struct NormShape {
   bool bias = false;  // layer_norm only
   bool in_tests = true;
   std::optional<DType> stream;  // residual's dtype (and sum_out's, unless it is x) when not x's
+  Layout layout = Layout::contiguous;
+  int64_t heads = 1;    // Layout::heads only
+  bool ragged = false;  // strided layouts: rows one element wider, so they start at odd offsets
 };
+
+std::string layout_name(const NormShape& s) {
+  const char* ragged = s.ragged ? "_ragged" : "";
+  switch (s.layout) {
+    case Layout::contiguous: return "";
+    case Layout::columns: return std::string("_columns") + ragged;
+    case Layout::heads: return std::string("_heads") + ragged;
+  }
+  return "";
+}
+
+enum class Kind { input, inout, output };
+
+// A row tensor of the case. Strided layouts view `heads` groups of C at group `first` of buffer
+// rows of heads + pad groups (+ 1 element if ragged); pad and first differ per tensor, so no two
+// tensors share strides or row starts. The buffers of outputs are in-out, so the elements around
+// the view come back as they were and compare equal.
+Tensor row_tensor(CaseRun& run, const NormShape& s, Kind kind, const char* name, DType dtype, int64_t pad,
+                  int64_t first) {
+  if (s.layout == Layout::contiguous) {
+    switch (kind) {
+      case Kind::input: return run.normal(dtype, {s.rows, s.C});
+      case Kind::inout: return run.inout(name, dtype, {s.rows, s.C});
+      case Kind::output: return run.output(name, dtype, {s.rows, s.C});
+    }
+  }
+  const int64_t width = (s.heads + pad) * s.C + (s.ragged ? 1 : 0);
+  Tensor t = (kind == Kind::input ? run.normal(dtype, {s.rows, width}) : run.inout(name, dtype, {s.rows, width}))
+                 .slice(1, first * s.C, (first + s.heads) * s.C);
+  if (s.layout == Layout::heads) {  // [rows, heads·C] → [rows, heads, C], strides [width, C, 1]
+    t.rank = 3;
+    t.shape = {s.rows, s.heads, s.C};
+    t.strides = {width, s.C, 1};
+  }
+  return t;
+}
 
 OpCase norm_case(const std::string& op, NormShape s) {
   OpCase c;
   c.op = op;
-  c.name = op + "/rows" + std::to_string(s.rows) + "_C" + std::to_string(s.C) + "_" + dt(s.x) +
-           (s.weight != s.x ? "_w" + dt(s.weight) : "") + (s.stream ? "_stream" + dt(*s.stream) : "") +
-           (s.bias ? "_bias" : "") + residual_name(s.residual);
-  c.tolerance = tolerance(op, s.x, s.rows * s.C);
+  c.name = op + "/rows" + std::to_string(s.rows) + (s.layout == Layout::heads ? "_H" + std::to_string(s.heads) : "") +
+           "_C" + std::to_string(s.C) + "_" + dt(s.x) + (s.weight != s.x ? "_w" + dt(s.weight) : "") +
+           (s.stream ? "_stream" + dt(*s.stream) : "") + (s.bias ? "_bias" : "") + residual_name(s.residual) +
+           layout_name(s);
+  c.tolerance = tolerance(op, s.x, s.rows * s.heads * s.C);
   c.reason = kReason;
   c.in_tests = s.in_tests;
   c.build = [op, s](CaseRun& run) {
-    const int64_t rows = s.rows, C = s.C;
+    const int64_t C = s.C;
     const DType stream = s.stream.value_or(s.x);
-    Tensor x = s.residual == Residual::sum_into_x ? run.inout("x", s.x, {rows, C}) : run.normal(s.x, {rows, C});
+    // x: the q part of a fused q/k/v product (k and v as wide as q, or half as wide per head).
+    const int64_t kv = s.layout == Layout::heads ? s.heads : 2;
+    Tensor x = row_tensor(run, s, s.residual == Residual::sum_into_x ? Kind::inout : Kind::input, "x", s.x, kv, 0);
     Tensor weight = run.uniform(s.weight, {C}, 0.5, 1.5);
     Tensor residual, sum_out;
     switch (s.residual) {
       case Residual::none: break;
-      case Residual::add: residual = run.normal(stream, {rows, C}); break;
+      case Residual::add: residual = row_tensor(run, s, Kind::input, "residual", stream, 3, 1); break;
       case Residual::sum_out:
-        residual = run.normal(stream, {rows, C});
-        sum_out = run.output("sum_out", stream, {rows, C});
+        residual = row_tensor(run, s, Kind::input, "residual", stream, 3, 1);
+        sum_out = row_tensor(run, s, Kind::output, "sum_out", stream, 5, 4);
         break;
       case Residual::sum_into_x:
-        residual = run.normal(stream, {rows, C});
+        residual = row_tensor(run, s, Kind::input, "residual", stream, 3, 1);
         sum_out = x;
         break;
       case Residual::sum_into_residual:
-        residual = run.inout("residual", stream, {rows, C});
+        residual = row_tensor(run, s, Kind::inout, "residual", stream, 3, 1);
         sum_out = residual;
         break;
     }
-    Tensor out = run.output("out", s.x, {rows, C});
+    Tensor out = row_tensor(run, s, Kind::output, "out", s.x, 1, 1);
     if (op == "layer_norm") {
       ops::LayerNormParams p{.bias = s.bias ? run.normal(s.weight, {C}, 0.1) : Tensor{}, .residual = residual,
                              .sum_out = sum_out};
@@ -137,6 +186,28 @@ std::vector<OpCase> norm_cases() {
                                    .residual = Residual::sum_out, .bias = ln, .stream = DType::f32}));
     cases.push_back(norm_case(op, {.rows = 2, .C = 1600, .x = DType::f16, .weight = DType::f16,
                                    .residual = Residual::sum_into_residual, .stream = DType::f32}));
+    // Strided row tensors, each with its own strides: q of a fused q/k/v product normalised per
+    // token (columns: OLMoE's q_norm over H·D) or per head (heads: Qwen3's over D), with every
+    // residual mode; warp and block rows, the register and the streaming forms, 16-byte vectors
+    // and (ragged rows, odd C, mixed dtypes) single elements.
+    const Layout columns = Layout::columns, heads = Layout::heads;
+    cases.push_back(norm_case(op, {.rows = 5, .C = 64, .x = DType::f32, .weight = DType::f32, .layout = columns}));
+    cases.push_back(norm_case(op, {.rows = 3, .C = 17, .x = DType::bf16, .weight = DType::f32,
+                                   .residual = Residual::sum_out, .bias = ln, .layout = columns}));
+    cases.push_back(norm_case(op, {.rows = 4, .C = 1600, .x = DType::bf16, .weight = DType::bf16,
+                                   .residual = Residual::sum_into_residual, .layout = columns, .ragged = true}));
+    cases.push_back(norm_case(op, {.rows = 2, .C = 9000, .x = DType::bf16, .weight = DType::f32,
+                                   .residual = Residual::sum_into_x, .bias = ln, .layout = columns}));
+    cases.push_back(norm_case(op, {.rows = 3, .C = 64, .x = DType::bf16, .weight = DType::bf16,
+                                   .residual = Residual::sum_out, .layout = heads, .heads = 4}));
+    cases.push_back(norm_case(op, {.rows = 5, .C = 128, .x = DType::f16, .weight = DType::f32,
+                                   .residual = Residual::sum_into_x, .bias = ln, .layout = heads, .heads = 2,
+                                   .ragged = true}));
+    cases.push_back(norm_case(op, {.rows = 17, .C = 16, .x = DType::f32, .weight = DType::f32,
+                                   .residual = Residual::add, .layout = heads, .heads = 8}));
+    cases.push_back(norm_case(op, {.rows = 3, .C = 64, .x = DType::bf16, .weight = DType::f32,
+                                   .residual = Residual::sum_into_residual, .stream = DType::f32, .layout = heads,
+                                   .heads = 2}));
     // Bench: gpt2-xl prefill (256 tokens) and decode (1 token), the fused residual form blocks use.
     for (int64_t rows : {256, 1})
       for (DType d : {DType::f32, DType::bf16})

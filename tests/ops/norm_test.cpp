@@ -78,6 +78,41 @@ TEST(RmsNormSanity, ScaleInvariant_C17_times8) {
   }
 }
 
+TEST(NormSanity, StridedViewsMatchContiguousCopies_T3_H4_D8_heads_of_qkv) {
+  // x: q heads [0, 4) of a [3, 6, 8] q/k/v product; residual: heads [1, 5) of [3, 7, 8]; out and
+  // sum_out: heads [1, 5) of [3, 5, 8] and [2, 6) of [3, 6, 8]. The same op on contiguous copies
+  // must give the same values, and the heads around the views must stay as they were.
+  for (const char* backend : kBackends) {
+    CaseRun run(Device::open(backend), 5);
+    const Tensor x = run.normal(DType::f32, {3, 6, 8}).slice(1, 0, 4), residual = run.normal(DType::f32, {3, 7, 8}).slice(1, 1, 5);
+    const Tensor out_buffer = run.normal(DType::f32, {3, 5, 8}), sum_buffer = run.normal(DType::f32, {3, 6, 8});
+    const Tensor out = out_buffer.slice(1, 1, 5), sum_out = sum_buffer.slice(1, 2, 6);
+    const Tensor w = run.uniform(DType::f32, {8}, 0.5, 1.5), b = run.normal(DType::f32, {8});
+    const auto out_before = run.read(out_buffer);
+    Tensor xc = run.output("xc", DType::f32, {3, 4, 8}), rc = run.output("rc", DType::f32, {3, 4, 8});
+    Tensor yc = run.output("yc", DType::f32, {3, 4, 8}), sc = run.output("sc", DType::f32, {3, 4, 8});
+    Tensor y_view = run.output("y_view", DType::f32, {3, 4, 8}), s_view = run.output("s_view", DType::f32, {3, 4, 8});
+    ops::copy(run.stream, xc, x);
+    ops::copy(run.stream, rc, residual);
+    for (bool layer : {false, true}) {
+      if (layer) {
+        ops::layer_norm(run.stream, out, x, w, {.bias = b, .residual = residual, .sum_out = sum_out});
+        ops::layer_norm(run.stream, yc, xc, w, {.bias = b, .residual = rc, .sum_out = sc});
+      } else {
+        ops::rms_norm(run.stream, out, x, w, {.residual = residual, .sum_out = sum_out});
+        ops::rms_norm(run.stream, yc, xc, w, {.residual = rc, .sum_out = sc});
+      }
+      ops::copy(run.stream, y_view, out);
+      ops::copy(run.stream, s_view, sum_out);
+      EXPECT_EQ(run.read(y_view), run.read(yc)) << backend << (layer ? " layer_norm" : " rms_norm");
+      EXPECT_EQ(run.read(s_view), run.read(sc)) << backend;
+      const auto out_after = run.read(out_buffer);
+      for (int64_t t = 0; t < 3; ++t)  // head 0 of out's buffer is outside the view
+        for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(out_after[t * 40 + c], out_before[t * 40 + c]) << backend;
+    }
+  }
+}
+
 class NormBadInput : public ::testing::Test {
  protected:
   Device& cpu = Device::open("cpu");
@@ -154,6 +189,34 @@ TEST_F(NormBadInput, OverflowShape_2pow31_cubed) {
   const int64_t n = int64_t(1) << 31;
   Tensor huge = Tensor::view(x.data, &cpu, DType::f32, {n, n, n});
   expect_error([&] { ops::layer_norm(run.stream, y, huge, w); }, ErrorCode::invalid_argument, {"layer_norm", "x", "64 bits"});
+}
+
+TEST_F(NormBadInput, StridedLastDim_every_other_column) {
+  // Leading dims may have any strides; the last one must step by one element, for every row tensor.
+  Tensor wide = run.normal(DType::f32, {3, 16});
+  Tensor every_other = wide;
+  every_other.strides = {16, 2};
+  every_other.shape = {3, 8};
+  Tensor s = run.output("s", DType::f32, {3, 8}), r = run.normal(DType::f32, {3, 8});
+  expect_error([&] { ops::rms_norm(run.stream, y, every_other, w); }, ErrorCode::invalid_argument,
+               {"rms_norm", "x", "contiguous last dimension", "stride 2"});
+  expect_error([&] { ops::layer_norm(run.stream, every_other, x, w); }, ErrorCode::invalid_argument,
+               {"layer_norm", "out", "contiguous last dimension"});
+  expect_error([&] { ops::rms_norm(run.stream, y, x, w, {.residual = every_other}); }, ErrorCode::invalid_argument,
+               {"rms_norm", "residual", "contiguous last dimension"});
+  expect_error([&] { ops::rms_norm(run.stream, y, x, w, {.residual = r, .sum_out = every_other}); },
+               ErrorCode::invalid_argument, {"rms_norm", "sum_out", "contiguous last dimension"});
+}
+
+TEST_F(NormBadInput, StridedWeightOrBias_stride2) {
+  Tensor w16 = run.normal(DType::f32, {16});
+  Tensor strided = w16;
+  strided.shape = {8};
+  strided.strides = {2};
+  expect_error([&] { ops::rms_norm(run.stream, y, x, strided); }, ErrorCode::invalid_argument,
+               {"rms_norm", "weight", "contiguous"});
+  expect_error([&] { ops::layer_norm(run.stream, y, x, w, {.bias = strided}); }, ErrorCode::invalid_argument,
+               {"layer_norm", "bias", "contiguous"});
 }
 
 TEST_F(NormBadInput, NonPositiveEps_0) {

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
 
 #include "tools/tool_process.h"
 
@@ -31,12 +33,35 @@ TEST(DingBench, NamedShapesAreParsedConfigs) {
   const struct {
     const char* shape;
     int positions;
-  } shapes[] = {{"gpt2", 1024}, {"gpt2-xl", 1024}, {"llama-3.2-1b", 131072}, {"llama-3.1-8b", 131072}};
+  } shapes[] = {{"gpt2", 1024},         {"gpt2-xl", 1024},     {"llama-3.2-1b", 131072},
+                {"llama-3.1-8b", 131072}, {"olmoe-1b-7b", 4096}, {"deepseek-v2-lite", 163840}};
   for (const auto& s : shapes) {
     const ToolResult r = ding_bench(fmt::format("model --shape {} --backend cpu --prompt {} --new 1", s.shape, s.positions));
     expect_clean_failure(r, "ding-bench", fmt::format("must fit the {} positions", s.positions));
   }
   expect_clean_failure(ding_bench("model --shape gpt3 --backend cpu"), "ding-bench", "llama-3.1-8b");
+}
+
+// The line of ding-bench's output that starts with `start` (empty when none does).
+std::string line_starting(const std::string& out, const std::string& start) {
+  for (size_t at = 0; at < out.size();) {
+    const size_t end = std::min(out.find('\n', at), out.size());
+    if (out.compare(at, start.size(), start) == 0) return out.substr(at, end - at) + " ";
+    at = end + 1;
+  }
+  return "";
+}
+
+// The cache table at toy size on the CPU: a row per attention kind with its bytes per token. At
+// width 128 (one head of 128) in f32 over one layer, MHA, GQA and MQA all keep K and V of one
+// head, 2·128·4 = 1024 bytes; MLA its latent and rope key, (512 + 64)·4 = 2304.
+TEST(DingBench, CacheTableHasEveryAttentionKind) {
+  const ToolResult r = ding_bench("cache --backend cpu --dtype f32 --layers 1 --width 128 --contexts 8 16 --steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* kind : {"MHA ", "GQA ", "MQA "}) EXPECT_NE(line_starting(r.stdout_only, kind).find(" 1024 "), std::string::npos) << r.out;
+  EXPECT_NE(line_starting(r.stdout_only, "MLA ").find(" 2304 "), std::string::npos) << r.out;
+  EXPECT_NE(r.stdout_only.find("MB at 16"), std::string::npos) << r.out;
+  expect_clean_failure(ding_bench("cache --contexts 0"), "ding-bench", "--contexts");
 }
 
 TEST(DingBench, CommandLineErrorsExitOneWithOneLine) {

@@ -4,7 +4,8 @@
 # Llama shapes, the GEMM/GEMV, attention_decode and matmul_chain op benchmarks, keeps every raw
 # output and prints a side-by-side table.
 #   tools/bench/compare.sh [--shape NAME]... [build folder]      (from anywhere; runs in the repository root)
-# --shape (repeatable) picks the model shapes, each at batch 1 and 8 (names: ding-bench model --help);
+# --shape (repeatable) picks the model shapes, each at batch 1 and 8 (names: ding-bench model --help), or
+# NAME:B one batch only (deepseek-v2-lite:1: two copies of its 31 GB would not fit beside ding's);
 # without it: gpt2-xl (batch 1 and 8), gpt2 (batch 1) and llama-3.2-1b (batch 1 and 8).
 # Environment:
 #   OUT              results folder (default results/compare-<date>); raw outputs + table.txt
@@ -38,12 +39,14 @@ if (( ${#shapes[@]} == 0 )); then
   model_runs=(gpt2-xl:1 gpt2-xl:8 gpt2:1 llama-3.2-1b:1 llama-3.2-1b:8)
 else
   model_runs=()
-  for shape in "${shapes[@]}"; do model_runs+=("$shape:1" "$shape:8"); done
+  for shape in "${shapes[@]}"; do
+    if [[ $shape == *:* ]]; then model_runs+=("$shape"); else model_runs+=("$shape:1" "$shape:8"); fi
+  done
 fi
 # Seconds a ding-bench model run may take: most of it is drawing the random weights on the host.
 ding_limit() {
   case ${1%%:*} in
-    gpt2) echo 40 ;; gpt2-medium) echo 60 ;; gpt2-large) echo 90 ;; llama-3.1-8b) echo 420 ;; *) echo 120 ;;
+    gpt2) echo 40 ;; gpt2-medium) echo 60 ;; gpt2-large) echo 90 ;; llama-3.1-8b | deepseek-v2-lite) echo 420 ;; *) echo 120 ;;
   esac
 }
 python=${PYTHON:-python3}

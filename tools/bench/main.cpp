@@ -1,6 +1,7 @@
 // ding-bench: op and model benchmarks with a roofline column.
 //   ding-bench ops [--backend cpu] [--op matmul] [--filter TEXT[|TEXT…]]… [--all] [--threads N] [--matmul ding|cublas]
 //   ding-bench model [--shape gpt2-xl|llama-3.2-1b|... | -m DIR] [--prompt 256] [--new 256] [--batch 1] (model_bench.h)
+//   ding-bench cache [--backend cuda] [--contexts 4096 32768] (cache_bench.h: MHA, GQA, MQA, MLA side by side)
 // `ops` runs the op cases of tests/ops in perf mode: median time per case, achieved GB/s and GFLOP/s
 // from the op's cost model, and the share of the roofline min(peak FLOP/s, AI × bandwidth)
 // reached, with both ceilings measured in this process and printed with how they were measured.
@@ -19,6 +20,7 @@
 
 #include "../cli_checks.h"
 #include "../gpu_tuning.h"
+#include "cache_bench.h"
 #include "ceilings.h"
 #include "load_bench.h"
 #include "ding/threads.h"
@@ -195,6 +197,16 @@ int main(int argc, char** argv) {
   load_cmd->add_option("--stored", load.stored, "dtype --write-gpt2 stores: f32, f16, bf16 (default f16)");
   load_cmd->add_flag("--no-weight-check", load.no_weight_check, "do not check the stored values (NaN, Inf, overflow)");
   load_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
+  ding::bench::CacheBenchOptions cache;
+  CLI::App* cache_cmd = app.add_subcommand("cache", "cache bytes per token and decode tok/s of MHA, GQA, MQA and MLA at equal size");
+  cache_cmd->add_option("--backend", cache.backend, "backend (default auto)");
+  cache_cmd->add_option("--dtype", cache.dtype, "f32, bf16, f16 (default bf16)");
+  cache_cmd->add_option("--contexts", cache.contexts, "context lengths to decode at (default 4096 32768)")
+      ->check(CLI::PositiveNumber);
+  cache_cmd->add_option("--layers", cache.layers, "layers of every model (default 27, DeepSeek-V2-Lite's)")->check(CLI::PositiveNumber);
+  cache_cmd->add_option("--width", cache.width, "model width, 128 per head (default 2048)")->check(ding::tools::at_least(128));
+  cache_cmd->add_option("--steps", cache.steps, "decode steps timed per context (default 32)")->check(CLI::PositiveNumber);
+  cache_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help
@@ -215,9 +227,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (threads > 0) ding::set_cpu_threads(threads);  // before any device opens
-    const int status = model_cmd->parsed() ? ding::bench::run_model(model)
-                       : load_cmd->parsed() ? ding::bench::run_load(load)
-                                            : ding::bench::run_ops(ops);
+    const int status = model_cmd->parsed()   ? ding::bench::run_model(model)
+                       : load_cmd->parsed()  ? ding::bench::run_load(load)
+                       : cache_cmd->parsed() ? ding::bench::run_cache(cache)
+                                             : ding::bench::run_ops(ops);
     ding::tools::check_stdout_written();
     return status;
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "../gpu_tuning.h"
@@ -95,11 +96,85 @@ const char* const kLlama31_8B = R"({
   "vocab_size": 128256
 })";
 
+// allenai/OLMoE-1B-7B-0924: 64 experts of width 1024, top-8 unnormalised, in every one of 16 layers;
+// q/k norms over whole projections, MHA.
+const char* const kOlmoe1B7B = R"({
+  "architectures": ["OlmoeForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "clip_qkv": null,
+  "eos_token_id": 50279,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 1024,
+  "max_position_embeddings": 4096,
+  "model_type": "olmoe",
+  "norm_topk_prob": false,
+  "num_attention_heads": 16,
+  "num_experts": 64,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 16,
+  "num_key_value_heads": 16,
+  "pad_token_id": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 10000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "vocab_size": 50304
+})";
+
+// deepseek-ai/DeepSeek-V2-Lite: multi-head latent attention (no query bottleneck, a 512-element
+// latent and a 64-dim rope key per token), a dense first layer, then 64 routed experts top-6 and 2
+// shared in 26 layers; YaRN by 40 over a 4096-position original context.
+const char* const kDeepseekV2Lite = R"({
+  "architectures": ["DeepseekV2ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 100000,
+  "eos_token_id": 100001,
+  "first_k_dense_replace": 1,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 10944,
+  "kv_lora_rank": 512,
+  "max_position_embeddings": 163840,
+  "model_type": "deepseek_v2",
+  "moe_intermediate_size": 1408,
+  "moe_layer_freq": 1,
+  "n_group": 1,
+  "n_routed_experts": 64,
+  "n_shared_experts": 2,
+  "norm_topk_prob": false,
+  "num_attention_heads": 16,
+  "num_experts_per_tok": 6,
+  "num_hidden_layers": 27,
+  "num_key_value_heads": 16,
+  "q_lora_rank": null,
+  "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                   "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000,
+  "routed_scaling_factor": 1.0,
+  "scoring_func": "softmax",
+  "tie_word_embeddings": false,
+  "topk_group": 1,
+  "topk_method": "greedy",
+  "torch_dtype": "bfloat16",
+  "v_head_dim": 128,
+  "vocab_size": 102400
+})";
+
 const std::vector<NamedShape>& named_shapes() {
   static const std::vector<NamedShape> shapes = {
       {"gpt2", gpt2_config(12, 12, 768)},          {"gpt2-medium", gpt2_config(24, 16, 1024)},
       {"gpt2-large", gpt2_config(36, 20, 1280)},   {"gpt2-xl", gpt2_config(48, 25, 1600)},
       {"llama-3.2-1b", kLlama32_1B},               {"llama-3.1-8b", kLlama31_8B},
+      {"olmoe-1b-7b", kOlmoe1B7B},                 {"deepseek-v2-lite", kDeepseekV2Lite},
   };
   return shapes;
 }
@@ -123,15 +198,30 @@ DType parse_dtype(const std::string& s) {
 
 // Weight bytes one decode step of `batch` sequences reads: every matrix once, but of the token
 // embedding (when the LM head does not reuse it) and of a learned position table only one row
-// per sequence.
-double weight_bytes_per_step(const Model& model, int64_t batch) {
+// per sequence, and of each mixture-of-experts layer only the experts chosen. The router's choices
+// stay on the device; with random weights they are close to uniform, so the experts read are
+// counted as the expected union of `batch` uniform draws of k of E: E·(1 − (1 − k/E)^batch)
+// (k at batch 1, exactly).
+struct StepWeights {
+  double bytes;
+  double experts_per_layer;  // read per mixture layer (0 without one)
+};
+
+StepWeights weight_bytes_per_step(const Model& model, int64_t batch) {
   const ModelConfig& c = model.config();
-  const double row = double(c.d_model) * double(dtype_size(model.dtype()));
+  const double element = double(dtype_size(model.dtype()));
+  const double row = double(c.d_model) * element;
   double tables = 0;  // rows held in the weights but looked up, not streamed
   if (!c.tied_embeddings) tables += double(c.vocab_size);
   if (c.positions == PositionKind::learned) tables += double(c.n_positions);
   const double lookups = double(batch) * ((c.tied_embeddings ? 0 : 1) + (c.positions == PositionKind::learned ? 1 : 0));
-  return double(model.weight_bytes()) - (tables - lookups) * row;
+  double bytes = double(model.weight_bytes()) - (tables - lookups) * row;
+  const double E = double(c.moe.experts), k = double(c.moe.route.k);
+  const double chosen = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, double(batch))) : 0.0;
+  const double expert_bytes = 3.0 * double(c.d_model) * double(c.moe.d_ff) * element;
+  for (const LayerSpec& l : c.layers)
+    if (l.moe) bytes -= (E - chosen) * expert_bytes;
+  return {bytes, chosen};
 }
 
 void check_fits(const ModelBenchOptions& o, int64_t positions) {
@@ -200,17 +290,20 @@ int run_model(const ModelBenchOptions& o) {
   // Decode roofline: every step streams the weights once (weight_bytes_per_step) plus, for each
   // sequence, the K and V of the positions cached so far, their mean over the run. A position's
   // K and V are 2 × layers × kv heads × head dim values: GQA's few KV heads make them small.
-  const double weights_per_step = weight_bytes_per_step(model, o.batch);
+  const StepWeights step_weights = weight_bytes_per_step(model, o.batch);
+  const double weights_per_step = step_weights.bytes;
   const double kv_per_position = double(session.kv_cache_bytes()) / double(session.max_batch() * session.max_tokens());
   const double mean_context = double(o.prompt) + double(o.new_tokens) / 2;
   const double bytes_per_step = weights_per_step + double(o.batch) * mean_context * kv_per_position;
   const double floor_seconds = bytes_per_step / (ceil.bandwidth_gbs * 1e9);
   const double step_seconds = decode_seconds / double(o.new_tokens);
   const double tokens_per_second = double(o.batch) / step_seconds;
-  fmt::print("weights {:.1f} MB ({:.1f} MB read per step); KV cache {:.1f} MB ({} sequences x {} positions x {:.1f} KB: "
-             "{} layers x 2 x {} kv heads x {})\n",
-             double(model.weight_bytes()) * 1e-6, weights_per_step * 1e-6, double(session.kv_cache_bytes()) * 1e-6, o.batch,
-             session.max_tokens(), kv_per_position * 1e-3, c.n_layer, c.n_kv_head, c.d_head);
+  fmt::print("weights {:.1f} MB ({:.1f} MB read per step{}); cache {:.1f} MB ({} sequences x {} positions x {:.1f} KB)\n",
+             double(model.weight_bytes()) * 1e-6, weights_per_step * 1e-6,
+             step_weights.experts_per_layer > 0
+                 ? fmt::format(", {:.1f} of {} experts per layer", step_weights.experts_per_layer, c.moe.experts)
+                 : "",
+             double(session.kv_cache_bytes()) * 1e-6, o.batch, session.max_tokens(), kv_per_position * 1e-3);
   fmt::print("prefill   {} tokens x {}: {:.2f} ms per sequence = {:.1f} tok/s\n", o.prompt, o.batch,
              prefill_seconds * 1e3 / double(o.batch), double(o.prompt * o.batch) / prefill_seconds);
   fmt::print("decode    {} steps x batch {}: {:.3f} ms/step = {:.1f} tok/s\n", o.new_tokens, o.batch, step_seconds * 1e3,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The best PyTorch stack we know for GPT-2 and Llama decode (issues 5 and 17), on ding-bench model's shapes.
+"""The best PyTorch stack we know for GPT-2, Llama, OLMoE and DeepSeek-V2 decode (issues 5, 17, 20), on ding-bench model's shapes.
 
 Hugging Face GPT2LMHeadModel or LlamaForCausalLM in bf16 on cuda with sdpa attention and a StaticCache
 sized prompt + new; prefill timed after a warm-up; decode as a hand-written greedy loop whose one-token
@@ -11,6 +11,10 @@ ding-bench model's, so tools/bench/compare_table.py reads both:
   decode    256 steps x batch 1: 2.825 ms/step = 354.0 tok/s
 
   tools/bench/peer_torch.py [--shape gpt2-xl | --shape llama-3.2-1b | --model DIR] [--prompt 256] [--new 256] [--batch 1]
+
+The mixture-of-experts shapes (olmoe-1b-7b, deepseek-v2-lite) run their experts through transformers'
+--experts implementation (grouped_mm by default; eager, its loop over experts, does not compile
+fullgraph); --eager times the decode step without torch.compile where it does not compile.
 
 Every decode run (compilation, warm-ups, the timed one) starts from cache.reset() and a prefill of
 positions 0 .. P-1, and steps at P, P+1, ...: later transformers 5.x StaticCaches write at their own
@@ -61,6 +65,31 @@ LLAMA_SHAPES = {
 }
 
 
+# Mixture-of-experts shapes, config.json as Hugging Face publishes them (as in tools/bench/model_bench.cpp),
+# built by AutoConfig.for_model; their experts run through transformers' --experts implementation.
+MOE_SHAPES = {
+    "olmoe-1b-7b": {"model_type": "olmoe", "attention_bias": False, "clip_qkv": None, "eos_token_id": 50279,
+                    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
+                    "max_position_embeddings": 4096, "norm_topk_prob": False, "num_attention_heads": 16,
+                    "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16, "num_key_value_heads": 16,
+                    "pad_token_id": 1, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
+                    "vocab_size": 50304},
+    "deepseek-v2-lite": {"model_type": "deepseek_v2", "attention_bias": False, "bos_token_id": 100000,
+                         "eos_token_id": 100001, "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048,
+                         "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+                         "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+                         "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16,
+                         "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
+                         "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+                         "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                                          "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                                          "type": "yarn"},
+                         "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax",
+                         "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128,
+                         "vocab_size": 102400},
+}
+
+
 def fail(message):
     print(f"peer_torch: {message}", file=sys.stderr)
     sys.exit(1)
@@ -87,6 +116,18 @@ def build_model(args, torch, transformers, dtype):
         except TypeError:  # an older transformers without the keyword
             model = AutoModelForCausalLM.from_pretrained(args.model)
         source = args.model
+    elif args.shape in MOE_SHAPES:
+        from transformers import AutoConfig
+        fields = dict(MOE_SHAPES[args.shape])
+        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+        config.torch_dtype = dtype  # drawn on the GPU in bf16: 16 G parameters in f32 would not fit
+        torch.set_default_dtype(dtype)
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+        model = random_model(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)], config, args, torch)
+        torch.set_default_dtype(torch.float32)
+        if hasattr(model, "set_experts_implementation"):
+            model.set_experts_implementation(args.experts)
+        source = f"{args.shape} shape, random weights, experts {args.experts}"
     elif args.shape in LLAMA_SHAPES:
         model = random_model(LlamaForCausalLM, LlamaConfig.from_dict(LLAMA_SHAPES[args.shape]), args, torch)
         source = f"{args.shape} shape, random weights"
@@ -159,7 +200,10 @@ def cache_tensors(cache, torch):
 
 def main(state):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="gpt2-xl", choices=sorted(SHAPES) + sorted(LLAMA_SHAPES))
+    ap.add_argument("--shape", default="gpt2-xl", choices=sorted(SHAPES) + sorted(LLAMA_SHAPES) + sorted(MOE_SHAPES))
+    ap.add_argument("--experts", default="grouped_mm", choices=["grouped_mm", "batched_mm", "eager"],
+                    help="transformers' expert implementation for the MoE shapes (default grouped_mm)")
+    ap.add_argument("--eager", action="store_true", help="decode without torch.compile (when it does not compile)")
     ap.add_argument("--model", help="a local model folder instead of a named shape")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     ap.add_argument("--prompt", type=int, default=256)
@@ -282,7 +326,9 @@ def main(state):
           f"; each run resets it, prefills 0..{P - 1}, then decodes at {P}.. (at most {total - 1})", flush=True)
     check_length(P, "the first prefill")
 
-    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    compiled = step if args.eager else torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    if args.eager:
+        print("decode step: eager (--eager), no torch.compile", flush=True)
     warm = min(max(args.warmup, 3), N)
 
     def decode(steps):

@@ -1,0 +1,732 @@
+// mla_prefill and mla_decode on the GPU (ops/mla.h), both in the absorbed form: W_uk is folded
+// into the query and W_uv applied to the attended latent, so attention reads the cache as stored,
+// L + Dr elements per key for all heads together, and no per-head key or value is ever formed.
+// Query rows are decode's sequences (row b) or prefill's queries (row b·Tq + i). Per pass of rows,
+// three or four chained launches (vendor.h), each waiting for its predecessor before it reads:
+//
+//   absorb   grid (⌈L/64⌉, H, ⌈rows/8⌉), 256 threads. qa[r, h] = s · [W_ukᵀ q_nope ; q_rope] in f32
+//            scratch [rows, H, L + Dr] (the scale folded in, as attention does with q). A thread
+//            owns one latent l of 8 rows, so each W element it loads (coalesced over l) feeds 8
+//            FMAs; the block's 4 slices of 64 threads split the Dn terms (added in slice order) and
+//            load 16 rows of W at a time, so a decode step's few rows keep W_uk's reads in flight.
+//            Decode with latent_new: the (l-chunk 0, head 0) blocks also store the token's row at
+//            cache[b, seq_lens[b] − 1], which the attend kernel, launched after, reads from there.
+//   attend   grid (rows, head groups, splits × ⌈L/512⌉), 128 threads. A block takes G ≤ 16 heads
+//            of one row (their qa in shared memory) over its split's keys, in tiles of 32 keys
+//            staged whole into shared memory (cp.async on NVIDIA sm_80+, plain 16-byte loads
+//            elsewhere; every copy of a tile in flight at once; rows padded to 64 mod 128 bytes):
+//              scores: a group of 8 lanes scores 2 keys for all G heads, lane k taking elements
+//                64c + 4k … + 3 and 64c + 32 + 4k … + 3 of chunk c, so a q load serves 8 FMAs and
+//                a key load 4·G; the group's partial dots are added by 3 shuffles;
+//              softmax: a warp per head (its running max and sum in the warp's registers) turns
+//                the tile's scores into weights e^(s − m) in place (accurate expf, attention.cuh)
+//                and publishes the rescale e^(m_old − m_new);
+//              values: a thread owns 4 consecutive latents for all G heads (4·G accumulators in
+//                registers), rescales them and adds p_t · c_t over the tile, p read as float4s of
+//                4 keys (one broadcast load per 16 FMAs).
+//            Latents past 512 take further blocks (grid z) that repeat the scores: no model has
+//            them (DeepSeek-V2/V3: L = 512). One split: the block writes o_lat = acc / sum [rows, H,
+//            L] itself. Several: its unnormalised acc and, per head, (m, sum); a split past the
+//            row's keys writes only the neutral state m = −inf, sum = 0.
+//   merge    (several splits) grid (⌈L/64⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
+//            and sum* = Σ w_s·sum_s by the block, then 64 latents × 4 subsets of the splits, 8
+//            splits' loads in flight per thread (an acc with w_s = 0 is never read), the subsets
+//            added in a fixed order: o_lat = Σ w_s·acc_s / sum*.
+//   project  grid (value chunks, H, ⌈rows/4⌉), 256 threads: out[r, h, e] = W_uv[h, e] · o_lat[r, h]
+//            for 4 rows at once (o_lat in shared memory), a warp per 4 outputs e: each W row is
+//            read coalesced (16-byte pieces where L % 8 == 0) and feeds 4 rows, 4 rows in flight.
+//
+// Why this shape: per key the absorbed form costs ≈ 2·H·(2L + Dr) FLOPs (scores and values) on
+// 2·(L + Dr) bytes of a bf16 cache, ~70 FLOP/byte at V2-Lite's H = 16, so with SIMT FP32 the
+// attend kernel is compute-bound on an H100 (~60 TFLOP/s FP32 against 3.35 TB/s) near 32k context;
+// a block serves as many heads as its registers hold (G = 16) so that each key is read once per 16
+// heads. The known next step is a tensor-core (mma.sync) attend kernel: the G heads as the rows of
+// m16n8k16 tiles for both Q·Cᵀ and P·C, as attention_decode.cu does for ordinary heads, bf16 P.
+//
+// Splits and head groups: decode sizes them from S, never from the lengths (they live on the
+// device and grow between replays of a recorded step). Groups of up to 16 heads, halved (to 4 at
+// least) while rows × groups × (the most splits, one per 64 keys) stays under 2 × SMs; then splits
+// enough for rows × groups × splits ≥ 2 × SMs, each a multiple of the 32-key tile and at least 64
+// keys, at most 256. Prefill runs one split per row; its blocks walk the causal band
+// (i + Tk − Tq + 1 keys). Rows go in passes of ≤ 8192 / H, so the f32 scratch (qa, o_lat, the
+// partial states) stays near 40 MB however long a prefill chunk is.
+//
+// Lengths: the host backends raise for seq_lens[b] outside [1, S]; here, as in attention_decode.cu,
+// a length is clamped into [1, S] for attention, and latent_new is stored only where the length
+// fits (kv_append's rule: write nothing). Nothing is read back to the host, so a decode step
+// records into a graph.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "access.cuh"
+#include "attention.cuh"
+#include "check.h"
+#include "cp_async.cuh"
+#include "kernels.h"
+#include "reduce.cuh"
+#include "stream.h"
+
+DING_GPU_BEGIN
+namespace {
+
+using attn::Strides3;
+
+constexpr int kAbsorbThreads = 256;
+constexpr int kAbsorbLatents = 64;                              // latents per block: one per thread of a slice
+constexpr int kAbsorbSlices = kAbsorbThreads / kAbsorbLatents;  // slices splitting the Dn terms
+constexpr int kAbsorbRows = 8;                                  // rows per block: FMAs per W element
+constexpr int kAbsorbChunk = 128;                               // q elements per row staged at a time
+constexpr int kAbsorbBatch = 16;                                // W loads per thread in flight together
+
+constexpr int kAttendThreads = 128;
+constexpr int kKeyLanes = 8;                                    // lanes scoring one key
+constexpr int kChunkElems = 8 * kKeyLanes;                      // row elements per step of a key group
+constexpr int kKeyGroups = kAttendThreads / kKeyLanes;
+constexpr int kKeysPerGroup = 2;                                // keys per group and tile: q loads reused
+constexpr int kTileKeys = kKeyGroups * kKeysPerGroup;
+constexpr int kLatentsPerThread = 4;
+constexpr int kLatentChunk = kAttendThreads * kLatentsPerThread;  // latents per attend block
+constexpr int kMaxGroupHeads = 16;
+constexpr int64_t kMinSplitKeys = 2 * kTileKeys;
+constexpr int kMaxSplits = 256;
+static_assert(kTileKeys <= 32 && kTileKeys % 4 == 0, "a tile's scores are one per lane of a warp, in float4s");
+
+constexpr int kMergeThreads = 256;
+constexpr int kMergeLatents = 64;
+constexpr int kMergeSubsets = kMergeThreads / kMergeLatents;
+constexpr int kMergeBatch = 8;                                  // splits' loads per thread in flight together
+
+constexpr int kProjectThreads = 256;
+constexpr int kProjectRows = 4;                                 // rows per block: each W_uv row feeds 4
+constexpr int kValuesPerWarp = 4;                               // W_uv rows per warp in flight together
+
+// Query rows per pass: rows · H ≤ this, so the f32 scratch stays bounded for long prefill chunks.
+constexpr int64_t kPassRowHeads = 8192;
+constexpr int64_t kMaxGridDim = 65535;  // blocks along grid y and z
+
+struct MlaShape {
+  int64_t H;
+  int64_t Tq;  // queries per sequence: prefill's Tq; decode 1 (row = b)
+  int64_t Tk;  // keys: prefill's chunk Tk; decode the capacity S
+  int L, Dr, Dn, Dv, E;  // E = L + Dr: a cache row
+  float scale;
+  int group_heads;       // heads per attend block (the last group may have fewer)
+  int splits;
+  int64_t chunk;         // keys per split
+  int latent_chunks;     // attend blocks per (row, group, split): ⌈L / kLatentChunk⌉
+  int qa_pitch;          // floats per head of the attend block's q: E rounded up to kChunkElems
+  int tile_pitch;        // cache elements per staged key row: 64 mod 128 bytes past E's bytes
+  int values_per_block;  // outputs e per project block
+};
+
+// The splits' states (several splits): acc [rows, H, splits, L], m and sum [rows, H, splits].
+struct MlaPartials {
+  float* acc;
+  float* m;
+  float* sum;
+};
+
+// Row r (b·Tq + i) of head h in a [B, Tq, H, ·] tensor (decode's [B, H, ·] with Tq = 1, t = 0).
+__device__ inline int64_t row_at(const Strides3& s, int64_t r, int64_t Tq, int64_t h) {
+  return s.at(r / Tq, r % Tq, h);
+}
+
+// The keys row r sees: prefill, causal with the queries the last Tq of Tk positions; decode, the
+// length clamped into [1, S] (never trusted).
+__device__ inline int64_t row_keys(const MlaShape& sh, const int32_t* seq_lens, int64_t r) {
+  if (seq_lens == nullptr) return r % sh.Tq + sh.Tk - sh.Tq + 1;
+  return min(max(int64_t(seq_lens[r]), int64_t(1)), sh.Tk);
+}
+
+template <class W>
+__global__ void __launch_bounds__(kAbsorbThreads)
+    mla_absorb_kernel(float* qa, AnyFloat q, Strides3 qs, const W* w, MlaShape sh, int64_t r0, int64_t rows,
+                      AnyFloat cache, Strides3 cs, AnyFloat latent_new, int64_t latent_new_stride,
+                      const int32_t* seq_lens) {
+  __shared__ __align__(16) float q_s[kAbsorbChunk][kAbsorbRows];  // [j][row]: a j's 8 rows are two float4s
+  __shared__ float partial[kAbsorbSlices - 1][kAbsorbRows][kAbsorbLatents];
+  const int tid = int(threadIdx.x), li = tid % kAbsorbLatents, slice = tid / kAbsorbLatents;
+  const int64_t h = blockIdx.y, rt0 = int64_t(blockIdx.z) * kAbsorbRows;
+  const int n = int(min(int64_t(kAbsorbRows), rows - rt0));
+  const int l = int(blockIdx.x) * kAbsorbLatents + li;
+  const int L = sh.L;
+
+  // q and the cache come from earlier kernels of the step.
+  wait_for_prior_kernels();
+  release_dependents();
+
+  float acc[kAbsorbRows];
+#pragma unroll
+  for (int rr = 0; rr < kAbsorbRows; ++rr) acc[rr] = 0.0f;
+  const W* const w_col = w + h * int64_t(sh.Dn + sh.Dv) * L + l;  // W[h, j, l] at w_col[j·L]
+  for (int j0 = 0; j0 < sh.Dn; j0 += kAbsorbChunk) {
+    const int jn = min(kAbsorbChunk, sh.Dn - j0);
+    if (j0 > 0) __syncthreads();  // every slice is done with the previous chunk
+    for (int i = tid; i < kAbsorbChunk * kAbsorbRows; i += kAbsorbThreads) {
+      const int jj = i / kAbsorbRows, rr = i % kAbsorbRows;
+      q_s[jj][rr] = jj < jn && rr < n ? q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + j0 + jj) : 0.0f;
+    }
+    __syncthreads();
+    if (l < L) {
+      const int per = (jn + kAbsorbSlices - 1) / kAbsorbSlices;
+      const int jb = slice * per, je = min(jn, jb + per);
+      for (int jj = jb; jj < je; jj += kAbsorbBatch) {
+        const W* const wp = w_col + int64_t(j0 + jj) * L;
+        float x[kAbsorbBatch];
+#pragma unroll
+        for (int k = 0; k < kAbsorbBatch; ++k) x[k] = jj + k < je ? to_float(wp[int64_t(k) * L]) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < kAbsorbBatch; ++k)
+          if (jj + k < je) {
+#pragma unroll
+            for (int rr = 0; rr < kAbsorbRows; ++rr) acc[rr] = fmaf(q_s[jj + k][rr], x[k], acc[rr]);
+          }
+      }
+    }
+  }
+  // The slices' sums, added in slice order.
+  if (slice > 0) {
+#pragma unroll
+    for (int rr = 0; rr < kAbsorbRows; ++rr) partial[slice - 1][rr][li] = acc[rr];
+  }
+  __syncthreads();
+  if (slice == 0 && l < L) {
+#pragma unroll
+    for (int rr = 0; rr < kAbsorbRows; ++rr) {
+      if (rr < n) {  // a guard, not the loop's bound: acc stays in registers
+        float v = acc[rr];
+#pragma unroll
+        for (int sl = 0; sl < kAbsorbSlices - 1; ++sl) v += partial[sl][rr][li];
+        qa[((rt0 + rr) * sh.H + h) * sh.E + l] = sh.scale * v;
+      }
+    }
+  }
+  if (blockIdx.x != 0) return;
+  for (int i = tid; i < n * sh.Dr; i += kAbsorbThreads) {  // q_rope, scaled
+    const int rr = i / sh.Dr, e = i % sh.Dr;
+    qa[((rt0 + rr) * sh.H + h) * sh.E + L + e] = sh.scale * q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + sh.Dn + e);
+  }
+  if (latent_new.p != nullptr && h == 0)
+    for (int rr = 0; rr < n; ++rr) {
+      const int64_t b = r0 + rt0 + rr;  // decode: a row per sequence
+      const int64_t len = seq_lens[b];
+      if (len < 1 || len > sh.Tk) continue;  // a length that does not fit: write nothing
+      for (int e = tid; e < sh.E; e += kAbsorbThreads)
+        cache.store(b * cs.b + (len - 1) * cs.t + e, latent_new.load(b * latent_new_stride + e));
+    }
+}
+
+// Keys j0 … j0 + n − 1 of a sequence (rows `stride` elements apart) into the tile's rows 0 … n − 1,
+// rows n … kTileKeys − 1 zero. rows16: every row is whole 16-byte pieces, 16-byte aligned.
+template <class C>
+__device__ inline void stage_tile(C* tile, int pitch, const C* seq_rows, int64_t stride, int64_t j0, int n, int E,
+                                  bool rows16) {
+  const int tid = int(threadIdx.x);
+  if (rows16) {
+    constexpr int kPer = 16 / int(sizeof(C));
+    const int pieces = E / kPer, total = kTileKeys * pieces;
+#if defined(DING_GPU_NVIDIA_MMA)
+    for (int i = tid; i < total; i += kAttendThreads) {
+      const int t = i / pieces, u = i - t * pieces;
+      const bool in = t < n;
+      cp_async_16(smem_address(tile + t * pitch + u * kPer), seq_rows + (j0 + (in ? t : 0)) * stride + u * kPer,
+                  in ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+#else
+    constexpr int kBatch = 4;  // loads in flight per thread before the stores
+    for (int i0 = tid; i0 < total; i0 += kBatch * kAttendThreads) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = i0 + k * kAttendThreads, t = i / pieces, u = i - t * pieces;
+        v[k] = i < total && t < n ? *reinterpret_cast<const uint4*>(seq_rows + (j0 + t) * stride + u * kPer)
+                                  : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = i0 + k * kAttendThreads, t = i / pieces, u = i - t * pieces;
+        if (i < total) *reinterpret_cast<uint4*>(tile + t * pitch + u * kPer) = v[k];
+      }
+    }
+#endif
+    return;
+  }
+  for (int i = tid; i < kTileKeys * E; i += kAttendThreads) {
+    const int t = i / E, e = i - t * E;
+    tile[t * pitch + e] = t < n ? seq_rows[(j0 + t) * stride + e] : from_float<C>(0.0f);
+  }
+}
+
+// C: the cache's element type; G: heads per block as compiled (the group's heads, rounded up).
+template <class C, int G>
+__global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThreads, 2))
+    mla_attend_kernel(const float* qa, const C* cache, Strides3 cs, bool rows16, const int32_t* seq_lens, MlaShape sh,
+                      int64_t r0, MlaPartials part, float* o_lat) {
+  constexpr int kWarps = kAttendThreads / warp_size();
+  constexpr int kWarpHeads = (G + kWarps - 1) / kWarps;  // heads g = warp + i·kWarps, i < kWarpHeads
+  extern __shared__ float4 mla_attend_shared[];
+  float* const q_s = reinterpret_cast<float*>(mla_attend_shared);  // [G][qa_pitch], zero past E
+  float* const p_s = q_s + G * sh.qa_pitch;                         // [G][kTileKeys]: scores, then weights
+  float* const alpha_s = p_s + G * kTileKeys;                       // [G] the tile's rescale
+  float* const m_s = alpha_s + G;                                   // [G] the final max and sum
+  float* const sum_s = m_s + G;
+  C* const tile = reinterpret_cast<C*>(sum_s + G);                  // [kTileKeys][tile_pitch], 16-byte aligned
+
+  const int64_t r = blockIdx.x, row = r0 + r;
+  const int64_t h0 = int64_t(blockIdx.y) * sh.group_heads;
+  const int heads = int(min(int64_t(sh.group_heads), sh.H - h0));
+  const int split = int(blockIdx.z) / sh.latent_chunks, lc = int(blockIdx.z) % sh.latent_chunks;
+  const int tid = int(threadIdx.x), lane = tid % warp_size(), warp = tid / warp_size();
+  const int E = sh.E, L = sh.L, pitch = sh.tile_pitch;
+  const int64_t first_state = (r * sh.H + h0) * sh.splits + split;  // head g's: first_state + g·splits
+
+  // qa comes from the absorb kernel, the cache (its new row) from it or earlier kernels.
+  wait_for_prior_kernels();
+  release_dependents();
+
+  const int64_t keys = row_keys(sh, seq_lens, row);
+  const int64_t begin = int64_t(split) * sh.chunk, end = min(keys, begin + sh.chunk);
+  if (begin >= end) {  // uniform: a split past the row's keys leaves the neutral state
+    if (lc == 0 && tid < heads) {
+      part.m[first_state + int64_t(tid) * sh.splits] = -INFINITY;
+      part.sum[first_state + int64_t(tid) * sh.splits] = 0.0f;
+    }
+    return;
+  }
+
+  for (int i = tid; i < G * sh.qa_pitch; i += kAttendThreads) {
+    const int g = i / sh.qa_pitch, e = i - g * sh.qa_pitch;
+    q_s[i] = g < heads && e < E ? qa[(r * sh.H + h0 + g) * E + e] : 0.0f;
+  }
+
+  const int key_lane = tid % kKeyLanes, key_group = tid / kKeyLanes;
+  const int chunks = (E + kChunkElems - 1) / kChunkElems;
+  const C* const seq_rows = cache + (row / sh.Tq) * cs.b;
+  const int l0 = lc * kLatentChunk + kLatentsPerThread * tid;  // this thread's latents l0 … l0 + 3
+  float acc[G][kLatentsPerThread];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int c = 0; c < kLatentsPerThread; ++c) acc[g][c] = 0.0f;
+  float m_run[kWarpHeads], sum_run[kWarpHeads];  // the same on every lane of the warp
+#pragma unroll
+  for (int i = 0; i < kWarpHeads; ++i) m_run[i] = -INFINITY, sum_run[i] = 0.0f;
+
+  for (int64_t j0 = begin; j0 < end; j0 += kTileKeys) {
+    const int n = int(min(int64_t(kTileKeys), end - j0));  // the tile's keys, ≥ 1
+    if (j0 > begin) __syncthreads();  // every thread is done with the previous tile and its weights
+    stage_tile(tile, pitch, seq_rows, cs.t, j0, n, E, rows16);
+    __syncthreads();
+
+    // Scores of the tile's keys into p_s, −inf from n on (those rows are zero).
+    {
+      const C* key[kKeysPerGroup];
+      int t[kKeysPerGroup];
+#pragma unroll
+      for (int u = 0; u < kKeysPerGroup; ++u) {
+        t[u] = u * kKeyGroups + key_group;
+        key[u] = tile + t[u] * pitch;
+      }
+      float s[G][kKeysPerGroup];
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int u = 0; u < kKeysPerGroup; ++u) s[g][u] = 0.0f;
+      for (int ch = 0; ch < chunks; ++ch) {
+        // Elements e … e + 3 and e + 32 … e + 35 (load4 reads zero past E, where q_s is zero too).
+        const int e = ch * kChunkElems + 4 * key_lane;
+        float4 c[kKeysPerGroup][2];
+#pragma unroll
+        for (int u = 0; u < kKeysPerGroup; ++u) {
+          c[u][0] = attn::load4(key[u], e, E, true);
+          c[u][1] = attn::load4(key[u], e + kChunkElems / 2, E, true);
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float4 qa0 = *reinterpret_cast<const float4*>(q_s + g * sh.qa_pitch + e);
+          const float4 qa1 = *reinterpret_cast<const float4*>(q_s + g * sh.qa_pitch + e + kChunkElems / 2);
+#pragma unroll
+          for (int u = 0; u < kKeysPerGroup; ++u) {
+            float v = s[g][u];
+            v = fmaf(qa0.x, c[u][0].x, v);
+            v = fmaf(qa0.y, c[u][0].y, v);
+            v = fmaf(qa0.z, c[u][0].z, v);
+            v = fmaf(qa0.w, c[u][0].w, v);
+            v = fmaf(qa1.x, c[u][1].x, v);
+            v = fmaf(qa1.y, c[u][1].y, v);
+            v = fmaf(qa1.z, c[u][1].z, v);
+            v = fmaf(qa1.w, c[u][1].w, v);
+            s[g][u] = v;
+          }
+        }
+      }
+      // The group's 8 partial dots added by a butterfly (every lane ends with the sum); lane
+      // g mod 8 of the group stores head g's scores.
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int u = 0; u < kKeysPerGroup; ++u) {
+          float v = s[g][u];
+#pragma unroll
+          for (int m = kKeyLanes / 2; m > 0; m /= 2) v += shfl_xor(v, m);
+          if (g % kKeyLanes == key_lane) p_s[g * kTileKeys + t[u]] = t[u] < n ? v : -INFINITY;
+        }
+    }
+    __syncthreads();
+
+    // Online softmax, a warp per head, lane t holding key t: scores become weights in place.
+#pragma unroll
+    for (int i = 0; i < kWarpHeads; ++i) {
+      const int g = warp + i * kWarps;
+      if (g < G) {  // uniform over the warp
+        float* const p = p_s + g * kTileKeys;
+        const float x = lane < kTileKeys ? p[lane] : -INFINITY;
+        const float m_new = fmaxf(m_run[i], warp_max(x));  // finite: key 0 of the tile is visible
+        const float wt = attn::exp_from(x, m_new);
+        if (lane < kTileKeys) p[lane] = wt;
+        const float alpha = attn::exp_from(m_run[i], m_new);
+        sum_run[i] = sum_run[i] * alpha + warp_sum(wt);
+        m_run[i] = m_new;
+        if (lane == 0) alpha_s[g] = alpha;
+      }
+    }
+    __syncthreads();
+
+    // acc[g] = alpha[g]·acc[g] + Σ_t p[g][t]·c_t over this thread's latents, 4 keys at a time
+    // (rows and weights past n are zero).
+    if (l0 < L) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float alpha = alpha_s[g];
+#pragma unroll
+        for (int c = 0; c < kLatentsPerThread; ++c) acc[g][c] *= alpha;
+      }
+      for (int t = 0; t < n; t += 4) {
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) x[u] = attn::load4(tile + (t + u) * pitch, l0, L, true);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float4 p = *reinterpret_cast<const float4*>(p_s + g * kTileKeys + t);
+          acc[g][0] = fmaf(p.w, x[3].x, fmaf(p.z, x[2].x, fmaf(p.y, x[1].x, fmaf(p.x, x[0].x, acc[g][0]))));
+          acc[g][1] = fmaf(p.w, x[3].y, fmaf(p.z, x[2].y, fmaf(p.y, x[1].y, fmaf(p.x, x[0].y, acc[g][1]))));
+          acc[g][2] = fmaf(p.w, x[3].z, fmaf(p.z, x[2].z, fmaf(p.y, x[1].z, fmaf(p.x, x[0].z, acc[g][2]))));
+          acc[g][3] = fmaf(p.w, x[3].w, fmaf(p.z, x[2].w, fmaf(p.y, x[1].w, fmaf(p.x, x[0].w, acc[g][3]))));
+        }
+      }
+    }
+  }
+
+  // The heads' (m, sum), held by their warps, for every thread.
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < kWarpHeads; ++i) {
+      const int g = warp + i * kWarps;
+      if (g < G) m_s[g] = m_run[i], sum_s[g] = sum_run[i];
+    }
+  }
+  __syncthreads();
+  if (l0 < L) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+      if (g < heads) {
+        // One split: the normalised o_lat (sum ≥ 1: the row's maximum contributes e^0); else the
+        // split's unnormalised acc.
+        const bool one = sh.splits == 1;
+        float* const dst = one ? o_lat + (r * sh.H + h0 + g) * L + l0 : part.acc + (first_state + int64_t(g) * sh.splits) * L + l0;
+        const float f = one ? 1.0f / sum_s[g] : 1.0f;
+#pragma unroll
+        for (int c = 0; c < kLatentsPerThread; ++c)
+          if (l0 + c < L) dst[c] = acc[g][c] * f;
+      }
+  }
+  if (sh.splits > 1 && lc == 0 && tid < heads) {
+    part.m[first_state + int64_t(tid) * sh.splits] = m_s[tid];
+    part.sum[first_state + int64_t(tid) * sh.splits] = sum_s[tid];
+  }
+}
+
+__global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaPartials part, float* o_lat, MlaShape sh) {
+  __shared__ float weight[kMaxSplits];  // e^(m_s − m*)
+  __shared__ float reduce_space[32];
+  __shared__ float subtotal[kMergeSubsets - 1][kMergeLatents];
+  const int tid = int(threadIdx.x), li = tid % kMergeLatents, subset = tid / kMergeLatents;
+  const int64_t h = blockIdx.y, r = blockIdx.z;
+  const int l = int(blockIdx.x) * kMergeLatents + li;
+  const int splits = sh.splits, L = sh.L;
+  const int64_t first = (r * sh.H + h) * splits;
+
+  // The partial states come from the attend kernel.
+  wait_for_prior_kernels();
+  release_dependents();
+
+  float top = -INFINITY;  // finite in the end: split 0 always has keys
+  for (int s = tid; s < splits; s += kMergeThreads) top = fmaxf(top, part.m[first + s]);
+  top = block_max(top, reduce_space);
+  float sum = 0.0f;
+  for (int s = tid; s < splits; s += kMergeThreads) {
+    const float wt = attn::exp_from(part.m[first + s], top);
+    weight[s] = wt;
+    sum = fmaf(wt, part.sum[first + s], sum);
+  }
+  sum = block_sum(sum, reduce_space);  // its barriers also publish weight[]
+
+  float v = 0.0f;
+  if (l < L) {
+    const float* const acc = part.acc + first * L + l;
+    for (int s0 = subset; s0 < splits; s0 += kMergeSubsets * kMergeBatch) {
+      float a[kMergeBatch], wt[kMergeBatch];
+#pragma unroll
+      for (int k = 0; k < kMergeBatch; ++k) {
+        const int s = s0 + k * kMergeSubsets;
+        wt[k] = s < splits ? weight[s] : 0.0f;
+        a[k] = wt[k] != 0.0f ? acc[int64_t(s) * L] : 0.0f;  // an empty split wrote no acc
+      }
+#pragma unroll
+      for (int k = 0; k < kMergeBatch; ++k) v = fmaf(wt[k], a[k], v);
+    }
+  }
+  if (subset > 0) subtotal[subset - 1][li] = v;
+  __syncthreads();
+  if (subset == 0 && l < L) {
+#pragma unroll
+    for (int k = 0; k < kMergeSubsets - 1; ++k) v += subtotal[k][li];
+    o_lat[(r * sh.H + h) * L + l] = v / sum;
+  }
+}
+
+// 8 elements from p (aligned to min(16, 8·sizeof(T)) bytes) as f32.
+template <class T>
+__device__ inline void load8(const T* p, float (&v)[8]) {
+  constexpr int P = kPack16<T> < 8 ? kPack16<T> : 8;
+#pragma unroll
+  for (int c = 0; c < 8; c += P) {
+    const Pack<T, P> pk = *reinterpret_cast<const Pack<T, P>*>(p + c);
+#pragma unroll
+    for (int e = 0; e < P; ++e) v[c + e] = to_float(pk.v[e]);
+  }
+}
+
+// w_vec: L % 8 == 0 and W 16-byte aligned, so every W row and every o_lat row in shared memory
+// starts on a multiple of 8 elements.
+template <class W>
+__global__ void __launch_bounds__(kProjectThreads)
+    mla_project_kernel(AnyFloat out, Strides3 os, const W* w, bool w_vec, const float* o_lat, MlaShape sh, int64_t r0,
+                       int64_t rows) {
+  constexpr int kWarps = kProjectThreads / warp_size();
+  extern __shared__ float4 mla_project_shared[];
+  float* const lat = reinterpret_cast<float*>(mla_project_shared);  // [kProjectRows][L]
+  const int L = sh.L;
+  const int tid = int(threadIdx.x), lane = tid % warp_size(), warp = tid / warp_size();
+  const int64_t h = blockIdx.y, rt0 = int64_t(blockIdx.z) * kProjectRows;
+  const int n = int(min(int64_t(kProjectRows), rows - rt0));
+  const int e_begin = int(blockIdx.x) * sh.values_per_block, e_end = min(sh.Dv, e_begin + sh.values_per_block);
+
+  // o_lat comes from the attend or merge kernel.
+  wait_for_prior_kernels();
+  release_dependents();
+
+  for (int i = tid; i < kProjectRows * L; i += kProjectThreads) {
+    const int rr = i / L, l = i - rr * L;
+    lat[i] = rr < n ? o_lat[((rt0 + rr) * sh.H + h) * L + l] : 0.0f;
+  }
+  __syncthreads();
+
+  const W* const w_uv = w + (h * int64_t(sh.Dn + sh.Dv) + sh.Dn) * L;  // [Dv, L]
+  for (int e0 = e_begin + warp * kValuesPerWarp; e0 < e_end; e0 += kWarps * kValuesPerWarp) {
+    const W* w_row[kValuesPerWarp];
+#pragma unroll
+    for (int v = 0; v < kValuesPerWarp; ++v) w_row[v] = w_uv + int64_t(min(e0 + v, e_end - 1)) * L;  // past e_end: unused
+    float sum[kValuesPerWarp][kProjectRows];
+#pragma unroll
+    for (int v = 0; v < kValuesPerWarp; ++v)
+#pragma unroll
+      for (int rr = 0; rr < kProjectRows; ++rr) sum[v][rr] = 0.0f;
+    if (w_vec) {
+      for (int l = 8 * lane; l < L; l += 8 * warp_size()) {
+        float x[kValuesPerWarp][8];
+#pragma unroll
+        for (int v = 0; v < kValuesPerWarp; ++v) load8(w_row[v] + l, x[v]);
+#pragma unroll
+        for (int rr = 0; rr < kProjectRows; ++rr) {
+          const float4 a0 = *reinterpret_cast<const float4*>(lat + rr * L + l);
+          const float4 a1 = *reinterpret_cast<const float4*>(lat + rr * L + l + 4);
+          const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+          for (int v = 0; v < kValuesPerWarp; ++v)
+#pragma unroll
+            for (int c = 0; c < 8; ++c) sum[v][rr] = fmaf(x[v][c], a[c], sum[v][rr]);
+        }
+      }
+    } else {
+      for (int l = lane; l < L; l += warp_size()) {
+        float x[kValuesPerWarp];
+#pragma unroll
+        for (int v = 0; v < kValuesPerWarp; ++v) x[v] = to_float(w_row[v][l]);
+#pragma unroll
+        for (int rr = 0; rr < kProjectRows; ++rr)
+#pragma unroll
+          for (int v = 0; v < kValuesPerWarp; ++v) sum[v][rr] = fmaf(x[v], lat[rr * L + l], sum[v][rr]);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kValuesPerWarp; ++v)
+#pragma unroll
+      for (int rr = 0; rr < kProjectRows; ++rr) {
+        const float o = warp_sum(sum[v][rr]);
+        if (lane == 0 && rr < n && e0 + v < e_end) out.store(row_at(os, r0 + rt0 + rr, sh.Tq, h) + e0 + v, o);
+      }
+  }
+}
+
+// Whether every row of x (all dims but the last) starts 16-byte aligned and is whole 16-byte pieces.
+bool rows_16_bytes(const Tensor& x) {
+  const int64_t size = int64_t(dtype_size(x.dtype));
+  if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0 || (x.dim(-1) * size) % 16 != 0) return false;
+  for (int d = 0; d + 1 < x.rank; ++d)
+    if ((x.strides[d] * size) % 16 != 0) return false;
+  return true;
+}
+
+// Both ops: `rows` query rows of q (qs) into out (os), keys from cache; decode passes seq_lens
+// (and latent_new where the op appends), prefill null.
+void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Strides3 qs, const Tensor& out, Strides3 os,
+                const Tensor& cache, const Tensor& w_kv, const int32_t* seq_lens, const Tensor& latent_new) {
+  const std::string op = seq_lens ? "mla_decode" : "mla_prefill";
+  const Props& props = s.props();
+  const size_t optin = props.shared_per_block_optin;
+  const int64_t target_blocks = 2 * int64_t(props.sm_count);
+  const int64_t pass_rows = std::min(rows, std::max<int64_t>(1, kPassRowHeads / sh.H));
+
+  // Attend blocks: up to 16 heads, fewer where they do not fit shared memory or leave the device
+  // short of blocks even at the most splits; the heads spread evenly (17: 9 + 8, not 16 + 1).
+  const size_t cache_size = dtype_size(cache.dtype);
+  sh.qa_pitch = int(ceil_div(sh.E, kChunkElems) * kChunkElems);
+  sh.tile_pitch = int((ceil_div(int64_t(sh.E) * int64_t(cache_size), 128) * 128 + 64) / int64_t(cache_size));
+  auto attend_bytes = [&](int g) {
+    return sizeof(float) * size_t(g) * size_t(sh.qa_pitch + kTileKeys + 3) + size_t(kTileKeys) * size_t(sh.tile_pitch) * cache_size;
+  };
+  const int64_t most_splits = seq_lens ? std::clamp<int64_t>(sh.Tk / kMinSplitKeys, 1, kMaxSplits) : 1;
+  int max_heads = kMaxGroupHeads;
+  while (max_heads > 4 && (attend_bytes(max_heads) > optin || pass_rows * ceil_div(sh.H, max_heads) * most_splits < target_blocks))
+    max_heads /= 2;
+  if (attend_bytes(max_heads) > optin)
+    throw Error(ErrorCode::not_implemented, op + " on the GPU: a cache row of L + Dr = " + std::to_string(sh.E) +
+                                                " elements needs " + std::to_string(attend_bytes(max_heads)) +
+                                                " bytes of shared memory per block; this device allows " + std::to_string(optin));
+  const int64_t groups = ceil_div(sh.H, max_heads);
+  sh.group_heads = int(ceil_div(sh.H, groups));
+  const int variant = sh.group_heads <= 4 ? 4 : sh.group_heads <= 8 ? 8 : 16;  // ≤ max_heads
+
+  sh.latent_chunks = int(ceil_div(sh.L, kLatentChunk));
+  sh.splits = 1;
+  sh.chunk = sh.Tk;
+  if (seq_lens) {  // from S alone: the lengths live on the device
+    const int64_t splits = std::clamp<int64_t>(ceil_div(target_blocks, pass_rows * groups), 1, most_splits);
+    sh.chunk = ceil_div(ceil_div(sh.Tk, splits), kTileKeys) * kTileKeys;
+    sh.splits = int(ceil_div(sh.Tk, sh.chunk));
+  }
+  const int64_t project_tiles = ceil_div(pass_rows, kProjectRows);
+  const int64_t value_blocks =
+      std::clamp<int64_t>(ceil_div(props.sm_count, sh.H * project_tiles), 1, std::max<int64_t>(1, sh.Dv / 32));
+  sh.values_per_block = int(ceil_div(sh.Dv, value_blocks));
+  const size_t project_bytes = sizeof(float) * size_t(kProjectRows) * size_t(sh.L);
+  if (project_bytes > optin)
+    throw Error(ErrorCode::not_implemented, op + " on the GPU: L = " + std::to_string(sh.L) + " needs " +
+                                                std::to_string(project_bytes) + " bytes of shared memory per block; this device allows " +
+                                                std::to_string(optin));
+  if (sh.H > kMaxGridDim || int64_t(sh.splits) * sh.latent_chunks > kMaxGridDim)
+    throw Error(ErrorCode::not_implemented, op + " on the GPU: H = " + std::to_string(sh.H) + ", L = " +
+                                                std::to_string(sh.L) + " exceed the launch grid");
+
+  // The pass's f32 scratch: the partial states (several splits), o_lat, qa.
+  const int64_t states = sh.splits > 1 ? pass_rows * sh.H * sh.splits : 0;
+  const int64_t row_heads = pass_rows * sh.H;
+  float* const scratch = static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (sh.L + 2) + row_heads * (sh.L + sh.E))));
+  const MlaPartials part{scratch, scratch + states * sh.L, scratch + states * (sh.L + 1)};
+  float* const o_lat = scratch + states * (sh.L + 2);
+  float* const qa = o_lat + row_heads * sh.L;
+
+  const bool chained = props.has_chained_launch();
+  const bool rows16 = rows_16_bytes(cache);
+  const bool w_vec = sh.L % 8 == 0 && reinterpret_cast<uintptr_t>(w_kv.data) % 16 == 0;
+  const Strides3 cs{cache.strides[0], cache.strides[1], 0};
+  const int64_t latent_new_stride = latent_new.defined() ? latent_new.strides[0] : 0;
+
+  for (int64_t r0 = 0; r0 < rows; r0 += pass_rows) {
+    const int64_t n = std::min(pass_rows, rows - r0);
+    with_float_type(w_kv.dtype, [&](auto w_tag) {
+      using W = decltype(w_tag);
+      DING_GPU_CHECK(launch_chained(chained, mla_absorb_kernel<W>,
+                                    dim3(unsigned(ceil_div(sh.L, kAbsorbLatents)), unsigned(sh.H), unsigned(ceil_div(n, kAbsorbRows))),
+                                    dim3(kAbsorbThreads), 0, s.handle(), qa, any_float(q), qs,
+                                    static_cast<const W*>(w_kv.data), sh, r0, n, any_float(cache), cs,
+                                    any_float(latent_new), latent_new_stride, seq_lens));
+    });
+    with_float_type(cache.dtype, [&](auto cache_tag) {
+      using C = decltype(cache_tag);
+      auto attend = [&](auto g_tag) {
+        constexpr int G = decltype(g_tag)::value;
+        const size_t shared = attend_bytes(G);
+        DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_attend_kernel<C, G>), int(shared)));
+        DING_GPU_CHECK(launch_chained(chained, mla_attend_kernel<C, G>,
+                                      dim3(unsigned(n), unsigned(groups), unsigned(sh.splits * sh.latent_chunks)),
+                                      dim3(kAttendThreads), shared, s.handle(), static_cast<const float*>(qa),
+                                      static_cast<const C*>(cache.data), cs, rows16, seq_lens, sh, r0, part, o_lat));
+      };
+      switch (variant) {
+        case 4: attend(std::integral_constant<int, 4>{}); break;
+        case 8: attend(std::integral_constant<int, 8>{}); break;
+        default: attend(std::integral_constant<int, 16>{}); break;
+      }
+    });
+    if (sh.splits > 1)
+      DING_GPU_CHECK(launch_chained(chained, mla_merge_kernel,
+                                    dim3(unsigned(ceil_div(sh.L, kMergeLatents)), unsigned(sh.H), unsigned(n)),
+                                    dim3(kMergeThreads), 0, s.handle(), part, o_lat, sh));
+    with_float_type(w_kv.dtype, [&](auto w_tag) {
+      using W = decltype(w_tag);
+      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_project_kernel<W>), int(project_bytes)));
+      DING_GPU_CHECK(launch_chained(chained, mla_project_kernel<W>,
+                                    dim3(unsigned(ceil_div(sh.Dv, sh.values_per_block)), unsigned(sh.H),
+                                         unsigned(ceil_div(n, kProjectRows))),
+                                    dim3(kProjectThreads), project_bytes, s.handle(), any_float(out), os,
+                                    static_cast<const W*>(w_kv.data), w_vec, static_cast<const float*>(o_lat), sh, r0, n));
+    });
+  }
+}
+
+MlaShape mla_shape(const ops::MlaDims& d, float scale, int64_t Tq, int64_t Tk) {
+  MlaShape sh{};
+  sh.H = d.heads, sh.Tq = Tq, sh.Tk = Tk;
+  sh.L = int(d.latent), sh.Dr = int(d.rope), sh.Dn = int(d.nope), sh.Dv = int(d.value);
+  sh.E = int(d.latent + d.rope);
+  sh.scale = scale;
+  return sh;
+}
+
+}  // namespace
+
+void mla_prefill(Stream& stream, const ops::MlaPrefillArgs& a) {
+  const ops::MlaDims d = ops::mla_dims(a.q, a.cache, a.w_kv);
+  const int64_t B = a.q.dim(0), Tq = a.q.dim(1), Tk = a.cache.dim(1);
+  if (B * Tq * d.heads == 0) return;
+  launch_mla(gpu_stream(stream), mla_shape(d, ops::mla_scale(a.params, d), Tq, Tk), B * Tq, a.q, attn::strides3(a.q),
+             a.out, attn::strides3(a.out), a.cache, a.w_kv, nullptr, Tensor{});
+}
+
+void mla_decode(Stream& stream, const ops::MlaDecodeArgs& a) {
+  const ops::MlaDims d = ops::mla_dims(a.q, a.cache, a.w_kv);
+  const int64_t B = a.q.dim(0), S = a.cache.dim(1);
+  if (B * d.heads == 0) return;
+  if (S == 0)  // every length is outside [1, S]: nothing to attend (the host backends raise too)
+    throw Error(ErrorCode::invalid_argument, "mla_decode: the cache holds no positions (cache " + a.cache.shape_str() + ")");
+  launch_mla(gpu_stream(stream), mla_shape(d, ops::mla_scale(a.params, d), 1, S), B, a.q, attn::strides_bhd(a.q), a.out,
+             attn::strides_bhd(a.out), a.cache, a.w_kv, static_cast<const int32_t*>(a.seq_lens.data), a.latent_new);
+}
+
+DING_GPU_END

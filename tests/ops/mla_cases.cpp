@@ -1,0 +1,179 @@
+// mla_prefill and mla_decode cases: DeepSeek-V2-Lite's head shape scaled down and odd sizes (no
+// dimension a multiple of anything), one head and many, chunked prefill (Tk > Tq) through a view
+// of a longer cache, q as a strided view of a wider projection, decode lengths from 1 to S, the
+// token's latent appended by the op, f32/f16/bf16 and mixed dtypes; benchmark shapes at
+// DeepSeek-V2-Lite's and V2's heads over 4k and 32k caches.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "ding/ops/mla.h"
+#include "op_cases.h"
+
+namespace ding::testing {
+namespace {
+
+// Both sides read identical rounded inputs; the gap is the kernels' f32 arithmetic against the
+// reference's double, and on the output side the rounding flips it causes. The backends compute
+// the absorbed form, the prefill reference the expanded one: in exact arithmetic the same, in f32
+// each a chain of three sums (the absorption or expansion over Dn or L terms, the scores, the
+// weighted sum of the latents) instead of attention's two, each ~1e-7 relative.
+double tolerance(DType out, int64_t elements) {
+  if (out == DType::f32) return 2e-11;
+  return flip_nmse(out, elements, 1.0, 4) + 12e-3 * rounding_nmse(out);
+}
+
+const char* tolerance_reason(DType out) {
+  switch (out) {
+    case DType::f32: return "f32 absorption, L-term scores and latent sums against double (either form); measured <= 9.1e-13 (cpu, S = 2100)";
+    case DType::f16: return "f16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
+    default: return "bf16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
+  }
+}
+
+struct Shape {
+  int64_t H = 3, L = 24, Dr = 8, Dn = 12, Dv = 10;
+};
+
+std::string shape_tag(const Shape& s) { return fmt::format("H{}_L{}_Dr{}_Dn{}_Dv{}", s.H, s.L, s.Dr, s.Dn, s.Dv); }
+
+std::string dtype_tag(DType q, DType cache, DType w, DType out) {
+  if (q == cache && cache == w && w == out) return std::string(dtype_name(q));
+  return fmt::format("q{}_cache{}_w{}_out{}", dtype_name(q), dtype_name(cache), dtype_name(w), dtype_name(out));
+}
+
+// The latents are unit normal and W's rows have norm ≈ 1 (stddev 1/√L), so keys and values are
+// unit-scale like the queries and the scores stay O(1) at the default scale.
+Tensor weights(CaseRun& run, DType dtype, const Shape& s) {
+  return run.normal(dtype, {s.H, s.Dn + s.Dv, s.L}, 1.0 / std::sqrt(double(s.L)));
+}
+
+struct Prefill {
+  int64_t B = 1, Tq = 9, Tk = 9;
+  Shape shape;
+  float scale = 0;
+  DType q = DType::f32, cache = DType::f32, w = DType::f32, out = DType::f32;
+  bool views = false;  // q a slice of a [B, Tq, H, Dn + Dr + 5] product; cache the first Tk of Tk + 7 positions
+  bool in_tests = true;
+};
+
+OpCase prefill_case(const Prefill& p) {
+  std::string name = fmt::format("mla_prefill/B{}_Tq{}_Tk{}_{}_{}", p.B, p.Tq, p.Tk, shape_tag(p.shape),
+                                 dtype_tag(p.q, p.cache, p.w, p.out));
+  if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
+  if (p.views) name += "_views";
+  const Shape& s = p.shape;
+  OpCase c{"mla_prefill", name, tolerance(p.out, p.B * p.Tq * s.H * s.Dv), tolerance_reason(p.out), nullptr, p.in_tests};
+  c.build = [p, s](CaseRun& run) {
+    const int64_t E = s.Dn + s.Dr;
+    const Tensor q = p.views ? run.normal(p.q, {p.B, p.Tq, s.H, E + 5}).slice(3, 2, E + 2) : run.normal(p.q, {p.B, p.Tq, s.H, E});
+    const Tensor cache = p.views ? run.normal(p.cache, {p.B, p.Tk + 7, s.L + s.Dr}).slice(1, 0, p.Tk)
+                                 : run.normal(p.cache, {p.B, p.Tk, s.L + s.Dr});
+    const Tensor w = weights(run, p.w, s);
+    const Tensor out = run.output("out", p.out, {p.B, p.Tq, s.H, s.Dv});
+    const ops::MlaParams params{p.scale};
+    run.launch = [=](Stream& st) { ops::mla_prefill(st, out, q, cache, w, params); };
+    run.cost = ops::cost(ops::MlaPrefillArgs{out, q, cache, w, params});
+  };
+  return c;
+}
+
+struct Decode {
+  int64_t B = 3, S = 33;
+  Shape shape;
+  float scale = 0;
+  DType q = DType::f32, cache = DType::f32, w = DType::f32, out = DType::f32;
+  bool views = false;  // q a slice of a [B, H, Dn + Dr + 5] product; cache [B, S + 4, L + Dr] cut to S
+  bool full = false;   // every seq_len = S (bench); otherwise 1, random in [1, S] …, S
+  // The token's [c ; k^R] of this dtype (a view into a wider row) stored at seq_lens − 1 by the
+  // op; the cache is then in-out and compared whole, exactly (a copy rounded alike on both sides).
+  std::optional<DType> append;
+  bool in_tests = true;
+};
+
+OpCase decode_case(const Decode& p) {
+  std::string name = fmt::format("mla_decode/B{}_S{}_{}_{}", p.B, p.S, shape_tag(p.shape), dtype_tag(p.q, p.cache, p.w, p.out));
+  if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
+  if (p.views) name += "_views";
+  if (p.full) name += "_full";
+  if (p.append) name += fmt::format("_append{}", dtype_name(*p.append));
+  const Shape& s = p.shape;
+  OpCase c{"mla_decode", name, tolerance(p.out, p.B * s.H * s.Dv), tolerance_reason(p.out), nullptr, p.in_tests};
+  c.build = [p, s](CaseRun& run) {
+    const int64_t E = s.Dn + s.Dr, row = s.L + s.Dr;
+    const Tensor q = p.views ? run.normal(p.q, {p.B, s.H, E + 5}).slice(2, 3, E + 3) : run.normal(p.q, {p.B, s.H, E});
+    Tensor cache, latent_new;
+    if (p.append) {
+      cache = run.inout("cache", p.cache, {p.B, p.S, row}, 1.0, {Compare::exact});
+      latent_new = run.normal(*p.append, {p.B, row + 6}).slice(1, 6, row + 6);
+    } else {
+      cache = p.views ? run.normal(p.cache, {p.B, p.S + 4, row}).slice(1, 0, p.S) : run.normal(p.cache, {p.B, p.S, row});
+    }
+    const Tensor w = weights(run, p.w, s);
+    // Lengths: the extremes 1 and S, and random ones between (the case's seeded rng: every
+    // device sees the same).
+    std::vector<int32_t> lens(size_t(p.B), int32_t(p.S));
+    if (!p.full) {
+      std::uniform_int_distribution<int32_t> pick(1, int32_t(p.S));
+      for (size_t b = 0; b < lens.size(); ++b) lens[b] = b == 0 ? 1 : b + 1 == lens.size() ? int32_t(p.S) : pick(run.rng);
+    }
+    const Tensor seq_lens = run.ints({p.B}, lens);
+    const Tensor out = run.output("out", p.out, {p.B, s.H, s.Dv});
+    const ops::MlaParams params{p.scale};
+    run.launch = [=](Stream& st) { ops::mla_decode(st, out, q, cache, seq_lens, w, params, latent_new); };
+    run.cost = ops::cost(ops::MlaDecodeArgs{out, q, cache, seq_lens, w, params, latent_new});
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> mla_cases() {
+  const DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+  const Shape lite_small{.H = 4, .L = 64, .Dr = 16, .Dn = 32, .Dv = 32};  // V2-Lite's proportions, scaled down
+  const Shape one_head{.H = 1, .L = 40, .Dr = 6, .Dn = 20, .Dv = 24};
+  const Shape wide{.H = 17, .L = 72, .Dr = 10, .Dn = 9, .Dv = 33};
+  std::vector<OpCase> cases;
+  auto prefill = [&](Prefill p) { cases.push_back(prefill_case(p)); };
+  auto decode = [&](Decode p) { cases.push_back(decode_case(p)); };
+
+  prefill({});
+  prefill({.Tq = 1, .Tk = 1});
+  prefill({.B = 2, .Tq = 17, .Tk = 17, .shape = lite_small});
+  prefill({.Tq = 5, .Tk = 40, .shape = lite_small, .views = true});  // a chunk after a cached prefix
+  prefill({.Tq = 33, .Tk = 70, .shape = wide, .scale = 0.2f});
+  prefill({.Tq = 12, .Tk = 12, .shape = one_head, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
+  prefill({.B = 2, .Tq = 7, .Tk = 30, .shape = lite_small, .q = f16, .cache = f16, .w = f16, .out = f16, .views = true});
+  prefill({.Tq = 9, .Tk = 20, .shape = lite_small, .q = f32, .cache = bf16, .w = bf16, .out = f32});
+  prefill({.Tq = 300, .Tk = 300, .shape = {.H = 2, .L = 32, .Dr = 8, .Dn = 16, .Dv = 16}, .q = bf16, .cache = bf16,
+           .w = bf16, .out = bf16});
+
+  decode({.B = 1, .S = 1});
+  decode({});
+  decode({.B = 3, .S = 300, .shape = lite_small});
+  decode({.B = 2, .S = 77, .shape = wide, .scale = 0.2f, .views = true});
+  decode({.B = 3, .S = 33, .shape = one_head, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
+  decode({.B = 3, .S = 50, .shape = lite_small, .q = f16, .cache = f16, .w = f16, .out = f16, .views = true});
+  decode({.B = 2, .S = 40, .shape = lite_small, .q = f32, .cache = bf16, .w = bf16, .out = f32});
+  decode({.B = 3, .S = 33, .shape = lite_small, .append = f32});
+  decode({.B = 3, .S = 60, .shape = lite_small, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .append = f32});
+  // Long caches: several GPU splits, the first sequence at length 1 (most splits empty).
+  decode({.B = 2, .S = 3000, .shape = lite_small, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
+  decode({.B = 1, .S = 2100, .shape = {.H = 20, .L = 96, .Dr = 16, .Dn = 24, .Dv = 40}, .full = true});
+
+  // DeepSeek-V2-Lite (16 heads) and V2 (128 heads): L = 512, Dr = 64, Dn = 128, Dv = 128, bf16,
+  // at 4k and 32k context.
+  const Shape lite{.H = 16, .L = 512, .Dr = 64, .Dn = 128, .Dv = 128}, v2{.H = 128, .L = 512, .Dr = 64, .Dn = 128, .Dv = 128};
+  for (int64_t S : {4096, 32768})
+    decode({.B = 1, .S = S, .shape = lite, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .full = true, .in_tests = false});
+  decode({.B = 1, .S = 4096, .shape = v2, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .full = true, .in_tests = false});
+  decode({.B = 8, .S = 4096, .shape = lite, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .full = true, .in_tests = false});
+  prefill({.Tq = 512, .Tk = 4096, .shape = lite, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .in_tests = false});
+  for (OpCase& c : cases)
+    if (!c.in_tests) c.name.insert(c.name.find('/') + 1, "bench_");
+  return cases;
+}
+
+}  // namespace ding::testing
