@@ -9,7 +9,8 @@
 # DING_CUDA_TMA (ON: also the persistent TMA matmul core, so DING_GEMM_TMA=1 runs can use it),
 # DING_GPU_HIP (1: also the hip backend, built through HIP's NVIDIA headers, so the parity suite
 # and the fixtures run on "hip" on the same GPU; default: 1 when the deps hold include/hip, which
-# `device-deps.sh .deps libamdhip64-dev` unpacks).
+# `device-deps.sh .deps libamdhip64-dev` unpacks), DING_GPU_BUILD_ONLY (1: stop after the build, so a
+# caller can prepare test data meanwhile and run this again for the tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps=${DING_DEPS:-$PWD/.deps/usr}
@@ -28,6 +29,7 @@ start=$(date +%s)
 cmake --build "$build" --parallel "$cores" 2>&1 | grep -E "error:|warning: |FAILED" | head -50
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "gpu-check: build failed"; exit 1; }
 echo "gpu-check: build took $(($(date +%s) - start)) s on $cores cores (hip: $hip)"
+[[ ${DING_GPU_BUILD_ONLY:-0} == 1 ]] && exit 0
 # One ding_tests process per core, each a gtest shard: a GPU process pays seconds of device
 # start-up, which ctest's process per test would pay for each of thousands of cases.
 cd "$build/tests"

@@ -4,17 +4,20 @@
 // Query rows are decode's sequences (row b) or prefill's queries (row b·Tq + i). Per pass of rows,
 // three or four chained launches (vendor.h), each waiting for its predecessor before it reads:
 //
-//   absorb   grid (⌈L/64⌉, H, ⌈rows/8⌉), 256 threads. qa[r, h] = s · [W_ukᵀ q_nope ; q_rope] in f32
-//            scratch [rows, H, L + Dr] (the scale folded in, as attention does with q). A thread
-//            owns one latent l of 8 rows, so each W element it loads (coalesced over l) feeds 8
-//            FMAs; the block's 4 slices of 64 threads split the Dn terms (added in slice order) and
-//            load 16 rows of W at a time, so a decode step's few rows keep W_uk's reads in flight.
+//   absorb   grid (⌈L/32⌉, H, ⌈rows/8⌉), 256 threads. qa[r, h] = s · [W_ukᵀ q_nope ; q_rope] in f32
+//            scratch [rows, H, L + Dr, zero-padded to a multiple of 64] (the scale folded in, as
+//            attention does with q). A thread owns one latent l of 8 rows, so each W element it
+//            loads (coalesced over l) feeds 8 FMAs; the block's 8 slices of 32 threads split the Dn
+//            terms (added in slice order) and load 16 rows of W at once, so a decode step's few rows
+//            still have all of W_uk in flight in about one round trip (into L2 already: the block
+//            prefetches its columns before it waits for the previous kernel).
 //            Decode with latent_new: the (l-chunk 0, head 0) blocks also store the token's row at
 //            cache[b, seq_lens[b] − 1], which the attend kernel, launched after, reads from there.
 //   attend   grid (rows, head groups, splits × ⌈L/512⌉), 128 threads. A block takes G ≤ 16 heads
-//            of one row (their qa in shared memory) over its split's keys, in tiles of 32 keys
-//            staged whole into shared memory (cp.async on NVIDIA sm_80+, plain 16-byte loads
-//            elsewhere; every copy of a tile in flight at once; rows padded to 64 mod 128 bytes):
+//            of one row (their qa in shared memory, copied with the first tile) over its split's
+//            keys, in tiles of 32 keys staged whole into shared memory (cp.async on NVIDIA sm_80+,
+//            batches of 16-byte loads elsewhere: a tile costs about one round trip; rows padded to
+//            64 mod 128 bytes, so the key groups of a half-warp hit different banks):
 //              scores: a group of 8 lanes scores 2 keys for all G heads, lane k taking elements
 //                64c + 4k … + 3 and 64c + 32 + 4k … + 3 of chunk c, so a q load serves 8 FMAs and
 //                a key load 4·G; the group's partial dots are added by 3 shuffles;
@@ -28,13 +31,14 @@
 //            them (DeepSeek-V2/V3: L = 512). One split: the block writes o_lat = acc / sum [rows, H,
 //            L] itself. Several: its unnormalised acc and, per head, (m, sum); a split past the
 //            row's keys writes only the neutral state m = −inf, sum = 0.
-//   merge    (several splits) grid (⌈L/64⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
-//            and sum* = Σ w_s·sum_s by the block, then 64 latents × 4 subsets of the splits, 8
-//            splits' loads in flight per thread (an acc with w_s = 0 is never read), the subsets
-//            added in a fixed order: o_lat = Σ w_s·acc_s / sum*.
+//   merge    (several splits) grid (⌈L/32⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
+//            and sum* = Σ w_s·sum_s by the block (thread s loads split s's state), then 32 latents ×
+//            8 subsets of the splits, 16 splits' loads in flight per thread (an acc with w_s = 0 is
+//            never read), the subsets added in a fixed order: o_lat = Σ w_s·acc_s / sum*.
 //   project  grid (value chunks, H, ⌈rows/4⌉), 256 threads: out[r, h, e] = W_uv[h, e] · o_lat[r, h]
 //            for 4 rows at once (o_lat in shared memory), a warp per 4 outputs e: each W row is
-//            read coalesced (16-byte pieces where L % 8 == 0) and feeds 4 rows, 4 rows in flight.
+//            read coalesced (16-byte pieces where L % 8 == 0) and feeds 4 rows, 4 rows in flight;
+//            the block's W_uv rows are prefetched into L2 before it waits for the previous kernel.
 //
 // Why this shape: per key the absorbed form costs ≈ 2·H·(2L + Dr) FLOPs (scores and values) on
 // 2·(L + Dr) bytes of a bf16 cache, ~70 FLOP/byte at V2-Lite's H = 16, so with SIMT FP32 the
@@ -42,12 +46,15 @@
 // a block serves as many heads as its registers hold (G = 16) so that each key is read once per 16
 // heads. The known next step is a tensor-core (mma.sync) attend kernel: the G heads as the rows of
 // m16n8k16 tiles for both Q·Cᵀ and P·C, as attention_decode.cu does for ordinary heads, bf16 P.
+// Measured on an H100 (bf16, L = 512, Dr = 64, B = 1, 16 heads; the whole op): 39 µs at 4k keys,
+// 87 µs at 32k, where attend is two thirds and its FP32 pipe ~36 % busy (8 warps per SM, and the
+// q loads from shared memory, 4 wavefronts per 8 FMAs of a lane, bound it).
 //
 // Splits and head groups: decode sizes them from S, never from the lengths (they live on the
 // device and grow between replays of a recorded step). Groups of up to 16 heads, halved (to 4 at
-// least) while rows × groups × (the most splits, one per 64 keys) stays under 2 × SMs; then splits
-// enough for rows × groups × splits ≥ 2 × SMs, each a multiple of the 32-key tile and at least 64
-// keys, at most 256. Prefill runs one split per row; its blocks walk the causal band
+// least) while rows × groups × (the most splits, one per 64 keys) stays under the SM count; then
+// splits enough for rows × groups × splits ≥ 2 × SMs, each a multiple of the 32-key tile and at
+// least 64 keys, at most 256. Prefill runs one split per row; its blocks walk the causal band
 // (i + Tk − Tq + 1 keys). Rows go in passes of ≤ 8192 / H, so the f32 scratch (qa, o_lat, the
 // partial states) stays near 40 MB however long a prefill chunk is.
 //
@@ -74,7 +81,7 @@ namespace {
 using attn::Strides3;
 
 constexpr int kAbsorbThreads = 256;
-constexpr int kAbsorbLatents = 64;                              // latents per block: one per thread of a slice
+constexpr int kAbsorbLatents = 32;                              // latents per block: one per thread of a slice
 constexpr int kAbsorbSlices = kAbsorbThreads / kAbsorbLatents;  // slices splitting the Dn terms
 constexpr int kAbsorbRows = 8;                                  // rows per block: FMAs per W element
 constexpr int kAbsorbChunk = 128;                               // q elements per row staged at a time
@@ -94,9 +101,11 @@ constexpr int kMaxSplits = 256;
 static_assert(kTileKeys <= 32 && kTileKeys % 4 == 0, "a tile's scores are one per lane of a warp, in float4s");
 
 constexpr int kMergeThreads = 256;
-constexpr int kMergeLatents = 64;
+constexpr int kMergeLatents = 32;
 constexpr int kMergeSubsets = kMergeThreads / kMergeLatents;
-constexpr int kMergeBatch = 8;                                  // splits' loads per thread in flight together
+constexpr int kMergeBatch = 16;                                 // splits' loads per thread in flight together
+static_assert(kMaxSplits <= kMergeThreads, "a merge thread holds at most one split's (m, sum)");
+constexpr int kStageBatch = 8;                                  // staging loads per thread in flight together
 
 constexpr int kProjectThreads = 256;
 constexpr int kProjectRows = 4;                                 // rows per block: each W_uv row feeds 4
@@ -142,8 +151,8 @@ __device__ inline int64_t row_keys(const MlaShape& sh, const int32_t* seq_lens, 
 
 template <class W>
 __global__ void __launch_bounds__(kAbsorbThreads)
-    mla_absorb_kernel(float* qa, AnyFloat q, Strides3 qs, const W* w, MlaShape sh, int64_t r0, int64_t rows,
-                      AnyFloat cache, Strides3 cs, AnyFloat latent_new, int64_t latent_new_stride,
+    mla_absorb_kernel(float* qa, AnyFloat q, Strides3 qs, const W* w, bool w_prefetch, MlaShape sh, int64_t r0,
+                      int64_t rows, AnyFloat cache, Strides3 cs, AnyFloat latent_new, int64_t latent_new_stride,
                       const int32_t* seq_lens) {
   __shared__ __align__(16) float q_s[kAbsorbChunk][kAbsorbRows];  // [j][row]: a j's 8 rows are two float4s
   __shared__ float partial[kAbsorbSlices - 1][kAbsorbRows][kAbsorbLatents];
@@ -152,6 +161,13 @@ __global__ void __launch_bounds__(kAbsorbThreads)
   const int n = int(min(int64_t(kAbsorbRows), rows - rt0));
   const int l = int(blockIdx.x) * kAbsorbLatents + li;
   const int L = sh.L;
+
+  // The block's W_uk columns are weights, written by no kernel of the step: into L2 while the
+  // previous kernel finishes (w_prefetch: whole 16-byte pieces, 16-byte aligned).
+  const int l_first = int(blockIdx.x) * kAbsorbLatents;
+  if (w_prefetch && tid < sh.Dn)
+    prefetch_to_l2(w + (h * int64_t(sh.Dn + sh.Dv) + tid) * L + l_first,
+                   uint32_t(min(kAbsorbLatents, L - l_first)) * uint32_t(sizeof(W)));
 
   // q and the cache come from earlier kernels of the step.
   wait_for_prior_kernels();
@@ -164,9 +180,17 @@ __global__ void __launch_bounds__(kAbsorbThreads)
   for (int j0 = 0; j0 < sh.Dn; j0 += kAbsorbChunk) {
     const int jn = min(kAbsorbChunk, sh.Dn - j0);
     if (j0 > 0) __syncthreads();  // every slice is done with the previous chunk
-    for (int i = tid; i < kAbsorbChunk * kAbsorbRows; i += kAbsorbThreads) {
-      const int jj = i / kAbsorbRows, rr = i % kAbsorbRows;
-      q_s[jj][rr] = jj < jn && rr < n ? q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + j0 + jj) : 0.0f;
+    static_assert(kAbsorbChunk * kAbsorbRows % kAbsorbThreads == 0, "whole rounds of the staging");
+    float x[kAbsorbChunk * kAbsorbRows / kAbsorbThreads];  // every load in flight before the stores
+#pragma unroll
+    for (int k = 0; k < kAbsorbChunk * kAbsorbRows / kAbsorbThreads; ++k) {
+      const int i = tid + k * kAbsorbThreads, jj = i / kAbsorbRows, rr = i % kAbsorbRows;
+      x[k] = jj < jn && rr < n ? q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + j0 + jj) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kAbsorbChunk * kAbsorbRows / kAbsorbThreads; ++k) {
+      const int i = tid + k * kAbsorbThreads;
+      q_s[i / kAbsorbRows][i % kAbsorbRows] = x[k];
     }
     __syncthreads();
     if (l < L) {
@@ -199,14 +223,16 @@ __global__ void __launch_bounds__(kAbsorbThreads)
         float v = acc[rr];
 #pragma unroll
         for (int sl = 0; sl < kAbsorbSlices - 1; ++sl) v += partial[sl][rr][li];
-        qa[((rt0 + rr) * sh.H + h) * sh.E + l] = sh.scale * v;
+        qa[((rt0 + rr) * sh.H + h) * sh.qa_pitch + l] = sh.scale * v;
       }
     }
   }
   if (blockIdx.x != 0) return;
-  for (int i = tid; i < n * sh.Dr; i += kAbsorbThreads) {  // q_rope, scaled
-    const int rr = i / sh.Dr, e = i % sh.Dr;
-    qa[((rt0 + rr) * sh.H + h) * sh.E + L + e] = sh.scale * q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + sh.Dn + e);
+  const int tail = sh.qa_pitch - L;  // q_rope, scaled, then zeros up to the pitch
+  for (int i = tid; i < n * tail; i += kAbsorbThreads) {
+    const int rr = i / tail, e = i % tail;
+    qa[((rt0 + rr) * sh.H + h) * sh.qa_pitch + L + e] =
+        e < sh.Dr ? sh.scale * q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + sh.Dn + e) : 0.0f;
   }
   if (latent_new.p != nullptr && h == 0)
     for (int rr = 0; rr < n; ++rr) {
@@ -218,44 +244,69 @@ __global__ void __launch_bounds__(kAbsorbThreads)
     }
 }
 
+// One 16-byte piece of a staging copy: src → dst (shared memory), or zeros where !in (src then
+// any valid address, read by nothing).
+struct Piece {
+  const void* src;
+  void* dst;
+  bool in;
+};
+
+// The block copies pieces piece(0 … total − 1): on NVIDIA sm_80+ through cp.async (every copy in
+// flight at once, no registers; the caller commits and waits: pieces_landed), elsewhere through
+// registers, kStageBatch loads per thread in flight before their stores.
+template <class F>
+__device__ inline void copy_pieces(int total, F piece) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  for (int i = int(threadIdx.x); i < total; i += kAttendThreads) {
+    const Piece p = piece(i);
+    cp_async_16(smem_address(p.dst), p.src, p.in ? 16 : 0);
+  }
+#else
+  for (int i0 = int(threadIdx.x); i0 < total; i0 += kStageBatch * kAttendThreads) {
+    uint4 v[kStageBatch];
+#pragma unroll
+    for (int k = 0; k < kStageBatch; ++k) {
+      const int i = i0 + k * kAttendThreads;
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (i < total) {
+        const Piece p = piece(i);
+        if (p.in) v[k] = *static_cast<const uint4*>(p.src);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kStageBatch; ++k) {
+      const int i = i0 + k * kAttendThreads;
+      if (i < total) *static_cast<uint4*>(piece(i).dst) = v[k];
+    }
+  }
+#endif
+}
+
+// This thread's copies of copy_pieces have landed (a barrier then publishes everyone's).
+__device__ inline void pieces_landed() {
+#if defined(DING_GPU_NVIDIA_MMA)
+  cp_async_commit();
+  cp_async_wait<0>();
+#endif
+}
+
 // Keys j0 … j0 + n − 1 of a sequence (rows `stride` elements apart) into the tile's rows 0 … n − 1,
-// rows n … kTileKeys − 1 zero. rows16: every row is whole 16-byte pieces, 16-byte aligned.
+// rows n … kTileKeys − 1 zero. rows16: every row is whole 16-byte pieces, 16-byte aligned (then
+// copy_pieces: the caller waits with pieces_landed); otherwise element by element.
 template <class C>
 __device__ inline void stage_tile(C* tile, int pitch, const C* seq_rows, int64_t stride, int64_t j0, int n, int E,
                                   bool rows16) {
-  const int tid = int(threadIdx.x);
   if (rows16) {
     constexpr int kPer = 16 / int(sizeof(C));
-    const int pieces = E / kPer, total = kTileKeys * pieces;
-#if defined(DING_GPU_NVIDIA_MMA)
-    for (int i = tid; i < total; i += kAttendThreads) {
+    const int pieces = E / kPer;
+    copy_pieces(kTileKeys * pieces, [&](int i) {
       const int t = i / pieces, u = i - t * pieces;
-      const bool in = t < n;
-      cp_async_16(smem_address(tile + t * pitch + u * kPer), seq_rows + (j0 + (in ? t : 0)) * stride + u * kPer,
-                  in ? 16 : 0);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-#else
-    constexpr int kBatch = 4;  // loads in flight per thread before the stores
-    for (int i0 = tid; i0 < total; i0 += kBatch * kAttendThreads) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        const int i = i0 + k * kAttendThreads, t = i / pieces, u = i - t * pieces;
-        v[k] = i < total && t < n ? *reinterpret_cast<const uint4*>(seq_rows + (j0 + t) * stride + u * kPer)
-                                  : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        const int i = i0 + k * kAttendThreads, t = i / pieces, u = i - t * pieces;
-        if (i < total) *reinterpret_cast<uint4*>(tile + t * pitch + u * kPer) = v[k];
-      }
-    }
-#endif
+      return Piece{seq_rows + (j0 + (t < n ? t : 0)) * stride + u * kPer, tile + t * pitch + u * kPer, t < n};
+    });
     return;
   }
-  for (int i = tid; i < kTileKeys * E; i += kAttendThreads) {
+  for (int i = int(threadIdx.x); i < kTileKeys * E; i += kAttendThreads) {
     const int t = i / E, e = i - t * E;
     tile[t * pitch + e] = t < n ? seq_rows[(j0 + t) * stride + e] : from_float<C>(0.0f);
   }
@@ -298,10 +349,14 @@ __global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThrea
     return;
   }
 
-  for (int i = tid; i < G * sh.qa_pitch; i += kAttendThreads) {
-    const int g = i / sh.qa_pitch, e = i - g * sh.qa_pitch;
-    q_s[i] = g < heads && e < E ? qa[(r * sh.H + h0 + g) * E + e] : 0.0f;
-  }
+  // The heads' qa rows (zero past E, as the absorb kernel left them; zero for heads past `heads`),
+  // in the same copy as the first tile.
+  const int q_pieces = sh.qa_pitch / 4;
+  const float* const qa_rows = qa + (r * sh.H + h0) * sh.qa_pitch;
+  copy_pieces(G * q_pieces, [&](int i) {
+    const int g = i / q_pieces;
+    return Piece{qa_rows + (g < heads ? i * 4 : 0), q_s + i * 4, g < heads};
+  });
 
   const int key_lane = tid % kKeyLanes, key_group = tid / kKeyLanes;
   const int chunks = (E + kChunkElems - 1) / kChunkElems;
@@ -320,6 +375,7 @@ __global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThrea
     const int n = int(min(int64_t(kTileKeys), end - j0));  // the tile's keys, ≥ 1
     if (j0 > begin) __syncthreads();  // every thread is done with the previous tile and its weights
     stage_tile(tile, pitch, seq_rows, cs.t, j0, n, E, rows16);
+    pieces_landed();
     __syncthreads();
 
     // Scores of the tile's keys into p_s, −inf from n on (those rows are zero).
@@ -437,7 +493,8 @@ __global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThrea
         // One split: the normalised o_lat (sum ≥ 1: the row's maximum contributes e^0); else the
         // split's unnormalised acc.
         const bool one = sh.splits == 1;
-        float* const dst = one ? o_lat + (r * sh.H + h0 + g) * L + l0 : part.acc + (first_state + int64_t(g) * sh.splits) * L + l0;
+        float* const dst = one ? o_lat + (r * sh.H + h0 + g) * L + l0
+                               : part.acc + (first_state + int64_t(g) * sh.splits) * L + l0;
         const float f = one ? 1.0f / sum_s[g] : 1.0f;
 #pragma unroll
         for (int c = 0; c < kLatentsPerThread; ++c)
@@ -464,16 +521,13 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaPartials pa
   wait_for_prior_kernels();
   release_dependents();
 
-  float top = -INFINITY;  // finite in the end: split 0 always has keys
-  for (int s = tid; s < splits; s += kMergeThreads) top = fmaxf(top, part.m[first + s]);
-  top = block_max(top, reduce_space);
-  float sum = 0.0f;
-  for (int s = tid; s < splits; s += kMergeThreads) {
-    const float wt = attn::exp_from(part.m[first + s], top);
-    weight[s] = wt;
-    sum = fmaf(wt, part.sum[first + s], sum);
-  }
-  sum = block_sum(sum, reduce_space);  // its barriers also publish weight[]
+  // Thread s holds split s's state: one round of loads for m* and sum*.
+  const bool holds = tid < splits;
+  const float m = holds ? part.m[first + tid] : -INFINITY, split_sum = holds ? part.sum[first + tid] : 0.0f;
+  const float top = block_max(m, reduce_space);  // finite: split 0 always has keys
+  const float wt = attn::exp_from(m, top);
+  if (holds) weight[tid] = wt;
+  const float sum = block_sum(wt * split_sum, reduce_space);  // its barriers also publish weight[]
 
   float v = 0.0f;
   if (l < L) {
@@ -526,21 +580,35 @@ __global__ void __launch_bounds__(kProjectThreads)
   const int n = int(min(int64_t(kProjectRows), rows - rt0));
   const int e_begin = int(blockIdx.x) * sh.values_per_block, e_end = min(sh.Dv, e_begin + sh.values_per_block);
 
+  // The block's W_uv rows are weights: into L2 while the attend or merge kernel finishes (w_vec:
+  // rows of whole 16-byte pieces, 16-byte aligned).
+  const W* const w_uv = w + (h * int64_t(sh.Dn + sh.Dv) + sh.Dn) * L;  // [Dv, L]
+  if (w_vec)
+    for (int e = e_begin + tid; e < e_end; e += kProjectThreads)
+      prefetch_to_l2(w_uv + int64_t(e) * L, uint32_t(L) * uint32_t(sizeof(W)));
+
   // o_lat comes from the attend or merge kernel.
   wait_for_prior_kernels();
   release_dependents();
 
-  for (int i = tid; i < kProjectRows * L; i += kProjectThreads) {
-    const int rr = i / L, l = i - rr * L;
-    lat[i] = rr < n ? o_lat[((rt0 + rr) * sh.H + h) * L + l] : 0.0f;
+  for (int i0 = tid; i0 < kProjectRows * L; i0 += kStageBatch * kProjectThreads) {
+    float x[kStageBatch];  // every load in flight before the stores
+#pragma unroll
+    for (int k = 0; k < kStageBatch; ++k) {
+      const int i = i0 + k * kProjectThreads, rr = i / L, l = i - rr * L;
+      x[k] = rr < n ? o_lat[((rt0 + rr) * sh.H + h) * L + l] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kStageBatch; ++k)
+      if (i0 + k * kProjectThreads < kProjectRows * L) lat[i0 + k * kProjectThreads] = x[k];
   }
   __syncthreads();
 
-  const W* const w_uv = w + (h * int64_t(sh.Dn + sh.Dv) + sh.Dn) * L;  // [Dv, L]
   for (int e0 = e_begin + warp * kValuesPerWarp; e0 < e_end; e0 += kWarps * kValuesPerWarp) {
     const W* w_row[kValuesPerWarp];
 #pragma unroll
-    for (int v = 0; v < kValuesPerWarp; ++v) w_row[v] = w_uv + int64_t(min(e0 + v, e_end - 1)) * L;  // past e_end: unused
+    for (int v = 0; v < kValuesPerWarp; ++v)
+      w_row[v] = w_uv + int64_t(min(e0 + v, e_end - 1)) * L;  // rows past e_end: read, never stored
     float sum[kValuesPerWarp][kProjectRows];
 #pragma unroll
     for (int v = 0; v < kValuesPerWarp; ++v)
@@ -608,16 +676,19 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   sh.qa_pitch = int(ceil_div(sh.E, kChunkElems) * kChunkElems);
   sh.tile_pitch = int((ceil_div(int64_t(sh.E) * int64_t(cache_size), 128) * 128 + 64) / int64_t(cache_size));
   auto attend_bytes = [&](int g) {
-    return sizeof(float) * size_t(g) * size_t(sh.qa_pitch + kTileKeys + 3) + size_t(kTileKeys) * size_t(sh.tile_pitch) * cache_size;
+    return sizeof(float) * size_t(g) * size_t(sh.qa_pitch + kTileKeys + 3) +
+           size_t(kTileKeys) * size_t(sh.tile_pitch) * cache_size;
   };
   const int64_t most_splits = seq_lens ? std::clamp<int64_t>(sh.Tk / kMinSplitKeys, 1, kMaxSplits) : 1;
   int max_heads = kMaxGroupHeads;
-  while (max_heads > 4 && (attend_bytes(max_heads) > optin || pass_rows * ceil_div(sh.H, max_heads) * most_splits < target_blocks))
+  while (max_heads > 4 &&
+         (attend_bytes(max_heads) > optin || pass_rows * ceil_div(sh.H, max_heads) * most_splits < props.sm_count))
     max_heads /= 2;
   if (attend_bytes(max_heads) > optin)
     throw Error(ErrorCode::not_implemented, op + " on the GPU: a cache row of L + Dr = " + std::to_string(sh.E) +
                                                 " elements needs " + std::to_string(attend_bytes(max_heads)) +
-                                                " bytes of shared memory per block; this device allows " + std::to_string(optin));
+                                                " bytes of shared memory per block; this device allows " +
+                                                std::to_string(optin));
   const int64_t groups = ceil_div(sh.H, max_heads);
   sh.group_heads = int(ceil_div(sh.H, groups));
   const int variant = sh.group_heads <= 4 ? 4 : sh.group_heads <= 8 ? 8 : 16;  // ≤ max_heads
@@ -637,7 +708,8 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   const size_t project_bytes = sizeof(float) * size_t(kProjectRows) * size_t(sh.L);
   if (project_bytes > optin)
     throw Error(ErrorCode::not_implemented, op + " on the GPU: L = " + std::to_string(sh.L) + " needs " +
-                                                std::to_string(project_bytes) + " bytes of shared memory per block; this device allows " +
+                                                std::to_string(project_bytes) +
+                                                " bytes of shared memory per block; this device allows " +
                                                 std::to_string(optin));
   if (sh.H > kMaxGridDim || int64_t(sh.splits) * sh.latent_chunks > kMaxGridDim)
     throw Error(ErrorCode::not_implemented, op + " on the GPU: H = " + std::to_string(sh.H) + ", L = " +
@@ -646,10 +718,13 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   // The pass's f32 scratch: the partial states (several splits), o_lat, qa.
   const int64_t states = sh.splits > 1 ? pass_rows * sh.H * sh.splits : 0;
   const int64_t row_heads = pass_rows * sh.H;
-  float* const scratch = static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (sh.L + 2) + row_heads * (sh.L + sh.E))));
+  float* const scratch =
+      static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (sh.L + 2) + row_heads * (sh.L + sh.qa_pitch)) +
+                                    16));
   const MlaPartials part{scratch, scratch + states * sh.L, scratch + states * (sh.L + 1)};
   float* const o_lat = scratch + states * (sh.L + 2);
-  float* const qa = o_lat + row_heads * sh.L;
+  // qa's rows, qa_pitch floats each, start 16-byte aligned (the attend kernel copies them in 16-byte pieces).
+  float* const qa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(o_lat + row_heads * sh.L) + 15) / 16 * 16);
 
   const bool chained = props.has_chained_launch();
   const bool rows16 = rows_16_bytes(cache);
@@ -662,9 +737,10 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
     with_float_type(w_kv.dtype, [&](auto w_tag) {
       using W = decltype(w_tag);
       DING_GPU_CHECK(launch_chained(chained, mla_absorb_kernel<W>,
-                                    dim3(unsigned(ceil_div(sh.L, kAbsorbLatents)), unsigned(sh.H), unsigned(ceil_div(n, kAbsorbRows))),
+                                    dim3(unsigned(ceil_div(sh.L, kAbsorbLatents)), unsigned(sh.H),
+                                         unsigned(ceil_div(n, kAbsorbRows))),
                                     dim3(kAbsorbThreads), 0, s.handle(), qa, any_float(q), qs,
-                                    static_cast<const W*>(w_kv.data), sh, r0, n, any_float(cache), cs,
+                                    static_cast<const W*>(w_kv.data), w_vec, sh, r0, n, any_float(cache), cs,
                                     any_float(latent_new), latent_new_stride, seq_lens));
     });
     with_float_type(cache.dtype, [&](auto cache_tag) {
@@ -672,7 +748,8 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
       auto attend = [&](auto g_tag) {
         constexpr int G = decltype(g_tag)::value;
         const size_t shared = attend_bytes(G);
-        DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_attend_kernel<C, G>), int(shared)));
+        DING_GPU_CHECK(
+            func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_attend_kernel<C, G>), int(shared)));
         DING_GPU_CHECK(launch_chained(chained, mla_attend_kernel<C, G>,
                                       dim3(unsigned(n), unsigned(groups), unsigned(sh.splits * sh.latent_chunks)),
                                       dim3(kAttendThreads), shared, s.handle(), static_cast<const float*>(qa),
@@ -690,12 +767,14 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
                                     dim3(kMergeThreads), 0, s.handle(), part, o_lat, sh));
     with_float_type(w_kv.dtype, [&](auto w_tag) {
       using W = decltype(w_tag);
-      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_project_kernel<W>), int(project_bytes)));
+      DING_GPU_CHECK(
+          func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_project_kernel<W>), int(project_bytes)));
       DING_GPU_CHECK(launch_chained(chained, mla_project_kernel<W>,
                                     dim3(unsigned(ceil_div(sh.Dv, sh.values_per_block)), unsigned(sh.H),
                                          unsigned(ceil_div(n, kProjectRows))),
                                     dim3(kProjectThreads), project_bytes, s.handle(), any_float(out), os,
-                                    static_cast<const W*>(w_kv.data), w_vec, static_cast<const float*>(o_lat), sh, r0, n));
+                                    static_cast<const W*>(w_kv.data), w_vec, static_cast<const float*>(o_lat), sh, r0,
+                                    n));
     });
   }
 }
@@ -724,7 +803,8 @@ void mla_decode(Stream& stream, const ops::MlaDecodeArgs& a) {
   const int64_t B = a.q.dim(0), S = a.cache.dim(1);
   if (B * d.heads == 0) return;
   if (S == 0)  // every length is outside [1, S]: nothing to attend (the host backends raise too)
-    throw Error(ErrorCode::invalid_argument, "mla_decode: the cache holds no positions (cache " + a.cache.shape_str() + ")");
+    throw Error(ErrorCode::invalid_argument,
+                "mla_decode: the cache holds no positions (cache " + a.cache.shape_str() + ")");
   launch_mla(gpu_stream(stream), mla_shape(d, ops::mla_scale(a.params, d), 1, S), B, a.q, attn::strides_bhd(a.q), a.out,
              attn::strides_bhd(a.out), a.cache, a.w_kv, static_cast<const int32_t*>(a.seq_lens.data), a.latent_new);
 }
