@@ -130,7 +130,7 @@ class DeepseekV2 final : public Family {
       map.matrix(&a.out_w, at + "o_proj.weight", C, H * m.value_dim);
       const std::string mlp = p + "mlp.";
       if (c.layers[size_t(l)].moe) {
-        moe_weights(map, c, p, layer.moe);
+        moe_weights(map, c, l, layer.moe);
       } else {
         FeedForwardWeights& f = layer.ffn;
         map.vector(&f.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
@@ -161,14 +161,12 @@ class DeepseekV2 final : public Family {
   }
 
  private:
-  // The router (mlp.gate), each routed expert's gate/up/down stacked expert after expert, and the
+  // The router (mlp.gate), the routed experts' gate/up/down stacked expert after expert, and the
   // shared experts as one SwiGLU FFN of n_shared_experts × moe_intermediate_size.
-  static void moe_weights(WeightMap& map, const ModelConfig& c, const std::string& p, MoeWeights& m) {
-    const int64_t C = c.d_model, E = c.moe.experts;
-    const std::string mlp = p + "mlp.";
-    map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
-    map.matrix(&m.router_w, mlp + "gate.weight", E, C);
-    expert_weights(map, c, mlp, "gate_proj.weight", "up_proj.weight", "down_proj.weight", m);
+  static void moe_weights(WeightMap& map, const ModelConfig& c, int64_t layer, MoeWeights& m) {
+    const int64_t C = c.d_model;
+    moe_layer_weights(map, c, layer, "mlp.", "gate_proj.weight", "up_proj.weight", "down_proj.weight", m);
+    const std::string mlp = fmt::format("layers.{}.mlp.", layer);
     if (c.moe.shared_d_ff > 0) {
       const int64_t Fs = c.moe.shared_d_ff;
       const std::string shared = mlp + "shared_experts.";

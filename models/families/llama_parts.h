@@ -17,11 +17,12 @@ void parse_windows(const ConfigFields& f, ModelConfig& c);
 void parse_llama_attention(const ConfigFields& f, ModelConfig& c);
 // *ForCausalLM checkpoints prefix the decoder's names with "model."; bare *Model ones do not.
 WeightMap llama_weight_map(const WeightFiles* files);
-// A mixture's routed experts under `prefix` (e.g. "layers.3.mlp."): expert e's `gate` and `up`
-// matrices (prefix + "experts.<e>." + name) stacked into MoeWeights::up_w expert after expert, its
+// Layer `layer`'s mixture of experts under layers.<layer>.<moe> (e.g. "mlp."): the
+// post-attention norm, the router (<moe>gate.weight) and the routed experts, expert e's `gate` and
+// `up` matrices (<moe>experts.<e>.<name>) stacked into MoeWeights::up_w expert after expert and its
 // `down` into down_w; transformers 5's fused experts.gate_up_proj / experts.down_proj load too.
-void expert_weights(WeightMap& map, const ModelConfig& c, const std::string& prefix, const char* gate, const char* up,
-                    const char* down, MoeWeights& m);
+void moe_layer_weights(WeightMap& map, const ModelConfig& c, int64_t layer, const char* moe, const char* gate,
+                       const char* up, const char* down, MoeWeights& m);
 // Layer `layer`'s input norm, fused q/k/v (and biases) and output projection.
 void llama_attention_weights(WeightMap& map, const ModelConfig& c, int64_t layer, AttentionWeights& a);
 

@@ -36,17 +36,13 @@ class Mixtral final : public Family {
   // Each expert's w1 (gate) and w3 (up) stack into its [W_gate; W_up] rows, the experts one after
   // another; w2 (down) likewise.
   std::vector<WeightPlan> weight_plans(const ModelConfig& c, const WeightFiles* files, ModelWeights& w) const override {
-    const int64_t C = c.d_model, V = c.vocab_size, E = c.moe.experts;
+    const int64_t C = c.d_model, V = c.vocab_size;
     WeightMap map = llama_weight_map(files);
     map.matrix(&w.token_embedding, "embed_tokens.weight", V, C);
     w.layers.resize(size_t(c.n_layer));
     for (int64_t l = 0; l < c.n_layer; ++l) {
       llama_attention_weights(map, c, l, w.layers[size_t(l)].attention);
-      MoeWeights& m = w.layers[size_t(l)].moe;
-      const std::string p = fmt::format("layers.{}.", l), moe = p + "block_sparse_moe.";
-      map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
-      map.matrix(&m.router_w, moe + "gate.weight", E, C);
-      expert_weights(map, c, moe, "w1.weight", "w3.weight", "w2.weight", m);
+      moe_layer_weights(map, c, l, "block_sparse_moe.", "w1.weight", "w3.weight", "w2.weight", w.layers[size_t(l)].moe);
     }
     map.vector(&w.final_norm_w, "norm.weight", C, WeightInit::ones);
     if (!c.tied_embeddings) map.lm_head(&w.lm_head, V, C);

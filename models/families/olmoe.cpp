@@ -43,20 +43,17 @@ class Olmoe final : public Family {
   }
 
   std::vector<WeightPlan> weight_plans(const ModelConfig& c, const WeightFiles* files, ModelWeights& w) const override {
-    const int64_t C = c.d_model, V = c.vocab_size, E = c.moe.experts;
+    const int64_t C = c.d_model, V = c.vocab_size;
     WeightMap map = llama_weight_map(files);
     map.matrix(&w.token_embedding, "embed_tokens.weight", V, C);
     w.layers.resize(size_t(c.n_layer));
     for (int64_t l = 0; l < c.n_layer; ++l) {
       AttentionWeights& a = w.layers[size_t(l)].attention;
       llama_attention_weights(map, c, l, a);
-      const std::string p = fmt::format("layers.{}.", l), mlp = p + "mlp.";
+      const std::string p = fmt::format("layers.{}.", l);
       map.vector(&a.q_norm_w, p + "self_attn.q_norm.weight", c.n_head * c.d_head, WeightInit::ones);
       map.vector(&a.k_norm_w, p + "self_attn.k_norm.weight", c.n_kv_head * c.d_head, WeightInit::ones);
-      MoeWeights& m = w.layers[size_t(l)].moe;
-      map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
-      map.matrix(&m.router_w, mlp + "gate.weight", E, C);
-      expert_weights(map, c, mlp, "gate_proj.weight", "up_proj.weight", "down_proj.weight", m);
+      moe_layer_weights(map, c, l, "mlp.", "gate_proj.weight", "up_proj.weight", "down_proj.weight", w.layers[size_t(l)].moe);
     }
     map.vector(&w.final_norm_w, "norm.weight", C, WeightInit::ones);
     if (!c.tied_embeddings) map.lm_head(&w.lm_head, V, C);

@@ -50,6 +50,26 @@ std::vector<int32_t> permutation(CaseRun& run, int64_t n) {
   return p;
 }
 
+// One moe_route case over T tokens' logits of E experts (tied: with exact ties). The kernel takes
+// each weight from an f32 exp (sums in double): a few ulp of f32, measured NMSE ≤ 1.4e-14 over 20
+// seeds; 3e-13 is ~20× that and far below a wrong expert.
+OpCase route_case(std::string name, int64_t T, int64_t E, const ops::MoeRouteParams& params, DType dtype, bool tied,
+                  const char* reason_more) {
+  OpCase c;
+  c.op = "moe_route";
+  c.name = std::move(name);
+  c.tolerance = 3e-13;
+  c.reason = std::string("f32 exp per weight, double sums: a few f32 ulp (measured ≤ 1.4e-14)") + reason_more;
+  c.build = [=](CaseRun& run) {
+    Tensor logits = tied ? tied_logits(run, dtype, T, E) : run.normal(dtype, {T, E}, 2.0);
+    Tensor weights = run.output("weights", DType::f32, {T, params.k});
+    Tensor experts = run.output("experts", DType::i32, {T, params.k}, {Compare::exact});
+    run.launch = [=](Stream& st) { ops::moe_route(st, weights, experts, logits, params); };
+    run.cost = ops::cost(ops::MoeRouteArgs{weights, experts, logits, params});
+  };
+  return c;
+}
+
 struct RouteShape {
   int64_t E, k;
 };
@@ -68,23 +88,10 @@ void add_route_cases(std::vector<OpCase>& cases) {
           const float scaling = variant % 2 ? 2.5f : 1.0f;
           ++variant;
           ops::MoeRouteParams params{.k = s.k, .scoring = scoring, .renormalize = renormalize, .routed_scaling = scaling};
-          OpCase c;
-          c.op = "moe_route";
-          c.name = fmt::format("moe_route/T{}_E{}_k{}_{}_{}_scale{}_{}{}", T, s.E, s.k,
-                               scoring == MoeScoring::softmax ? "softmax" : "sigmoid",
-                               renormalize ? "renorm" : "raw", scaling, dtype_name(dtype), tied ? "_ties" : "");
-          // The kernel takes each weight from an f32 exp (sums in double): a few ulp of f32,
-          // measured NMSE ≤ 1.4e-14 over 20 seeds; 3e-13 is ~20× that and far below a wrong expert.
-          c.tolerance = 3e-13;
-          c.reason = "f32 exp per weight, double sums: a few f32 ulp (measured ≤ 1.4e-14)";
-          c.build = [=](CaseRun& run) {
-            Tensor logits = tied ? tied_logits(run, dtype, T, s.E) : run.normal(dtype, {T, s.E}, 2.0);
-            Tensor weights = run.output("weights", DType::f32, {T, s.k});
-            Tensor experts = run.output("experts", DType::i32, {T, s.k}, {Compare::exact});
-            run.launch = [=](Stream& st) { ops::moe_route(st, weights, experts, logits, params); };
-            run.cost = ops::cost(ops::MoeRouteArgs{weights, experts, logits, params});
-          };
-          cases.push_back(c);
+          cases.push_back(route_case(fmt::format("moe_route/T{}_E{}_k{}_{}_{}_scale{}_{}{}", T, s.E, s.k,
+                                                 scoring == MoeScoring::softmax ? "softmax" : "sigmoid",
+                                                 renormalize ? "renorm" : "raw", scaling, dtype_name(dtype), tied ? "_ties" : ""),
+                                     T, s.E, params, dtype, tied, ""));
         }
 }
 
@@ -112,22 +119,10 @@ void add_grouped_route_cases(std::vector<OpCase>& cases) {
         ++variant;
         ops::MoeRouteParams params{.k = s.k, .scoring = scoring, .renormalize = renormalize, .routed_scaling = scaling,
                                    .groups = s.groups, .top_groups = s.top_groups};
-        OpCase c;
-        c.op = "moe_route";
-        c.name = fmt::format("moe_route/T{}_E{}_k{}_groups{}_top{}_{}_{}_scale{}_{}{}", T, s.E, s.k, s.groups,
-                             s.top_groups, scoring == MoeScoring::softmax ? "softmax" : "sigmoid",
-                             renormalize ? "renorm" : "raw", scaling, dtype_name(dtype), tied ? "_ties" : "");
-        // As the ungrouped cases: the group mask is exact, the weights the same formulas.
-        c.tolerance = 3e-13;
-        c.reason = "f32 exp per weight, double sums: a few f32 ulp (measured ≤ 1.4e-14); group choice is exact";
-        c.build = [=](CaseRun& run) {
-          Tensor logits = tied ? tied_logits(run, dtype, T, s.E) : run.normal(dtype, {T, s.E}, 2.0);
-          Tensor weights = run.output("weights", DType::f32, {T, s.k});
-          Tensor experts = run.output("experts", DType::i32, {T, s.k}, {Compare::exact});
-          run.launch = [=](Stream& st) { ops::moe_route(st, weights, experts, logits, params); };
-          run.cost = ops::cost(ops::MoeRouteArgs{weights, experts, logits, params});
-        };
-        cases.push_back(c);
+        cases.push_back(route_case(fmt::format("moe_route/T{}_E{}_k{}_groups{}_top{}_{}_{}_scale{}_{}{}", T, s.E, s.k, s.groups,
+                                               s.top_groups, scoring == MoeScoring::softmax ? "softmax" : "sigmoid",
+                                               renormalize ? "renorm" : "raw", scaling, dtype_name(dtype), tied ? "_ties" : ""),
+                                   T, s.E, params, dtype, tied, "; the group choice is exact"));
       }
 }
 
