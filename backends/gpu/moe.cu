@@ -28,7 +28,7 @@ DING_GPU_BEGIN
 namespace {
 
 constexpr int kRouteThreads = 256;
-constexpr int kGroupThreads = 1024;  // also the number of slot segments of the counting sort
+constexpr int kGroupThreads = 1024;  // at most; the block's threads are the counting sort's slot segments
 
 __device__ inline double warp_sum_double(double v) {
 #pragma unroll
@@ -279,10 +279,14 @@ void moe_group(Stream& stream, const ops::MoeGroupArgs& a) {
     throw Error(ErrorCode::invalid_argument, "moe_group on the GPU: T·k = " + std::to_string(S) + " slots or E = " +
                                                  std::to_string(E) + " experts exceed the i32 index range");
   GpuStream& s = gpu_stream(stream);
-  auto* counts = static_cast<int*>(s.scratch(size_t(E + 1) * kGroupThreads * sizeof(int)));
-  moe_group_kernel<<<1, kGroupThreads, 0, s.handle()>>>(a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(),
-                                                        a.positions.ptr<int32_t>(), a.experts.ptr<int32_t>(),
-                                                        int(S), int(E), counts);
+  // One slot per thread up to kGroupThreads: a decode step's few slots (T·k = 8 for OLMoE) take one
+  // warp, whose (E + 1)-entry count columns and scan cost a fraction of a 1024-thread block's.
+  const int warp = s.props().warp_size;
+  const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(warp, (S + warp - 1) / warp * warp)));
+  auto* counts = static_cast<int*>(s.scratch(size_t(E + 1) * size_t(threads) * sizeof(int)));
+  moe_group_kernel<<<1, threads, 0, s.handle()>>>(a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(),
+                                                  a.positions.ptr<int32_t>(), a.experts.ptr<int32_t>(), int(S), int(E),
+                                                  counts);
   DING_GPU_CHECK_LAUNCH("moe_group_kernel");
   if (a.x.defined()) moe_gather(s, a, int(S), int(k));
 }
