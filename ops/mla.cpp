@@ -27,8 +27,13 @@ namespace {
 
 // The shape rules both forms share: q's heads and W's, and the split of the last dims into
 // latent, rope, nope and value parts, each at least one element.
+// q and out have rank q_rank (prefill 4: [B, Tq, H, ·]; decode 3: [B, H, ·]).
 MlaDims validate_mla(const Check& c, const Tensor& out, const Tensor& q, const Tensor& cache, const Tensor& w_kv,
-                     const MlaParams& p) {
+                     const MlaParams& p, int q_rank) {
+  c.tensor("q", q, q_rank, q_rank);
+  c.tensor("out", out, q_rank, q_rank);
+  c.tensor("cache", cache, 3, 3);
+  c.tensor("w_kv", w_kv, 3, 3);
   for (auto [name, t] : {std::pair{"q", &q}, {"cache", &cache}, {"w_kv", &w_kv}, {"out", &out}}) {
     c.float_dtype(name, *t);
     c.last_dim_contiguous(name, *t);
@@ -58,11 +63,7 @@ MlaDims validate_mla(const Check& c, const Tensor& out, const Tensor& q, const T
 
 void validate(const Device& device, const MlaPrefillArgs& a) {
   Check c("mla_prefill", device);
-  c.tensor("q", a.q, 4, 4);
-  c.tensor("out", a.out, 4, 4);
-  c.tensor("cache", a.cache, 3, 3);
-  c.tensor("w_kv", a.w_kv, 3, 3);
-  validate_mla(c, a.out, a.q, a.cache, a.w_kv, a.params);
+  validate_mla(c, a.out, a.q, a.cache, a.w_kv, a.params, 4);
   c.dim("out", a.out, 0, a.q.dim(0), "B (from q)");
   c.dim("out", a.out, 1, a.q.dim(1), "Tq (from q)");
   if (a.cache.dim(1) < a.q.dim(1))
@@ -72,11 +73,7 @@ void validate(const Device& device, const MlaPrefillArgs& a) {
 
 void validate(const Device& device, const MlaDecodeArgs& a) {
   Check c("mla_decode", device);
-  c.tensor("q", a.q, 3, 3);
-  c.tensor("out", a.out, 3, 3);
-  c.tensor("cache", a.cache, 3, 3);
-  c.tensor("w_kv", a.w_kv, 3, 3);
-  validate_mla(c, a.out, a.q, a.cache, a.w_kv, a.params);
+  validate_mla(c, a.out, a.q, a.cache, a.w_kv, a.params, 3);
   c.dim("out", a.out, 0, a.q.dim(0), "B (from q)");
   c.tensor("seq_lens", a.seq_lens, 1, 1);
   c.dtype_in("seq_lens", a.seq_lens, {DType::i32});

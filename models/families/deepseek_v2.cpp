@@ -128,16 +128,12 @@ class DeepseekV2 final : public Family {
       map.vector(&a.kv_a_norm_w, at + "kv_a_layernorm.weight", m.kv_lora_rank, WeightInit::ones);
       map.matrix(&a.kv_b_w, at + "kv_b_proj.weight", H * (m.nope_dim + m.value_dim), m.kv_lora_rank);
       map.matrix(&a.out_w, at + "o_proj.weight", C, H * m.value_dim);
-      const std::string mlp = p + "mlp.";
       if (c.layers[size_t(l)].moe) {
         moe_weights(map, c, l, layer.moe);
       } else {
         FeedForwardWeights& f = layer.ffn;
         map.vector(&f.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
-        const std::string gate_up[] = {mlp + "gate_proj.weight", mlp + "up_proj.weight"};
-        const int64_t rows[] = {c.d_ff, c.d_ff};
-        map.stacked(&f.up_w, mlp + "gate_up_proj.weight", gate_up, rows, C);
-        map.matrix(&f.down_w, mlp + "down_proj.weight", C, c.d_ff);
+        gated_ffn_weights(map, c, p + "mlp.", c.d_ff, &f.up_w, &f.down_w);
       }
     }
     map.vector(&w.final_norm_w, "norm.weight", C, WeightInit::ones);
@@ -164,17 +160,10 @@ class DeepseekV2 final : public Family {
   // The router (mlp.gate), the routed experts' gate/up/down stacked expert after expert, and the
   // shared experts as one SwiGLU FFN of n_shared_experts × moe_intermediate_size.
   static void moe_weights(WeightMap& map, const ModelConfig& c, int64_t layer, MoeWeights& m) {
-    const int64_t C = c.d_model;
     moe_layer_weights(map, c, layer, "mlp.", "gate_proj.weight", "up_proj.weight", "down_proj.weight", m);
-    const std::string mlp = fmt::format("layers.{}.mlp.", layer);
-    if (c.moe.shared_d_ff > 0) {
-      const int64_t Fs = c.moe.shared_d_ff;
-      const std::string shared = mlp + "shared_experts.";
-      const std::string gate_up[] = {shared + "gate_proj.weight", shared + "up_proj.weight"};
-      const int64_t rows[] = {Fs, Fs};
-      map.stacked(&m.shared_up_w, shared + "gate_up_proj.weight", gate_up, rows, C);
-      map.matrix(&m.shared_down_w, shared + "down_proj.weight", C, Fs);
-    }
+    if (c.moe.shared_d_ff > 0)
+      gated_ffn_weights(map, c, fmt::format("layers.{}.mlp.shared_experts.", layer), c.moe.shared_d_ff, &m.shared_up_w,
+                        &m.shared_down_w);
   }
 };
 

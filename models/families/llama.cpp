@@ -133,6 +133,13 @@ void llama_attention_weights(WeightMap& map, const ModelConfig& c, int64_t layer
   if (c.out_bias) map.vector(&a.out_b, at + "o_proj.bias", C, WeightInit::zeros);
 }
 
+void gated_ffn_weights(WeightMap& map, const ModelConfig& c, const std::string& prefix, int64_t F, Tensor* up, Tensor* down) {
+  const std::string gate_up[] = {prefix + "gate_proj.weight", prefix + "up_proj.weight"};
+  const int64_t rows[] = {F, F};
+  map.stacked(up, prefix + "gate_up_proj.weight", gate_up, rows, c.d_model);
+  map.matrix(down, prefix + "down_proj.weight", c.d_model, F);
+}
+
 void moe_layer_weights(WeightMap& map, const ModelConfig& c, int64_t layer, const char* moe, const char* gate,
                        const char* up, const char* down, MoeWeights& m) {
   const int64_t C = c.d_model, F = c.moe.d_ff, E = c.moe.experts;
@@ -182,11 +189,9 @@ class Llama final : public Family {
       FeedForwardWeights& m = w.layers[size_t(l)].ffn;
       const std::string p = fmt::format("layers.{}.", l), mlp = p + "mlp.";
       map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
-      const std::string gate_up[] = {mlp + "gate_proj.weight", mlp + "up_proj.weight"};
-      const int64_t gate_up_rows[] = {F, F};
-      map.stacked(&m.up_w, mlp + "gate_up_proj.weight", gate_up, gate_up_rows, C);
-      map.matrix(&m.down_w, mlp + "down_proj.weight", C, F);
+      gated_ffn_weights(map, c, mlp, F, &m.up_w, &m.down_w);
       if (c.ffn_bias) {
+        const int64_t gate_up_rows[] = {F, F};
         const std::string biases[] = {mlp + "gate_proj.bias", mlp + "up_proj.bias"};
         map.stacked_vector(&m.up_b, mlp + "gate_up_proj.bias", biases, gate_up_rows);
         map.vector(&m.down_b, mlp + "down_proj.bias", C, WeightInit::zeros);

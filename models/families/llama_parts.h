@@ -17,6 +17,9 @@ void parse_windows(const ConfigFields& f, ModelConfig& c);
 void parse_llama_attention(const ConfigFields& f, ModelConfig& c);
 // *ForCausalLM checkpoints prefix the decoder's names with "model."; bare *Model ones do not.
 WeightMap llama_weight_map(const WeightFiles* files);
+// A SwiGLU FFN of width F under `prefix` (e.g. "layers.3.mlp."): gate_proj and up_proj stacked
+// into `up` [2F, C] (or a stored gate_up_proj), down_proj into `down` [C, F].
+void gated_ffn_weights(WeightMap& map, const ModelConfig& c, const std::string& prefix, int64_t F, Tensor* up, Tensor* down);
 // Layer `layer`'s mixture of experts under layers.<layer>.<moe> (e.g. "mlp."): the
 // post-attention norm, the router (<moe>gate.weight) and the routed experts, expert e's `gate` and
 // `up` matrices (<moe>experts.<e>.<name>) stacked into MoeWeights::up_w expert after expert and its
