@@ -51,6 +51,11 @@ struct Params {
   int slices = 1;            // warps sharing one row group, each over k_slice elements of K
   int64_t k_slice = 0;       // a multiple of the vector width
   uint32_t prefetch_bytes = 0;  // of w per block row tile, asked of L2 before the wait; 0: none
+  // Segmented (gemv_mma only; moe_matmul): batch b is row tile b of the segments (row_tiles.cuh),
+  // its rows of x and out those of the tile, its w the segment's (w + segment · w_batch) and its
+  // M the tile's rows. Null: batch b is batch b of x, w and out.
+  const int32_t* segment_offsets = nullptr;  // [segments + 1]
+  int segments = 0, segment_rows = 0;        // E and P (the offsets' range)
 };
 
 // v[i] = float(p[i]) for N contiguous elements, in 16-byte loads where the width allows

@@ -60,6 +60,7 @@
 
 #include "gemm_mma.cuh"
 #include "gemv.cuh"
+#include "row_tiles.cuh"
 
 DING_GPU_BEGIN
 
@@ -219,16 +220,30 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     }
     cp_async_commit();
   };
+  // The batch's operands: its x rows, the block's run of its w, its first row of out.
+  struct Batch {
+    const T* x;
+    const T* w;
+    int64_t out_row;
+    int M;  // 0: a segmented batch past the last tile
+  };
+  const bool segmented = a.segment_offsets != nullptr;
+  auto batch_at = [&](int64_t b) {
+    const T* const x = static_cast<const T*>(p.x);
+    const T* const w = static_cast<const T*>(p.w) + r0 * p.K;
+    if (!segmented) return Batch{x + b * p.x_batch, w + b * p.w_batch, b * p.M, int(p.M)};
+    const RowTile t = find_row_tile(a.segment_offsets, a.segments, a.segment_rows, b);
+    return Batch{x + int64_t(t.begin) * p.K, w + int64_t(t.segment) * p.w_batch, t.begin, t.rows};
+  };
+  Batch batch{};
   // Row g of x (staged, or this batch's in global memory) at the unit's chunk.
   const T* x_row = staged + g * K;
   auto x_at = [&](const Cursor& c) {
-    return c.k < K && g < p.M ? *reinterpret_cast<const uint4*>(x_row + c.k) : make_uint4(0, 0, 0, 0);
+    return c.k < K && g < batch.M ? *reinterpret_cast<const uint4*>(x_row + c.k) : make_uint4(0, 0, 0, 0);
   };
 
   const int first_tile = warp / rs.chunks, first_chunk = warp % rs.chunks;
   const Cursor first{first_tile, first_chunk, first_chunk * kMmaChunk + q * 8, first_tile * rs.tile_cols + g};
-  // The block's run of w in batch b.
-  auto run_of = [&](int64_t b) { return static_cast<const T*>(p.w) + b * p.w_batch + r0 * p.K; };
   // The first Depth units of the run into the ring; returns the cursor of the next to issue.
   auto fill = [&](const T* w) {
     Cursor c = first;
@@ -246,27 +261,36 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   }
   const int64_t b0 = blockIdx.z;
   Cursor ahead = first;
-  if (b0 < p.batches) ahead = fill(run_of(b0));
+  // Which segment a batch reads is known only from the offsets, written by an earlier kernel of
+  // the step: a segmented block fills its ring after the wait.
+  if (!segmented && b0 < p.batches) {
+    batch = batch_at(b0);
+    ahead = fill(batch.w);
+  }
   wait_for_prior_kernels();
   release_dependents();
 
   // The batch loop is uniform across the block, so the barriers inside it are reached by all.
   for (int64_t b = b0; b < p.batches; b += gridDim.z) {
-    const T* w = run_of(b);
-    if (b != b0) ahead = fill(w);
+    if (segmented || b != b0) {
+      batch = batch_at(b);
+      if (batch.M == 0) break;  // past the last tile, as is every later b (the same for the block)
+      ahead = fill(batch.w);
+    }
+    const T* const w = batch.w;
     // x [M, K] into shared memory, normalised or as it is: read from there at every unit, it
     // costs no L2 round trip in the chain wait → mma → refill.
-    const T* x = static_cast<const T*>(p.x) + b * p.x_batch;
+    const T* const x = batch.x;
     if constexpr (Normed) {
       cp_async_wait<Depth>();  // the parameters' group: older than the ring's Depth
       __syncthreads();         // ... and every thread's part of it
-      normalize_rows(x, staged, gamma, beta, p.M, K, a.norm, red);
+      normalize_rows(x, staged, gamma, beta, batch.M, K, a.norm, red);
     } else if constexpr (StagedX) {
-      const int vectors = p.M * K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
+      const int vectors = batch.M * K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
       for (int i = tid; i < vectors; i += kMmaThreads)
         reinterpret_cast<uint4*>(staged)[i] = reinterpret_cast<const uint4*>(x)[i];
     } else {
-      x_row = x + int64_t(min(g, int(p.M) - 1)) * K;
+      x_row = x + int64_t(min(g, batch.M - 1)) * K;
     }
     __syncthreads();
 
@@ -310,17 +334,17 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
         const float4 v = *sum_at(t, w);
         sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
       }
-      const int row = t * rs.tile_cols + g, m = 2 * q;
-      const int64_t out_row = b * p.M, n = r0 + row;
+      const int row = t * rs.tile_cols + g, m = 2 * q, M = batch.M;
+      const int64_t out_row = batch.out_row, n = r0 + row;
       if (a.ep.swiglu) {  // rows g + 8 of the tile are the up rows of rows g
-        if (row < rows && m < p.M) a.ep.store(out_row + m, n, sum.x, sum.z);
-        if (row < rows && m + 1 < p.M) a.ep.store(out_row + m + 1, n, sum.y, sum.w);
+        if (row < rows && m < M) a.ep.store(out_row + m, n, sum.x, sum.z);
+        if (row < rows && m + 1 < M) a.ep.store(out_row + m + 1, n, sum.y, sum.w);
         continue;
       }
-      if (row < rows && m < p.M) a.ep.store(out_row + m, n, sum.x);
-      if (row < rows && m + 1 < p.M) a.ep.store(out_row + m + 1, n, sum.y);
-      if (row + 8 < rows && m < p.M) a.ep.store(out_row + m, n + 8, sum.z);
-      if (row + 8 < rows && m + 1 < p.M) a.ep.store(out_row + m + 1, n + 8, sum.w);
+      if (row < rows && m < M) a.ep.store(out_row + m, n, sum.x);
+      if (row < rows && m + 1 < M) a.ep.store(out_row + m + 1, n, sum.y);
+      if (row + 8 < rows && m < M) a.ep.store(out_row + m, n + 8, sum.z);
+      if (row + 8 < rows && m + 1 < M) a.ep.store(out_row + m + 1, n + 8, sum.w);
     }
     __syncthreads();  // the sums and the staged rows are rewritten by the next batch
   }
@@ -410,13 +434,15 @@ bool gemv_mma_fits(const Props& props, const GemmShape& p, const Epilogue& ep, c
   return gemv::mma_plan(props, p, normed, ep.swiglu).depth > 0;
 }
 
+namespace gemv {
+
+// The core's launch for the product a describes (its norm's weight non-null: normed).
 template <class T>
-void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
-  using namespace gemv;
-  const bool normed = norm.kind != ops::NormKind::none;
-  Params a{p, ep, {}, 1, p.K, 0};
-  if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
-  gemv::MmaPlan plan = gemv::mma_plan(s.props(), p, normed, ep.swiglu);
+void launch_mma(GpuStream& s, const Params& a) {
+  const GemmShape& p = a.p;
+  const Epilogue& ep = a.ep;
+  const bool normed = a.norm.weight != nullptr;
+  MmaPlan plan = mma_plan(s.props(), p, normed, ep.swiglu);
   if (const int fetch = s.matmul_tuning().gemv_l2_fetch; fetch == 0 || fetch == 128 || fetch == 256) plan.rows.l2_fetch = fetch;
   const bool chained = gemv_chained(s);
   const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
@@ -441,6 +467,39 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   else
     with_depth(std::false_type{});
   DING_GPU_CHECK_LAUNCH("gemv_mma_kernel");
+}
+
+}  // namespace gemv
+
+template <class T>
+void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
+  gemv::Params a{p, ep, {}, 1, p.K, 0};
+  if (norm.kind != ops::NormKind::none)
+    a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
+  gemv::launch_mma<T>(s, a);
+}
+
+// Whether the tensor-core GEMV takes a segmented product (launch_gemv_mma_segments): as for
+// gemv_mma_fits, with p.M = min(P, kSegmentTileRows), the most rows a tile has.
+template <class X, class W>
+bool gemv_mma_segments_fit(const Props& props, const GemmShape& p, bool swiglu) {
+  if (!(std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
+        aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31)))
+    return false;
+  return gemv::mma_plan(props, p, false, swiglu).depth > 0;
+}
+
+// out[rows of tile b] = epilogue(x[rows of tile b] · w[segment of tile b]ᵀ) for the row tiles of
+// the segments (row_tiles.cuh): p.batches = max_row_tiles(P, E), p.M = min(P, kSegmentTileRows),
+// p.w_batch the elements between segments' w; x and out rows as the offsets place them.
+template <class T>
+void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
+                              int P) {
+  gemv::Params a{p, ep, {}, 1, p.K, 0};
+  a.segment_offsets = offsets;
+  a.segments = E;
+  a.segment_rows = P;
+  gemv::launch_mma<T>(s, a);
 }
 
 DING_GPU_END

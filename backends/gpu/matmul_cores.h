@@ -21,6 +21,9 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
 template <class T>
 void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
 template <class T>
+void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
+                              int P);
+template <class T>
 void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep);
 template <class T, class Tl>
 void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split);
@@ -45,6 +48,10 @@ DING_FOR_W(DING_GEMM_SIMT, ding::bf16)
 #if defined(DING_GPU_NVIDIA)
 extern template void launch_gemv_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 extern template void launch_gemv_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+extern template void launch_gemv_mma_segments<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
+                                                         int, int);
+extern template void launch_gemv_mma_segments<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
+                                                          int, int);
 extern template void launch_gemm_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
 extern template void launch_gemm_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
 #define DING_GEMM_MMA_TILE(Tl)                                                                                   \

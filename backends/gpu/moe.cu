@@ -4,9 +4,15 @@
 //                weights from f32 exps with double sums, as the CPU backend computes them. With
 //                groups, top_groups rounds over the groups' best pairs first find the kept ones.
 //   moe_group:   one block: a counting sort stable in the slot index, with no atomics (every
-//                run writes the same bits), then a row gather of x for the expert matmuls.
+//                run writes the same bits), its count columns in shared memory when they fit (a
+//                decode step's: its loops then wait on shared memory, not L2), then a row gather
+//                of x for the expert matmuls.
 //   moe_combine: one thread per 4 (or 1) columns of a token, an f32 FMA chain over j = 0..k−1
-//                from the residual (or 0) in the reference's order (the CPU's exact operations).
+//                from the residual (or 0) in the reference's order (the CPU's exact operations);
+//                kCombineBatch choices' rows are loaded before their FMAs, so a token's k rows
+//                cost ⌈k / kCombineBatch⌉ round trips, not k.
+// Every kernel here is chained (vendor.h): the step's tiny routing kernels start while their
+// predecessor finishes, and the expert matmul after them is launched early.
 // moe_matmul, between moe_group and moe_combine, is in moe_matmul.cu.
 // Device-held ids that the host backends reject cannot raise here: an expert id outside [0, E)
 // sorts after every expert's rows (offsets[E] counts only valid slots; slots and positions stay
@@ -29,6 +35,8 @@ namespace {
 
 constexpr int kRouteThreads = 256;
 constexpr int kGroupThreads = 1024;  // at most; the block's threads are the counting sort's slot segments
+constexpr size_t kGroupSharedBytes = 48 * 1024;  // count columns up to this size live in shared memory
+constexpr int kCombineBatch = 8;     // a token's choices whose rows are in flight together
 
 __device__ inline double warp_sum_double(double v) {
 #pragma unroll
@@ -57,6 +65,8 @@ template <class T>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights, int32_t* experts, const T* logits,
                                                                   int64_t tokens, int64_t E, int k,
                                                                   ops::MoeRouteParams params) {
+  wait_for_prior_kernels();  // the logits come from the router's matmul
+  release_dependents();
   const int64_t t = int64_t(blockIdx.x) * (blockDim.x / warp_size()) + threadIdx.x / warp_size();
   if (t >= tokens) return;
   const int lane = lane_id();
@@ -134,10 +144,15 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights
 // segment [p·L, (p+1)·L) and column p of counts [E + 1][P] (P = blockDim.x): first its slots per
 // bucket, then, after an exclusive prefix sum in (bucket, p) order, the grouped row of its next
 // slot of each bucket: every slot of the lower buckets, then this bucket's slots of the lower
-// segments. Bucket E collects out-of-range ids.
+// segments. Bucket E collects out-of-range ids. counts: global scratch, or null for the dynamic
+// shared memory the launch sized to (E + 1)·P ints.
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* offsets, int32_t* slots, int32_t* positions,
                                                                   const int32_t* experts, int S, int E, int* counts) {
   __shared__ int warp_sums[32];
+  extern __shared__ int shared_counts[];
+  if (counts == nullptr) counts = shared_counts;
+  wait_for_prior_kernels();  // the experts come from moe_route
+  release_dependents();
   const int P = int(blockDim.x), p = int(threadIdx.x), buckets = E + 1;
   const int per_segment = (S + P - 1) / P;
   const int first = min(S, p * per_segment), last = min(S, first + per_segment);
@@ -173,6 +188,8 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* offse
 template <class Unit>
 __global__ void moe_gather_bytes_kernel(char* x_grouped, const char* x, const int32_t* slots, int S, int k,
                                         int64_t units_per_row) {
+  wait_for_prior_kernels();  // slots from moe_group, x from the layer before
+  release_dependents();
   for (int64_t p = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; p < S; p += int64_t(gridDim.x) * blockDim.y) {
     const int s = slots[p];
     if (s < 0 || s >= S) continue;  // cannot happen: slots is a permutation of [0, S)
@@ -184,6 +201,8 @@ __global__ void moe_gather_bytes_kernel(char* x_grouped, const char* x, const in
 
 template <class Out, class In>
 __global__ void moe_gather_convert_kernel(Out* x_grouped, const In* x, const int32_t* slots, int S, int k, int64_t C) {
+  wait_for_prior_kernels();  // slots from moe_group, x from the layer before
+  release_dependents();
   for (int64_t p = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; p < S; p += int64_t(gridDim.x) * blockDim.y) {
     const int s = slots[p];
     if (s < 0 || s >= S) continue;
@@ -199,6 +218,8 @@ __global__ void moe_gather_convert_kernel(Out* x_grouped, const In* x, const int
 template <class Out, class Y, int N>
 __global__ void moe_combine_kernel(Out* out, const Y* y_grouped, const float* weights, const int32_t* positions,
                                    const void* residual, DType residual_dtype, int64_t tokens, int k, int64_t C) {
+  wait_for_prior_kernels();  // the experts' rows from moe_matmul, weights and positions before it
+  release_dependents();
   const int64_t S = tokens * k;
   for (int64_t t = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; t < tokens; t += int64_t(gridDim.x) * blockDim.y) {
     const float* w = weights + t * k;
@@ -208,13 +229,23 @@ __global__ void moe_combine_kernel(Out* out, const Y* y_grouped, const float* we
       if (residual)
 #pragma unroll
         for (int n = 0; n < N; ++n) sum[n] = load_as_float(residual, residual_dtype, t * C + c + n);
-      for (int j = 0; j < k; ++j) {
-        const int64_t row = position[j];
-        if (row < 0 || row >= S) continue;
-        const float wj = w[j];
-        const Pack<Y, N> y = *reinterpret_cast<const Pack<Y, N>*>(y_grouped + row * C + c);
+      for (int j0 = 0; j0 < k; j0 += kCombineBatch) {
+        bool in[kCombineBatch];
+        float wj[kCombineBatch];
+        Pack<Y, N> y[kCombineBatch];
 #pragma unroll
-        for (int n = 0; n < N; ++n) sum[n] = fmaf(wj, to_float(y.v[n]), sum[n]);
+        for (int u = 0; u < kCombineBatch; ++u) {
+          const int64_t row = j0 + u < k ? position[j0 + u] : -1;
+          in[u] = row >= 0 && row < S;
+          wj[u] = in[u] ? w[j0 + u] : 0.0f;
+          y[u] = in[u] ? *reinterpret_cast<const Pack<Y, N>*>(y_grouped + row * C + c) : Pack<Y, N>{};
+        }
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u)
+          if (in[u]) {
+#pragma unroll
+            for (int n = 0; n < N; ++n) sum[n] = fmaf(wj[u], to_float(y[u].v[n]), sum[n]);
+          }
       }
       Pack<Out, N> o;
 #pragma unroll
@@ -238,9 +269,9 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
     const unsigned grid = row_grid(s, S, block);
     with_byte_unit(unit, [&](auto tag) {
       using Unit = decltype(tag);
-      moe_gather_bytes_kernel<Unit><<<grid, block, 0, s.handle()>>>(static_cast<char*>(a.x_grouped.data),
-                                                                     static_cast<const char*>(a.x.data),
-                                                                     a.slots.ptr<int32_t>(), S, k, units);
+      DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_gather_bytes_kernel<Unit>, dim3(grid), block, 0,
+                                    s.handle(), static_cast<char*>(a.x_grouped.data), static_cast<const char*>(a.x.data),
+                                    a.slots.ptr<int32_t>(), S, k, units));
     });
     DING_GPU_CHECK_LAUNCH("moe_gather_bytes_kernel");
     return;
@@ -251,8 +282,9 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
     with_float_type(a.x.dtype, [&](auto in_tag) {
       using Out = decltype(out_tag);
       using In = decltype(in_tag);
-      moe_gather_convert_kernel<Out, In><<<grid, block, 0, s.handle()>>>(
-          static_cast<Out*>(a.x_grouped.data), static_cast<const In*>(a.x.data), a.slots.ptr<int32_t>(), S, k, C);
+      DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_gather_convert_kernel<Out, In>, dim3(grid), block,
+                                    0, s.handle(), static_cast<Out*>(a.x_grouped.data),
+                                    static_cast<const In*>(a.x.data), a.slots.ptr<int32_t>(), S, k, C));
     });
   });
   DING_GPU_CHECK_LAUNCH("moe_gather_convert_kernel");
@@ -266,9 +298,10 @@ void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
   const int64_t tokens_per_block = kRouteThreads / s.props().warp_size;
   with_float_type(a.logits.dtype, [&](auto tag) {
     using L = decltype(tag);
-    moe_route_kernel<L><<<unsigned(ceil_div(T, tokens_per_block)), kRouteThreads, 0, s.handle()>>>(
-        a.weights.ptr<float>(), a.experts.ptr<int32_t>(), static_cast<const L*>(a.logits.data), T, E,
-        int(a.params.k), a.params);
+    DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_route_kernel<L>,
+                                  dim3(unsigned(ceil_div(T, tokens_per_block))), dim3(kRouteThreads), 0, s.handle(),
+                                  a.weights.ptr<float>(), a.experts.ptr<int32_t>(), static_cast<const L*>(a.logits.data),
+                                  T, E, int(a.params.k), a.params));
   });
   DING_GPU_CHECK_LAUNCH("moe_route_kernel");
 }
@@ -283,10 +316,12 @@ void moe_group(Stream& stream, const ops::MoeGroupArgs& a) {
   // warp, whose (E + 1)-entry count columns and scan cost a fraction of a 1024-thread block's.
   const int warp = s.props().warp_size;
   const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(warp, (S + warp - 1) / warp * warp)));
-  auto* counts = static_cast<int*>(s.scratch(size_t(E + 1) * size_t(threads) * sizeof(int)));
-  moe_group_kernel<<<1, threads, 0, s.handle()>>>(a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(),
-                                                  a.positions.ptr<int32_t>(), a.experts.ptr<int32_t>(), int(S), int(E),
-                                                  counts);
+  const size_t count_bytes = size_t(E + 1) * size_t(threads) * sizeof(int);
+  const bool shared = count_bytes <= kGroupSharedBytes;
+  int* counts = shared ? nullptr : static_cast<int*>(s.scratch(count_bytes));
+  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_group_kernel, dim3(1), dim3(unsigned(threads)),
+                                shared ? count_bytes : 0, s.handle(), a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(),
+                                a.positions.ptr<int32_t>(), a.experts.ptr<int32_t>(), int(S), int(E), counts));
   DING_GPU_CHECK_LAUNCH("moe_group_kernel");
   if (a.x.defined()) moe_gather(s, a, int(S), int(k));
 }
@@ -301,9 +336,10 @@ void moe_combine(Stream& stream, const ops::MoeCombineArgs& a) {
       auto launch = [&](auto width) {
         constexpr int N = decltype(width)::value;
         const dim3 block = row_block(ceil_div(C, N));
-        moe_combine_kernel<Out, Y, N><<<row_grid(s, T, block), block, 0, s.handle()>>>(
-            static_cast<Out*>(a.out.data), static_cast<const Y*>(a.y_grouped.data), a.weights.ptr<float>(),
-            a.positions.ptr<int32_t>(), a.residual.data, a.residual.dtype, T, int(k), C);
+        DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_combine_kernel<Out, Y, N>,
+                                      dim3(row_grid(s, T, block)), block, 0, s.handle(), static_cast<Out*>(a.out.data),
+                                      static_cast<const Y*>(a.y_grouped.data), a.weights.ptr<float>(),
+                                      a.positions.ptr<int32_t>(), a.residual.data, a.residual.dtype, T, int(k), C));
       };
       // Packs of 4 when every row start is aligned to one (rows are C elements apart).
       if (C % 4 == 0 && aligned(a.out.data, 4 * sizeof(Out)) && aligned(a.y_grouped.data, 4 * sizeof(Y)))

@@ -1,11 +1,15 @@
 // moe_matmul on the GPU: out[p] = act(x[p] · W[e]ᵀ) for the grouped rows offsets[e] ≤ p <
-// offsets[e+1] of each expert e, act none or swiglu (ops/moe.h).
+// offsets[e+1] of each expert e, act none or swiglu (ops/moe.h). Each expert's rows are cut into
+// row tiles (row_tiles.cuh), so its weights are read once per tile of its rows (once in all at
+// decode, where an expert owns one row or a few), and an expert without rows is never read.
 //
-// A weight stream in the manner of the decode GEMV (gemv.cuh), over row tiles: each expert's rows
-// are cut into tiles of up to kTileRows consecutive rows, and a block computes one row tile × one
-// range of output columns. So each expert's weights are read once per tile of its rows (once in
-// all at decode, where an expert owns one row or a few), and an expert without rows owns no tile
-// and is never read.
+// Decode (P ≤ E) with 16-bit x and w of one type on NVIDIA sm_80+: the tensor-core GEMV core
+// (gemv_mma.cuh) takes the product, one of its batches per row tile: its weight stream through a
+// cp.async ring is what reaches the copy bandwidth on a decode step's few rows (the kernel below
+// stalls on the latency of the loads its registers can hold).
+//
+// Otherwise the kernel below: a weight stream in the manner of the FMA GEMV (gemv.cuh), a block
+// computing one row tile × one range of output columns.
 //  - Launch: grid (row tiles, column tiles), 256 threads (8 warps of 32 lanes, or 4 of 64 on CDNA).
 //    The offsets stay on the device (the op must be recordable in a graph), so the host sizes the
 //    grid for the most tiles any offsets make (max_row_tiles), and blocks past the real count
@@ -33,12 +37,16 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "check.h"
 #include "gemm.cuh"
 #include "gemv.cuh"
+#include "gemv_mma.cuh"
 #include "kernels.h"
+#include "matmul_cores.h"
 #include "reduce.cuh"
+#include "row_tiles.cuh"
 #include "select.cuh"
 #include "stream.h"
 
@@ -46,7 +54,7 @@ DING_GPU_BEGIN
 namespace {
 
 constexpr int kThreads = 256;    // a multiple of 64: whole warps on either vendor
-constexpr int kTileRows = 8;     // grouped rows per tile: one w vector feeds this many FMAs
+constexpr int kTileRows = kSegmentTileRows;  // grouped rows per tile: one w vector feeds this many FMAs
 constexpr int kColsPerWarp = 2;  // rows of w per warp (swiglu: the gate and up rows of one column)
 constexpr int kUnroll = 4;       // vectors per row of w and lane loaded before the FMAs use them
 static_assert(kTileRows * kColsPerWarp <= 32, "a lane of the smallest warp holds each final sum");
@@ -65,47 +73,6 @@ struct Params {
   int slices;               // warps sharing one column group, each over k_slice elements of K
   int64_t k_slice;          // a multiple of the vector width
 };
-
-struct RowTile {
-  int expert = 0;
-  int begin = 0, rows = 0;  // grouped rows [begin, begin + rows); rows 0: no such tile
-};
-
-// Tile `tile` of the order (expert, then row), found by every lane of the calling warp. Expert e's
-// range is offsets[e] … offsets[e+1] clamped into [0, P] and made non-decreasing.
-__device__ inline RowTile find_row_tile(const int32_t* offsets, int E, int P, int64_t tile) {
-  const int lane = lane_id();
-  int64_t before = 0;  // tiles of the experts of the earlier rounds
-  for (int e0 = 0; e0 < E; e0 += warp_size()) {
-    const int e = e0 + lane;
-    int begin = 0, end = 0;
-    if (e < E) {
-      begin = min(max(offsets[e], 0), P);
-      end = min(max(offsets[e + 1], begin), P);
-    }
-    const int count = (end - begin + kTileRows - 1) / kTileRows;
-    const int inclusive = warp_inclusive_scan(count);
-    const int64_t round_total = shfl(inclusive, warp_size() - 1);
-    if (tile < before + round_total) {  // the same on every lane: the warp leaves together
-      // Running counts grow with the lane, so the lanes whose count ends at or before the tile are
-      // exactly those below its owner.
-      const int owner = int(__popcll(ballot(before + inclusive <= tile)));
-      const int owner_begin = shfl(begin, owner), owner_end = shfl(end, owner);
-      const int64_t first_tile = before + shfl(inclusive - count, owner);
-      const int64_t tile_begin = owner_begin + (tile - first_tile) * kTileRows;
-      // Only counts that overflow int (offsets far out of order, ranges overlapping) can put the
-      // tile outside its owner's rows: then no tile, rather than rows out of bounds.
-      if (tile_begin < owner_begin || tile_begin >= owner_end) return {};
-      RowTile t;
-      t.expert = e0 + owner;
-      t.begin = int(tile_begin);
-      t.rows = min(kTileRows, owner_end - t.begin);
-      return t;
-    }
-    before += round_total;
-  }
-  return {};
-}
 
 // Vec: elements of w per load (16 bytes, or 1 where rows of x or w are not aligned for it).
 template <class X, class W, int Vec>
@@ -135,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) moe_matmul_kernel(const Params a) {
     const X* x = static_cast<const X*>(a.x) + int64_t(rt.begin) * K;
     for (int64_t ct = blockIdx.y; ct < a.col_tiles; ct += gridDim.y) {
       const int64_t n0 = (ct * groups + group) * cols;
-      const W* w = static_cast<const W*>(a.w) + (int64_t(rt.expert) * w_rows + n0) * K;
+      const W* w = static_cast<const W*>(a.w) + (int64_t(rt.segment) * w_rows + n0) * K;
       bool row_ok[kColsPerWarp];
 #pragma unroll
       for (int r = 0; r < kColsPerWarp; ++r) row_ok[r] = (a.swiglu ? n0 : n0 + r) < a.N;
@@ -212,14 +179,6 @@ __global__ void __launch_bounds__(kThreads) moe_matmul_kernel(const Params a) {
   }
 }
 
-// The most row tiles P rows make over E experts: A experts owning rows own 1 + ⌊(rows − 1) /
-// kTileRows⌋ tiles each, at most A + ⌊(P − A) / kTileRows⌋ in all, which grows with A ≤ min(E, P).
-// At decode, where P ≤ E, it is P: the count when every row has an expert of its own.
-int64_t max_row_tiles(int64_t P, int64_t E) {
-  const int64_t A = std::min(E, P);
-  return A + (P - A) / kTileRows;
-}
-
 template <class X, class W>
 void launch_moe_matmul(GpuStream& s, Params a) {
   // 16 bytes of W per load; x then needs the same count of elements at its own width.
@@ -271,6 +230,36 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
   p.swiglu = a.activation == ops::Activation::swiglu;
   p.tiles = max_row_tiles(P, E);
   GpuStream& s = gpu_stream(stream);
+#if defined(DING_GPU_NVIDIA)
+  // Decode (P ≤ E: row tiles at most one per expert on average): 16-bit x and w of one type
+  // stream through the tensor-core GEMV core instead, one batch per row tile.
+  if (P <= E && a.x.dtype == a.w.dtype && (a.x.dtype == DType::bf16 || a.x.dtype == DType::f16)) {
+    GemmShape g;
+    g.x = a.x.data;
+    g.w = a.w.data;
+    g.M = std::min<int64_t>(P, kSegmentTileRows);
+    g.N = N;
+    g.K = K;
+    g.batches = p.tiles;
+    g.w_batch = (p.swiglu ? 2 : 1) * N * K;
+    Epilogue ep;
+    ep.swiglu = p.swiglu;
+    ep.out = a.out.data;
+    ep.out_dtype = a.out.dtype;
+    ep.ld = N;
+    bool taken = false;
+    with_float_type(a.x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, float>) {
+        if (gemv_mma_segments_fit<T, T>(s.props(), g, p.swiglu)) {
+          launch_gemv_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
+          taken = true;
+        }
+      }
+    });
+    if (taken) return;
+  }
+#endif
   with_float_type(a.x.dtype, [&](auto x_tag) {
     with_float_type(a.w.dtype, [&](auto w_tag) { launch_moe_matmul<decltype(x_tag), decltype(w_tag)>(s, p); });
   });

@@ -76,6 +76,10 @@ __global__ void __launch_bounds__(kRowMaxThreads)
     norm_kernel(NormTensors<X, W> t, int64_t rows, int64_t C, float eps, bool center) {
   constexpr bool cache_rows = !std::is_same<X, AnyFloat>::value;
   __shared__ float shared[32];
+  // Chained (vendor.h): rows, residuals and weights may come from the kernel before; the kernel
+  // after (a decode step's GEMV) may start streaming its weights while this one runs.
+  wait_for_prior_kernels();
+  release_dependents();
   const int64_t tid = threadIdx.x, threads = blockDim.x;
   for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
     const RowStarts row = row_starts(t, r);
@@ -148,7 +152,8 @@ template <int V, class X, class W>
 void launch_norm(GpuStream& s, const NormTensors<X, W>& t, int64_t rows, int64_t C, float eps, bool center) {
   const dim3 block = row_group_block(C, s.props().warp_size);
   const unsigned grid = unsigned(std::min<int64_t>(ceil_div(rows, block.y), int64_t(s.props().sm_count) * 32));
-  norm_kernel<V><<<grid, block, 0, s.handle()>>>(t, rows, C, eps, center);
+  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), norm_kernel<V, X, W>, dim3(grid), block, 0, s.handle(), t,
+                                rows, C, eps, center));
   DING_GPU_CHECK_LAUNCH("norm_kernel");
 }
 

@@ -31,6 +31,8 @@ struct RopeShape {
 template <class Out, class In>
 __global__ void __launch_bounds__(kThreads) rope_kernel(Out out, In x, const int32_t* positions, RopeShape shape) {
   __shared__ float cos_table[kFreqChunk], sin_table[kFreqChunk];
+  wait_for_prior_kernels();  // chained (vendor.h): x and the positions come from earlier kernels
+  release_dependents();
   const int64_t H = shape.H, D = shape.D, R = shape.rot.R, half = R / 2;
   // Loops over tokens and chunks are uniform across the block: every thread reaches the barriers.
   for (int64_t n = blockIdx.x; n < shape.tokens; n += gridDim.x) {
@@ -83,7 +85,8 @@ void rope(Stream& stream, const ops::RopeArgs& a) {
     with_float_type(a.x.dtype, [&](auto x_tag) {
       using O = decltype(out_tag);
       using X = decltype(x_tag);
-      rope_kernel<<<grid, kThreads, 0, s.handle()>>>(typed<O>(a.out), typed<X>(a.x), positions, shape);
+      DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), rope_kernel<Typed<O>, Typed<X>>, dim3(grid),
+                                    dim3(kThreads), 0, s.handle(), typed<O>(a.out), typed<X>(a.x), positions, shape));
     });
   });
   DING_GPU_CHECK_LAUNCH("rope_kernel");

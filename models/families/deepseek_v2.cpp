@@ -117,14 +117,15 @@ class DeepseekV2 final : public Family {
       LatentAttentionWeights& a = layer.latent;
       map.vector(&a.norm_w, p + "input_layernorm.weight", C, WeightInit::ones);
       const int64_t q_rows = H * (m.nope_dim + m.rope_dim);
-      if (m.q_lora_rank > 0) {
-        map.matrix(&a.q_a_w, at + "q_a_proj.weight", m.q_lora_rank, C);
+      const bool bottleneck = m.q_lora_rank > 0;
+      const std::string in_names[] = {at + (bottleneck ? "q_a_proj.weight" : "q_proj.weight"),
+                                      at + "kv_a_proj_with_mqa.weight"};
+      const int64_t in_rows[] = {bottleneck ? m.q_lora_rank : q_rows, m.kv_lora_rank + m.rope_dim};
+      map.stacked(&a.in_w, at + (bottleneck ? "q_a_kv_a_proj.weight" : "q_kv_a_proj.weight"), in_names, in_rows, C);
+      if (bottleneck) {
         map.vector(&a.q_a_norm_w, at + "q_a_layernorm.weight", m.q_lora_rank, WeightInit::ones);
-        map.matrix(&a.q_w, at + "q_b_proj.weight", q_rows, m.q_lora_rank);
-      } else {
-        map.matrix(&a.q_w, at + "q_proj.weight", q_rows, C);
+        map.matrix(&a.q_b_w, at + "q_b_proj.weight", q_rows, m.q_lora_rank);
       }
-      map.matrix(&a.kv_a_w, at + "kv_a_proj_with_mqa.weight", m.kv_lora_rank + m.rope_dim, C);
       map.vector(&a.kv_a_norm_w, at + "kv_a_layernorm.weight", m.kv_lora_rank, WeightInit::ones);
       map.matrix(&a.kv_b_w, at + "kv_b_proj.weight", H * (m.nope_dim + m.value_dim), m.kv_lora_rank);
       map.matrix(&a.out_w, at + "o_proj.weight", C, H * m.value_dim);

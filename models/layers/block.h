@@ -33,10 +33,11 @@ struct AttentionWeights {
 // Multi-head latent attention's weights (ops/mla.h), transformers' DeepseekV2Attention names beside.
 struct LatentAttentionWeights {
   Tensor norm_w;         // [C] input_layernorm
-  Tensor q_w;            // [H·(Dn + Dr), C] q_proj; with a q bottleneck [H·(Dn + Dr), Lq] q_b_proj
-  Tensor q_a_w;          // [Lq, C] q_a_proj, with a q bottleneck only
+  // [Q + L + Dr, C]: the products of rms_norm(x), one weight stream: q_proj ([H·(Dn + Dr), C]) or,
+  // with a q bottleneck, q_a_proj ([Lq, C]); then kv_a_proj_with_mqa (the latent, the rope key).
+  Tensor in_w;
+  Tensor q_b_w;          // [H·(Dn + Dr), Lq] q_b_proj, with a q bottleneck only
   Tensor q_a_norm_w;     // [Lq] q_a_layernorm
-  Tensor kv_a_w;         // [L + Dr, C] kv_a_proj_with_mqa: the latent, then the rope key
   Tensor kv_a_norm_w;    // [L] kv_a_layernorm
   Tensor kv_b_w;         // [H·(Dn + Dv), L] kv_b_proj: ops::mla's w_kv [H, Dn + Dv, L]
   Tensor out_w;          // [C, H·Dv] o_proj

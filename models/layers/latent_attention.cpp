@@ -3,6 +3,8 @@
 //   q = W_q h, or W_qb · rms_norm(W_qa h) with a query bottleneck;  q = [q_nope ; q_rope] per head
 //   [c ; k^R] = W_kva h;  c ← rms_norm(c);  q_rope, k^R rotated (interleaved pairs)
 //   x = x + W_o · mla(q, cache of [c ; k^R])
+// W_q (or W_qa) and W_kva are one stacked weight, so h's products are one weight stream (one
+// kernel at decode); the ops downstream read their parts as strided views.
 // The cache row of a position is [c ; k^R]; prefill writes its chunk's rows and attends over the
 // sequence's (ops::mla_prefill), decode hands the row to ops::mla_decode, which stores it and
 // attends in the absorbed form, reading latents only.
@@ -53,29 +55,30 @@ void latent_attention(const Step& s, const LatentAttentionWeights& w, LayerCache
   const DType dt = s.x.dtype;
   const ops::MatmulNorm input_norm{.kind = c.norm, .weight = w.norm_w, .eps = c.norm_eps};
 
-  const Tensor q = s.scratch->take(dt, {n, H * E});
-  if (m.q_lora_rank > 0) {
+  const bool bottleneck = m.q_lora_rank > 0;
+  const int64_t Q = bottleneck ? m.q_lora_rank : H * E;  // rows of h's query product
+  const Tensor in = s.scratch->take(dt, {n, Q + row});
+  ops::matmul(*s.stream, in, s.x, w.in_w, {.norm = input_norm});
+  const Tensor kv_a = in.slice(1, Q, Q + row);
+  Tensor q = in.slice(1, 0, Q);  // [n, H·E], rows Q + row apart
+  if (bottleneck) {
     const Tensor q_a = s.scratch->take(dt, {n, m.q_lora_rank});
-    ops::matmul(*s.stream, q_a, s.x, w.q_a_w, {.norm = input_norm});
-    ops::matmul(*s.stream, q, q_a, w.q_w,
-                {.norm = {.kind = ops::NormKind::rms_norm, .weight = w.q_a_norm_w, .eps = kBottleneckNormEps}});
-  } else {
-    ops::matmul(*s.stream, q, s.x, w.q_w, {.norm = input_norm});
+    ops::rms_norm(*s.stream, q_a, q, w.q_a_norm_w, {.eps = kBottleneckNormEps});
+    q = s.scratch->take(dt, {n, H * E});
+    ops::matmul(*s.stream, q, q_a, w.q_b_w);
   }
-  const Tensor kv_a = s.scratch->take(dt, {n, row});
-  ops::matmul(*s.stream, kv_a, s.x, w.kv_a_w, {.norm = input_norm});
   // The token's cache row [rms_norm(c) ; rope(k^R)], then q's rope part rotated in place.
   const Tensor latent = s.scratch->take(dt, {n, row});
   ops::rms_norm(*s.stream, latent.slice(1, 0, L), kv_a.slice(1, 0, L), w.kv_a_norm_w, {.eps = kBottleneckNormEps});
   rotate(s, w, latent.slice(1, L, row).unsqueeze(1).unsqueeze(0), kv_a.slice(1, L, row).unsqueeze(1).unsqueeze(0));
-  const Tensor q_heads = q.reshape({1, n, H, E});
+  const Tensor q_heads = q.unflatten(1, H).unsqueeze(0);  // [1, n, H, E]
   rotate(s, w, q_heads.slice(3, m.nope_dim, E), q_heads.slice(3, m.nope_dim, E));
 
   const Tensor attended = s.scratch->take(dt, {n, H * m.value_dim});
   const Tensor w_kv = w.kv_b_w.reshape({H, m.nope_dim + m.value_dim, L});
   const ops::MlaParams params{.scale = m.softmax_scale};
   if (s.kind == StepKind::decode) {
-    ops::mla_decode(*s.stream, attended.reshape({n, H, m.value_dim}), q.reshape({n, H, E}),
+    ops::mla_decode(*s.stream, attended.reshape({n, H, m.value_dim}), q_heads.select(0, 0),
                     cache->latent.slice(0, 0, n), s.seq_lens, w_kv, params, latent);
   } else {
     const Tensor sequence = cache->latent.slice(0, s.seq, s.seq + 1);

@@ -117,6 +117,24 @@ Tensor Tensor::unsqueeze(int d) const {
   return t;
 }
 
+Tensor Tensor::unflatten(int d, int64_t outer) const {
+  if (d < 0) d += rank;
+  if (d < 0 || d >= rank || rank >= kMaxRank || outer < 1 || shape[d] % outer != 0)
+    throw Error(ErrorCode::invalid_argument, fmt::format("unflatten: dimension {} of {} into {} parts", d, shape_str(), outer));
+  Tensor t = *this;
+  for (int i = rank; i > d + 1; --i) {
+    t.shape[i] = shape[i - 1];
+    t.strides[i] = strides[i - 1];
+  }
+  const int64_t inner = shape[d] / outer;
+  t.shape[d] = outer;
+  t.strides[d] = inner * strides[d];
+  t.shape[d + 1] = inner;
+  t.strides[d + 1] = strides[d];
+  t.rank = rank + 1;
+  return t;
+}
+
 std::string Tensor::shape_str() const {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);

@@ -44,6 +44,21 @@ TEST(Tensor, UnsqueezeAddsAUnitDimensionKeepingStrides) {
   EXPECT_THROW(t.unsqueeze(5), Error);
 }
 
+TEST(Tensor, UnflattenSplitsAStridedDimension) {
+  float data[2 * 10];
+  // Columns 0 … 5 of [2, 10] rows: three heads of two, inside rows 10 apart.
+  Tensor heads = Tensor::view(data, nullptr, DType::f32, {2, 10}).slice(1, 0, 6).unflatten(1, 3);
+  ASSERT_EQ(heads.rank, 3);
+  EXPECT_EQ(heads.shape[1], 3);
+  EXPECT_EQ(heads.shape[2], 2);
+  EXPECT_EQ(heads.strides[0], 10);
+  EXPECT_EQ(heads.strides[1], 2);
+  EXPECT_EQ(heads.strides[2], 1);
+  EXPECT_EQ(heads.select(0, 1).select(0, 2).data, static_cast<void*>(data + 14));  // row 1, head 2
+  EXPECT_THROW(heads.unflatten(2, 3), Error);  // 2 elements do not split into 3
+  EXPECT_THROW(heads.unflatten(3, 1), Error);
+}
+
 TEST(Tensor, OverlapFollowsTheBytesTouched) {
   float data[24];
   Tensor t = Tensor::view(data, nullptr, DType::f32, {2, 3, 4});

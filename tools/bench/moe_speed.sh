@@ -6,6 +6,8 @@
 # in $OUT as soon as it exists, so a run cut short still returns what it finished; DeepSeek-V2-Lite
 # at 32k context comes last.
 #   DING_CUDA_ARCH=90 tools/bench/moe_speed.sh
+# DING_TORCH=0: ding's runs only (PyTorch's take minutes of compilation); DING_GPU_BUILD: the
+# build folder (an existing one is reused).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-$PWD/results/moe-speed}
@@ -19,8 +21,12 @@ torch_run() {  # NAME ARGS...: peer_torch.py with the caller's libraries (not .d
   shift
   python3 tools/bench/peer_torch.py --prompt 256 --new 64 "$@" >"$out/$name.txt" 2>&1
 }
-torch_run torch_olmoe_b1 --shape olmoe-1b-7b --batch 1 --wait-for "$out/.go_olmoe" --wait-timeout 400 &
-torch_olmoe=$!
+torch=${DING_TORCH:-1}
+torch_olmoe=
+if ((torch)); then
+  torch_run torch_olmoe_b1 --shape olmoe-1b-7b --batch 1 --wait-for "$out/.go_olmoe" --wait-timeout 400 &
+  torch_olmoe=$!
+fi
 caller_libraries=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
@@ -37,16 +43,23 @@ ding_run() {  # NAME PROMPT NEW ARGS...
     echo "exit status $?" >>"$out/$name.txt"
   grep -E "^(weights|decode|roofline)" "$out/$name.txt"; sed -n "/per-op profile/,/^roofline/p" "$out/$name.txt" | head -30
 }
-while [[ ! -e $out/.go_olmoe.ready ]] && kill -0 "$torch_olmoe" 2>/dev/null && ((SECONDS - start < 200)); do sleep 1; done
+while ((torch)) && [[ ! -e $out/.go_olmoe.ready ]] && kill -0 "$torch_olmoe" 2>/dev/null && ((SECONDS - start < 200)); do sleep 1; done
 ding_run ding_olmoe_b1 256 64 --shape olmoe-1b-7b --batch 1 --profile
 ding_run ding_olmoe_b8 256 64 --shape olmoe-1b-7b --batch 8
 touch "$out/.go_olmoe"
-wait "$torch_olmoe"
-note "torch_olmoe_b1"; grep -E "^(decode|compiled|WARNING|peer_torch)" "$out/torch_olmoe_b1.txt" | tail -4
+if ((torch)); then
+  wait "$torch_olmoe"
+  note "torch_olmoe_b1"; grep -E "^(decode|compiled|WARNING|peer_torch)" "$out/torch_olmoe_b1.txt" | tail -4
+fi
 ding_run ding_deepseek_b1 256 64 --shape deepseek-v2-lite --batch 1 --profile
 note "cache"
 timeout 200 "$bench" cache --backend cuda --contexts 4096 32768 --steps 16 >"$out/cache.txt" 2>&1 || echo "exit status $?" >>"$out/cache.txt"
 cat "$out/cache.txt"
+if ((!torch)); then
+  ding_run ding_deepseek_b1_32k 32768 16 --shape deepseek-v2-lite --batch 1
+  note "done (DING_TORCH=0)"
+  exit 0
+fi
 note "torch_deepseek_b1"
 LD_LIBRARY_PATH=$caller_libraries timeout 240 python3 tools/bench/peer_torch.py --prompt 256 --new 64 --shape deepseek-v2-lite --batch 1 \
   >"$out/torch_deepseek_b1.txt" 2>&1

@@ -45,6 +45,9 @@ struct Tensor {
   Tensor slice(int dim, int64_t begin, int64_t end) const;         // keeps strides
   Tensor select(int dim, int64_t index) const;                     // drops dim
   Tensor unsqueeze(int dim) const;                                 // a new dim of size 1 before `dim`
+  // Dimension `dim` of outer·inner elements as two, [outer, inner]; its stride kept, so a strided
+  // row (heads inside a wider row) splits too.
+  Tensor unflatten(int dim, int64_t outer) const;
 
   template <class T> T* ptr() const { return static_cast<T*>(data); }
 
