@@ -49,13 +49,18 @@ void attend_latent(const ops::MlaDims& d, float scale, const float* q, const flo
 }
 
 // Every (row, head) task: row r of `rows` reads query q_at(r), keys keys(r) of cache entry
-// batch(r), and writes out_at(r). W is widened to f32 once per call (it is read by every task).
+// batch(r), and writes out_at(r). W is widened to f32 once per call (it is read by every task),
+// a head per thread.
 template <class Q, class K, class O, class B>
 void latent_attention(const ops::MlaDims& d, float scale, const Tensor& q, const Tensor& cache, const Tensor& w_kv,
                       const Tensor& out, int64_t rows, Q q_at, K keys, O out_at, B batch) {
   const int64_t H = d.heads, L = d.latent, E = d.nope + d.rope;
   float* w = thread_scratch(ScratchSlot::first, size_t(w_kv.numel()));
-  load_row(w, w_kv.data, w_kv.dtype, w_kv.numel());
+  const int64_t head_elements = (d.nope + d.value) * L;
+  const char* w_data = static_cast<const char*>(w_kv.data);
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < H; ++h)
+    load_row(w + h * head_elements, w_data + h * head_elements * int64_t(dtype_size(w_kv.dtype)), w_kv.dtype, head_elements);
   const int64_t tasks = rows * H;
   with_float_type(cache.dtype, cache.data, [&](const auto* cache_data) {
 #pragma omp parallel for schedule(dynamic, 1)
