@@ -850,13 +850,17 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
 // Splits from shapes and the device only, never the lengths (they live on the device and grow
 // between replays of a recorded step): enough blocks to fill every SM at the kernel's occupancy
 // (`resident` blocks at once: no second wave's tail), fewer where the merge would read more than
-// merge_floats per group. The splits divide the most keys a query sees, S or a shorter window.
+// merge_floats per group — but never fewer than an eighth of the resident blocks: a lone group
+// (MQA: one kv head, 16 heads per block) capped by its merge alone kept 4 blocks streaming the
+// whole cache, which at 32k keys cost far more than the larger merge. The splits divide the most
+// keys a query sees, S or a shorter window.
 // Chunks are whole multiples of `keys_multiple` (a kernel's keys per step or tile), so every step
 // of a full split is full.
 void plan_splits(DecodeShape& sh, int64_t B, int64_t resident, int64_t keys_multiple, int64_t merge_floats) {
   const int64_t groups = B * sh.Hkv * sh.head_blocks;
   int64_t splits = groups > kTicketSlots ? 1 : std::max<int64_t>(1, resident / groups);
-  splits = std::min(splits, std::max<int64_t>(1, merge_floats / (int64_t(sh.heads) * sh.D)));
+  const int64_t merge_cap = std::max(merge_floats / (int64_t(sh.heads) * sh.D), resident / (8 * groups));
+  splits = std::min(splits, std::max<int64_t>(1, merge_cap));
   splits = std::min<int64_t>(splits, kMaxSplits);
   const int64_t span = sh.window > 0 ? std::min(sh.S, sh.window) : sh.S;
   sh.chunk = ceil_div(ceil_div(span, splits), keys_multiple) * keys_multiple;
