@@ -13,11 +13,33 @@
 //            prefetches its columns before it waits for the previous kernel).
 //            Decode with latent_new: the (l-chunk 0, head 0) blocks also store the token's row at
 //            cache[b, seq_lens[b] − 1], which the attend kernel, launched after, reads from there.
-//   attend   grid (rows, head groups, splits × ⌈L/512⌉), 128 threads. A block takes G ≤ 16 heads
-//            of one row (their qa in shared memory, copied with the first tile) over its split's
-//            keys, in tiles of 32 keys staged whole into shared memory (cp.async on NVIDIA sm_80+,
-//            batches of 16-byte loads elsewhere: a tile costs about one round trip; rows padded to
-//            64 mod 128 bytes, so the key groups of a half-warp hit different banks):
+//   attend   A block takes up to 16 heads of one row over its split's keys, in tiles of 32 keys
+//            staged whole into shared memory, with an online softmax per head. Two kernels:
+//            tensor cores (NVIDIA sm_80+; a bf16 or f16 cache of 16-byte rows, L % 64 == 0, L ≤
+//            512, E % 16 == 0, E ≤ 640): grid (rows, head groups, splits), 256 threads. The heads
+//            are the 16 rows of m16n8k16 tiles (rows past the group's are zero, never stored); the
+//            tiles come through a cp.async ring of 2 to 4 stages (as many as the device's shared
+//            memory holds: 4 on an H100, 2 on an RTX 4090), the next ones copied while one is
+//            computed on (rows padded to 16 mod 128 bytes: the 8 rows of an ldmatrix matrix hit 8
+//            different bank groups):
+//              scores: warp w takes the 16-element k-steps [w·E/128, (w + 1)·E/128) (4 or 5 at
+//                E = 576), its qa as A fragments in registers for the whole walk, and computes its
+//                partial S[16 heads, 32 keys] from the key rows as stored (ldmatrix); the 8
+//                partials are added in warp order through shared memory;
+//              softmax: a warp per two heads, a lane per key (accurate expf, attention.cuh),
+//                publishing the weights and the rescale e^(m_old − m_new) in shared memory;
+//              values: warp w owns latents [w·L/8, (w + 1)·L/8): O = alpha·O + P·C over the tile,
+//                P's two 16-key k-steps as A fragments, C by ldmatrix.trans.
+//            qa and P are f32 and enter the 16-bit mmas as sums of 3 bf16 or 2 f16 parts
+//            (split_pair; kPParts, whose precision argument is in attention_prefill.cu), so the
+//            scores and weights keep f32 accuracy; a tile's P·C goes to fresh accumulators and
+//            joins O by an f32 FMA, since the tensor cores' accumulation truncates (summed over
+//            every tile in them, O's error would grow with the split's length).
+//            SIMT (everything else): grid (rows, head groups, splits × ⌈L/512⌉), 128 threads. G ≤
+//            16 heads (their qa in shared memory, copied with the first tile), tiles staged by
+//            cp.async on NVIDIA sm_80+, batches of 16-byte loads elsewhere (a tile costs about one
+//            round trip; rows padded to 64 mod 128 bytes, so the key groups of a half-warp hit
+//            different banks):
 //              scores: a group of 8 lanes scores 2 keys for all G heads, lane k taking elements
 //                64c + 4k … + 3 and 64c + 32 + 4k … + 3 of chunk c, so a q load serves 8 FMAs and
 //                a key load 4·G; the group's partial dots are added by 3 shuffles;
@@ -28,9 +50,10 @@
 //                registers), rescales them and adds p_t · c_t over the tile, p read as float4s of
 //                4 keys (one broadcast load per 16 FMAs).
 //            Latents past 512 take further blocks (grid z) that repeat the scores: no model has
-//            them (DeepSeek-V2/V3: L = 512). One split: the block writes o_lat = acc / sum [rows, H,
-//            L] itself. Several: its unnormalised acc and, per head, (m, sum); a split past the
-//            row's keys writes only the neutral state m = −inf, sum = 0.
+//            them (DeepSeek-V2/V3: L = 512).
+//            Either kernel, one split: the block writes o_lat = acc / sum [rows, H, L] itself.
+//            Several: its unnormalised acc and, per head, (m, sum); a split past the row's keys
+//            writes only the neutral state m = −inf, sum = 0.
 //   merge    (several splits) grid (⌈L/32⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
 //            and sum* = Σ w_s·sum_s by the block (thread s loads split s's state), then 32 latents ×
 //            8 subsets of the splits, 16 splits' loads in flight per thread (an acc with w_s = 0 is
@@ -41,22 +64,27 @@
 //            the block's W_uv rows are prefetched into L2 before it waits for the previous kernel.
 //
 // Why this shape: per key the absorbed form costs ≈ 2·H·(2L + Dr) FLOPs (scores and values) on
-// 2·(L + Dr) bytes of a bf16 cache, ~70 FLOP/byte at V2-Lite's H = 16, so with SIMT FP32 the
-// attend kernel is compute-bound on an H100 (~60 TFLOP/s FP32 against 3.35 TB/s) near 32k context;
-// a block serves as many heads as its registers hold (G = 16) so that each key is read once per 16
-// heads. The known next step is a tensor-core (mma.sync) attend kernel: the G heads as the rows of
-// m16n8k16 tiles for both Q·Cᵀ and P·C, as attention_decode.cu does for ordinary heads, bf16 P.
-// Measured on an H100 (bf16, L = 512, Dr = 64, B = 1, 16 heads; the whole op): 39 µs at 4k keys,
-// 87 µs at 32k, where attend is two thirds and its FP32 pipe ~36 % busy (8 warps per SM, and the
-// q loads from shared memory, 4 wavefronts per 8 FMAs of a lane, bound it).
+// 2·(L + Dr) bytes of a bf16 cache, ~30 FLOP/byte at V2-Lite's H = 16: more than an H100's FP32
+// pipes meet at its bandwidth (~60 TFLOP/s against 3.35 TB/s), so the SIMT kernel is compute-bound
+// at long context (~60 µs at 32k keys, where the cache's 37.7 MB take ~12.5 µs). On tensor cores
+// the same work, with qa and P in three bf16 parts, is ~90 FLOP/byte of mma at H = 16, a third to
+// a half of the tensor cores' peak per byte of bandwidth (H100: ~990 TFLOP/s against 3.35 TB/s; RTX
+// 4090, f32 accumulation: ~165 against 1 TB/s), so that kernel is bound by the cache's bytes.
+// A block serves 16 heads so that each key is read once per 16 heads. The score k-steps are split
+// over the warps because no warp could hold qa's A fragments for all of E (3 parts · E/16 · 4 =
+// 432 registers at E = 576), the latents because O is 16·L f32 accumulators: the split scores
+// cost a pass through shared memory per tile, the split latents each warp's read of the weights.
 //
 // Splits and head groups: decode sizes them from S, never from the lengths (they live on the
-// device and grow between replays of a recorded step). Groups of up to 16 heads, halved (to 4 at
-// least) while rows × groups × (the most splits, one per 64 keys) stays under the SM count; then
-// splits enough for rows × groups × splits ≥ 2 × SMs, each a multiple of the 32-key tile and at
-// least 64 keys, at most 256. Prefill runs one split per row; its blocks walk the causal band
-// (i + Tk − Tq + 1 keys). Rows go in passes of ≤ 8192 / H, so the f32 scratch (qa, o_lat, the
-// partial states) stays near 40 MB however long a prefill chunk is.
+// device and grow between replays of a recorded step). Tensor cores: groups of up to 16 heads,
+// spread evenly (a block costs the same for any number of them); splits so that rows × groups ×
+// splits is one wave of blocks at the kernel's occupancy. SIMT: groups of up to 16 heads, halved
+// (to 4 at least) while rows × groups × (the most splits, one per 64 keys) stays under the SM
+// count; then splits enough for rows × groups × splits ≥ 2 × SMs. Either way a split is a
+// multiple of the 32-key tile and at least 64 keys, at most 256 splits. Prefill runs one split per
+// row; its blocks walk the causal band (i + Tk − Tq + 1 keys). Rows go in passes of ≤ 8192 / H,
+// so the f32 scratch (qa, o_lat, the partial states) stays near 40 MB however long a prefill chunk
+// is.
 //
 // Lengths: the host backends raise for seq_lens[b] outside [1, S]; here, as in attention_decode.cu,
 // a length is clamped into [1, S] for attention, and latent_new is stored only where the length
@@ -69,6 +97,7 @@
 
 #include "access.cuh"
 #include "attention.cuh"
+#include "attention_mma.cuh"
 #include "check.h"
 #include "cp_async.cuh"
 #include "kernels.h"
@@ -100,6 +129,22 @@ constexpr int64_t kMinSplitKeys = 2 * kTileKeys;
 constexpr int kMaxSplits = 256;
 static_assert(kTileKeys <= 32 && kTileKeys % 4 == 0, "a tile's scores are one per lane of a warp, in float4s");
 
+// The tensor-core attend kernel: the group's heads are the 16 rows of m16n8k16 tiles.
+constexpr int kMmaThreads = 256;
+constexpr int kMmaWarps = kMmaThreads / 32;
+constexpr int kMmaHeads = 16;
+constexpr int kMmaKeys = 32;                                    // keys per tile: 4 score n-tiles, 2 P·C k-steps
+constexpr int kMmaMaxStages = 4;                                // tiles in shared memory: one computed, the rest landing
+constexpr int kMmaMaxSteps = 5;                                 // score k-steps per warp held as A fragments
+constexpr int kMmaMaxLatentTiles = 8;                           // n-tiles of 8 latents per warp held as accumulators
+constexpr int kMmaMaxElems = kMmaWarps * kMmaMaxSteps * 16;     // E ≤ 640
+constexpr int kMmaMaxLatents = kMmaWarps * kMmaMaxLatentTiles * 8;  // L ≤ 512
+// Partial scores and weights, [head][key] rows padded by 8 floats: the 8 rows of a quad-row
+// float2 store or load start 8 banks apart, so 32 lanes take the minimum two wavefronts.
+constexpr int kMmaScoreLd = kMmaKeys + 8;
+constexpr int64_t kMmaMinSplitKeys = 2 * kMmaKeys;
+static_assert(kMmaHeads == 2 * kMmaWarps && kMmaKeys == 32, "the softmax: a warp per two heads, a lane per key");
+
 constexpr int kMergeThreads = 256;
 constexpr int kMergeLatents = 32;
 constexpr int kMergeSubsets = kMergeThreads / kMergeLatents;
@@ -124,9 +169,9 @@ struct MlaShape {
   int group_heads;       // heads per attend block (the last group may have fewer)
   int splits;
   int64_t chunk;         // keys per split
-  int latent_chunks;     // attend blocks per (row, group, split): ⌈L / kLatentChunk⌉
+  int latent_chunks;     // attend blocks per (row, group, split): ⌈L / kLatentChunk⌉ (SIMT), 1 (tensor cores)
   int qa_pitch;          // floats per head of the attend block's q: E rounded up to kChunkElems
-  int tile_pitch;        // cache elements per staged key row: 64 mod 128 bytes past E's bytes
+  int tile_pitch;        // cache elements per staged key row: 64 (SIMT) or 16 (tensor cores) mod 128 bytes past E's
   int values_per_block;  // outputs e per project block
 };
 
@@ -507,6 +552,247 @@ __global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThrea
   }
 }
 
+// T: the cache's element type, bf16 or f16 (the mmas' operand type: qa and the weights enter as
+// sums of T parts, the cache rows as stored). Stages: tiles in the ring.
+template <class T, int Stages>
+__global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1))
+    mla_attend_mma_kernel(const float* qa, const T* cache, Strides3 cs, const int32_t* seq_lens, MlaShape sh,
+                          int64_t r0, MlaPartials part, float* o_lat) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  constexpr int kParts = attn::kPParts<T>;
+  constexpr int kLd = kMmaScoreLd;
+  const int pitch = sh.tile_pitch;
+  extern __shared__ uint4 mla_attend_mma_shared[];
+  static_assert(Stages >= 2 && Stages <= kMmaMaxStages, "one tile computed while the others land");
+  T* const ring = reinterpret_cast<T*>(mla_attend_mma_shared);                 // [Stages][kMmaKeys][pitch]
+  float* const partial = reinterpret_cast<float*>(ring + Stages * kMmaKeys * pitch);  // [warp][head][key]
+  float* const p_s = partial + kMmaWarps * kMmaHeads * kLd;                    // [head][key]: the tile's weights
+  float* const alpha_s = p_s + kMmaHeads * kLd;                                // [head]: the tile's rescale
+  float* const sum_s = alpha_s + kMmaHeads;                                    // [head]: the final sums
+
+  const int64_t r = blockIdx.x, row = r0 + r;
+  const int64_t h0 = int64_t(blockIdx.y) * sh.group_heads;
+  const int heads = int(min(int64_t(sh.group_heads), sh.H - h0));
+  const int split = int(blockIdx.z);
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int quad_row = lane / 4, quad_col = lane % 4;  // accumulator rows (heads) quad_row, quad_row + 8
+  const int E = sh.E, L = sh.L;
+  const int64_t first_state = (r * sh.H + h0) * sh.splits + split;  // head g's: first_state + g·splits
+
+  // qa comes from the absorb kernel, the cache (its new row) from it or earlier kernels.
+  wait_for_prior_kernels();
+  release_dependents();
+
+  const int64_t keys = row_keys(sh, seq_lens, row);
+  const int64_t begin = int64_t(split) * sh.chunk, end = min(keys, begin + sh.chunk);
+  if (begin >= end) {  // uniform: a split past the row's keys leaves the neutral state
+    if (int(threadIdx.x) < heads) {
+      part.m[first_state + int64_t(threadIdx.x) * sh.splits] = -INFINITY;
+      part.sum[first_state + int64_t(threadIdx.x) * sh.splits] = 0.0f;
+    }
+    return;
+  }
+
+  // Tile t (the split's keys 32t …) goes to stage t mod Stages as one commit group (an empty one
+  // past the last tile), so when tile t is due the Stages − 2 younger groups may stay in flight;
+  // tile t + Stages − 1 is issued into tile t − 1's stage once every warp is done with it. Rows past the split's end are zero-filled, nothing
+  // read: past the row's keys the cache holds anything, NaN included, and a zero row times a zero
+  // weight adds nothing. Keys in 32 bits: a split is at most S (or prefill's Tk) keys.
+  const int split_keys = int(end - begin);
+  const int tiles = (split_keys + kMmaKeys - 1) / kMmaKeys;
+  const int pieces = E / 8;  // 16-byte pieces of a row
+  const T* const first_row = cache + (row / sh.Tq) * cs.b + begin * cs.t;
+  auto copy_tile = [&](int t) {
+    if (t < tiles) {
+      T* const stage = ring + (t % Stages) * kMmaKeys * pitch;
+      for (int i = int(threadIdx.x); i < kMmaKeys * pieces; i += kMmaThreads) {
+        const int k = i / pieces, u = i - k * pieces, key = t * kMmaKeys + k;
+        const bool in = key < split_keys;
+        cp_async_16(smem_address(stage + k * pitch + 8 * u), in ? first_row + int64_t(key) * cs.t + 8 * u : first_row,
+                    in ? 16 : 0);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int t = 0; t < Stages - 1; ++t) copy_tile(t);
+
+  // The warp's k-steps of the scores, steps [step0, step0 + steps) of E/16 (4 or 5 at E = 576),
+  // as A fragments of qa for the whole walk: rows quad_row and quad_row + 8, columns 2·quad_col,
+  // + 1 and those + 8, each f32 pair split into kParts T pairs (qa to about 2^-24, as P below: the
+  // scores keep f32 accuracy). Heads past the group's are zero rows, never stored.
+  const int all_steps = E / 16;
+  const int step0 = warp * all_steps / kMmaWarps, steps = (warp + 1) * all_steps / kMmaWarps - step0;
+  uint32_t qf[kMmaMaxSteps][kParts][4];
+  {
+    const float* q_row[2];
+    bool q_in[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int g = quad_row + 8 * rr;
+      q_in[rr] = g < heads;
+      q_row[rr] = qa + (r * sh.H + h0 + (q_in[rr] ? g : 0)) * sh.qa_pitch + 2 * quad_col;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kMmaMaxSteps; ++kk) {
+      float2 x[4];  // A registers 0 … 3: (row, column) (g, e), (g + 8, e), (g, e + 8), (g + 8, e + 8)
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const int rr = reg % 2, e = 16 * (step0 + kk) + 8 * (reg / 2);
+        x[reg] = kk < steps && q_in[rr] ? *reinterpret_cast<const float2*>(q_row[rr] + e) : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) split_pair<T, kParts>(x[reg].x, x[reg].y, qf[kk], reg);
+    }
+  }
+
+  // Warp w owns latents [w·L/8, (w + 1)·L/8): n-tile nt of o is latents lat0 + 8·nt …
+  const int lat_tiles = L / (8 * kMmaWarps), lat0 = warp * (L / kMmaWarps);
+  float o[kMmaMaxLatentTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < kMmaMaxLatentTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, sum_run[2] = {0.0f, 0.0f};  // heads 2·warp + i, on every lane
+
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<Stages - 2>();  // tile t has landed for this thread's copies ...
+    __syncthreads();              // ... and for every thread's; every warp is done with tile t − 1 and its weights
+    copy_tile(t + Stages - 1);    // into tile t − 1's stage, while this one is computed on
+    const T* const tile = ring + (t % Stages) * kMmaKeys * pitch;
+    const int n = min(kMmaKeys, split_keys - t * kMmaKeys);  // the tile's keys, ≥ 1
+
+    // The warp's share of S = qa·Cᵀ for all 32 keys: n-tile nt is keys 8·nt …; one ldmatrix.x4
+    // brings both key halves × both column halves of 16 keys and a k-step.
+    {
+      float s[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kMmaMaxSteps; ++kk) {
+        if (kk < steps) {  // uniform over the warp
+          uint32_t kb[2][4];
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            ldmatrix_x4(kb[half], tile + (16 * half + (lane / 16) * 8 + lane % 8) * pitch + 16 * (step0 + kk) +
+                                      ((lane / 8) % 2) * 8);
+#pragma unroll
+          for (int p = 0; p < kParts; ++p)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              mma_16816<T>(s[2 * half], qf[kk][p], kb[half][0], kb[half][1]);
+              mma_16816<T>(s[2 * half + 1], qf[kk][p], kb[half][2], kb[half][3]);
+            }
+        }
+      }
+      float* const mine = partial + warp * kMmaHeads * kLd;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        *reinterpret_cast<float2*>(mine + quad_row * kLd + 8 * nt + 2 * quad_col) = make_float2(s[nt][0], s[nt][1]);
+        *reinterpret_cast<float2*>(mine + (quad_row + 8) * kLd + 8 * nt + 2 * quad_col) =
+            make_float2(s[nt][2], s[nt][3]);
+      }
+    }
+    __syncthreads();
+
+    // Online softmax, a warp per two heads, lane k holding key k: the warps' partial scores added
+    // in warp order (deterministic), keys from n on masked.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int g = 2 * warp + i;
+      float x = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kMmaWarps; ++w) x += partial[(w * kMmaHeads + g) * kLd + lane];
+      x = lane < n ? x : -INFINITY;
+      const float m_new = fmaxf(m_run[i], warp_max(x));  // finite: key 0 of the tile is visible
+      const float p = attn::exp_from(x, m_new);
+      p_s[g * kLd + lane] = p;
+      const float alpha = attn::exp_from(m_run[i], m_new);
+      sum_run[i] = sum_run[i] * alpha + warp_sum(p);
+      m_run[i] = m_new;
+      if (lane == 0) alpha_s[g] = alpha;
+    }
+    __syncthreads();
+
+    // O = alpha·O + P·C over the warp's latents. P's two k-steps (keys 16j …) as A fragments, in
+    // kParts parts (attention_mma.cuh, kPParts). The tile's product goes to fresh accumulators and
+    // joins O by an f32 FMA: the tensor cores' accumulation truncates, so summing every tile in
+    // them would bias O by up to an ulp per mma; this way each tile's error is its own and does
+    // not grow with the split's length.
+    const float alpha[2] = {alpha_s[quad_row], alpha_s[quad_row + 8]};
+    uint32_t pf[2][kParts][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const float2 x = *reinterpret_cast<const float2*>(p_s + (quad_row + 8 * (reg % 2)) * kLd + 16 * j +
+                                                          8 * (reg / 2) + 2 * quad_col);
+        split_pair<T, kParts>(x.x, x.y, pf[j], reg);
+      }
+#pragma unroll
+    for (int pair = 0; pair < kMmaMaxLatentTiles / 2; ++pair) {
+      if (2 * pair < lat_tiles) {  // uniform; at L = 64 the pair's second n-tile is computed and dropped
+        float d[2][4];
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) d[u][e] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          // Transposed: matrices keys +0 … 7 and +8 … 15 × n-tiles 2·pair and 2·pair + 1.
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, tile + (16 * j + ((lane / 8) % 2) * 8 + lane % 8) * pitch + lat0 + 16 * pair +
+                                    (lane / 16) * 8);
+#pragma unroll
+          for (int p = 0; p < kParts; ++p) {
+            mma_16816<T>(d[0], pf[j][p], vb[0], vb[1]);
+            mma_16816<T>(d[1], pf[j][p], vb[2], vb[3]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          if (2 * pair + u < lat_tiles)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[2 * pair + u][e] = fmaf(o[2 * pair + u][e], alpha[e / 2], d[u][e]);
+      }
+    }
+  }
+
+  // The heads' sums, held by their softmax warps, for every warp.
+  if (lane == 0) sum_s[2 * warp] = sum_run[0], sum_s[2 * warp + 1] = sum_run[1];
+  __syncthreads();
+  const bool one = sh.splits == 1;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int g = quad_row + 8 * rr;
+    if (g < heads) {
+      // One split: the normalised o_lat (sum ≥ 1: the row's maximum contributes e^0); else the
+      // split's unnormalised acc.
+      const float f = one ? 1.0f / sum_s[g] : 1.0f;
+      float* const dst =
+          (one ? o_lat + (r * sh.H + h0 + g) * L : part.acc + (first_state + int64_t(g) * sh.splits) * L) + lat0 +
+          2 * quad_col;
+#pragma unroll
+      for (int nt = 0; nt < kMmaMaxLatentTiles; ++nt)
+        if (nt < lat_tiles)
+          *reinterpret_cast<float2*>(dst + 8 * nt) = make_float2(o[nt][2 * rr] * f, o[nt][2 * rr + 1] * f);
+    }
+  }
+  if (!one && lane == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int g = 2 * warp + i;
+      if (g < heads) {
+        part.m[first_state + int64_t(g) * sh.splits] = m_run[i];
+        part.sum[first_state + int64_t(g) * sh.splits] = sum_run[i];
+      }
+    }
+  }
+#endif  // DING_GPU_NVIDIA_MMA
+}
+
 __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaPartials part, float* o_lat, MlaShape sh) {
   __shared__ float weight[kMaxSplits];  // e^(m_s − m*)
   __shared__ float reduce_space[32];
@@ -660,6 +946,30 @@ bool rows_16_bytes(const Tensor& x) {
   return true;
 }
 
+// Calls f(kernel) with the tensor-core attend kernel for a cache of dtype t (bf16 or f16) and a
+// ring of `stages` tiles; only where Props::has_mma_sync().
+template <class F>
+void with_attend_mma_kernel(DType t, int stages, F&& f) {
+#if defined(DING_GPU_NVIDIA)
+  auto with_stages = [&](auto t_tag) {
+    using T = decltype(t_tag);
+    static_assert(kMmaMaxStages == 4, "a case per ring size");
+    switch (stages) {
+      case 4: f(mla_attend_mma_kernel<T, 4>); break;
+      case 3: f(mla_attend_mma_kernel<T, 3>); break;
+      default: f(mla_attend_mma_kernel<T, 2>); break;
+    }
+  };
+  if (t == DType::bf16)
+    with_stages(ding::bf16{});
+  else
+    with_stages(ding::f16{});
+#else
+  (void)t, (void)stages, (void)f;
+  throw Error(ErrorCode::not_implemented, "mla attend: no tensor-core kernel in this build");
+#endif
+}
+
 // Both ops: `rows` query rows of q (qs) into out (os), keys from cache; decode passes seq_lens
 // (and latent_new where the op appends), prefill null.
 void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Strides3 qs, const Tensor& out, Strides3 os,
@@ -670,36 +980,78 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   const int64_t target_blocks = 2 * int64_t(props.sm_count);
   const int64_t pass_rows = std::min(rows, std::max<int64_t>(1, kPassRowHeads / sh.H));
 
-  // Attend blocks: up to 16 heads, fewer where they do not fit shared memory or leave the device
-  // short of blocks even at the most splits; the heads spread evenly (17: 9 + 8, not 16 + 1).
   const size_t cache_size = dtype_size(cache.dtype);
+  const bool rows16 = rows_16_bytes(cache);
   sh.qa_pitch = int(ceil_div(sh.E, kChunkElems) * kChunkElems);
-  sh.tile_pitch = int((ceil_div(int64_t(sh.E) * int64_t(cache_size), 128) * 128 + 64) / int64_t(cache_size));
+  sh.splits = 1;
+  sh.chunk = sh.Tk;
+
+  // The tensor-core kernel: a 16-bit cache of 16-byte rows, L and E within what its warps hold in
+  // registers, its shared memory within the device's. Rows padded to 16 mod 128 bytes, so the 8
+  // rows of an ldmatrix matrix hit 8 different 16-byte bank groups.
+  // The ring takes as many stages as fit (more tiles in flight per block).
+  const int mma_pitch = int((ceil_div(int64_t(sh.E) * 2, 128) * 128 + 16) / 2);
+  auto mma_bytes_for = [&](int stages) {
+    return sizeof(uint16_t) * size_t(stages * kMmaKeys) * size_t(mma_pitch) +
+           sizeof(float) * size_t((kMmaWarps + 1) * kMmaHeads * kMmaScoreLd + 2 * kMmaHeads);
+  };
+  int mma_stages = kMmaMaxStages;
+  while (mma_stages > 2 && mma_bytes_for(mma_stages) > optin) --mma_stages;
+  const size_t mma_bytes = mma_bytes_for(mma_stages);
+  const bool mma = props.has_mma_sync() && (cache.dtype == DType::bf16 || cache.dtype == DType::f16) &&
+                   sh.L % (8 * kMmaWarps) == 0 && sh.L <= kMmaMaxLatents && sh.E % 16 == 0 && sh.E <= kMmaMaxElems &&
+                   rows16 && mma_bytes <= optin;
+
+  // The SIMT kernel's shared memory for blocks of g heads.
   auto attend_bytes = [&](int g) {
     return sizeof(float) * size_t(g) * size_t(sh.qa_pitch + kTileKeys + 3) +
            size_t(kTileKeys) * size_t(sh.tile_pitch) * cache_size;
   };
-  const int64_t most_splits = seq_lens ? std::clamp<int64_t>(sh.Tk / kMinSplitKeys, 1, kMaxSplits) : 1;
-  int max_heads = kMaxGroupHeads;
-  while (max_heads > 4 &&
-         (attend_bytes(max_heads) > optin || pass_rows * ceil_div(sh.H, max_heads) * most_splits < props.sm_count))
-    max_heads /= 2;
-  if (attend_bytes(max_heads) > optin)
-    throw Error(ErrorCode::not_implemented, op + " on the GPU: a cache row of L + Dr = " + std::to_string(sh.E) +
-                                                " elements needs " + std::to_string(attend_bytes(max_heads)) +
-                                                " bytes of shared memory per block; this device allows " +
-                                                std::to_string(optin));
-  const int64_t groups = ceil_div(sh.H, max_heads);
-  sh.group_heads = int(ceil_div(sh.H, groups));
-  const int variant = sh.group_heads <= 4 ? 4 : sh.group_heads <= 8 ? 8 : 16;  // ≤ max_heads
-
-  sh.latent_chunks = int(ceil_div(sh.L, kLatentChunk));
-  sh.splits = 1;
-  sh.chunk = sh.Tk;
-  if (seq_lens) {  // from S alone: the lengths live on the device
-    const int64_t splits = std::clamp<int64_t>(ceil_div(target_blocks, pass_rows * groups), 1, most_splits);
-    sh.chunk = ceil_div(ceil_div(sh.Tk, splits), kTileKeys) * kTileKeys;
-    sh.splits = int(ceil_div(sh.Tk, sh.chunk));
+  int64_t groups = 0;
+  int variant = 0;
+  if (mma) {
+    // Groups of up to 16 heads, spread evenly (a block costs the same for any number of them).
+    // Decode: one wave at the kernel's occupancy, splits of whole tiles and at least 64 keys
+    // (from S alone: the lengths live on the device).
+    groups = ceil_div(sh.H, kMmaHeads);
+    sh.group_heads = int(ceil_div(sh.H, groups));
+    sh.tile_pitch = mma_pitch;
+    sh.latent_chunks = 1;
+    if (seq_lens) {
+      int per_sm = 0;
+      with_attend_mma_kernel(cache.dtype, mma_stages, [&](auto kernel) {
+        DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
+        DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kMmaThreads, mma_bytes));
+      });
+      const int64_t resident = int64_t(std::max(per_sm, 1)) * props.sm_count;
+      const int64_t most_splits = std::clamp<int64_t>(sh.Tk / kMmaMinSplitKeys, 1, kMaxSplits);
+      const int64_t splits = std::clamp<int64_t>(ceil_div(resident, pass_rows * groups), 1, most_splits);
+      sh.chunk = ceil_div(ceil_div(sh.Tk, splits), kMmaKeys) * kMmaKeys;
+      sh.splits = int(ceil_div(sh.Tk, sh.chunk));
+    }
+  } else {
+    // Blocks of up to 16 heads, fewer where they do not fit shared memory or leave the device
+    // short of blocks even at the most splits; the heads spread evenly (17: 9 + 8, not 16 + 1).
+    sh.tile_pitch = int((ceil_div(int64_t(sh.E) * int64_t(cache_size), 128) * 128 + 64) / int64_t(cache_size));
+    const int64_t most_splits = seq_lens ? std::clamp<int64_t>(sh.Tk / kMinSplitKeys, 1, kMaxSplits) : 1;
+    int max_heads = kMaxGroupHeads;
+    while (max_heads > 4 &&
+           (attend_bytes(max_heads) > optin || pass_rows * ceil_div(sh.H, max_heads) * most_splits < props.sm_count))
+      max_heads /= 2;
+    if (attend_bytes(max_heads) > optin)
+      throw Error(ErrorCode::not_implemented, op + " on the GPU: a cache row of L + Dr = " + std::to_string(sh.E) +
+                                                  " elements needs " + std::to_string(attend_bytes(max_heads)) +
+                                                  " bytes of shared memory per block; this device allows " +
+                                                  std::to_string(optin));
+    groups = ceil_div(sh.H, max_heads);
+    sh.group_heads = int(ceil_div(sh.H, groups));
+    variant = sh.group_heads <= 4 ? 4 : sh.group_heads <= 8 ? 8 : 16;  // ≤ max_heads
+    sh.latent_chunks = int(ceil_div(sh.L, kLatentChunk));
+    if (seq_lens) {  // from S alone: the lengths live on the device
+      const int64_t splits = std::clamp<int64_t>(ceil_div(target_blocks, pass_rows * groups), 1, most_splits);
+      sh.chunk = ceil_div(ceil_div(sh.Tk, splits), kTileKeys) * kTileKeys;
+      sh.splits = int(ceil_div(sh.Tk, sh.chunk));
+    }
   }
   const int64_t project_tiles = ceil_div(pass_rows, kProjectRows);
   const int64_t value_blocks =
@@ -727,7 +1079,6 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   float* const qa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(o_lat + row_heads * sh.L) + 15) / 16 * 16);
 
   const bool chained = props.has_chained_launch();
-  const bool rows16 = rows_16_bytes(cache);
   const bool w_vec = sh.L % 8 == 0 && reinterpret_cast<uintptr_t>(w_kv.data) % 16 == 0;
   const Strides3 cs{cache.strides[0], cache.strides[1], 0};
   const int64_t latent_new_stride = latent_new.defined() ? latent_new.strides[0] : 0;
@@ -743,24 +1094,33 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
                                     static_cast<const W*>(w_kv.data), w_vec, sh, r0, n, any_float(cache), cs,
                                     any_float(latent_new), latent_new_stride, seq_lens));
     });
-    with_float_type(cache.dtype, [&](auto cache_tag) {
-      using C = decltype(cache_tag);
-      auto attend = [&](auto g_tag) {
-        constexpr int G = decltype(g_tag)::value;
-        const size_t shared = attend_bytes(G);
-        DING_GPU_CHECK(
-            func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_attend_kernel<C, G>), int(shared)));
-        DING_GPU_CHECK(launch_chained(chained, mla_attend_kernel<C, G>,
-                                      dim3(unsigned(n), unsigned(groups), unsigned(sh.splits * sh.latent_chunks)),
-                                      dim3(kAttendThreads), shared, s.handle(), static_cast<const float*>(qa),
-                                      static_cast<const C*>(cache.data), cs, rows16, seq_lens, sh, r0, part, o_lat));
-      };
-      switch (variant) {
-        case 4: attend(std::integral_constant<int, 4>{}); break;
-        case 8: attend(std::integral_constant<int, 8>{}); break;
-        default: attend(std::integral_constant<int, 16>{}); break;
-      }
-    });
+    if (mma) {
+      with_attend_mma_kernel(cache.dtype, mma_stages, [&](auto kernel) {
+        DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
+        DING_GPU_CHECK(launch_chained(chained, kernel, dim3(unsigned(n), unsigned(groups), unsigned(sh.splits)),
+                                      dim3(kMmaThreads), mma_bytes, s.handle(), static_cast<const float*>(qa),
+                                      cache.data, cs, seq_lens, sh, r0, part, o_lat));
+      });
+    } else {
+      with_float_type(cache.dtype, [&](auto cache_tag) {
+        using C = decltype(cache_tag);
+        auto attend = [&](auto g_tag) {
+          constexpr int G = decltype(g_tag)::value;
+          const size_t shared = attend_bytes(G);
+          DING_GPU_CHECK(
+              func_set_max_dynamic_shared(reinterpret_cast<const void*>(&mla_attend_kernel<C, G>), int(shared)));
+          DING_GPU_CHECK(launch_chained(chained, mla_attend_kernel<C, G>,
+                                        dim3(unsigned(n), unsigned(groups), unsigned(sh.splits * sh.latent_chunks)),
+                                        dim3(kAttendThreads), shared, s.handle(), static_cast<const float*>(qa),
+                                        static_cast<const C*>(cache.data), cs, rows16, seq_lens, sh, r0, part, o_lat));
+        };
+        switch (variant) {
+          case 4: attend(std::integral_constant<int, 4>{}); break;
+          case 8: attend(std::integral_constant<int, 8>{}); break;
+          default: attend(std::integral_constant<int, 16>{}); break;
+        }
+      });
+    }
     if (sh.splits > 1)
       DING_GPU_CHECK(launch_chained(chained, mla_merge_kernel,
                                     dim3(unsigned(ceil_div(sh.L, kMergeLatents)), unsigned(sh.H), unsigned(n)),

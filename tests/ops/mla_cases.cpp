@@ -162,6 +162,19 @@ std::vector<OpCase> mla_cases() {
   // Long caches: several GPU splits, the first sequence at length 1 (most splits empty).
   decode({.B = 2, .S = 3000, .shape = lite_small, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
   decode({.B = 1, .S = 2100, .shape = {.H = 20, .L = 96, .Dr = 16, .Dn = 24, .Dv = 40}, .full = true});
+  // The GPU's tensor-core attend kernel (16-bit caches, L % 64 == 0): one full head group of 16,
+  // two groups of 10 with the m16 tiles' other rows empty; one split and several (empty ones
+  // behind the length-1 row), the token's row appended, prefill's causal band; an f32 output
+  // against its 2e-11 bound, where qa's and the weights' 16-bit parts must keep f32 accuracy.
+  const Shape mma16{.H = 16, .L = 128, .Dr = 32, .Dn = 32, .Dv = 48}, mma20{.H = 20, .L = 128, .Dr = 32, .Dn = 32, .Dv = 48};
+  decode({.B = 1, .S = 1, .shape = mma16, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
+  decode({.B = 1, .S = 1, .shape = mma20, .q = f16, .cache = f16, .w = f16, .out = f16});
+  decode({.B = 3, .S = 1000, .shape = mma16, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .append = bf16});
+  decode({.B = 3, .S = 1000, .shape = mma20, .q = f16, .cache = f16, .w = f16, .out = f16, .append = f32});
+  decode({.B = 3, .S = 1000, .shape = mma20, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
+  decode({.B = 2, .S = 1000, .shape = mma20, .q = f32, .cache = bf16, .w = f32, .out = f32});
+  prefill({.Tq = 40, .Tk = 70, .shape = mma20, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
+  prefill({.Tq = 40, .Tk = 70, .shape = mma16, .q = f16, .cache = f16, .w = f16, .out = f16, .views = true});
 
   // DeepSeek-V2-Lite (16 heads) and V2 (128 heads): L = 512, Dr = 64, Dn = 128, Dv = 128, bf16,
   // at 4k and 32k context.
