@@ -22,5 +22,8 @@ csv="$out/ncu_${shape}_b$batch.csv"
 # --cache-control none and --clock-control none: the clocks and caches as a real step sees them.
 timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
   "$build/tools/ding-bench" model --backend cuda --dtype bf16 --prompt 8 --new 3 --shape "$shape" --batch "$batch" \
-  >"$csv" 2>"$out/ncu_${shape}_b$batch.err" || { echo "step_kernels: ncu failed"; tail -5 "$out/ncu_${shape}_b$batch.err"; exit 1; }
+  >"$csv" 2>"$out/ncu_${shape}_b$batch.err"
+status=$?
+# ncu's own messages go to stdout beside the CSV: on failure they are the CSV file's non-CSV lines.
+((status == 0)) || { echo "step_kernels: ncu exited with $status"; grep -v '^"' "$csv" | tail -8; tail -5 "$out/ncu_${shape}_b$batch.err"; }
 python3 tools/bench/step_kernels.py "$csv" --list "${DING_STEP_LIST:-0}"
