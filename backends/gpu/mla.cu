@@ -194,6 +194,26 @@ __device__ inline int64_t row_keys(const MlaShape& sh, const int32_t* seq_lens, 
   return min(max(int64_t(seq_lens[r]), int64_t(1)), sh.Tk);
 }
 
+// Split `split`'s keys [begin, end) of query row `row`, for either attend kernel, after waiting
+// for the kernels before it (qa comes from the absorb kernel, the cache's new row from it or
+// earlier ones). A split past the row's keys has none (begin ≥ end) and, where `writes_state`,
+// leaves its heads' neutral state, m = −inf and sum = 0, for the merge.
+struct SplitKeys {
+  int64_t begin, end;
+};
+__device__ inline SplitKeys split_keys(const MlaShape& sh, const int32_t* seq_lens, const MlaPartials& part,
+                                       int64_t row, int64_t first_state, int split, int heads, bool writes_state) {
+  wait_for_prior_kernels();
+  release_dependents();
+  const int64_t begin = int64_t(split) * sh.chunk;
+  const SplitKeys span{begin, min(row_keys(sh, seq_lens, row), begin + sh.chunk)};
+  if (span.begin >= span.end && writes_state && int(threadIdx.x) < heads) {
+    part.m[first_state + int64_t(threadIdx.x) * sh.splits] = -INFINITY;
+    part.sum[first_state + int64_t(threadIdx.x) * sh.splits] = 0.0f;
+  }
+  return span;
+}
+
 template <class W>
 __global__ void __launch_bounds__(kAbsorbThreads)
     mla_absorb_kernel(float* qa, AnyFloat q, Strides3 qs, const W* w, bool w_prefetch, MlaShape sh, int64_t r0,
@@ -380,19 +400,9 @@ __global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThrea
   const int E = sh.E, L = sh.L, pitch = sh.tile_pitch;
   const int64_t first_state = (r * sh.H + h0) * sh.splits + split;  // head g's: first_state + g·splits
 
-  // qa comes from the absorb kernel, the cache (its new row) from it or earlier kernels.
-  wait_for_prior_kernels();
-  release_dependents();
-
-  const int64_t keys = row_keys(sh, seq_lens, row);
-  const int64_t begin = int64_t(split) * sh.chunk, end = min(keys, begin + sh.chunk);
-  if (begin >= end) {  // uniform: a split past the row's keys leaves the neutral state
-    if (lc == 0 && tid < heads) {
-      part.m[first_state + int64_t(tid) * sh.splits] = -INFINITY;
-      part.sum[first_state + int64_t(tid) * sh.splits] = 0.0f;
-    }
-    return;
-  }
+  const SplitKeys span = split_keys(sh, seq_lens, part, row, first_state, split, heads, lc == 0);
+  if (span.begin >= span.end) return;  // uniform over the block
+  const int64_t begin = span.begin, end = span.end;
 
   // The heads' qa rows (zero past E, as the absorb kernel left them; zero for heads past `heads`),
   // in the same copy as the first tile.
@@ -579,25 +589,15 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
   const int E = sh.E, L = sh.L;
   const int64_t first_state = (r * sh.H + h0) * sh.splits + split;  // head g's: first_state + g·splits
 
-  // qa comes from the absorb kernel, the cache (its new row) from it or earlier kernels.
-  wait_for_prior_kernels();
-  release_dependents();
-
-  const int64_t keys = row_keys(sh, seq_lens, row);
-  const int64_t begin = int64_t(split) * sh.chunk, end = min(keys, begin + sh.chunk);
-  if (begin >= end) {  // uniform: a split past the row's keys leaves the neutral state
-    if (int(threadIdx.x) < heads) {
-      part.m[first_state + int64_t(threadIdx.x) * sh.splits] = -INFINITY;
-      part.sum[first_state + int64_t(threadIdx.x) * sh.splits] = 0.0f;
-    }
-    return;
-  }
+  const SplitKeys span = split_keys(sh, seq_lens, part, row, first_state, split, heads, true);
+  if (span.begin >= span.end) return;  // uniform over the block
+  const int64_t begin = span.begin, end = span.end;
 
   // Tile t (the split's keys 32t …) goes to stage t mod Stages as one commit group (an empty one
   // past the last tile), so when tile t is due the Stages − 2 younger groups may stay in flight;
-  // tile t + Stages − 1 is issued into tile t − 1's stage once every warp is done with it. Rows past the split's end are zero-filled, nothing
-  // read: past the row's keys the cache holds anything, NaN included, and a zero row times a zero
-  // weight adds nothing. Keys in 32 bits: a split is at most S (or prefill's Tk) keys.
+  // tile t + Stages − 1 is issued into tile t − 1's stage once every warp is done with it. Rows
+  // past the split's end are zero-filled, nothing read: past the row's keys the cache holds
+  // anything, NaN included, and a zero row times a zero weight adds nothing. Keys in 32 bits: a split is at most S (or prefill's Tk) keys.
   const int split_keys = int(end - begin);
   const int tiles = (split_keys + kMmaKeys - 1) / kMmaKeys;
   const int pieces = E / 8;  // 16-byte pieces of a row
@@ -665,11 +665,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
     // The warp's share of S = qa·Cᵀ for all 32 keys: n-tile nt is keys 8·nt …; one ldmatrix.x4
     // brings both key halves × both column halves of 16 keys and a k-step.
     {
-      float s[4][4];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+      float s[4][4] = {};
 #pragma unroll
       for (int kk = 0; kk < kMmaMaxSteps; ++kk) {
         if (kk < steps) {  // uniform over the warp
@@ -734,11 +730,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
 #pragma unroll
     for (int pair = 0; pair < kMmaMaxLatentTiles / 2; ++pair) {
       if (2 * pair < lat_tiles) {  // uniform; at L = 64 the pair's second n-tile is computed and dropped
-        float d[2][4];
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) d[u][e] = 0.0f;
+        float d[2][4] = {};
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           // Transposed: matrices keys +0 … 7 and +8 … 15 × n-tiles 2·pair and 2·pair + 1.
