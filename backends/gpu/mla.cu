@@ -597,7 +597,8 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
   // past the last tile), so when tile t is due the Stages − 2 younger groups may stay in flight;
   // tile t + Stages − 1 is issued into tile t − 1's stage once every warp is done with it. Rows
   // past the split's end are zero-filled, nothing read: past the row's keys the cache holds
-  // anything, NaN included, and a zero row times a zero weight adds nothing. Keys in 32 bits: a split is at most S (or prefill's Tk) keys.
+  // anything, NaN included, and a zero row times a zero weight adds nothing. Keys in 32 bits: a
+  // split is at most S (or prefill's Tk) keys.
   const int split_keys = int(end - begin);
   const int tiles = (split_keys + kMmaKeys - 1) / kMmaKeys;
   const int pieces = E / 8;  // 16-byte pieces of a row
