@@ -419,15 +419,19 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, boo
 
 }  // namespace gemv
 
-// Whether the tensor-core GEMV takes the product: 16-bit x and w of one type, 16-byte rows, the
-// staged rows of x (and the norm's parameters), the ring and one tile's sums within a block's
-// shared memory.
+// The operands the core reads: 16-bit x and w of one type, 16-byte rows, mma.sync on the device.
+template <class X, class W>
+bool gemv_mma_operands_fit(const Props& props, const GemmShape& p) {
+  return std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
+         aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31);
+}
+
+// Whether the tensor-core GEMV takes the product: its operands, and the staged rows of x (and the
+// norm's parameters), the ring and one tile's sums within a block's shared memory.
 template <class X, class W>
 bool gemv_mma_fits(const Props& props, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
   const bool normed = norm.kind != ops::NormKind::none;
-  if (!(std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
-        aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31)))
-    return false;
+  if (!gemv_mma_operands_fit<X, W>(props, p)) return false;
   // The norm's parameters are copied to shared memory in 16-byte pieces.
   if (normed && !(aligned_to(norm.weight.data, 16) && (!norm.bias.defined() || aligned_to(norm.bias.data, 16))))
     return false;
@@ -483,10 +487,7 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
 // gemv_mma_fits, with p.M = min(P, kSegmentTileRows), the most rows a tile has.
 template <class X, class W>
 bool gemv_mma_segments_fit(const Props& props, const GemmShape& p, bool swiglu) {
-  if (!(std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
-        aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31)))
-    return false;
-  return gemv::mma_plan(props, p, false, swiglu).depth > 0;
+  return gemv_mma_operands_fit<X, W>(props, p) && gemv::mma_plan(props, p, false, swiglu).depth > 0;
 }
 
 // out[rows of tile b] = epilogue(x[rows of tile b] · w[segment of tile b]ᵀ) for the row tiles of

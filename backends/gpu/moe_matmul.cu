@@ -37,7 +37,6 @@
 #include <algorithm>
 #include <climits>
 #include <string>
-#include <type_traits>
 
 #include "check.h"
 #include "gemm.cuh"
@@ -247,17 +246,13 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
     ep.out = a.out.data;
     ep.out_dtype = a.out.dtype;
     ep.ld = N;
-    bool taken = false;
-    with_float_type(a.x.dtype, [&](auto tag) {
+    auto on_tensor_cores = [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, float>) {
-        if (gemv_mma_segments_fit<T, T>(s.props(), g, p.swiglu)) {
-          launch_gemv_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
-          taken = true;
-        }
-      }
-    });
-    if (taken) return;
+      if (!gemv_mma_segments_fit<T, T>(s.props(), g, p.swiglu)) return false;
+      launch_gemv_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
+      return true;
+    };
+    if (a.x.dtype == DType::bf16 ? on_tensor_cores(ding::bf16{}) : on_tensor_cores(ding::f16{})) return;
   }
 #endif
   with_float_type(a.x.dtype, [&](auto x_tag) {
