@@ -131,5 +131,42 @@ struct RowShape {
 void launch_rows(GpuStream& s, Operand out, Operand q, const Tensor& k, Strides3 ks, const Tensor& v, Strides3 vs,
                  const RowShape& sh, float scale);
 
+
+// ---- prefill on tensor cores (attention_prefill.cu), for attention_prefill and mla_prefill ----
+// Key rows in two parts: elements [0, split) at first + first_at.at(b, j, kv head), the rest at
+// second + second_at.at(b, j, kv head). A plain key row has split = DK; MLA's expanded key
+// [W_uk^h c_j ; k_j^R] (mla.cu) has its rope part in the cache row every head shares
+// (second_at.h = 0).
+struct SplitRows {
+  const void* first;
+  Strides3 first_at;
+  const void* second;
+  Strides3 second_at;
+  int split;
+};
+
+struct PrefillMma {
+  Operand out;   // [B, Tq, H, DV]
+  const void* q;  // [B, Tq, H, DK]
+  Strides3 qs;
+  SplitRows k;   // [B, Tk slots, Hkv, DK]
+  const void* v;  // [B, Tk slots, Hkv, DV]
+  Strides3 vs;
+  DType dtype;   // of q, k and v: f16 or bf16
+  int64_t B, Tq, Tk, H, Hkv;
+  int DK, DV;
+  bool causal;
+  int64_t window;  // ops::AttentionParams' meaning
+  int64_t S;       // slots of k and v: key j at slot j mod S (KeySlots)
+  float scale;
+};
+
+// Whether the tensor-core kernel has an instance for these head dims and runs on this device
+// (NVIDIA sm_80+; (DK, DV) = (64, 64), (128, 128) or (192, 128)).
+bool prefill_mma_takes(const Props& props, int DK, int DV);
+// Launches it. The caller has checked prefill_mma_takes and that every row of q, k's two parts and
+// v starts 16-byte aligned (k's split a multiple of 8) and every row of out 2-element aligned.
+void launch_prefill_mma(GpuStream& s, const PrefillMma& p);
+
 }  // namespace attn
 DING_GPU_END

@@ -4,6 +4,7 @@
 // (attention_rows.cu) above that.
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <type_traits>
 
 #include "attention.cuh"
@@ -249,12 +250,14 @@ __global__ void __launch_bounds__(kPrefillThreads)
 
 // ---- prefill on tensor cores: mma.sync m16n8k16 (sm_80+) ---------------------------------------
 //
-// The same FlashAttention-2 walk for f16/bf16 q, k, v (one dtype), a bf16 output and D = 64 or
-// 128. A block of 4 warps owns 64 query rows of one (b, h), 16 per warp; K and V tiles of 64
-// keys sit in shared memory as stored. Each warp keeps its Q rows as A fragments, computes
-// S = Q·Kᵀ into f32 accumulators, runs the online softmax on them (a row lives in the 4 lanes of
-// a quad), and feeds P back as A fragments for O += P·V (the accumulator layout of two n-tiles is
-// the A layout of one k-step, so P never leaves registers).
+// The same FlashAttention-2 walk for f16/bf16 q, k, v (one dtype) and (DK, DV) = (64, 64),
+// (128, 128) or (192, 128) (DeepSeek's expanded latent attention: mla.cu). A block of 4 warps owns
+// 64 query rows of one (b, h), 16 per warp; K and V tiles of 64 keys sit in shared memory as
+// stored. Each warp keeps its Q rows as A fragments, computes S = Q·Kᵀ into f32 accumulators, runs
+// the online softmax on them (a row lives in the 4 lanes of a quad), and feeds P back as A
+// fragments for O += P·V (the accumulator layout of two n-tiles is the A layout of one k-step, so
+// P never leaves registers). A key row may come in two parts (attn::SplitRows): MLA's per-head
+// W_uk·c and the rope key all heads share.
 //
 // P has to be 16-bit for the mma. Rounded once, its 2^-9 (bf16) relative error would put the
 // output's NMSE near the output dtype's own rounding error, far above the parity bound (4 flips
@@ -267,50 +270,56 @@ __global__ void __launch_bounds__(kPrefillThreads)
 constexpr int kMmaThreads = 128;
 constexpr int kMmaRows = 64, kMmaKeys = 64;
 
-template <int DH>
+template <int DK, int DV>
 struct MmaTile {
   // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix land in 8 different 16-byte
-  // bank groups (pitch 144 or 272 bytes, 9 or 17 groups apart).
-  static constexpr int kPitch = DH + 8;  // elements
+  // bank groups (pitches of 144, 272 or 400 bytes: an odd number of groups apart).
+  static constexpr int kPitchK = DK + 8, kPitchV = DV + 8;  // elements
   // K/V tiles in flight: while the block computes on one, the next Stages - 1 are being copied
-  // (cp.async), so the walk over the key tiles does not wait a memory round trip per tile (each
-  // tile was staged synchronously before). Two blocks per SM fit either way (D = 64: 64 KB per
-  // block; D = 128: 87 KB).
-  static constexpr int kStages = DH == 64 ? 3 : 2;
-  static constexpr int kTileElems = kMmaKeys * kPitch;
-  static constexpr size_t shared_bytes = size_t(kMmaRows * kPitch + kStages * 2 * kTileElems) * sizeof(uint16_t);  // Q, then K and V per stage
+  // (cp.async), so the walk over the key tiles does not wait a memory round trip per tile. Q
+  // lands in the last stage's K tile and leaves it for registers before that stage is first
+  // refilled, so it costs no shared memory of its own: 55 KB per block at (64, 64), 70 KB at
+  // (128, 128), 86 KB at (192, 128): two blocks per SM on an H100, one within an RTX 4090's 99 KB.
+  static constexpr int kStages = DK == 64 ? 3 : 2;
+  static constexpr int kKTile = kMmaKeys * kPitchK, kStageElems = kKTile + kMmaKeys * kPitchV;
+  static constexpr size_t shared_bytes = size_t(kStages * kStageElems) * sizeof(uint16_t);
+  static_assert(kMmaRows <= kMmaKeys, "Q fits a K tile");
 };
 
 #if defined(DING_GPU_NVIDIA_MMA)
-// dst[r][0, DH) = row t0 + r for r < 64, zero from row `valid` on: 16-byte cp.async copies
-// this thread issues (the caller commits and waits). `base` points at slot 0 of a cache of `slots`
-// slots, row t at slot(t).
-template <int DH, class T>
-__device__ inline void copy_mma_tile(T* dst, const T* base, int64_t row_stride, int64_t t0, int64_t valid,
-                                     int64_t slots) {
-  constexpr int kChunks = DH / 8;
+// dst[r][0, D) = row t0 + r for r < 64 (rows `pitch` elements apart), zero from row `valid` on:
+// 16-byte cp.async copies this thread issues (the caller commits and waits). Row t lives at slot(t)
+// of a cache of `slots` slots; its elements [0, split) at first + slot · first_stride, the rest at
+// second + slot · second_stride.
+template <int D, class T>
+__device__ inline void copy_mma_tile(T* dst, int pitch, const T* first, int64_t first_stride, const T* second,
+                                     int64_t second_stride, int split, int64_t t0, int64_t valid, int64_t slots) {
+  constexpr int kChunks = D / 8;
   const KeySlots slot(slots, t0);
   for (int idx = threadIdx.x; idx < kMmaRows * kChunks; idx += kMmaThreads) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool in = r < valid;
-    cp_async_16(smem_address(dst + r * MmaTile<DH>::kPitch + c), in ? base + slot(t0 + r) * row_stride + c : base,
-                in ? 16 : 0);
+    const T* src = first;
+    if (in) src = c < split ? first + slot(t0 + r) * first_stride + c : second + slot(t0 + r) * second_stride + (c - split);
+    cp_async_16(smem_address(dst + r * pitch + c), src, in ? 16 : 0);
   }
 }
 #endif  // DING_GPU_NVIDIA_MMA
 
 // Asking for 2 blocks per SM caps registers at 255, the kernel's need (160-238); left free, ptxas
 // squeezed the f16, D = 64 instance into 128 registers with spills.
-template <class T, int DH>
+template <class T, int DK, int DV>
 __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2))
-    attention_prefill_mma_kernel(Operand out, const T* q, Strides3 qs, const T* k, Strides3 ks, const T* v, Strides3 vs,
+    attention_prefill_mma_kernel(Operand out, const T* q, Strides3 qs, SplitRows k, const T* v, Strides3 vs,
                                  PrefillShape sh, float scale) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  constexpr int kPitch = MmaTile<DH>::kPitch, kSteps = DH / 16;
-  constexpr int kStages = MmaTile<DH>::kStages, kTileElems = MmaTile<DH>::kTileElems;
+  using Tile = MmaTile<DK, DV>;
+  constexpr int kPitchK = Tile::kPitchK, kPitchV = Tile::kPitchV, kSteps = DK / 16;
+  constexpr int kStages = Tile::kStages;
   extern __shared__ uint4 shared_words[];
-  T* Qs = reinterpret_cast<T*>(shared_words);  // [64][kPitch]
-  T* KVs = Qs + kMmaRows * kPitch;              // per stage: K [64][kPitch], then V [64][kPitch]
+  T* const KVs = reinterpret_cast<T*>(shared_words);  // per stage: K [64][kPitchK], then V [64][kPitchV]
+  auto stage_of = [&](int t) { return KVs + (t % kStages) * Tile::kStageElems; };
+  T* const Qs = stage_of(kStages - 1);                // [64][kPitchK] until the first refill of that stage
 
   const int64_t heads = sh.B * sh.H, bh = blockIdx.x % heads;
   const int64_t tile = sh.q_tiles - 1 - blockIdx.x / heads;  // heaviest causal tiles first
@@ -326,39 +335,44 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
   // landed" is always "at most kStages - 1 groups in flight".
   const KeySpan span = block_keys(sh, i0, kMmaRows);
   const int tiles = int((span.end - span.begin + kMmaKeys - 1) / kMmaKeys);
-  auto stage_of = [&](int t) { return KVs + (t % kStages) * 2 * kTileElems; };
+  const T* const k_first = static_cast<const T*>(k.first) + k.first_at.at(b, 0, kv_head);
+  const T* const k_second = static_cast<const T*>(k.second) + k.second_at.at(b, 0, kv_head);
+  const T* const v_rows = v + vs.at(b, 0, kv_head);
   auto copy_kv = [&](int t) {
     if (t < tiles) {
       const int64_t j0 = span.begin + int64_t(t) * kMmaKeys;
-      copy_mma_tile<DH>(stage_of(t), k + ks.at(b, 0, kv_head), ks.t, j0, span.end - j0, sh.S);
-      copy_mma_tile<DH>(stage_of(t) + kTileElems, v + vs.at(b, 0, kv_head), vs.t, j0, span.end - j0, sh.S);
+      copy_mma_tile<DK>(stage_of(t), kPitchK, k_first, k.first_at.t, k_second, k.second_at.t, k.split, j0,
+                        span.end - j0, sh.S);
+      copy_mma_tile<DV>(stage_of(t) + Tile::kKTile, kPitchV, v_rows, vs.t, v_rows, vs.t, DV, j0, span.end - j0, sh.S);
     }
     cp_async_commit();
   };
-  copy_mma_tile<DH>(Qs, q + qs.at(b, 0, h), qs.t, i0, sh.Tq - i0, sh.Tq);
+  const T* const q_rows = q + qs.at(b, 0, h);
+  copy_mma_tile<DK>(Qs, kPitchK, q_rows, qs.t, q_rows, qs.t, DK, i0, sh.Tq - i0, sh.Tq);
   cp_async_commit();
   for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
   cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
   __syncthreads();                // ... and for every thread's
   uint32_t qa[kSteps][4];
-  load_a_fragments(qa, Qs + row0 * kPitch, kPitch, lane);
+  load_a_fragments(qa, Qs + row0 * kPitchK, kPitchK, lane);
 
-  float o[DH / 8][4];
+  float o[DV / 8][4];
 #pragma unroll
-  for (int nt = 0; nt < DH / 8; ++nt)
+  for (int nt = 0; nt < DV / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};  // rows quad_row and quad_row + 8
   const int64_t row_i[2] = {i0 + row0 + quad_row, i0 + row0 + quad_row + 8};
 
   for (int t = 0; t < tiles; ++t) {
-    if (t > 0) __syncthreads();  // every warp is done with tile t - 1, whose stage is refilled now
+    // Every warp is done with tile t - 1 (t = 0: with Q), whose stage is refilled now.
+    __syncthreads();
     copy_kv(t + kStages - 1);
     cp_async_wait<kStages - 1>();  // tile t has landed for this thread's copies ...
     __syncthreads();                // ... and for every thread's
     const int64_t j0 = span.begin + int64_t(t) * kMmaKeys;
     const T* Ks = stage_of(t);
-    const T* Vs = Ks + kTileElems;
+    const T* Vs = Ks + Tile::kKTile;
 
     float s[kMmaKeys / 8][4];
 #pragma unroll
@@ -367,7 +381,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
     for (int ntp = 0; ntp < kMmaKeys / 16; ++ntp)
-      add_scores16<T, kSteps>(s[2 * ntp], s[2 * ntp + 1], qa, Ks + ntp * 16 * kPitch, kPitch, lane);
+      add_scores16<T, kSteps>(s[2 * ntp], s[2 * ntp + 1], qa, Ks + ntp * 16 * kPitchK, kPitchK, lane);
 
     // Online softmax; element e of n-tile nt is row quad_row + 8·(e / 2), key 8·nt + 2·quad_col + e % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -397,13 +411,13 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
         l_part[e / 2] += s[nt][e];
       }
 #pragma unroll
-    for (int nt = 0; nt < DH / 8; ++nt)
+    for (int nt = 0; nt < DV / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e / 2];
 
 #pragma unroll
     for (int kp = 0; kp < kMmaKeys / 16; ++kp)
-      add_pv16<T, DH>(o, s[2 * kp], s[2 * kp + 1], Vs + kp * 16 * kPitch, kPitch, lane);
+      add_pv16<T, DV>(o, s[2 * kp], s[2 * kp + 1], Vs + kp * 16 * kPitchV, kPitchV, lane);
   }
 
   float inv_l[2];
@@ -420,7 +434,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
       if (row_i[r] >= sh.Tq) continue;
       Out* row = static_cast<Out*>(out.data) + out.at.at(b, row_i[r], h);
 #pragma unroll
-      for (int nt = 0; nt < DH / 8; ++nt) {
+      for (int nt = 0; nt < DV / 8; ++nt) {
         Pack<Out, 2> pair;
         pair.v[0] = from_float<Out>(o[nt][2 * r] * inv_l[r]);
         pair.v[1] = from_float<Out>(o[nt][2 * r + 1] * inv_l[r]);
@@ -431,7 +445,58 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
+// Calls f(DK, DV) as integral constants for the head dims the tensor-core kernel has an instance
+// of; false for any other pair.
+template <class F>
+bool with_mma_dims(int DK, int DV, F&& f) {
+  using std::integral_constant;
+  if (DK == 64 && DV == 64) f(integral_constant<int, 64>{}, integral_constant<int, 64>{});
+  else if (DK == 128 && DV == 128) f(integral_constant<int, 128>{}, integral_constant<int, 128>{});
+  else if (DK == 192 && DV == 128) f(integral_constant<int, 192>{}, integral_constant<int, 128>{});
+  else return false;
+  return true;
+}
+
 }  // namespace
+
+bool attn::prefill_mma_takes(const Props& props, int DK, int DV) {
+#if defined(DING_GPU_NVIDIA)
+  bool dims = false;
+  with_mma_dims(DK, DV, [&](auto dk, auto dv) {
+    dims = MmaTile<decltype(dk)::value, decltype(dv)::value>::shared_bytes <= props.shared_per_block_optin;
+  });
+  return props.has_mma_sync() && dims;
+#else
+  (void)props, (void)DK, (void)DV;
+  return false;
+#endif
+}
+
+void attn::launch_prefill_mma(GpuStream& s, const PrefillMma& p) {
+#if defined(DING_GPU_NVIDIA)
+  const PrefillShape sh{p.B, p.Tq, p.Tk, p.H, p.H / p.Hkv, p.DK, ceil_div(p.Tq, kMmaRows), p.causal, p.window, p.S};
+  auto launch = [&](auto tag, auto dk, auto dv) {
+    using T = decltype(tag);
+    constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
+    const auto kernel = &attention_prefill_mma_kernel<T, DK, DV>;
+    const size_t shared = MmaTile<DK, DV>::shared_bytes;
+    DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared)));
+    kernel<<<unsigned(sh.q_tiles * p.B * p.H), kMmaThreads, shared, s.handle()>>>(
+        p.out, static_cast<const T*>(p.q), p.qs, p.k, static_cast<const T*>(p.v), p.vs, sh, p.scale);
+  };
+  const bool known = with_mma_dims(p.DK, p.DV, [&](auto dk, auto dv) {
+    if (p.dtype == DType::bf16) launch(ding::bf16{}, dk, dv);
+    else launch(ding::f16{}, dk, dv);
+  });
+  if (!known)
+    throw Error(ErrorCode::not_implemented, "attention on tensor cores: no kernel for head dims " + std::to_string(p.DK) +
+                                                " and " + std::to_string(p.DV));
+  DING_GPU_CHECK_LAUNCH("attention_prefill_mma_kernel");
+#else
+  (void)s, (void)p;
+  throw Error(ErrorCode::not_implemented, "attention on tensor cores: not in this build");
+#endif
+}
 
 void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
   const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
@@ -454,36 +519,18 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
     DING_GPU_CHECK_LAUNCH("attention_prefill_kernel");
     return true;
   };
-#if defined(DING_GPU_NVIDIA)
-  // Tensor cores: one 16-bit dtype for q, k, v, a bf16 output (the precision argument above),
-  // D = 64 or 128, and rows whose starts allow the 16-byte staging and the paired stores.
+  // Tensor cores: one 16-bit dtype for q, k, v, a bf16 output (the precision argument above), a
+  // head dim the kernel has, and rows whose starts allow the 16-byte staging and the paired stores.
   const DType t = a.q.dtype;
-  const bool mma = s.props().has_mma_sync() && (t == DType::f16 || t == DType::bf16) && a.k.dtype == t &&
-                   a.v.dtype == t && a.out.dtype == DType::bf16 && (D == 64 || D == 128) && rows_aligned(a.q, 8) &&
-                   rows_aligned(a.k, 8) && rows_aligned(a.v, 8) && rows_aligned(a.out, 2);
-  if (mma) {
-    const PrefillShape sh{B, Tq, Tk, H, H / Hkv, int(D), ceil_div(Tq, kMmaRows), a.params.causal, a.params.window, S};
-    auto launch = [&](auto tag, auto dh) {
-      using T = decltype(tag);
-      constexpr int DH = decltype(dh)::value;
-      const size_t shared = MmaTile<DH>::shared_bytes;
-      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(&attention_prefill_mma_kernel<T, DH>),
-                                                 int(shared)));
-      attention_prefill_mma_kernel<T, DH><<<unsigned(sh.q_tiles * B * H), kMmaThreads, shared, s.handle()>>>(
-          out, static_cast<const T*>(a.q.data), strides3(a.q), static_cast<const T*>(a.k.data), strides3(a.k),
-          static_cast<const T*>(a.v.data), strides3(a.v), sh, scale);
-    };
-    if (t == DType::bf16) {
-      if (D == 64) launch(ding::bf16{}, std::integral_constant<int, 64>{});
-      else launch(ding::bf16{}, std::integral_constant<int, 128>{});
-    } else {
-      if (D == 64) launch(ding::f16{}, std::integral_constant<int, 64>{});
-      else launch(ding::f16{}, std::integral_constant<int, 128>{});
-    }
-    DING_GPU_CHECK_LAUNCH("attention_prefill_mma_kernel");
+  if (prefill_mma_takes(s.props(), int(D), int(D)) && (t == DType::f16 || t == DType::bf16) && a.k.dtype == t &&
+      a.v.dtype == t && a.out.dtype == DType::bf16 && rows_aligned(a.q, 8) && rows_aligned(a.k, 8) &&
+      rows_aligned(a.v, 8) && rows_aligned(a.out, 2)) {
+    const Strides3 ks = strides3(a.k);
+    launch_prefill_mma(s, PrefillMma{out, a.q.data, strides3(a.q), SplitRows{a.k.data, ks, a.k.data, ks, int(D)},
+                                     a.v.data, strides3(a.v), t, B, Tq, Tk, H, Hkv, int(D), int(D), a.params.causal,
+                                     a.params.window, S, scale});
     return;
   }
-#endif
   bool done = false;
   if (D <= 64) done = launch_tiled(std::integral_constant<int, 64>{});
   else if (D <= 128) done = launch_tiled(std::integral_constant<int, 128>{});

@@ -1,6 +1,7 @@
-// mla_prefill and mla_decode on the GPU (ops/mla.h), both in the absorbed form: W_uk is folded
-// into the query and W_uv applied to the attended latent, so attention reads the cache as stored,
-// L + Dr elements per key for all heads together, and no per-head key or value is ever formed.
+// mla_decode on the GPU (ops/mla.h), and mla_prefill chunks that the expanded form (at the end of
+// this file) does not take, in the absorbed form: W_uk is folded into the query and W_uv applied
+// to the attended latent, so attention reads the cache as stored, L + Dr elements per key for all
+// heads together, and no per-head key or value is ever formed.
 // Query rows are decode's sequences (row b) or prefill's queries (row b·Tq + i). Per pass of rows,
 // three or four chained launches (vendor.h), each waiting for its predecessor before it reads:
 //
@@ -1141,12 +1142,76 @@ MlaShape mla_shape(const ops::MlaDims& d, float scale, int64_t Tq, int64_t Tk) {
   return sh;
 }
 
+// ---- prefill in the expanded form, on tensor cores ---------------------------------------------
+// Per key the absorbed form costs 2·H·(2L + Dr) FLOPs for every query that sees it, the expanded
+// one 2·H·(Dn + Dr + Dv) (~3.4 times less at DeepSeek-V2's sizes) once every key's k^h and v^h are
+// formed, 2·H·(Dn + Dv)·L per key and chunk. From kExpandMinQueries queries on, a chunk forms them
+// and attends through the FlashAttention kernel of attention_prefill.cu, whose blocks own 64
+// queries of a head and read each key tile once for all of them (the absorbed kernel's blocks are
+// single queries, each re-reading its causal band). Per sequence b:
+//   latents[t] = cache[b, t, :L]                       contiguous, the product's operand (a copy)
+//   kv[t, h] = W_kv^h · latents[t]                     [Tk, heads, Dn + Dv] in the cache dtype (matmul)
+//   out[b, :, h] = attention(q[b, :, h], keys [kv[t, h, :Dn] ; cache[b, t, L:]], values kv[t, h, Dn:])
+// The keys' rope part is read from the cache row every head shares (attn::SplitRows), never
+// copied per head. Keys and values are rounded to the cache dtype, as transformers' 16-bit forward
+// rounds its kv_b_proj output (mla_cases.cpp's bound for 16-bit caches allows for it). Heads go in
+// passes whose kv stays within kExpandBytes of scratch.
+constexpr int64_t kExpandMinQueries = 64;                   // one query tile of the attention kernel
+constexpr int64_t kExpandBytes = int64_t(256) << 20;
+
+// Whether the expanded form takes this prefill: tensor cores for (Dn + Dr, Dv), one 16-bit dtype
+// for q, the cache and W, a bf16 output (attention_prefill.cu's precision argument), 16-byte rows.
+bool mla_prefill_expands(const GpuStream& s, const ops::MlaPrefillArgs& a, const ops::MlaDims& d) {
+  const DType t = a.cache.dtype;
+  return a.q.dim(1) >= kExpandMinQueries && (t == DType::bf16 || t == DType::f16) && a.q.dtype == t &&
+         a.w_kv.dtype == t && a.out.dtype == DType::bf16 &&
+         attn::prefill_mma_takes(s.props(), int(d.nope + d.rope), int(d.value)) && d.latent % 8 == 0 &&
+         d.nope % 8 == 0 && d.value % 8 == 0 && attn::rows_aligned(a.q, 8) && attn::rows_aligned(a.cache, 8) &&
+         attn::rows_aligned(a.out, 2);
+}
+
+void mla_prefill_expanded(Stream& stream, const ops::MlaPrefillArgs& a, const ops::MlaDims& d, float scale) {
+  GpuStream& s = gpu_stream(stream);
+  const int64_t Tq = a.q.dim(1), Tk = a.cache.dim(1), H = d.heads, L = d.latent, KV = d.nope + d.value;
+  const DType t = a.cache.dtype;
+  const size_t elem = dtype_size(t);
+  const int64_t pass_heads = std::clamp<int64_t>(kExpandBytes / (Tk * KV * int64_t(elem)), 1, H);
+  // 16-byte aligned pieces: the latents, then kv.
+  const size_t latent_bytes = (size_t(Tk * L) * elem + 15) / 16 * 16;
+  char* const scratch =
+      static_cast<char*>(s.scratch(latent_bytes + size_t(Tk * pass_heads * KV) * elem, GpuStream::ScratchSlot::intermediate));
+  Device* const device = a.cache.device;
+  const Tensor latents = Tensor::view(scratch, device, t, {Tk, L});
+  for (int64_t b = 0; b < a.q.dim(0); ++b) {
+    const Tensor cache_b = a.cache.select(0, b);
+    copy(stream, ops::CopyArgs{latents, cache_b.slice(1, 0, L)});
+    for (int64_t h0 = 0; h0 < H; h0 += pass_heads) {
+      const int64_t heads = std::min(pass_heads, H - h0);
+      const Tensor kv = Tensor::view(scratch + latent_bytes, device, t, {Tk, heads * KV});
+      matmul(stream, ops::MatmulArgs{kv, latents, a.w_kv.slice(0, h0, h0 + heads).reshape({heads * KV, L}), {}});
+      const char* const kv_bytes = static_cast<const char*>(kv.data);
+      const Strides3 kv_at{0, heads * KV, KV};
+      const Tensor q = a.q.select(0, b).slice(1, h0, h0 + heads), out = a.out.select(0, b).slice(1, h0, h0 + heads);
+      const Strides3 qs{0, q.strides[0], q.strides[1]}, os{0, out.strides[0], out.strides[1]};
+      const attn::SplitRows keys{kv.data, kv_at, static_cast<const char*>(cache_b.data) + L * int64_t(elem),
+                                 Strides3{0, cache_b.strides[0], 0}, int(d.nope)};
+      attn::launch_prefill_mma(s, attn::PrefillMma{attn::operand(out, os), q.data, qs, keys,
+                                                   kv_bytes + d.nope * int64_t(elem), kv_at, t, 1, Tq, Tk, heads, heads,
+                                                   int(d.nope + d.rope), int(d.value), true, 0, Tk, scale});
+    }
+  }
+}
+
 }  // namespace
 
 void mla_prefill(Stream& stream, const ops::MlaPrefillArgs& a) {
   const ops::MlaDims d = ops::mla_dims(a.q, a.cache, a.w_kv);
   const int64_t B = a.q.dim(0), Tq = a.q.dim(1), Tk = a.cache.dim(1);
   if (B * Tq * d.heads == 0) return;
+  if (mla_prefill_expands(gpu_stream(stream), a, d)) {
+    mla_prefill_expanded(stream, a, d, ops::mla_scale(a.params, d));
+    return;
+  }
   launch_mla(gpu_stream(stream), mla_shape(d, ops::mla_scale(a.params, d), Tq, Tk), B * Tq, a.q, attn::strides3(a.q),
              a.out, attn::strides3(a.out), a.cache, a.w_kv, nullptr, Tensor{});
 }

@@ -63,8 +63,10 @@ class GpuStream final : public Stream {
   // Device scratch of at least `bytes`, valid for work enqueued on this stream until the next
   // call for the same slot. Grow-only: after the first steps of a workload it allocates nothing,
   // so a recorded graph keeps pointing at live memory. Slots are independent: an op that stages
-  // an input (staged_input) may then call a core that takes kernel scratch.
-  enum class ScratchSlot { kernel, staged_input };
+  // an input (staged_input) may then call a core that takes kernel scratch, and an op built from
+  // other ops' kernels keeps what passes between them in `intermediate` (mla_prefill's expanded
+  // keys and values between its matmul and the attention kernel).
+  enum class ScratchSlot { kernel, staged_input, intermediate };
   void* scratch(size_t bytes, ScratchSlot slot = ScratchSlot::kernel);
   // Frees the scratch blocks once the stream's work is done (they grow again on the next use).
   void release_scratch();
@@ -88,7 +90,7 @@ class GpuStream final : public Stream {
     std::vector<Buffer> blocks;
     size_t bytes = 0;
   };
-  std::array<Scratch, 2> scratch_;  // by ScratchSlot
+  std::array<Scratch, 3> scratch_;  // by ScratchSlot
   std::shared_ptr<MatmulOverride> matmul_override_;
   MatmulTuning matmul_tuning_;
 };
