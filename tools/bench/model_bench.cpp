@@ -308,14 +308,16 @@ int run_model(const ModelBenchOptions& o) {
              prefill_seconds * 1e3 / double(o.batch), double(o.prompt * o.batch) / prefill_seconds);
   fmt::print("decode    {} steps x batch {}: {:.3f} ms/step = {:.1f} tok/s\n", o.new_tokens, o.batch, step_seconds * 1e3,
              tokens_per_second);
-  if (o.profile) {  // a second, profiled decode run: per-op synchronisation makes it slower
+  if (o.profile) {  // a second, profiled run: per-op synchronisation makes it slower
     Profiler profiler;
+    session.stream().profiler = &profiler;
     for (int64_t b = 0; b < o.batch; ++b) {
       session.reset(b);
       session.prefill(b, prompt);
     }
+    fmt::print("per-op profile of the prefill ({} tokens x {}):\n{}", o.prompt, o.batch, profiler.report());
+    profiler.clear();
     next.assign(next.size(), prompt.back());
-    session.stream().profiler = &profiler;
     for (int64_t step = 0; step < std::min<int64_t>(o.new_tokens, 32); ++step) {
       const Tensor logits = session.decode(next);
       next = greedy.sample(session.stream(), logits);
