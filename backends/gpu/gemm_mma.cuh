@@ -16,6 +16,11 @@
 // (gemm_split.cuh) from a wave-quantisation cost model (mma_plan); gemm_wgmma.h takes the large
 // products instead on an H100. This core is the one every other NVIDIA GPU (RTX 4090) runs.
 //
+// Segmented (moe_matmul's prefill, row_tiles.cuh): grid x enumerates the row tiles of BM rows of
+// every segment instead of one product's; a block finds its tile (segment e, rows [begin, end)),
+// multiplies those rows of x by w + e · w_batch and stores the same rows of out. Unsplit; a block
+// past the offsets' real tile count leaves before its first barrier.
+//
 // Edges: rows of x beyond M, rows of w beyond N and chunks beyond K are zero-filled by cp.async
 // (source size 0: nothing is read), so the MMAs need no special case and the epilogue checks
 // m < M, n < N.
@@ -34,6 +39,7 @@
 #include "gemm.cuh"
 #include "gemm_split.cuh"
 #include "mma_sync.cuh"
+#include "row_tiles.cuh"
 #include "stream.h"
 
 DING_GPU_BEGIN
@@ -80,14 +86,23 @@ __device__ inline int swizzle(int r, int c) { return r * kBK + ((c ^ ((r >> 1) &
 
 // kMinBlocks caps registers at 128 per thread: two 256-thread blocks (or four 128-thread ones) per SM.
 template <class T, class Tl>
-__global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks) gemm_mma_kernel(const GemmShape p, const Epilogue ep,
-                                                                                  const SplitK split) {
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks)
+    gemm_mma_kernel(const GemmShape shape, const Epilogue ep, const SplitK split, const RowSegments segments) {
 #if defined(DING_GPU_NVIDIA_MMA)
   extern __shared__ uint4 smem_chunks[];  // dynamic: Stages × (A: BM rows, B: BN rows) × kBK
   T* const smem = reinterpret_cast<T*>(smem_chunks);
   const int tid = int(threadIdx.x), lane = tid % kLanes, warp = tid / kLanes;
   const int warp_m = (warp / Tl::WarpsN) * Tl::kWarpM, warp_n = (warp % Tl::WarpsN) * Tl::kWarpN;
-  const int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
+  int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
+  GemmShape p = shape;
+  if (segments.offsets) {  // one row tile of one segment: rows [m0, p.M) of the one batch
+    const RowTile tile = find_row_tile(segments.offsets, segments.count, segments.rows, blockIdx.x, Tl::BM);
+    if (tile.rows == 0) return;
+    m0 = tile.begin;
+    p.M = tile.begin + tile.rows;
+    p.w = static_cast<const T*>(shape.w) + int64_t(tile.segment) * shape.w_batch;
+    p.batches = 1;
+  }
   const int64_t k_tiles_all = (p.K + kBK - 1) / kBK;
 
   // n0: the tile's first column of the product (for swiglu, of its 2N-wide form: gemm.cuh).
@@ -318,16 +333,41 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, const MatmulTuni
 
 // One tile's kernel over the product (and its split, which the caller reduces). Its own template
 // so that each tile's kernels compile in a unit of their own (matmul_cores.h).
+// Segmented (segments.offsets set): p.M = P and p.w_batch the elements between segments' w; one
+// block row per row tile that P rows can make, unsplit.
 template <class T, class Tl>
-void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split) {
+void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split,
+                          const RowSegments& segments) {
   const GemmShape product = product_shape(p, ep);
   const auto kernel = mma::gemm_mma_kernel<T, Tl>;
   if (Tl::kSmemBytes > 48 * 1024)
     DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), Tl::kSmemBytes));
-  const dim3 grid(unsigned(ceil_div(p.M, Tl::BM)), unsigned(std::min(ceil_div(product.N, Tl::BN), kMaxGridYZ)),
+  const int64_t row_blocks =
+      segments.offsets ? max_row_tiles(segments.rows, segments.count, Tl::BM) : ceil_div(p.M, Tl::BM);
+  const dim3 grid(unsigned(row_blocks), unsigned(std::min(ceil_div(product.N, Tl::BN), kMaxGridYZ)),
                   unsigned(std::min(p.batches * split.splits, kMaxGridYZ)));
-  kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep, split);
+  kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s.handle()>>>(p, ep, split, segments);
   DING_GPU_CHECK_LAUNCH("gemm_mma_kernel");
+}
+
+// The plan's tile (large: four stages where two blocks of them fit an SM, else three).
+template <class T>
+void launch_gemm_mma_plan(GpuStream& s, const GemmShape& p, const Epilogue& ep, MmaTile tile, const SplitK& split,
+                          const RowSegments& segments) {
+  using namespace mma;
+  const Props& props = s.props();
+  switch (tile) {
+    case MmaTile::large:
+      if (props.shared_per_sm >= 2 * size_t(TileLarge4::kSmemBytes + 1024) &&
+          props.shared_per_block_optin >= size_t(TileLarge4::kSmemBytes))
+        launch_gemm_mma_tile<T, TileLarge4>(s, p, ep, split, segments);
+      else
+        launch_gemm_mma_tile<T, TileLarge3>(s, p, ep, split, segments);
+      break;
+    case MmaTile::tall: launch_gemm_mma_tile<T, TileTall>(s, p, ep, split, segments); break;
+    case MmaTile::wide: launch_gemm_mma_tile<T, TileWide>(s, p, ep, split, segments); break;
+    case MmaTile::small: launch_gemm_mma_tile<T, TileSmall>(s, p, ep, split, segments); break;
+  }
 }
 
 template <class T>
@@ -337,19 +377,19 @@ void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   const GemmShape product = product_shape(p, ep);
   const MmaPlan plan = mma_plan(props, product, s.matmul_tuning());
   const SplitK split = make_split(s, product, ceil_div(p.K, kBK), plan.splits);
-  switch (plan.tile) {
-    case MmaTile::large:
-      if (props.shared_per_sm >= 2 * size_t(TileLarge4::kSmemBytes + 1024) &&
-          props.shared_per_block_optin >= size_t(TileLarge4::kSmemBytes))
-        launch_gemm_mma_tile<T, TileLarge4>(s, p, ep, split);
-      else
-        launch_gemm_mma_tile<T, TileLarge3>(s, p, ep, split);
-      break;
-    case MmaTile::tall: launch_gemm_mma_tile<T, TileTall>(s, p, ep, split); break;
-    case MmaTile::wide: launch_gemm_mma_tile<T, TileWide>(s, p, ep, split); break;
-    case MmaTile::small: launch_gemm_mma_tile<T, TileSmall>(s, p, ep, split); break;
-  }
+  launch_gemm_mma_plan<T>(s, p, ep, plan.tile, split, {});
   if (split.splits > 1) launch_gemm_split_reduce(s, p, split, ep);
+}
+
+// out[rows of segment e] = epilogue(x[those rows] · w[e]ᵀ) for the segments' rows (row_tiles.cuh):
+// p.M = P, p.w_batch the elements between segments' w. Tiles of 128 rows where segments average
+// that many, else of 64 (a segment's last tile is partly empty: the smaller, the less is wasted).
+template <class T>
+void launch_gemm_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
+                              int P) {
+  const MmaTile tile = P >= 128 * int64_t(E) ? MmaTile::large : MmaTile::wide;
+  const SplitK unsplit = make_split(s, product_shape(p, ep), ceil_div(p.K, mma::kBK), 1);
+  launch_gemm_mma_plan<T>(s, p, ep, tile, unsplit, RowSegments{offsets, E, P});
 }
 #endif  // DING_GPU_NVIDIA
 

@@ -2,7 +2,8 @@
 // instantiated once for every element type it takes, in its own translation unit:
 //   gemv_f32.cu, gemv_f16.cu, gemv_bf16.cu             launch_gemv, by x's type
 //   gemv_mma.cu, gemm_mma.cu                           the tensor-core cores (NVIDIA); gemm_mma.cu
-//                                                      plans, each tile's kernel for each dtype is in
+//                                                      plans (and launches segmented products), each
+//                                                      tile's kernel for each dtype is in
 //   gemm_mma_<tile>_<f16|bf16>.cu                      launch_gemm_mma_tile (tile: large4, large3,
 //                                                      tall, wide, small)
 //   gemm_simt_f32.cu, gemm_simt_f16.cu, gemm_simt_bf16.cu  launch_gemm_simt, by x's type
@@ -26,7 +27,11 @@ void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& 
 template <class T>
 void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep);
 template <class T, class Tl>
-void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split);
+void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split,
+                          const RowSegments& segments);
+template <class T>
+void launch_gemm_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
+                              int P);
 template <class X, class W, bool WKn>
 void launch_gemm_simt(GpuStream& s, const GemmShape& p, const Epilogue& ep);
 
@@ -54,11 +59,15 @@ extern template void launch_gemv_mma_segments<ding::bf16>(GpuStream&, const Gemm
                                                           int, int);
 extern template void launch_gemm_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
 extern template void launch_gemm_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
+extern template void launch_gemm_mma_segments<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
+                                                         int, int);
+extern template void launch_gemm_mma_segments<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
+                                                          int, int);
 #define DING_GEMM_MMA_TILE(Tl)                                                                                   \
   extern template void launch_gemm_mma_tile<ding::f16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&,  \
-                                                                 const SplitK&);                                \
+                                                                 const SplitK&, const RowSegments&);            \
   extern template void launch_gemm_mma_tile<ding::bf16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&, \
-                                                                  const SplitK&);
+                                                                  const SplitK&, const RowSegments&);
 DING_GEMM_MMA_TILE(TileLarge4)
 DING_GEMM_MMA_TILE(TileLarge3)
 DING_GEMM_MMA_TILE(TileTall)

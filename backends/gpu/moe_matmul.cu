@@ -31,9 +31,12 @@
 //  - Offsets that the host backends would reject are clamped: each expert's range into [0, P] and
 //    non-decreasing, so rows may go unwritten (or be written twice), but no access leaves x, w or
 //    out.
-// Prefill (thousands of rows) runs the same kernel: every w vector loaded feeds kTileRows rows, and
-// the blocks of one expert's consecutive tiles are scheduled together (tiles are grid x), so its
-// columns come from L2 after the first. Correct and bounded by L1 bandwidth, not tensor-core fast.
+// Prefill (thousands of rows) with 16-bit x and w of one type on NVIDIA sm_80+: the tensor-core
+// GEMM core (gemm_mma.cuh) in its segmented form, one block row per row tile of 64 or 128 rows.
+// Otherwise (f32, mixed dtypes, HIP, and between decode's P ≤ E and 8·E rows) the kernel below:
+// every w vector loaded feeds kTileRows rows, and the blocks of one expert's consecutive tiles are
+// scheduled together (tiles are grid x), so its columns come from L2 after the first; bounded by
+// L1 bandwidth, not tensor-core fast.
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -57,6 +60,7 @@ constexpr int kTileRows = kSegmentTileRows;  // grouped rows per tile: one w vec
 constexpr int kColsPerWarp = 2;  // rows of w per warp (swiglu: the gate and up rows of one column)
 constexpr int kUnroll = 4;       // vectors per row of w and lane loaded before the FMAs use them
 static_assert(kTileRows * kColsPerWarp <= 32, "a lane of the smallest warp holds each final sum");
+constexpr int64_t kGemmRowsPerExpert = 8;  // from P = this · E rows on, the tensor-core GEMM core
 
 struct Params {
   void* out;                // [P, N]
@@ -230,16 +234,19 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
   p.tiles = max_row_tiles(P, E);
   GpuStream& s = gpu_stream(stream);
 #if defined(DING_GPU_NVIDIA)
-  // Decode (P ≤ E: row tiles at most one per expert on average): 16-bit x and w of one type
-  // stream through the tensor-core GEMV core instead, one batch per row tile.
-  if (P <= E && a.x.dtype == a.w.dtype && (a.x.dtype == DType::bf16 || a.x.dtype == DType::f16)) {
+  // 16-bit x and w of one type go to tensor cores: at decode (P ≤ E, row tiles at most one per
+  // expert on average) through the GEMV core, a batch per row tile of ≤ 8 rows; from 8·E rows on
+  // (a prefill chunk: 1536 rows for 256 tokens of DeepSeek-V2's top-6 of 64) through the GEMM core
+  // in row tiles of 64 or 128, so an expert's weights are read once per tile of that many rows.
+  const bool decode = P <= E, prefill = P >= kGemmRowsPerExpert * E;
+  if ((decode || prefill) && a.x.dtype == a.w.dtype && (a.x.dtype == DType::bf16 || a.x.dtype == DType::f16)) {
     GemmShape g;
     g.x = a.x.data;
     g.w = a.w.data;
-    g.M = std::min<int64_t>(P, kSegmentTileRows);
+    g.M = decode ? std::min<int64_t>(P, kSegmentTileRows) : P;
     g.N = N;
     g.K = K;
-    g.batches = p.tiles;
+    g.batches = decode ? p.tiles : 1;
     g.w_batch = (p.swiglu ? 2 : 1) * N * K;
     Epilogue ep;
     ep.swiglu = p.swiglu;
@@ -248,8 +255,13 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
     ep.ld = N;
     auto on_tensor_cores = [&](auto tag) {
       using T = decltype(tag);
-      if (!gemv_mma_segments_fit<T, T>(s.props(), g, p.swiglu)) return false;
-      launch_gemv_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
+      if (decode) {
+        if (!gemv_mma_segments_fit<T, T>(s.props(), g, p.swiglu)) return false;
+        launch_gemv_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
+      } else {
+        if (!gemm_mma_fits(s.props(), g)) return false;
+        launch_gemm_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
+      }
       return true;
     };
     if (a.x.dtype == DType::bf16 ? on_tensor_cores(ding::bf16{}) : on_tensor_cores(ding::f16{})) return;

@@ -1,10 +1,11 @@
 // Row tiles of a segmented product (moe_matmul): segment e owns the rows offsets[e] …
 // offsets[e+1] of x and out and multiplies them by its own w[e]; its rows are cut into tiles of
-// up to kSegmentTileRows consecutive rows, numbered segment by segment. A kernel takes one tile
-// per unit of work, so each segment's weights are read once per tile of its rows (once in all at
+// up to `tile_rows` consecutive rows, numbered segment by segment. A kernel takes one tile per
+// unit of work, so each segment's weights are read once per tile of its rows (once in all at
 // decode, where a segment — an expert — owns one row or a few), and a segment without rows owns
 // no tile and is never read. The offsets live on the device (the product must be recordable in
 // a graph), so the host sizes grids by max_row_tiles and the device finds each tile's owner.
+// The GEMV cores take tiles of kSegmentTileRows; the tensor-core GEMM (gemm_mma.cuh) of its BM.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -17,12 +18,19 @@ DING_GPU_BEGIN
 constexpr int kSegmentTileRows = 8;
 
 // The most row tiles P rows make over E segments: A segments owning rows own 1 + ⌊(rows − 1) /
-// kSegmentTileRows⌋ tiles each, at most A + ⌊(P − A) / kSegmentTileRows⌋ in all, which grows with
-// A ≤ min(E, P). At decode, where P ≤ E, it is P: the count when every row has a segment of its own.
-inline int64_t max_row_tiles(int64_t P, int64_t E) {
+// tile_rows⌋ tiles each, at most A + ⌊(P − A) / tile_rows⌋ in all, which grows with A ≤ min(E, P).
+// At decode, where P ≤ E, it is P: the count when every row has a segment of its own.
+inline int64_t max_row_tiles(int64_t P, int64_t E, int tile_rows = kSegmentTileRows) {
   const int64_t A = std::min(E, P);
-  return A + (P - A) / kSegmentTileRows;
+  return A + (P - A) / tile_rows;
 }
+
+// A segmented product's rows as a kernel takes them: null offsets for a plain product.
+struct RowSegments {
+  const int32_t* offsets = nullptr;  // [count + 1], on the device
+  int count = 0;                     // E
+  int rows = 0;                      // P
+};
 
 struct RowTile {
   int segment = 0;
@@ -34,7 +42,8 @@ struct RowTile {
 // and made non-decreasing, so offsets the host backends would reject leave rows unwritten (or
 // written twice) but never lead a kernel outside x, w or out. E + 1 ints, from L2 after the first
 // blocks.
-__device__ inline RowTile find_row_tile(const int32_t* offsets, int E, int P, int64_t tile) {
+__device__ inline RowTile find_row_tile(const int32_t* offsets, int E, int P, int64_t tile,
+                                       int tile_rows = kSegmentTileRows) {
   const int lane = lane_id();
   int64_t before = 0;  // tiles of the segments of the earlier rounds
   for (int e0 = 0; e0 < E; e0 += warp_size()) {
@@ -44,7 +53,7 @@ __device__ inline RowTile find_row_tile(const int32_t* offsets, int E, int P, in
       begin = min(max(offsets[e], 0), P);
       end = min(max(offsets[e + 1], begin), P);
     }
-    const int count = (end - begin + kSegmentTileRows - 1) / kSegmentTileRows;
+    const int count = (end - begin + tile_rows - 1) / tile_rows;
     const int inclusive = warp_inclusive_scan(count);
     const int64_t round_total = shfl(inclusive, warp_size() - 1);
     if (tile < before + round_total) {  // the same on every lane: the warp leaves together
@@ -53,14 +62,14 @@ __device__ inline RowTile find_row_tile(const int32_t* offsets, int E, int P, in
       const int owner = int(__popcll(ballot(before + inclusive <= tile)));
       const int owner_begin = shfl(begin, owner), owner_end = shfl(end, owner);
       const int64_t first_tile = before + shfl(inclusive - count, owner);
-      const int64_t tile_begin = owner_begin + (tile - first_tile) * kSegmentTileRows;
+      const int64_t tile_begin = owner_begin + (tile - first_tile) * tile_rows;
       // Only counts that overflow int (offsets far out of order, ranges overlapping) can put the
       // tile outside its owner's rows: then no tile, rather than rows out of bounds.
       if (tile_begin < owner_begin || tile_begin >= owner_end) return {};
       RowTile t;
       t.segment = e0 + owner;
       t.begin = int(tile_begin);
-      t.rows = min(kSegmentTileRows, owner_end - t.begin);
+      t.rows = min(tile_rows, owner_end - t.begin);
       return t;
     }
     before += round_total;

@@ -193,9 +193,11 @@ void add_expert_matmul_cases(std::vector<OpCase>& cases) {
     int64_t T, k, E, N, K;
   };
   // Decode (one token, top-2 of 8 and top-8 of 64; eight tokens sharing experts), prefill with
-  // hundreds of rows per popular expert, and odd N and K around vector widths.
-  const Shape shapes[] = {{1, 1, 3, 1, 1},      {1, 2, 8, 64, 96},  {1, 8, 64, 40, 256}, {8, 8, 64, 48, 64},
-                          {17, 2, 8, 33, 70}, {300, 6, 60, 24, 40}, {64, 4, 16, 130, 520}};
+  // hundreds of rows per popular expert (on a GPU the tensor-core GEMM's row tiles: 64 rows below
+  // 128 per expert on average, 128 from there), and odd N and K around vector widths.
+  const Shape shapes[] = {{1, 1, 3, 1, 1},      {1, 2, 8, 64, 96},     {1, 8, 64, 40, 256},
+                          {8, 8, 64, 48, 64},   {17, 2, 8, 33, 70},    {300, 6, 60, 24, 40},
+                          {64, 4, 16, 130, 520}, {520, 2, 8, 40, 96}};
   const ExpertTypes types[] = {{DType::bf16, DType::bf16, DType::bf16}, {DType::f32, DType::f32, DType::f32},
                                {DType::f16, DType::f16, DType::f16},    {DType::f32, DType::bf16, DType::f32},
                                {DType::bf16, DType::f32, DType::bf16}};
@@ -305,8 +307,8 @@ void add_bench_cases(std::vector<OpCase>& cases) {
   cases.push_back(group);
 
   // OLMoE-1B-7B's experts (C = 2048, F = 1024) at decode: batch 1 reads 8 experts' weights, batch 8
-  // the union of what its tokens chose.
-  for (int64_t tokens : {1, 8})
+  // the union of what its tokens chose; a prefill chunk of 256 tokens.
+  for (int64_t tokens : {1, 8, 256})
     for (bool up : {true, false}) {
       const int64_t F = 1024, N = up ? F : C, K = up ? C : F, P = tokens * k;
       OpCase expert{.op = "moe_matmul",
