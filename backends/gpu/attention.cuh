@@ -159,11 +159,15 @@ struct PrefillMma {
   int64_t window;  // ops::AttentionParams' meaning
   int64_t S;       // slots of k and v: key j at slot j mod S (KeySlots)
   float scale;
+  // P rounded once to the 16-bit type instead of entering P·V as parts (attention_prefill.cu's
+  // precision argument): for a caller whose keys and values are rounded intermediates already.
+  bool p_rounded;
 };
 
-// Whether the tensor-core kernel has an instance for these head dims and runs on this device
-// (NVIDIA sm_80+; (DK, DV) = (64, 64), (128, 128) or (192, 128)).
-bool prefill_mma_takes(const Props& props, int DK, int DV);
+// Whether the tensor-core kernel has an instance for these head dims and P's precision and runs
+// on this device (NVIDIA sm_80+): (64, 64) and (128, 128) with P in parts, (192, 128) with P
+// rounded (DeepSeek-V2/V3's expanded latent attention).
+bool prefill_mma_takes(const Props& props, int DK, int DV, bool p_rounded);
 // Launches it. The caller has checked prefill_mma_takes and that every row of q, k's two parts and
 // v starts 16-byte aligned (k's split a multiple of 8) and every row of out 2-element aligned.
 void launch_prefill_mma(GpuStream& s, const PrefillMma& p);

@@ -10,14 +10,21 @@
 
 #include "mma_sync.cuh"
 
-#if defined(DING_GPU_NVIDIA_MMA)
 DING_GPU_BEGIN
 namespace attn {
 
 // P enters the mma as a sum of 16-bit parts (split_pair): three for bf16 (remainder 2^-27), two
-// for f16 (2^-24); the precision argument is in attention_prefill.cu.
+// for f16 (2^-24); the precision argument is in attention_prefill.cu. (Outside the device-only
+// part: the host picks kernel instances by it.)
 template <class T>
 inline constexpr int kPParts = std::is_same_v<T, ding::bf16> ? 3 : 2;
+
+}  // namespace attn
+DING_GPU_END
+
+#if defined(DING_GPU_NVIDIA_MMA)
+DING_GPU_BEGIN
+namespace attn {
 
 // s0 += Q·Kᵀ for keys 0 … 7 and s1 for keys 8 … 15 of the 16 rows at `k`: each ldmatrix.x4
 // brings both key halves × both d halves of one k-step.
@@ -34,11 +41,12 @@ __device__ inline void add_scores16(float (&s0)[4], float (&s1)[4], const uint32
 }
 
 // o += P·V over 16 keys: p0 and p1 are the probabilities of keys 0 … 7 and 8 … 15 in accumulator
-// layout, which is the A fragment of one k-step; V's 16 rows start at `v`.
-template <class T, int DH>
+// layout, which is the A fragment of one k-step; V's 16 rows start at `v`. P enters as Parts
+// 16-bit parts (1: rounded once, for a caller whose error budget already holds V's rounding).
+template <class T, int DH, int Parts = kPParts<T>>
 __device__ inline void add_pv16(float (&o)[DH / 8][4], const float (&p0)[4], const float (&p1)[4], const T* v,
                                 int pitch, int lane) {
-  uint32_t p[kPParts<T>][4];
+  uint32_t p[Parts][4];
   split_pair<T>(p0[0], p0[1], p, 0);
   split_pair<T>(p0[2], p0[3], p, 1);
   split_pair<T>(p1[0], p1[1], p, 2);
@@ -49,7 +57,7 @@ __device__ inline void add_pv16(float (&o)[DH / 8][4], const float (&p0)[4], con
     uint32_t vb[4];
     ldmatrix_x4_trans(vb, v + (((lane / 8) % 2) * 8 + lane % 8) * pitch + dtp * 16 + (lane / 16) * 8);
 #pragma unroll
-    for (int n = 0; n < kPParts<T>; ++n) {
+    for (int n = 0; n < Parts; ++n) {
       mma_16816<T>(o[2 * dtp], p[n], vb[0], vb[1]);
       mma_16816<T>(o[2 * dtp + 1], p[n], vb[2], vb[3]);
     }

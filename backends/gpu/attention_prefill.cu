@@ -259,7 +259,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
 // P never leaves registers). A key row may come in two parts (attn::SplitRows): MLA's per-head
 // W_uk·c and the rope key all heads share.
 //
-// P has to be 16-bit for the mma. Rounded once, its 2^-9 (bf16) relative error would put the
+// P has to be 16-bit for the mma. Rounded once (PrefillMma::p_rounded: mla_prefill's expanded
+// form, whose keys and values are rounded already), its 2^-9 (bf16) relative error would put the
 // output's NMSE near the output dtype's own rounding error, far above the parity bound (4 flips
 // plus 0.1%). So P is a sum of 16-bit parts and P·V takes one mma per part: two parts for f16
 // (remainder 2^-24), three for bf16 (2^-27; with two, the 2^-18 remainder flipped 4 times as many
@@ -308,7 +309,7 @@ __device__ inline void copy_mma_tile(T* dst, int pitch, const T* first, int64_t 
 
 // Asking for 2 blocks per SM caps registers at 255, the kernel's need (160-238); left free, ptxas
 // squeezed the f16, D = 64 instance into 128 registers with spills.
-template <class T, int DK, int DV>
+template <class T, int DK, int DV, int PParts>
 __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2))
     attention_prefill_mma_kernel(Operand out, const T* q, Strides3 qs, SplitRows k, const T* v, Strides3 vs,
                                  PrefillShape sh, float scale) {
@@ -417,7 +418,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
 
 #pragma unroll
     for (int kp = 0; kp < kMmaKeys / 16; ++kp)
-      add_pv16<T, DV>(o, s[2 * kp], s[2 * kp + 1], Vs + kp * 16 * kPitchV, kPitchV, lane);
+      add_pv16<T, DV, PParts>(o, s[2 * kp], s[2 * kp + 1], Vs + kp * 16 * kPitchV, kPitchV, lane);
   }
 
   float inv_l[2];
@@ -445,29 +446,31 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
-// Calls f(DK, DV) as integral constants for the head dims the tensor-core kernel has an instance
-// of; false for any other pair.
+// Calls f(DK, DV, rounded) as integral constants for the instances of the tensor-core kernel:
+// (64, 64) and (128, 128) with P in parts (attention_prefill), (192, 128) with P rounded
+// (mla_prefill's expanded form); false for anything else.
 template <class F>
-bool with_mma_dims(int DK, int DV, F&& f) {
+bool with_mma_instance(int DK, int DV, bool p_rounded, F&& f) {
   using std::integral_constant;
-  if (DK == 64 && DV == 64) f(integral_constant<int, 64>{}, integral_constant<int, 64>{});
-  else if (DK == 128 && DV == 128) f(integral_constant<int, 128>{}, integral_constant<int, 128>{});
-  else if (DK == 192 && DV == 128) f(integral_constant<int, 192>{}, integral_constant<int, 128>{});
+  using Full = std::false_type;
+  if (DK == 64 && DV == 64 && !p_rounded) f(integral_constant<int, 64>{}, integral_constant<int, 64>{}, Full{});
+  else if (DK == 128 && DV == 128 && !p_rounded) f(integral_constant<int, 128>{}, integral_constant<int, 128>{}, Full{});
+  else if (DK == 192 && DV == 128 && p_rounded) f(integral_constant<int, 192>{}, integral_constant<int, 128>{}, std::true_type{});
   else return false;
   return true;
 }
 
 }  // namespace
 
-bool attn::prefill_mma_takes(const Props& props, int DK, int DV) {
+bool attn::prefill_mma_takes(const Props& props, int DK, int DV, bool p_rounded) {
 #if defined(DING_GPU_NVIDIA)
-  bool dims = false;
-  with_mma_dims(DK, DV, [&](auto dk, auto dv) {
-    dims = MmaTile<decltype(dk)::value, decltype(dv)::value>::shared_bytes <= props.shared_per_block_optin;
+  bool fits = false;
+  with_mma_instance(DK, DV, p_rounded, [&](auto dk, auto dv, auto) {
+    fits = MmaTile<decltype(dk)::value, decltype(dv)::value>::shared_bytes <= props.shared_per_block_optin;
   });
-  return props.has_mma_sync() && dims;
+  return props.has_mma_sync() && fits;
 #else
-  (void)props, (void)DK, (void)DV;
+  (void)props, (void)DK, (void)DV, (void)p_rounded;
   return false;
 #endif
 }
@@ -475,22 +478,22 @@ bool attn::prefill_mma_takes(const Props& props, int DK, int DV) {
 void attn::launch_prefill_mma(GpuStream& s, const PrefillMma& p) {
 #if defined(DING_GPU_NVIDIA)
   const PrefillShape sh{p.B, p.Tq, p.Tk, p.H, p.H / p.Hkv, p.DK, ceil_div(p.Tq, kMmaRows), p.causal, p.window, p.S};
-  auto launch = [&](auto tag, auto dk, auto dv) {
+  auto launch = [&](auto tag, auto dk, auto dv, auto rounded) {
     using T = decltype(tag);
     constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
-    const auto kernel = &attention_prefill_mma_kernel<T, DK, DV>;
+    const auto kernel = &attention_prefill_mma_kernel<T, DK, DV, decltype(rounded)::value ? 1 : kPParts<T>>;
     const size_t shared = MmaTile<DK, DV>::shared_bytes;
     DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared)));
     kernel<<<unsigned(sh.q_tiles * p.B * p.H), kMmaThreads, shared, s.handle()>>>(
         p.out, static_cast<const T*>(p.q), p.qs, p.k, static_cast<const T*>(p.v), p.vs, sh, p.scale);
   };
-  const bool known = with_mma_dims(p.DK, p.DV, [&](auto dk, auto dv) {
-    if (p.dtype == DType::bf16) launch(ding::bf16{}, dk, dv);
-    else launch(ding::f16{}, dk, dv);
+  const bool known = with_mma_instance(p.DK, p.DV, p.p_rounded, [&](auto dk, auto dv, auto rounded) {
+    if (p.dtype == DType::bf16) launch(ding::bf16{}, dk, dv, rounded);
+    else launch(ding::f16{}, dk, dv, rounded);
   });
   if (!known)
     throw Error(ErrorCode::not_implemented, "attention on tensor cores: no kernel for head dims " + std::to_string(p.DK) +
-                                                " and " + std::to_string(p.DV));
+                                                " and " + std::to_string(p.DV) + (p.p_rounded ? ", P rounded" : ", P in parts"));
   DING_GPU_CHECK_LAUNCH("attention_prefill_mma_kernel");
 #else
   (void)s, (void)p;
@@ -522,13 +525,13 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
   // Tensor cores: one 16-bit dtype for q, k, v, a bf16 output (the precision argument above), a
   // head dim the kernel has, and rows whose starts allow the 16-byte staging and the paired stores.
   const DType t = a.q.dtype;
-  if (prefill_mma_takes(s.props(), int(D), int(D)) && (t == DType::f16 || t == DType::bf16) && a.k.dtype == t &&
+  if (prefill_mma_takes(s.props(), int(D), int(D), false) && (t == DType::f16 || t == DType::bf16) && a.k.dtype == t &&
       a.v.dtype == t && a.out.dtype == DType::bf16 && rows_aligned(a.q, 8) && rows_aligned(a.k, 8) &&
       rows_aligned(a.v, 8) && rows_aligned(a.out, 2)) {
     const Strides3 ks = strides3(a.k);
     launch_prefill_mma(s, PrefillMma{out, a.q.data, strides3(a.q), SplitRows{a.k.data, ks, a.k.data, ks, int(D)},
                                      a.v.data, strides3(a.v), t, B, Tq, Tk, H, Hkv, int(D), int(D), a.params.causal,
-                                     a.params.window, S, scale});
+                                     a.params.window, S, scale, false});
     return;
   }
   bool done = false;

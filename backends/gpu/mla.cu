@@ -1154,8 +1154,10 @@ MlaShape mla_shape(const ops::MlaDims& d, float scale, int64_t Tq, int64_t Tk) {
 //   out[b, :, h] = attention(q[b, :, h], keys [kv[t, h, :Dn] ; cache[b, t, L:]], values kv[t, h, Dn:])
 // The keys' rope part is read from the cache row every head shares (attn::SplitRows), never
 // copied per head. Keys and values are rounded to the cache dtype, as transformers' 16-bit forward
-// rounds its kv_b_proj output (mla_cases.cpp's bound for 16-bit caches allows for it). Heads go in
-// passes whose kv stays within kExpandBytes of scratch.
+// rounds its kv_b_proj output, and so are the probabilities that weigh the values (one mma per
+// product instead of three parts: the same order of error as the values' own rounding;
+// mla_cases.cpp's bound for 16-bit caches allows for all three). Heads go in passes whose kv stays
+// within kExpandBytes of scratch.
 constexpr int64_t kExpandMinQueries = 64;                   // one query tile of the attention kernel
 constexpr int64_t kExpandBytes = int64_t(256) << 20;
 
@@ -1165,7 +1167,7 @@ bool mla_prefill_expands(const GpuStream& s, const ops::MlaPrefillArgs& a, const
   const DType t = a.cache.dtype;
   return a.q.dim(1) >= kExpandMinQueries && (t == DType::bf16 || t == DType::f16) && a.q.dtype == t &&
          a.w_kv.dtype == t && a.out.dtype == DType::bf16 &&
-         attn::prefill_mma_takes(s.props(), int(d.nope + d.rope), int(d.value)) && d.latent % 8 == 0 &&
+         attn::prefill_mma_takes(s.props(), int(d.nope + d.rope), int(d.value), true) && d.latent % 8 == 0 &&
          d.nope % 8 == 0 && d.value % 8 == 0 && attn::rows_aligned(a.q, 8) && attn::rows_aligned(a.cache, 8) &&
          attn::rows_aligned(a.out, 2);
 }
@@ -1197,7 +1199,7 @@ void mla_prefill_expanded(Stream& stream, const ops::MlaPrefillArgs& a, const op
                                  Strides3{0, cache_b.strides[0], 0}, int(d.nope)};
       attn::launch_prefill_mma(s, attn::PrefillMma{attn::operand(out, os), q.data, qs, keys,
                                                    kv_bytes + d.nope * int64_t(elem), kv_at, t, 1, Tq, Tk, heads, heads,
-                                                   int(d.nope + d.rope), int(d.value), true, 0, Tk, scale});
+                                                   int(d.nope + d.rope), int(d.value), true, 0, Tk, scale, true});
     }
   }
 }

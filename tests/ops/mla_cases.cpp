@@ -34,12 +34,13 @@ const char* tolerance_reason(DType out) {
 }
 
 // mla_prefill with q, the cache and W of one 16-bit dtype may form k^h and v^h rounded to that
-// dtype (the expanded form, ops/mla.h). Each rounding is a relative error of NMSE r =
-// rounding_nmse(cache); through the scores (q·k^h at the default scale, unit-scale inputs) and
-// through the weighted sum of the values each adds about r to the output before its own rounding:
-// an error ε ≈ √(2r)·|y|, against the output's ulp ≈ √(12·r_out)·|y|, which moves the rounded
-// output by one ulp with probability ε/ulp, so E[Δ²] ≈ ε·ulp = √(24·r·r_out)·y² (4.9·r for a bf16
-// output of a bf16 cache). The bound is twice that, on top of the f32 kernels' own.
+// dtype and weigh the values by probabilities rounded to it (the expanded form, ops/mla.h). Each
+// rounding is a relative error of NMSE r = rounding_nmse(cache); through the scores (q·k^h at the
+// default scale, unit-scale inputs), the weights and the values each adds about r to the output
+// before its own rounding: an error ε ≈ √(3r)·|y|, against the output's ulp ≈ √(12·r_out)·|y|,
+// which moves the rounded output by one ulp with probability ε/ulp, so E[Δ²] ≈ ε·ulp =
+// √(36·r·r_out)·y² (6·r for a bf16 output of a bf16 cache). The bound is twice that, on top of
+// the f32 kernels' own.
 bool may_expand_rounded(DType q, DType cache, DType w) {
   return q == cache && cache == w && (cache == DType::bf16 || cache == DType::f16);
 }
@@ -47,13 +48,13 @@ bool may_expand_rounded(DType q, DType cache, DType w) {
 double prefill_tolerance(DType q, DType cache, DType w, DType out, int64_t elements) {
   const double own = tolerance(out, elements);
   if (!may_expand_rounded(q, cache, w) || out == DType::f32) return own;
-  return own + 2.0 * std::sqrt(24.0 * rounding_nmse(cache) * rounding_nmse(out));
+  return own + 2.0 * std::sqrt(36.0 * rounding_nmse(cache) * rounding_nmse(out));
 }
 
 std::string prefill_tolerance_reason(DType q, DType cache, DType w, DType out) {
   if (!may_expand_rounded(q, cache, w) || out == DType::f32) return tolerance_reason(out);
-  return fmt::format("{} output of a {} cache: keys and values of the expanded form rounded to {} (2r into the output, "
-                     "flipping its rounding with probability ε/ulp: 2·√(24·r·r_out)) plus the f32 kernels' 4 + 0.1% flips",
+  return fmt::format("{} output of a {} cache: keys, values and weights of the expanded form rounded to {} (3r into the "
+                     "output, flipping its rounding with probability ε/ulp: 2·√(36·r·r_out)) plus the f32 kernels' 4 + 0.1% flips",
                      dtype_name(out), dtype_name(cache), dtype_name(cache));
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -83,6 +84,7 @@ TEST_P(Parity, MatchesReference) {
   for (size_t i = 0; i < actual_run.outputs().size(); ++i) {
     const CaseOutput& out = actual_run.outputs()[i];
     const std::vector<double> reference = expected_run.read(expected_run.outputs()[i].tensor);
+    double worst = 0;  // of the two runs' NMSE over the bound
     for (const std::vector<double>* actual : std::array<const std::vector<double>*, 2>{&first[i], &second[i]}) {
       ASSERT_EQ(actual->size(), reference.size());
       int64_t nonfinite = 0, mismatches = 0;
@@ -98,9 +100,12 @@ TEST_P(Parity, MatchesReference) {
         EXPECT_LE(mismatches, out.compare.allowed_mismatches) << out.name << ": elements differ from the reference";
       } else {
         const double err = nmse(*actual, reference);
+        worst = std::max(worst, err / c.tolerance);
         EXPECT_LE(err, c.tolerance) << out.name << ": NMSE " << err << " above " << c.tolerance << " (" << c.reason << ")";
       }
     }
+    // In the XML report (--gtest_output), so a run can tell how close each case came to its bound.
+    if (out.compare.kind != Compare::exact) RecordProperty(out.name + "_nmse_over_bound", fmt::format("{:.3g}", worst));
   }
 }
 
