@@ -127,9 +127,12 @@ Session::Session(const Model& model, const SessionOptions& options) : state_(std
   s.stream = &s.device->default_stream();
   s.options = options;
   if (s.options.max_tokens == 0) s.options.max_tokens = std::min(c.n_positions, SessionOptions::kDefaultContext);
+  if (s.options.prefill_chunk == 0)
+    s.options.prefill_chunk = s.device->caps().host_accessible ? SessionOptions::kHostPrefillChunk
+                                                               : SessionOptions::kDevicePrefillChunk;
   if (s.options.max_batch < 1 || s.options.max_tokens < 1 || s.options.prefill_chunk < 1)
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("Session: max_batch ({}), max_tokens ({}) and prefill_chunk ({}) must be ≥ 1",
+                fmt::format("Session: max_batch ({}), max_tokens ({}) and prefill_chunk ({}, 0: by the device) must be ≥ 1",
                             options.max_batch, options.max_tokens, options.prefill_chunk));
   if (c.positions == PositionKind::learned && s.options.max_tokens > c.n_positions)
     throw Error(ErrorCode::invalid_argument,

@@ -21,7 +21,12 @@ struct SessionOptions {
   // 128k-position model would otherwise take its whole cache up front: ask for more explicitly).
   int64_t max_tokens = 0;
   static constexpr int64_t kDefaultContext = 4096;
-  int64_t prefill_chunk = 256;    // prompt tokens processed per step (bounds activation memory)
+  // Prompt tokens processed per step (bounds activation memory); 0 = by the device: 2048 on one
+  // with memory of its own (a GPU: a chunk's products and attention fill it only with many rows,
+  // and a long prompt pays every per-chunk cost, such as re-reading the experts' weights, once per
+  // chunk), 256 on a host device.
+  int64_t prefill_chunk = 0;
+  static constexpr int64_t kDevicePrefillChunk = 2048, kHostPrefillChunk = 256;
   // Record each decode step once per batch size and replay it (a CUDA graph: one launch instead
   // of hundreds). Off runs every op eagerly, for debugging; streams that cannot record ignore it.
   bool graphs = true;

@@ -146,22 +146,22 @@ struct SplitRows {
 };
 
 struct PrefillMma {
-  Operand out;   // [B, Tq, H, DV]
-  const void* q;  // [B, Tq, H, DK]
-  Strides3 qs;
-  SplitRows k;   // [B, Tk slots, Hkv, DK]
-  const void* v;  // [B, Tk slots, Hkv, DV]
-  Strides3 vs;
-  DType dtype;   // of q, k and v: f16 or bf16
-  int64_t B, Tq, Tk, H, Hkv;
-  int DK, DV;
-  bool causal;
-  int64_t window;  // ops::AttentionParams' meaning
-  int64_t S;       // slots of k and v: key j at slot j mod S (KeySlots)
-  float scale;
+  Operand out{};           // [B, Tq, H, DV]
+  const void* q = nullptr;  // [B, Tq, H, DK]
+  Strides3 qs{};
+  SplitRows k{};           // [B, Tk slots, Hkv, DK]
+  const void* v = nullptr;  // [B, Tk slots, Hkv, DV]
+  Strides3 vs{};
+  DType dtype = DType::bf16;  // of q, k and v: f16 or bf16
+  int64_t B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0;
+  int DK = 0, DV = 0;
+  bool causal = true;
+  int64_t window = 0;  // ops::AttentionParams' meaning
+  int64_t S = 0;       // slots of k and v: key j at slot j mod S (KeySlots)
+  float scale = 0;
   // P rounded once to the 16-bit type instead of entering P·V as parts (attention_prefill.cu's
   // precision argument): for a caller whose keys and values are rounded intermediates already.
-  bool p_rounded;
+  bool p_rounded = false;
 };
 
 // Whether the tensor-core kernel has an instance for these head dims and P's precision and runs

@@ -528,10 +528,20 @@ void attention_prefill(Stream& stream, const ops::AttentionPrefillArgs& a) {
   if (prefill_mma_takes(s.props(), int(D), int(D), false) && (t == DType::f16 || t == DType::bf16) && a.k.dtype == t &&
       a.v.dtype == t && a.out.dtype == DType::bf16 && rows_aligned(a.q, 8) && rows_aligned(a.k, 8) &&
       rows_aligned(a.v, 8) && rows_aligned(a.out, 2)) {
-    const Strides3 ks = strides3(a.k);
-    launch_prefill_mma(s, PrefillMma{out, a.q.data, strides3(a.q), SplitRows{a.k.data, ks, a.k.data, ks, int(D)},
-                                     a.v.data, strides3(a.v), t, B, Tq, Tk, H, Hkv, int(D), int(D), a.params.causal,
-                                     a.params.window, S, scale, false});
+    PrefillMma p{};
+    p.out = out;
+    p.q = a.q.data;
+    p.qs = strides3(a.q);
+    p.k = SplitRows{a.k.data, strides3(a.k), a.k.data, strides3(a.k), int(D)};  // whole rows
+    p.v = a.v.data;
+    p.vs = strides3(a.v);
+    p.dtype = t;
+    p.B = B, p.Tq = Tq, p.Tk = Tk, p.H = H, p.Hkv = Hkv;
+    p.DK = p.DV = int(D);
+    p.causal = a.params.causal, p.window = a.params.window, p.S = S;
+    p.scale = scale;
+    p.p_rounded = false;
+    launch_prefill_mma(s, p);
     return;
   }
   bool done = false;

@@ -1191,15 +1191,24 @@ void mla_prefill_expanded(Stream& stream, const ops::MlaPrefillArgs& a, const op
       const int64_t heads = std::min(pass_heads, H - h0);
       const Tensor kv = Tensor::view(scratch + latent_bytes, device, t, {Tk, heads * KV});
       matmul(stream, ops::MatmulArgs{kv, latents, a.w_kv.slice(0, h0, h0 + heads).reshape({heads * KV, L}), {}});
-      const char* const kv_bytes = static_cast<const char*>(kv.data);
+      // Head h of the pass: keys [kv[t, h, :Dn] ; cache[b, t, L:]], values kv[t, h, Dn:].
       const Strides3 kv_at{0, heads * KV, KV};
       const Tensor q = a.q.select(0, b).slice(1, h0, h0 + heads), out = a.out.select(0, b).slice(1, h0, h0 + heads);
-      const Strides3 qs{0, q.strides[0], q.strides[1]}, os{0, out.strides[0], out.strides[1]};
-      const attn::SplitRows keys{kv.data, kv_at, static_cast<const char*>(cache_b.data) + L * int64_t(elem),
-                                 Strides3{0, cache_b.strides[0], 0}, int(d.nope)};
-      attn::launch_prefill_mma(s, attn::PrefillMma{attn::operand(out, os), q.data, qs, keys,
-                                                   kv_bytes + d.nope * int64_t(elem), kv_at, t, 1, Tq, Tk, heads, heads,
-                                                   int(d.nope + d.rope), int(d.value), true, 0, Tk, scale, true});
+      attn::PrefillMma p{};
+      p.out = attn::operand(out, Strides3{0, out.strides[0], out.strides[1]});
+      p.q = q.data;
+      p.qs = Strides3{0, q.strides[0], q.strides[1]};
+      p.k = attn::SplitRows{kv.data, kv_at, static_cast<const char*>(cache_b.data) + L * int64_t(elem),
+                            Strides3{0, cache_b.strides[0], 0}, int(d.nope)};
+      p.v = static_cast<const char*>(kv.data) + d.nope * int64_t(elem);
+      p.vs = kv_at;
+      p.dtype = t;
+      p.B = 1, p.Tq = Tq, p.Tk = Tk, p.H = heads, p.Hkv = heads;
+      p.DK = int(d.nope + d.rope), p.DV = int(d.value);
+      p.causal = true, p.window = 0, p.S = Tk;
+      p.scale = scale;
+      p.p_rounded = true;
+      attn::launch_prefill_mma(s, p);
     }
   }
 }

@@ -158,6 +158,8 @@ TEST_F(GenerateTest, BadSessionUse) {
   expect_error([&] { session.prefill(2, cycle(3)); }, ErrorCode::invalid_argument, {"sequence 2", "batch of 2"});
   expect_error([&] { session.prefill(0, cycle(65)); }, ErrorCode::invalid_argument, {"65 tokens do not fit", "64 positions"});
   expect_error([&] { Session(model, {.max_tokens = 65}); }, ErrorCode::invalid_argument, {"max_tokens 65", "64 positions"});
+  expect_error([&] { Session(model, {.prefill_chunk = -1}); }, ErrorCode::invalid_argument, {"prefill_chunk (-1"});
+  expect_error([&] { Session(model, {.max_batch = 0}); }, ErrorCode::invalid_argument, {"max_batch (0)"});
   const Token three[3] = {1, 2, 3};
   expect_error([&] { session.decode(three); }, ErrorCode::invalid_argument, {"3 tokens for a batch of 2"});
 }

@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--prompt", model.prompt, "prompt tokens (default 256)");
   model_cmd->add_option("--new", model.new_tokens, "generated tokens (default 256)");
   model_cmd->add_option("--batch", model.batch, "sequences decoded together (default 1)");
+  model_cmd->add_option("--prefill-chunk", model.prefill_chunk,
+                        "prompt tokens per prefill step, as a Session takes them (default: the whole prompt at once)")
+      ->check(ding::tools::at_least(1));
   model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of the prefill and of decode steps");
   model_cmd->add_flag("!--no-graphs", model.graphs, "decode op by op instead of replaying recorded CUDA graphs");
   model_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));

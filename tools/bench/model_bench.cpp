@@ -262,8 +262,8 @@ int run_model(const ModelBenchOptions& o) {
 
   // The cache holds the prompt and the new tokens only, never the model's whole context (131072
   // positions for Llama 3).
-  Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + o.new_tokens, .prefill_chunk = o.prompt,
-                          .graphs = o.graphs});
+  Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + o.new_tokens,
+                          .prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prompt, .graphs = o.graphs});
   std::mt19937 rng(7);
   std::uniform_int_distribution<Token> any_token(0, Token(c.vocab_size - 2));
   std::vector<Token> prompt(static_cast<size_t>(o.prompt));
@@ -304,8 +304,9 @@ int run_model(const ModelBenchOptions& o) {
                  ? fmt::format(", {:.1f} of {} experts per layer", step_weights.experts_per_layer, c.moe.experts)
                  : "",
              double(session.kv_cache_bytes()) * 1e-6, o.batch, session.max_tokens(), kv_per_position * 1e-3);
-  fmt::print("prefill   {} tokens x {}: {:.2f} ms per sequence = {:.1f} tok/s\n", o.prompt, o.batch,
-             prefill_seconds * 1e3 / double(o.batch), double(o.prompt * o.batch) / prefill_seconds);
+  fmt::print("prefill   {} tokens x {}: {:.2f} ms per sequence = {:.1f} tok/s{}\n", o.prompt, o.batch,
+             prefill_seconds * 1e3 / double(o.batch), double(o.prompt * o.batch) / prefill_seconds,
+             o.prefill_chunk > 0 && o.prefill_chunk < o.prompt ? fmt::format(" (chunks of {})", o.prefill_chunk) : "");
   fmt::print("decode    {} steps x batch {}: {:.3f} ms/step = {:.1f} tok/s\n", o.new_tokens, o.batch, step_seconds * 1e3,
              tokens_per_second);
   if (o.profile) {  // a second, profiled run: per-op synchronisation makes it slower

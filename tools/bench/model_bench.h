@@ -14,6 +14,7 @@ struct ModelBenchOptions {
   int64_t prompt = 256;
   int64_t new_tokens = 256;
   int64_t batch = 1;
+  int64_t prefill_chunk = 0;  // prompt tokens per prefill step; 0 = the whole prompt at once
   bool profile = false;  // print per-op time of the prefill and the decode steps (synchronises around each op)
   bool graphs = true;    // replay recorded decode steps where the backend can (CUDA graphs)
 };
