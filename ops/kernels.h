@@ -9,6 +9,7 @@
 #include <vector>
 #include "ding/ops/activation.h"
 #include "ding/ops/attention.h"
+#include "ding/ops/conv.h"
 #include "ding/ops/copy.h"
 #include "ding/ops/embedding.h"
 #include "ding/ops/matmul.h"

@@ -19,6 +19,7 @@
   X(attention_prefill, AttentionPrefillArgs) \
   X(attention_decode, AttentionDecodeArgs)  \
   X(kv_append, KvAppendArgs)                \
+  X(causal_conv1d, CausalConv1dArgs)        \
   X(mla_prefill, MlaPrefillArgs)            \
   X(mla_decode, MlaDecodeArgs)              \
   X(moe_route, MoeRouteArgs)                \
