@@ -11,6 +11,7 @@
 #include "ding/ops/attention.h"
 #include "ding/ops/conv.h"
 #include "ding/ops/copy.h"
+#include "ding/ops/delta_rule.h"
 #include "ding/ops/embedding.h"
 #include "ding/ops/matmul.h"
 #include "ding/ops/mla.h"

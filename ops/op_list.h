@@ -20,6 +20,7 @@
   X(attention_decode, AttentionDecodeArgs)  \
   X(kv_append, KvAppendArgs)                \
   X(causal_conv1d, CausalConv1dArgs)        \
+  X(gated_delta_rule, GatedDeltaRuleArgs)   \
   X(mla_prefill, MlaPrefillArgs)            \
   X(mla_decode, MlaDecodeArgs)              \
   X(moe_route, MoeRouteArgs)                \

@@ -9,7 +9,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 OPS = ["copy", "matmul_chain", "matmul", "softmax", "layer_norm", "rms_norm", "gelu", "silu", "swiglu", "clamp",
-       "embedding", "rope", "attention_prefill", "attention_decode", "kv_append", "causal_conv1d", "mla_prefill", "mla_decode", "moe_route",
+       "embedding", "rope", "attention_prefill", "attention_decode", "kv_append", "causal_conv1d", "gated_delta_rule", "mla_prefill", "mla_decode", "moe_route",
        "moe_group", "moe_matmul", "moe_combine", "argmax", "top_k", "sample", "count_nonfinite"]
 
 

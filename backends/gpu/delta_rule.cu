@@ -1,0 +1,108 @@
+// gated_delta_rule on the GPU (ops/delta_rule.h). Each column e of a state S (f32 [Dk, Dv]) evolves
+// on its own: (Sᵀk)[e], the update of column e and (Sᵀq)[e] involve no other column. So a warp
+// owns one column of one (sequence, value head): lane l holds S[d][e] for d = l, l + W, … (W the
+// warp size; at most kMaxDeltaRuleKeyDim / 32 per lane) in registers for the whole call, walks the
+// tokens in order, and forms the two sums over d with warp reductions:
+//   r = Σ_d S[d]·k[d];  u = β (v[e] − α r);  S[d] ← α S[d] + k[d]·u;  o = Σ_d S[d]·(s·q[d])
+// A block's 8 warps (4 on 64-lane warps) take consecutive columns of one head, so its q and k
+// rows come from L1 after the first warp. The state is read at the start and written at the end.
+// This is the recurrent form: a long prompt is a token loop (the chunk-wise form is not written).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "access.cuh"
+#include "check.h"
+#include "kernels.h"
+#include "reduce.cuh"
+#include "stream.h"
+
+DING_GPU_BEGIN
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxPerLane = int(ops::kMaxDeltaRuleKeyDim) / 32;
+
+// Element strides of a [B, T, H, D] tensor (last dim contiguous) and of a [B, T, H] one.
+struct Strides4 {
+  int64_t b, t, h;
+  __device__ int64_t at(int64_t bi, int64_t ti, int64_t hi) const { return bi * b + ti * t + hi * h; }
+};
+
+struct DeltaShape {
+  int64_t B, T, Hk, Hv;
+  int Dk, Dv;
+  float scale;
+  Strides4 q, k, v, out, g, beta;
+};
+
+Strides4 strides_of(const Tensor& x) { return {x.strides[0], x.strides[1], x.strides[2]}; }
+
+__global__ void __launch_bounds__(kThreads)
+    gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
+                            DeltaShape sh) {
+  const int lanes = warp_size(), warps = kThreads / lanes;
+  const int lane = int(threadIdx.x) % lanes, warp = int(threadIdx.x) / lanes;
+  const int64_t column_groups = (sh.Dv + warps - 1) / warps;
+  const int64_t bh = int64_t(blockIdx.x) / column_groups;
+  const int e = int(int64_t(blockIdx.x) % column_groups) * warps + warp;
+  if (e >= sh.Dv) return;  // warp-uniform: no reduction below is left short of lanes
+  const int64_t b = bh / sh.Hv, h = bh % sh.Hv, kh = h / (sh.Hv / sh.Hk);
+  float* const column = state + bh * int64_t(sh.Dk) * sh.Dv + e;  // S[d][e] at column[d · Dv]
+
+  float S[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + i * lanes;
+    S[i] = d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
+  }
+  for (int64_t t = 0; t < sh.T; ++t) {
+    const int64_t qk_row = sh.q.at(b, t, kh), k_row = sh.k.at(b, t, kh);
+    const float alpha = expf(g.load(sh.g.at(b, t, h))), strength = beta.load(sh.beta.at(b, t, h));
+    float kd[kMaxPerLane], r = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + i * lanes;
+      kd[i] = d < sh.Dk ? k.load(k_row + d) : 0.0f;
+      r = fmaf(S[i], kd[i], r);
+    }
+    r = warp_sum(r);
+    const float u = strength * (v.load(sh.v.at(b, t, h) + e) - alpha * r);
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + i * lanes;
+      S[i] = fmaf(alpha, S[i], kd[i] * u);
+      if (d < sh.Dk) o = fmaf(S[i], sh.scale * q.load(qk_row + d), o);
+    }
+    o = warp_sum(o);
+    if (lane == 0) out.store(sh.out.at(b, t, h) + e, o);
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + i * lanes;
+    if (d < sh.Dk) column[int64_t(d) * sh.Dv] = S[i];
+  }
+}
+
+}  // namespace
+
+void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
+  GpuStream& s = gpu_stream(stream);
+  DeltaShape sh{};
+  sh.B = a.q.dim(0), sh.T = a.q.dim(1), sh.Hk = a.q.dim(2), sh.Hv = a.v.dim(2);
+  sh.Dk = int(a.q.dim(3)), sh.Dv = int(a.v.dim(3));
+  sh.scale = ops::delta_rule_scale(a);
+  sh.q = strides_of(a.q), sh.k = strides_of(a.k), sh.v = strides_of(a.v), sh.out = strides_of(a.out);
+  sh.g = strides_of(a.g), sh.beta = strides_of(a.beta);
+  const int64_t warps = kThreads / s.props().warp_size;
+  const int64_t blocks = sh.B * sh.Hv * ((sh.Dv + warps - 1) / warps);
+  if (blocks > INT32_MAX)
+    throw Error(ErrorCode::not_implemented, "gated_delta_rule on the GPU: " + std::to_string(blocks) + " blocks exceed the launch grid");
+  gated_delta_rule_kernel<<<unsigned(blocks), kThreads, 0, s.handle()>>>(any_float(a.out), any_float(a.q), any_float(a.k),
+                                                                        any_float(a.v), any_float(a.g), any_float(a.beta),
+                                                                        a.state.ptr<float>(), sh);
+  DING_GPU_CHECK_LAUNCH("gated_delta_rule_kernel");
+}
+
+DING_GPU_END

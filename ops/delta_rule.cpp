@@ -1,0 +1,71 @@
+#include "ding/ops/delta_rule.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ding/ops/check.h"
+#include "ding/ops/dispatch.h"
+
+namespace ding::ops {
+
+float delta_rule_scale(const GatedDeltaRuleArgs& a) {
+  return a.scale > 0 ? a.scale : float(1.0 / std::sqrt(double(a.q.dim(3))));
+}
+
+void validate(const Device& device, const GatedDeltaRuleArgs& a) {
+  Check c("gated_delta_rule", device);
+  for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}}) {
+    c.tensor(name, *t, 4, 4);
+    c.float_dtype(name, *t);
+    c.last_dim_contiguous(name, *t);
+  }
+  const int64_t B = a.q.dim(0), T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
+  c.same_shape("k", a.k, "q", a.q);
+  c.dim("v", a.v, 0, B, "B (from q)");
+  c.dim("v", a.v, 1, T, "T (from q)");
+  c.same_shape("out", a.out, "v", a.v);
+  if (Hv % Hk != 0)
+    c.fail(ErrorCode::shape_mismatch, fmt::format("v's {} heads are not a multiple of q's and k's {} (q {}, v {})", Hv, Hk,
+                                                  shape_of(a.q), shape_of(a.v)));
+  if (Dk > kMaxDeltaRuleKeyDim)
+    c.fail(ErrorCode::invalid_argument, fmt::format("the key head dim Dk = {} exceeds the {} the backends take (q {})", Dk,
+                                                    kMaxDeltaRuleKeyDim, shape_of(a.q)));
+  for (auto [name, t] : {std::pair{"g", &a.g}, {"beta", &a.beta}}) {
+    c.tensor(name, *t, 3, 3);
+    c.float_dtype(name, *t);
+    c.dim(name, *t, 0, B, "B (from q)");
+    c.dim(name, *t, 1, T, "T (from q)");
+    c.dim(name, *t, 2, Hv, "Hv (from v)");
+  }
+  c.tensor("state", a.state, 4, 4);
+  c.dtype_in("state", a.state, {DType::f32});
+  c.contiguous("state", a.state);
+  c.dim("state", a.state, 0, B, "B (from q)");
+  c.dim("state", a.state, 1, Hv, "Hv (from v)");
+  c.dim("state", a.state, 2, Dk, "Dk (from q)");
+  c.dim("state", a.state, 3, Dv, "Dv (from v)");
+  if (!(a.scale >= 0) || !std::isfinite(a.scale))
+    c.fail(ErrorCode::invalid_argument, fmt::format("scale must be ≥ 0 (0 = 1/√Dk), got {}", a.scale));
+  for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}}) {
+    c.disjoint("out", a.out, name, *t);
+    c.disjoint("state", a.state, name, *t);
+  }
+  c.disjoint("out", a.out, "state", a.state);
+}
+
+Cost cost(const GatedDeltaRuleArgs& a) {
+  // Per token and value head: the decay, Sᵀk, the rank-1 update and Sᵀq, ~8·Dk·Dv FLOPs; the state
+  // is read and written once per call (a backend keeps it on chip across the call's tokens).
+  const double tokens = double(a.v.dim(0) * a.v.dim(1) * a.v.dim(2));
+  const double flops = 8.0 * tokens * double(a.q.dim(3)) * double(a.v.dim(3));
+  return {flops, double(a.q.nbytes() + a.k.nbytes() + a.v.nbytes() + a.g.nbytes() + a.beta.nbytes() + a.out.nbytes() +
+                        2 * a.state.nbytes())};
+}
+
+void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,
+                      float scale) {
+  dispatch(stream, GatedDeltaRuleArgs{out, q, k, v, g, beta, state, scale});
+}
+
+}  // namespace ding::ops

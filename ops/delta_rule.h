@@ -1,0 +1,42 @@
+// gated_delta_rule: the recurrence of Gated DeltaNet layers (Yang, Kautz, Hatamizadeh 2024,
+// "Gated Delta Networks"; Qwen3-Next's linear-attention layers). Per sequence b and value head h a
+// state S ∈ ℝ^{Dk×Dv} (f32) carries everything the layer keeps of the past, so decode costs the
+// same at any context. Token by token, in order:
+//   S ← α_t · S                           α_t = e^(g_t), g_t ≤ 0 the log decay
+//   S ← S + k_t · (β_t (v_t − Sᵀk_t))ᵀ      the delta rule: S·(I − β k kᵀ)-style correction toward v_t
+//   o_t = Sᵀ (s · q_t)                    s = scale (0: 1/√Dk)
+// q and k have Hk ≤ Hv heads; value head h reads key head h / (Hv / Hk) (transformers repeats them
+// with repeat_interleave). transformers: torch_recurrent_gated_delta_rule, with q and k already
+// L2-normalised by the caller (use_qk_l2norm_in_kernel is that normalisation, done apart here).
+// A sequence starts from a zero state (the caller zeroes it); the call leaves the state after its
+// last token, so a prompt fed in chunks and then token by token equals one fed whole.
+#pragma once
+#include <cstdint>
+
+#include "ding/device.h"
+#include "ding/profile.h"
+
+namespace ding::ops {
+
+// The widest key head the backends take: a GPU warp keeps its lanes' share of a state column in
+// registers.
+inline constexpr int64_t kMaxDeltaRuleKeyDim = 256;
+
+struct GatedDeltaRuleArgs {
+  Tensor out;    // [B, T, Hv, Dv], f32/f16/bf16, last dim contiguous
+  Tensor q;      // [B, T, Hk, Dk], f32/f16/bf16, last dim contiguous; Hv % Hk == 0
+  Tensor k;      // [B, T, Hk, Dk]
+  Tensor v;      // [B, T, Hv, Dv]
+  Tensor g;      // [B, T, Hv], f32/f16/bf16, any strides: the log decay (any real; models give g ≤ 0)
+  Tensor beta;   // [B, T, Hv], f32/f16/bf16, any strides: the write strength
+  Tensor state;  // f32 [B, Hv, Dk, Dv], in-out, contiguous
+  float scale = 0.0f;  // 0 = 1/√Dk
+};
+
+float delta_rule_scale(const GatedDeltaRuleArgs& a);
+void validate(const Device& device, const GatedDeltaRuleArgs& a);
+Cost cost(const GatedDeltaRuleArgs& a);
+void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,
+                      float scale = 0.0f);
+
+}  // namespace ding::ops

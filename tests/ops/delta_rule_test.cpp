@@ -1,0 +1,148 @@
+// gated_delta_rule: closed forms of the recurrence on the reference, chunked feeding equal to
+// whole feeding through the state (reference and cpu), and bad input through the front end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "ding/ops/delta_rule.h"
+#include "expect_error.h"
+#include "op_cases.h"
+
+namespace ding::testing {
+namespace {
+
+Device& ref() { return Device::open("ref"); }
+Device& cpu() { return Device::open("cpu"); }
+
+// From a zero state, one token with β = 1 and no decay writes S = k vᵀ (the delta from an empty
+// memory is v itself), so the output is (s·q·k) v.
+TEST(GatedDeltaRuleReference, FirstTokenStoresItsValue) {
+  CaseRun run(ref(), 1);
+  const int64_t Dk = 4, Dv = 3;
+  const std::vector<double> qv = {1, 2, 0, -1}, kv = {0.5, 0.5, 0.5, 0.5}, vv = {3, -2, 1};
+  const Tensor q = run.values(DType::f32, {1, 1, 1, Dk}, qv), k = run.values(DType::f32, {1, 1, 1, Dk}, kv);
+  const Tensor v = run.values(DType::f32, {1, 1, 1, Dv}, vv);
+  const Tensor g = run.values(DType::f32, {1, 1, 1}, {0.0}), beta = run.values(DType::f32, {1, 1, 1}, {1.0});
+  const Tensor state = run.values(DType::f32, {1, 1, Dk, Dv}, std::vector<double>(size_t(Dk * Dv), 0.0));
+  const Tensor out = run.output("out", DType::f32, {1, 1, 1, Dv});
+  ops::gated_delta_rule(run.stream, out, q, k, v, g, beta, state, 0.5f);
+  double qk = 0;
+  for (size_t d = 0; d < qv.size(); ++d) qk += 0.5 * qv[d] * kv[d];
+  const auto o = run.read(out), s = run.read(state);
+  for (int64_t e = 0; e < Dv; ++e) {
+    EXPECT_NEAR(o[size_t(e)], qk * vv[size_t(e)], 1e-6) << e;
+    for (int64_t d = 0; d < Dk; ++d) EXPECT_NEAR(s[size_t(d * Dv + e)], kv[size_t(d)] * vv[size_t(e)], 1e-6) << d << " " << e;
+  }
+}
+
+// β = 0 writes nothing, so the state only decays: after tokens with log decays g_1 … g_T it is
+// e^(Σg)·S_0, and token t reads e^(g_1 + … + g_t)·S_0ᵀ(s·q_t).
+TEST(GatedDeltaRuleReference, WithoutWritesTheStateOnlyDecays) {
+  CaseRun run(ref(), 2);
+  const int64_t T = 5, Dk = 6, Dv = 4;
+  const Tensor q = run.normal(DType::f32, {1, T, 1, Dk}), k = run.normal(DType::f32, {1, T, 1, Dk});
+  const Tensor v = run.normal(DType::f32, {1, T, 1, Dv});
+  const Tensor g = run.uniform(DType::f32, {1, T, 1}, -1.0, 0.0);
+  const Tensor beta = run.values(DType::f32, {1, T, 1}, std::vector<double>(size_t(T), 0.0));
+  const Tensor state = run.normal(DType::f32, {1, 1, Dk, Dv});
+  const auto s0 = run.read(state), qv = run.read(q), gv = run.read(g);
+  const Tensor out = run.output("out", DType::f32, {1, T, 1, Dv});
+  ops::gated_delta_rule(run.stream, out, q, k, v, g, beta, state);
+  const double s = 1.0 / std::sqrt(double(Dk));
+  const auto o = run.read(out), s_end = run.read(state);
+  double log_decay = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    log_decay += gv[size_t(t)];
+    for (int64_t e = 0; e < Dv; ++e) {
+      double expected = 0;
+      for (int64_t d = 0; d < Dk; ++d) expected += s0[size_t(d * Dv + e)] * s * qv[size_t(t * Dk + d)];
+      EXPECT_NEAR(o[size_t(t * Dv + e)], std::exp(log_decay) * expected, 1e-5) << t << " " << e;
+    }
+  }
+  for (size_t i = 0; i < s0.size(); ++i) EXPECT_NEAR(s_end[i], std::exp(log_decay) * s0[i], 1e-6) << i;
+}
+
+// A sequence fed as chunks of 3 and 7 tokens (and as 10 single tokens) through the state gives the
+// outputs and the final state of feeding it whole, to the f32 rounding of the state between calls.
+TEST(GatedDeltaRuleReference, ChunksThroughTheStateEqualTheWholeSequence) {
+  for (Device* device : {&ref(), &cpu()}) {
+    CaseRun run(*device, 3);
+    const int64_t B = 2, T = 10, Hk = 1, Hv = 2, Dk = 8, Dv = 5;
+    const Tensor q = run.normal(DType::f32, {B, T, Hk, Dk}, 0.3), k = run.normal(DType::f32, {B, T, Hk, Dk}, 0.3);
+    const Tensor v = run.normal(DType::f32, {B, T, Hv, Dv});
+    const Tensor g = run.uniform(DType::f32, {B, T, Hv}, -1.0, 0.0), beta = run.uniform(DType::f32, {B, T, Hv}, 0.1, 0.9);
+    const Tensor whole_state = run.normal(DType::f32, {B, Hv, Dk, Dv});
+    const std::vector<double> initial = run.read(whole_state);
+    const Tensor whole = run.output("whole", DType::f32, {B, T, Hv, Dv});
+    ops::gated_delta_rule(run.stream, whole, q, k, v, g, beta, whole_state);
+    for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{3, 7}, std::vector<int64_t>(10, 1)}) {
+      const Tensor state = run.values(DType::f32, {B, Hv, Dk, Dv}, initial);
+      const Tensor chunked = run.output("chunked", DType::f32, {B, T, Hv, Dv});
+      int64_t t0 = 0;
+      for (int64_t n : chunks) {
+        ops::gated_delta_rule(run.stream, chunked.slice(1, t0, t0 + n), q.slice(1, t0, t0 + n), k.slice(1, t0, t0 + n),
+                              v.slice(1, t0, t0 + n), g.slice(1, t0, t0 + n), beta.slice(1, t0, t0 + n), state);
+        t0 += n;
+      }
+      // Equal up to the state's f32 rounding between calls (the reference carries it in double
+      // within a call).
+      EXPECT_LE(nmse(run.read(chunked), run.read(whole)), 1e-12) << device->name() << " " << chunks.size() << " chunks";
+      EXPECT_LE(nmse(run.read(state), run.read(whole_state)), 1e-12) << device->name() << " " << chunks.size() << " chunks";
+    }
+  }
+}
+
+// ---- Bad input -----------------------------------------------------------------------------------
+
+struct Tensors {
+  Tensor out, q, k, v, g, beta, state;
+};
+
+Tensors delta_tensors(CaseRun& run, int64_t Hk = 2, int64_t Hv = 4, int64_t Dk = 8) {
+  return {run.output("out", DType::f32, {1, 3, Hv, 5}),  run.normal(DType::f32, {1, 3, Hk, Dk}),
+          run.normal(DType::f32, {1, 3, Hk, Dk}),        run.normal(DType::f32, {1, 3, Hv, 5}),
+          run.normal(DType::f32, {1, 3, Hv}),            run.normal(DType::f32, {1, 3, Hv}),
+          run.normal(DType::f32, {1, Hv, Dk, 5})};
+}
+
+void call(CaseRun& run, const Tensors& t, float scale = 0.0f) {
+  ops::gated_delta_rule(run.stream, t.out, t.q, t.k, t.v, t.g, t.beta, t.state, scale);
+}
+
+TEST(GatedDeltaRuleBadInput, ValueHeadsMustShareKeyHeadsEvenly) {
+  CaseRun run(cpu(), 1);
+  const Tensors t = delta_tensors(run, 2, 3);
+  expect_error([&] { call(run, t); }, ErrorCode::shape_mismatch, {"gated_delta_rule", "3 heads", "multiple of q's and k's 2"});
+}
+
+TEST(GatedDeltaRuleBadInput, KeyHeadDimBeyondTheBackendsLimit) {
+  CaseRun run(cpu(), 1);
+  const Tensors t = delta_tensors(run, 1, 1, ops::kMaxDeltaRuleKeyDim + 1);
+  expect_error([&] { call(run, t); }, ErrorCode::invalid_argument, {"gated_delta_rule", "Dk = 257", "256"});
+}
+
+TEST(GatedDeltaRuleBadInput, StateMustBeF32OfTheHeadsShape) {
+  CaseRun run(cpu(), 1);
+  Tensors t = delta_tensors(run);
+  t.state = run.normal(DType::bf16, {1, 4, 8, 5});
+  expect_error([&] { call(run, t); }, ErrorCode::dtype_mismatch, {"gated_delta_rule", "state", "bf16"});
+  t.state = run.normal(DType::f32, {1, 4, 5, 8});
+  expect_error([&] { call(run, t); }, ErrorCode::shape_mismatch, {"gated_delta_rule", "state", "Dk (from q)"});
+}
+
+TEST(GatedDeltaRuleBadInput, GatesNeedOneValuePerTokenAndValueHead) {
+  CaseRun run(cpu(), 1);
+  Tensors t = delta_tensors(run);
+  t.g = run.normal(DType::f32, {1, 3, 2});
+  expect_error([&] { call(run, t); }, ErrorCode::shape_mismatch, {"gated_delta_rule", "g", "Hv (from v)"});
+}
+
+TEST(GatedDeltaRuleBadInput, NegativeScaleIsRefused) {
+  CaseRun run(cpu(), 1);
+  const Tensors t = delta_tensors(run);
+  expect_error([&] { call(run, t, -1.0f); }, ErrorCode::invalid_argument, {"gated_delta_rule", "scale", "-1"});
+}
+
+}  // namespace
+}  // namespace ding::testing
