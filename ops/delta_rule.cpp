@@ -10,7 +10,7 @@
 namespace ding::ops {
 
 float delta_rule_scale(const GatedDeltaRuleArgs& a) {
-  return a.scale > 0 ? a.scale : float(1.0 / std::sqrt(double(a.q.dim(3))));
+  return a.params.scale > 0 ? a.params.scale : float(1.0 / std::sqrt(double(a.q.dim(3))));
 }
 
 void validate(const Device& device, const GatedDeltaRuleArgs& a) {
@@ -45,8 +45,12 @@ void validate(const Device& device, const GatedDeltaRuleArgs& a) {
   c.dim("state", a.state, 1, Hv, "Hv (from v)");
   c.dim("state", a.state, 2, Dk, "Dk (from q)");
   c.dim("state", a.state, 3, Dv, "Dv (from v)");
-  if (!(a.scale >= 0) || !std::isfinite(a.scale))
-    c.fail(ErrorCode::invalid_argument, fmt::format("scale must be ≥ 0 (0 = 1/√Dk), got {}", a.scale));
+  const GatedDeltaRuleParams& p = a.params;
+  if (!(p.scale >= 0) || !std::isfinite(p.scale))
+    c.fail(ErrorCode::invalid_argument, fmt::format("scale must be ≥ 0 (0 = 1/√Dk), got {}", p.scale));
+  if (p.chunk < 0 || p.chunk > kMaxDeltaRuleChunk)
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("chunk must be in [0, {}] (0: the backend's choice), got {}", kMaxDeltaRuleChunk, p.chunk));
   for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}}) {
     c.disjoint("out", a.out, name, *t);
     c.disjoint("state", a.state, name, *t);
@@ -64,8 +68,8 @@ Cost cost(const GatedDeltaRuleArgs& a) {
 }
 
 void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,
-                      float scale) {
-  dispatch(stream, GatedDeltaRuleArgs{out, q, k, v, g, beta, state, scale});
+                      const GatedDeltaRuleParams& params) {
+  dispatch(stream, GatedDeltaRuleArgs{out, q, k, v, g, beta, state, params});
 }
 
 }  // namespace ding::ops

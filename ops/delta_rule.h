@@ -10,6 +10,17 @@
 // L2-normalised by the caller (use_qk_l2norm_in_kernel is that normalisation, done apart here).
 // A sequence starts from a zero state (the caller zeroes it); the call leaves the state after its
 // last token, so a prompt fed in chunks and then token by token equals one fed whole.
+//
+// The chunk-wise form (prefill as matrix products; transformers: torch_chunk_gated_delta_rule).
+// Within a chunk of n tokens from state S_0, with G_i = g_1 + … + g_i and γ_i = e^(G_i), the
+// recurrence unrolls to S_i = γ_i S_0 + Σ_{j≤i} (γ_i/γ_j) k_j u_jᵀ, and the writes u_i solve the
+// unit lower-triangular system (the UT form of the chunk's product of Householder-like factors)
+//   (I + L) U = diag(β) V − diag(β γ) K S_0,     L_ij = β_i (γ_i/γ_j) k_i·k_j  (j < i)
+// so with W = (I + L)^(-1) (forward substitution, n × n):
+//   U = W diag(β) V − W diag(β γ) K S_0
+//   o_i = γ_i S_0ᵀ(s q_i) + Σ_{j≤i} (γ_i/γ_j) (s q_i·k_j) u_j
+//   S_n = γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ
+// Equal to the recurrent form in exact arithmetic; `chunk` picks the chunk length.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +33,15 @@ namespace ding::ops {
 // registers.
 inline constexpr int64_t kMaxDeltaRuleKeyDim = 256;
 
+struct GatedDeltaRuleParams {
+  float scale = 0.0f;  // s; 0 = 1/√Dk
+  // Tokens per chunk of the chunk-wise form, ≤ kMaxDeltaRuleChunk; 0: the backend's choice. The
+  // reference computes the chunk-wise form for chunk > 0 and the recurrent one for 0.
+  int64_t chunk = 0;
+};
+
+inline constexpr int64_t kMaxDeltaRuleChunk = 256;
+
 struct GatedDeltaRuleArgs {
   Tensor out;    // [B, T, Hv, Dv], f32/f16/bf16, last dim contiguous
   Tensor q;      // [B, T, Hk, Dk], f32/f16/bf16, last dim contiguous; Hv % Hk == 0
@@ -30,13 +50,13 @@ struct GatedDeltaRuleArgs {
   Tensor g;      // [B, T, Hv], f32/f16/bf16, any strides: the log decay (any real; models give g ≤ 0)
   Tensor beta;   // [B, T, Hv], f32/f16/bf16, any strides: the write strength
   Tensor state;  // f32 [B, Hv, Dk, Dv], in-out, contiguous
-  float scale = 0.0f;  // 0 = 1/√Dk
+  GatedDeltaRuleParams params;
 };
 
 float delta_rule_scale(const GatedDeltaRuleArgs& a);
 void validate(const Device& device, const GatedDeltaRuleArgs& a);
 Cost cost(const GatedDeltaRuleArgs& a);
 void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,
-                      float scale = 0.0f);
+                      const GatedDeltaRuleParams& params = {});
 
 }  // namespace ding::ops

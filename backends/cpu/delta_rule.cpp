@@ -1,8 +1,13 @@
 // gated_delta_rule on the CPU (ops/delta_rule.h): OpenMP over the (sequence, value head) pairs,
 // each walking its tokens with its state S (f32 [Dk, Dv], rows over the value dim) updated in
-// place. Per token two passes over S, both along its contiguous rows:
-//   r = Sᵀk (before the decay, which is applied to r instead),   u = β (v − α r)
-//   S[d] ← α S[d] + k[d] u   and, on the new row, o += q[d]·S[d]
+// place, in one of the two forms:
+//   recurrent (decode, short calls): per token two passes along S's rows,
+//     r = Sᵀk (before the decay, which is applied to r instead),  u = β (v − α r),
+//     S[d] ← α S[d] + k[d] u  and, on the new row, o += s·q[d]·S[d];
+//   chunk-wise (params.chunk, or kChunk tokens for calls of kChunkFrom tokens or more): per chunk
+//     of n tokens the small products KKᵀ and QKᵀ (n × n), W = (I + L)^(-1) by forward
+//     substitution, then U = W(βV − βγ·K S_0), O = γ·Q S_0 + (decayed QKᵀ) U and
+//     S ← γ_n S_0 + Kᵀ(decayed U): matrix products over the chunk instead of a token loop.
 #include <algorithm>
 #include <cmath>
 
@@ -14,6 +19,8 @@ namespace ding::cpu {
 
 namespace {
 
+constexpr int64_t kChunk = 64, kChunkFrom = 32;
+
 const char* row_at(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
   return static_cast<const char*>(t.data) +
          (i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2]) * int64_t(dtype_size(t.dtype));
@@ -21,51 +28,132 @@ const char* row_at(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 
 float scalar_at(const Tensor& t, int64_t b, int64_t i, int64_t h) {
   float v;
-  load_row(&v, static_cast<const char*>(t.data) + (b * t.strides[0] + i * t.strides[1] + h * t.strides[2]) *
-                                                       int64_t(dtype_size(t.dtype)),
-           t.dtype, 1);
+  load_row(&v, row_at(t, b, i, h), t.dtype, 1);
   return v;
+}
+
+struct Head {  // one (sequence, value head): where its rows are, and its state
+  const ops::GatedDeltaRuleArgs& a;
+  int64_t b, h, kh, Dk, Dv;
+  float scale;
+  float* S;
+};
+
+// y[0, n) += a · x[0, n)
+void axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float dot(const float* x, const float* y, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+void recurrent(const Head& x, int64_t t0, int64_t t1) {
+  const ops::GatedDeltaRuleArgs& a = x.a;
+  const int64_t Dk = x.Dk, Dv = x.Dv;
+  float* const q = thread_scratch(ScratchSlot::first, size_t(2 * Dk));
+  float* const k = q + Dk;
+  float* const u = thread_scratch(ScratchSlot::second, size_t(3 * Dv));
+  float* const r = u + Dv;
+  float* const o = r + Dv;
+  for (int64_t t = t0; t < t1; ++t) {
+    load_row(q, row_at(a.q, x.b, t, x.kh), a.q.dtype, Dk);
+    load_row(k, row_at(a.k, x.b, t, x.kh), a.k.dtype, Dk);
+    load_row(u, row_at(a.v, x.b, t, x.h), a.v.dtype, Dv);
+    for (int64_t d = 0; d < Dk; ++d) q[d] *= x.scale;
+    const float alpha = std::exp(scalar_at(a.g, x.b, t, x.h)), beta = scalar_at(a.beta, x.b, t, x.h);
+    std::fill(r, r + Dv, 0.0f);
+    for (int64_t d = 0; d < Dk; ++d) axpy(r, k[d], x.S + d * Dv, Dv);
+    for (int64_t e = 0; e < Dv; ++e) u[e] = beta * (u[e] - alpha * r[e]);
+    std::fill(o, o + Dv, 0.0f);
+    for (int64_t d = 0; d < Dk; ++d) {
+      float* const row = x.S + d * Dv;
+      for (int64_t e = 0; e < Dv; ++e) row[e] = alpha * row[e] + k[d] * u[e];
+      axpy(o, q[d], row, Dv);
+    }
+    store_row(const_cast<char*>(row_at(a.out, x.b, t, x.h)), a.out.dtype, o, Dv);
+  }
+}
+
+// Tokens [t0, t0 + n) as one chunk (n ≤ chunk, the scratch's size).
+void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
+  const ops::GatedDeltaRuleArgs& a = x.a;
+  const int64_t Dk = x.Dk, Dv = x.Dv;
+  float* const Q = thread_scratch(ScratchSlot::first, size_t(2 * chunk * Dk));  // [n][Dk], scaled
+  float* const K = Q + chunk * Dk;                                              // [n][Dk]
+  float* const R = thread_scratch(ScratchSlot::second, size_t(3 * chunk * Dv));  // [n][Dv]: βV − βγ K S_0, then O
+  float* const U = R + chunk * Dv;                                                // [n][Dv]
+  float* const QS = U + chunk * Dv;                                               // [n][Dv]: Q S_0
+  float* const W = thread_scratch(ScratchSlot::third, size_t(2 * chunk * chunk + 3 * chunk));  // [n][n]
+  float* const QK = W + chunk * chunk;                                                          // [n][n]
+  float* const G = QK + chunk * chunk;  // cumulative log decay
+  float* const beta = G + chunk;
+  float* const decay = beta + chunk;    // γ_n / γ_j
+  for (int64_t i = 0; i < n; ++i) {
+    load_row(Q + i * Dk, row_at(a.q, x.b, t0 + i, x.kh), a.q.dtype, Dk);
+    load_row(K + i * Dk, row_at(a.k, x.b, t0 + i, x.kh), a.k.dtype, Dk);
+    load_row(R + i * Dv, row_at(a.v, x.b, t0 + i, x.h), a.v.dtype, Dv);
+    for (int64_t d = 0; d < Dk; ++d) Q[i * Dk + d] *= x.scale;
+    G[i] = (i > 0 ? G[i - 1] : 0.0f) + scalar_at(a.g, x.b, t0 + i, x.h);
+    beta[i] = scalar_at(a.beta, x.b, t0 + i, x.h);
+  }
+  // K S_0 and Q S_0, row by row along S's rows.
+  std::fill(QS, QS + n * Dv, 0.0f);
+  std::fill(U, U + n * Dv, 0.0f);  // holds K S_0 until U is formed
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < Dk; ++d) {
+      axpy(U + i * Dv, K[i * Dk + d], x.S + d * Dv, Dv);
+      axpy(QS + i * Dv, Q[i * Dk + d], x.S + d * Dv, Dv);
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    const float gamma = std::exp(G[i]);
+    for (int64_t e = 0; e < Dv; ++e) R[i * Dv + e] = beta[i] * (R[i * Dv + e] - gamma * U[i * Dv + e]);
+  }
+  // W = (I + L)^(-1), L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i), and the decayed Q Kᵀ (j ≤ i).
+  for (int64_t i = 0; i < n; ++i) {
+    float* const w = W + i * chunk;
+    std::fill(w, w + n, 0.0f);
+    w[i] = 1.0f;
+    for (int64_t j = 0; j < i; ++j) axpy(w, -beta[i] * std::exp(G[i] - G[j]) * dot(K + i * Dk, K + j * Dk, Dk), W + j * chunk, j + 1);
+    for (int64_t j = 0; j <= i; ++j) QK[i * chunk + j] = std::exp(G[i] - G[j]) * dot(Q + i * Dk, K + j * Dk, Dk);
+  }
+  // U = W R, then O = γ·Q S_0 + QK U (into R, no longer needed).
+  std::fill(U, U + n * Dv, 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t m = 0; m <= i; ++m) axpy(U + i * Dv, W[i * chunk + m], R + m * Dv, Dv);
+  for (int64_t i = 0; i < n; ++i) {
+    float* const o = R + i * Dv;
+    const float gamma = std::exp(G[i]);
+    for (int64_t e = 0; e < Dv; ++e) o[e] = gamma * QS[i * Dv + e];
+    for (int64_t j = 0; j <= i; ++j) axpy(o, QK[i * chunk + j], U + j * Dv, Dv);
+    store_row(const_cast<char*>(row_at(a.out, x.b, t0 + i, x.h)), a.out.dtype, o, Dv);
+  }
+  // S ← γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ.
+  const float gamma_n = std::exp(G[n - 1]);
+  for (int64_t j = 0; j < n; ++j) decay[j] = std::exp(G[n - 1] - G[j]);
+  for (int64_t d = 0; d < Dk; ++d) {
+    float* const row = x.S + d * Dv;
+    for (int64_t e = 0; e < Dv; ++e) row[e] *= gamma_n;
+    for (int64_t j = 0; j < n; ++j) axpy(row, decay[j] * K[j * Dk + d], U + j * Dv, Dv);
+  }
 }
 
 }  // namespace
 
 void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
   const int64_t B = a.q.dim(0), T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
+  const int64_t chunk = a.params.chunk > 0 ? a.params.chunk : T >= kChunkFrom ? kChunk : 0;
   const float scale = ops::delta_rule_scale(a);
-  Tensor out = a.out;
 #pragma omp parallel for schedule(dynamic, 1) if (B * Hv * T * Dk * Dv >= (1 << 16))
   for (int64_t bh = 0; bh < B * Hv; ++bh) {
-    const int64_t b = bh / Hv, h = bh % Hv, kh = h / (Hv / Hk);
-    float* const S = a.state.ptr<float>() + bh * Dk * Dv;
-    float* const q = thread_scratch(ScratchSlot::first, size_t(2 * Dk));
-    float* const k = q + Dk;
-    float* const u = thread_scratch(ScratchSlot::second, size_t(3 * Dv));
-    float* const r = u + Dv;
-    float* const o = r + Dv;
-    for (int64_t t = 0; t < T; ++t) {
-      load_row(q, row_at(a.q, b, t, kh), a.q.dtype, Dk);
-      load_row(k, row_at(a.k, b, t, kh), a.k.dtype, Dk);
-      load_row(u, row_at(a.v, b, t, h), a.v.dtype, Dv);
-      for (int64_t d = 0; d < Dk; ++d) q[d] *= scale;
-      const float alpha = std::exp(scalar_at(a.g, b, t, h)), beta = scalar_at(a.beta, b, t, h);
-      std::fill(r, r + Dv, 0.0f);
-      for (int64_t d = 0; d < Dk; ++d) {
-        const float kd = k[d];
-        const float* const row = S + d * Dv;
-        for (int64_t e = 0; e < Dv; ++e) r[e] += kd * row[e];
-      }
-      for (int64_t e = 0; e < Dv; ++e) u[e] = beta * (u[e] - alpha * r[e]);
-      std::fill(o, o + Dv, 0.0f);
-      for (int64_t d = 0; d < Dk; ++d) {
-        const float kd = k[d], qd = q[d];
-        float* const row = S + d * Dv;
-        for (int64_t e = 0; e < Dv; ++e) {
-          row[e] = alpha * row[e] + kd * u[e];
-          o[e] += qd * row[e];
-        }
-      }
-      store_row(const_cast<char*>(row_at(out, b, t, h)), out.dtype, o, Dv);
-    }
+    const int64_t b = bh / Hv, h = bh % Hv;
+    const Head x{a, b, h, h / (Hv / Hk), Dk, Dv, scale, a.state.ptr<float>() + bh * Dk * Dv};
+    if (chunk == 0)
+      recurrent(x, 0, T);
+    else
+      for (int64_t t0 = 0; t0 < T; t0 += chunk) chunk_wise(x, t0, std::min(chunk, T - t0), chunk);
   }
 }
 

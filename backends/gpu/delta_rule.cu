@@ -6,7 +6,8 @@
 //   r = Σ_d S[d]·k[d];  u = β (v[e] − α r);  S[d] ← α S[d] + k[d]·u;  o = Σ_d S[d]·(s·q[d])
 // A block's 8 warps (4 on 64-lane warps) take consecutive columns of one head, so its q and k
 // rows come from L1 after the first warp. The state is read at the start and written at the end.
-// This is the recurrent form: a long prompt is a token loop (the chunk-wise form is not written).
+// This is the recurrent form for any params.chunk (a backend may compute either form): a long prompt
+// is a token loop here; the chunk-wise form's matrix products are not written for the GPU yet.
 #include <algorithm>
 #include <cstdint>
 #include <string>

@@ -2,6 +2,7 @@
 // ((Sᵀk)[e], the column's update and (Sᵀq)[e] involve no other column), so one work item owns one
 // column of one (sequence, value head), keeps it in a local array for the call and walks the
 // tokens in order: r = Σ_d S[d]·k[d], u = β (v[e] − α r), S[d] ← α S[d] + k[d]·u, o = Σ_d S[d]·s·q[d].
+// The recurrent form for any params.chunk (a backend may compute either form).
 #include <cmath>
 
 #include "elements.h"

@@ -1,6 +1,11 @@
-// Reference gated delta rule (ops/delta_rule.h), token by token as transformers'
-// torch_recurrent_gated_delta_rule computes it, in double:
-//   S ← e^(g_t)·S;  u = β_t (v_t − Sᵀk_t);  S ← S + k_t uᵀ;  o_t = Sᵀ(s·q_t)
+// Reference gated delta rule (ops/delta_rule.h), in double, in either form:
+//   recurrent (params.chunk = 0), token by token as transformers' torch_recurrent_gated_delta_rule:
+//     S ← e^(g_t)·S;  u = β_t (v_t − Sᵀk_t);  S ← S + k_t uᵀ;  o_t = Sᵀ(s·q_t)
+//   chunk-wise (params.chunk = C > 0), per chunk of n ≤ C tokens as the header derives it
+//   (transformers: torch_chunk_gated_delta_rule): W = (I + L)^(-1) by forward substitution,
+//     U = W (diag(β) V − diag(βγ) K S_0),  o_i = γ_i S_0ᵀ(s q_i) + Σ_{j≤i} (γ_i/γ_j)(s q_i·k_j) u_j,
+//     S ← γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -8,35 +13,114 @@
 
 namespace ding::reference {
 
+namespace {
+
+struct Head {  // one (sequence, value head) of the call, its inputs read in double
+  const ops::GatedDeltaRuleArgs& a;
+  int64_t b, h, kh, Dk, Dv;
+  double scale;
+  double q(int64_t t, int64_t d) const { return scale * load(a.q, offset(a.q, {b, t, kh, d})); }
+  double k(int64_t t, int64_t d) const { return load(a.k, offset(a.k, {b, t, kh, d})); }
+  double v(int64_t t, int64_t e) const { return load(a.v, offset(a.v, {b, t, h, e})); }
+  double g(int64_t t) const { return load(a.g, offset(a.g, {b, t, h})); }
+  double beta(int64_t t) const { return load(a.beta, offset(a.beta, {b, t, h})); }
+  void out(int64_t t, int64_t e, double value) const { store(a.out, offset(a.out, {b, t, h, e}), value); }
+};
+
+// Tokens [t0, t1) from state S (Dk × Dv, row d holds S[d][·]), one at a time.
+void recurrent(const Head& x, std::vector<double>& S, int64_t t0, int64_t t1) {
+  const int64_t Dk = x.Dk, Dv = x.Dv;
+  std::vector<double> u(static_cast<size_t>(Dv));
+  for (int64_t t = t0; t < t1; ++t) {
+    const double alpha = std::exp(x.g(t)), beta = x.beta(t);
+    for (double& s : S) s *= alpha;
+    for (int64_t e = 0; e < Dv; ++e) {
+      double recalled = 0;  // (Sᵀk)[e]
+      for (int64_t d = 0; d < Dk; ++d) recalled += S[size_t(d * Dv + e)] * x.k(t, d);
+      u[size_t(e)] = beta * (x.v(t, e) - recalled);
+    }
+    for (int64_t d = 0; d < Dk; ++d)
+      for (int64_t e = 0; e < Dv; ++e) S[size_t(d * Dv + e)] += x.k(t, d) * u[size_t(e)];
+    for (int64_t e = 0; e < Dv; ++e) {
+      double o = 0;
+      for (int64_t d = 0; d < Dk; ++d) o += S[size_t(d * Dv + e)] * x.q(t, d);
+      x.out(t, e, o);
+    }
+  }
+}
+
+// Tokens [t0, t0 + n) from state S as one chunk of the chunk-wise form.
+void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
+  const int64_t Dk = x.Dk, Dv = x.Dv;
+  std::vector<double> G(static_cast<size_t>(n));  // G_i = g_1 + … + g_i within the chunk
+  for (int64_t i = 0; i < n; ++i) G[size_t(i)] = (i > 0 ? G[size_t(i - 1)] : 0.0) + x.g(t0 + i);
+  auto ratio = [&](int64_t i, int64_t j) { return std::exp(G[size_t(i)] - G[size_t(j)]); };  // γ_i/γ_j
+  auto dot_kk = [&](int64_t i, int64_t j) {
+    double s = 0;
+    for (int64_t d = 0; d < Dk; ++d) s += x.k(t0 + i, d) * x.k(t0 + j, d);
+    return s;
+  };
+  // W = (I + L)^(-1), row by row: W_i = e_i − Σ_{j<i} L_ij W_j.
+  std::vector<double> W(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    W[size_t(i * n + i)] = 1.0;
+    for (int64_t j = 0; j < i; ++j) {
+      const double l = x.beta(t0 + i) * ratio(i, j) * dot_kk(i, j);
+      for (int64_t m = 0; m <= j; ++m) W[size_t(i * n + m)] -= l * W[size_t(j * n + m)];
+    }
+  }
+  // R = diag(β) V − diag(βγ) K S_0 (n × Dv), then U = W R.
+  std::vector<double> R(static_cast<size_t>(n * Dv)), U(static_cast<size_t>(n * Dv), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const double beta = x.beta(t0 + i), gamma = std::exp(G[size_t(i)]);
+    for (int64_t e = 0; e < Dv; ++e) {
+      double ks = 0;
+      for (int64_t d = 0; d < Dk; ++d) ks += x.k(t0 + i, d) * S[size_t(d * Dv + e)];
+      R[size_t(i * Dv + e)] = beta * (x.v(t0 + i, e) - gamma * ks);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t m = 0; m <= i; ++m)
+      for (int64_t e = 0; e < Dv; ++e) U[size_t(i * Dv + e)] += W[size_t(i * n + m)] * R[size_t(m * Dv + e)];
+  // Outputs from the chunk's starting state and its own writes.
+  for (int64_t i = 0; i < n; ++i) {
+    const double gamma = std::exp(G[size_t(i)]);
+    for (int64_t e = 0; e < Dv; ++e) {
+      double o = 0;
+      for (int64_t d = 0; d < Dk; ++d) o += S[size_t(d * Dv + e)] * x.q(t0 + i, d);
+      o *= gamma;
+      for (int64_t j = 0; j <= i; ++j) {
+        double qk = 0;
+        for (int64_t d = 0; d < Dk; ++d) qk += x.q(t0 + i, d) * x.k(t0 + j, d);
+        o += ratio(i, j) * qk * U[size_t(j * Dv + e)];
+      }
+      x.out(t0 + i, e, o);
+    }
+  }
+  // The state after the chunk.
+  const double gamma_n = std::exp(G[size_t(n - 1)]);
+  for (int64_t d = 0; d < Dk; ++d)
+    for (int64_t e = 0; e < Dv; ++e) {
+      double s = gamma_n * S[size_t(d * Dv + e)];
+      for (int64_t j = 0; j < n; ++j) s += ratio(n - 1, j) * x.k(t0 + j, d) * U[size_t(j * Dv + e)];
+      S[size_t(d * Dv + e)] = s;
+    }
+}
+
+}  // namespace
+
 void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
   const int64_t B = a.q.dim(0), T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
-  const double scale = ops::delta_rule_scale(a);
-  std::vector<double> S(static_cast<size_t>(Dk * Dv)), q(static_cast<size_t>(Dk)), k(static_cast<size_t>(Dk)),
-      u(static_cast<size_t>(Dv));
+  const int64_t chunk = a.params.chunk;
+  std::vector<double> S(static_cast<size_t>(Dk * Dv));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hv; ++h) {
-      const int64_t kh = h / (Hv / Hk);
+      const Head x{a, b, h, h / (Hv / Hk), Dk, Dv, ops::delta_rule_scale(a)};
       for (int64_t i = 0; i < Dk * Dv; ++i) S[size_t(i)] = load(a.state, offset(a.state, {b, h, i / Dv, i % Dv}));
-      for (int64_t t = 0; t < T; ++t) {
-        for (int64_t d = 0; d < Dk; ++d) {
-          q[size_t(d)] = scale * load(a.q, offset(a.q, {b, t, kh, d}));
-          k[size_t(d)] = load(a.k, offset(a.k, {b, t, kh, d}));
-        }
-        const double alpha = std::exp(load(a.g, offset(a.g, {b, t, h}))), beta = load(a.beta, offset(a.beta, {b, t, h}));
-        for (double& s : S) s *= alpha;
-        for (int64_t e = 0; e < Dv; ++e) {
-          double recalled = 0;  // (Sᵀk)[e]
-          for (int64_t d = 0; d < Dk; ++d) recalled += S[size_t(d * Dv + e)] * k[size_t(d)];
-          u[size_t(e)] = beta * (load(a.v, offset(a.v, {b, t, h, e})) - recalled);
-        }
-        for (int64_t d = 0; d < Dk; ++d)
-          for (int64_t e = 0; e < Dv; ++e) S[size_t(d * Dv + e)] += k[size_t(d)] * u[size_t(e)];
-        for (int64_t e = 0; e < Dv; ++e) {
-          double o = 0;
-          for (int64_t d = 0; d < Dk; ++d) o += S[size_t(d * Dv + e)] * q[size_t(d)];
-          store(a.out, offset(a.out, {b, t, h, e}), o);
-        }
-      }
+      if (chunk == 0)
+        recurrent(x, S, 0, T);
+      else
+        for (int64_t t0 = 0; t0 < T; t0 += chunk) chunk_wise(x, S, t0, std::min(chunk, T - t0));
       for (int64_t i = 0; i < Dk * Dv; ++i) store(a.state, offset(a.state, {b, h, i / Dv, i % Dv}), S[size_t(i)]);
     }
 }

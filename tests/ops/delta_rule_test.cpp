@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "ding/ops/delta_rule.h"
@@ -26,7 +27,7 @@ TEST(GatedDeltaRuleReference, FirstTokenStoresItsValue) {
   const Tensor g = run.values(DType::f32, {1, 1, 1}, {0.0}), beta = run.values(DType::f32, {1, 1, 1}, {1.0});
   const Tensor state = run.values(DType::f32, {1, 1, Dk, Dv}, std::vector<double>(size_t(Dk * Dv), 0.0));
   const Tensor out = run.output("out", DType::f32, {1, 1, 1, Dv});
-  ops::gated_delta_rule(run.stream, out, q, k, v, g, beta, state, 0.5f);
+  ops::gated_delta_rule(run.stream, out, q, k, v, g, beta, state, {.scale = 0.5f});
   double qk = 0;
   for (size_t d = 0; d < qv.size(); ++d) qk += 0.5 * qv[d] * kv[d];
   const auto o = run.read(out), s = run.read(state);
@@ -93,6 +94,28 @@ TEST(GatedDeltaRuleReference, ChunksThroughTheStateEqualTheWholeSequence) {
   }
 }
 
+// The chunk-wise form (chunks of 1, 4 and 7, the last partial) and the recurrent one are the same
+// function: the reference computes both in double, so their f32 results differ by roundings of
+// equal values at most (an f32 ulp here and there), outputs and final state alike.
+TEST(GatedDeltaRuleReference, ChunkWiseAndRecurrentFormsAgree) {
+  CaseRun run(ref(), 4);
+  const int64_t B = 1, T = 18, Hk = 1, Hv = 2, Dk = 12, Dv = 7;
+  const Tensor q = run.normal(DType::f32, {B, T, Hk, Dk}, 0.3), k = run.normal(DType::f32, {B, T, Hk, Dk}, 0.3);
+  const Tensor v = run.normal(DType::f32, {B, T, Hv, Dv});
+  const Tensor g = run.uniform(DType::f32, {B, T, Hv}, -1.0, 0.0), beta = run.uniform(DType::f32, {B, T, Hv}, 0.1, 0.9);
+  const std::vector<double> initial = run.read(run.normal(DType::f32, {B, Hv, Dk, Dv}));
+  const Tensor recurrent_state = run.values(DType::f32, {B, Hv, Dk, Dv}, initial);
+  const Tensor recurrent = run.output("recurrent", DType::f32, {B, T, Hv, Dv});
+  ops::gated_delta_rule(run.stream, recurrent, q, k, v, g, beta, recurrent_state);
+  for (int64_t chunk : {1, 4, 7}) {
+    const Tensor state = run.values(DType::f32, {B, Hv, Dk, Dv}, initial);
+    const Tensor chunked = run.output("chunked", DType::f32, {B, T, Hv, Dv});
+    ops::gated_delta_rule(run.stream, chunked, q, k, v, g, beta, state, {.chunk = chunk});
+    EXPECT_LE(nmse(run.read(chunked), run.read(recurrent)), 1e-13) << "chunk " << chunk;
+    EXPECT_LE(nmse(run.read(state), run.read(recurrent_state)), 1e-13) << "chunk " << chunk;
+  }
+}
+
 // ---- Bad input -----------------------------------------------------------------------------------
 
 struct Tensors {
@@ -106,8 +129,8 @@ Tensors delta_tensors(CaseRun& run, int64_t Hk = 2, int64_t Hv = 4, int64_t Dk =
           run.normal(DType::f32, {1, Hv, Dk, 5})};
 }
 
-void call(CaseRun& run, const Tensors& t, float scale = 0.0f) {
-  ops::gated_delta_rule(run.stream, t.out, t.q, t.k, t.v, t.g, t.beta, t.state, scale);
+void call(CaseRun& run, const Tensors& t, const ops::GatedDeltaRuleParams& params = {}) {
+  ops::gated_delta_rule(run.stream, t.out, t.q, t.k, t.v, t.g, t.beta, t.state, params);
 }
 
 TEST(GatedDeltaRuleBadInput, ValueHeadsMustShareKeyHeadsEvenly) {
@@ -141,7 +164,15 @@ TEST(GatedDeltaRuleBadInput, GatesNeedOneValuePerTokenAndValueHead) {
 TEST(GatedDeltaRuleBadInput, NegativeScaleIsRefused) {
   CaseRun run(cpu(), 1);
   const Tensors t = delta_tensors(run);
-  expect_error([&] { call(run, t, -1.0f); }, ErrorCode::invalid_argument, {"gated_delta_rule", "scale", "-1"});
+  expect_error([&] { call(run, t, {.scale = -1.0f}); }, ErrorCode::invalid_argument, {"gated_delta_rule", "scale", "-1"});
+}
+
+TEST(GatedDeltaRuleBadInput, ChunkOutOfRange) {
+  CaseRun run(cpu(), 1);
+  const Tensors t = delta_tensors(run);
+  for (int64_t chunk : {int64_t(-1), ops::kMaxDeltaRuleChunk + 1})
+    expect_error([&] { call(run, t, {.chunk = chunk}); }, ErrorCode::invalid_argument,
+                 {"gated_delta_rule", "chunk", std::to_string(chunk)});
 }
 
 }  // namespace
