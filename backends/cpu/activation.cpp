@@ -25,17 +25,6 @@ void gelu_chunk(float* v, int64_t n) {
   for (; i < n; ++i) v[i] = gelu_scalar(v[i]);
 }
 
-void silu_chunk(float* v, int64_t n) {
-  int64_t i = 0;
-#ifdef DING_CPU_AVX2
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(v + i);
-    _mm256_storeu_ps(v + i, _mm256_mul_ps(x, sigmoid8(x)));
-  }
-#endif
-  for (; i < n; ++i) v[i] = v[i] * sigmoid_scalar(v[i]);
-}
-
 // gate ← silu(gate)·up
 void swiglu_chunk(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
@@ -79,7 +68,7 @@ void unary(const Tensor& out, const Tensor& x, ChunkFn chunk_fn) {
 
 void gelu(Stream&, const ops::GeluArgs& a) { unary(a.out, a.x, gelu_chunk); }
 
-void silu(Stream&, const ops::SiluArgs& a) { unary(a.out, a.x, silu_chunk); }
+void silu(Stream&, const ops::SiluArgs& a) { unary(a.out, a.x, silu_row); }
 
 void swiglu(Stream&, const ops::SwigluArgs& a) {
   const int64_t n = a.out.numel(), chunks = (n + kChunk - 1) / kChunk;

@@ -23,14 +23,6 @@ char* row_at(Tensor& t, int64_t b, int64_t i) {
   return static_cast<char*>(t.data) + (b * t.strides[0] + i * t.strides[1]) * int64_t(dtype_size(t.dtype));
 }
 
-void silu_in_place(float* v, int64_t n) {
-  int64_t i = 0;
-#ifdef DING_CPU_AVX2
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, silu8(_mm256_loadu_ps(v + i)));
-#endif
-  for (; i < n; ++i) v[i] = silu_scalar(v[i]);
-}
-
 }  // namespace
 
 void causal_conv1d(Stream&, const ops::CausalConv1dArgs& a) {
@@ -71,7 +63,7 @@ void causal_conv1d(Stream&, const ops::CausalConv1dArgs& a) {
         const float* const in = ring + (t + j) % K * C;
         for (int64_t c = 0; c < C; ++c) acc[c] += w[c] * in[c];
       }
-      if (a.activation == ops::ConvActivation::silu) silu_in_place(acc, C);
+      if (a.activation == ops::ConvActivation::silu) silu_row(acc, C);
       store_row(row_at(out, b, t), out.dtype, acc, C);
     }
   }

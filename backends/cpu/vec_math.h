@@ -124,6 +124,15 @@ inline __m256 gelu8(__m256 x) {
 inline __m256 silu8(__m256 x) { return _mm256_mul_ps(x, sigmoid8(x)); }
 #endif
 
+// v[i] ← silu(v[i]) for i < n: silu8 eight at a time, x·σ(x) for the rest.
+inline void silu_row(float* v, int64_t n) {
+  int64_t i = 0;
+#ifdef DING_CPU_AVX2
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, silu8(_mm256_loadu_ps(v + i)));
+#endif
+  for (; i < n; ++i) v[i] = v[i] * sigmoid_scalar(v[i]);
+}
+
 // acc[i] += src[i] for i < n, src in its stored dtype (a residual or position row added to an
 // f32 scratch row).
 inline void add_row(float* acc, const void* src, DType dtype, int64_t n) {
