@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "ding/ops/check.h"
 #include "ding/ops/dispatch.h"
 
@@ -9,12 +11,11 @@ namespace ding::ops {
 
 void validate(const Device& device, const CausalConv1dArgs& a) {
   Check c("causal_conv1d", device);
-  c.tensor("x", a.x, 3, 3);
-  c.float_dtype("x", a.x);
-  c.last_dim_contiguous("x", a.x);
-  c.tensor("out", a.out, 3, 3);
-  c.float_dtype("out", a.out);
-  c.last_dim_contiguous("out", a.out);
+  for (auto [name, t] : {std::pair{"x", &a.x}, {"out", &a.out}}) {
+    c.tensor(name, *t, 3, 3);
+    c.float_dtype(name, *t);
+    c.last_dim_contiguous(name, *t);
+  }
   c.same_shape("out", a.out, "x", a.x);
   c.tensor("weight", a.weight, 2, 2);
   c.float_dtype("weight", a.weight);

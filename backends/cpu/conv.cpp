@@ -9,21 +9,10 @@
 #include "kernels.h"
 #include "scratch.h"
 #include "simd.h"
+#include "strided.h"
 #include "vec_math.h"
 
 namespace ding::cpu {
-
-namespace {
-
-const char* row_at(const Tensor& t, int64_t b, int64_t i) {
-  return static_cast<const char*>(t.data) + (b * t.strides[0] + i * t.strides[1]) * int64_t(dtype_size(t.dtype));
-}
-
-char* row_at(Tensor& t, int64_t b, int64_t i) {
-  return static_cast<char*>(t.data) + (b * t.strides[0] + i * t.strides[1]) * int64_t(dtype_size(t.dtype));
-}
-
-}  // namespace
 
 void causal_conv1d(Stream&, const ops::CausalConv1dArgs& a) {
   const int64_t B = a.x.dim(0), T = a.x.dim(1), C = a.x.dim(2), K = a.weight.dim(1), S = K - 1;
@@ -43,10 +32,9 @@ void causal_conv1d(Stream&, const ops::CausalConv1dArgs& a) {
   // input rows to f32 once each, into a ring of K rows, so the window slides instead of reloading.
   constexpr int64_t kBlockRows = 64;
   const int64_t blocks_per_sequence = (T + kBlockRows - 1) / kBlockRows;
-  Tensor out = a.out;
   auto load_u = [&](float* dst, int64_t b, int64_t i) {  // row i of u = [state ; x]
-    if (i < S) load_row(dst, row_at(a.state, b, i), a.state.dtype, C);
-    else load_row(dst, row_at(a.x, b, i - S), a.x.dtype, C);
+    if (i < S) load_row(dst, row_bytes(a.state, b * S + i), a.state.dtype, C);
+    else load_row(dst, row_bytes(a.x, b * T + i - S), a.x.dtype, C);
   };
 #pragma omp parallel for schedule(static) if (B * T * C * K >= (1 << 15))
   for (int64_t block = 0; block < B * blocks_per_sequence; ++block) {
@@ -64,17 +52,16 @@ void causal_conv1d(Stream&, const ops::CausalConv1dArgs& a) {
         for (int64_t c = 0; c < C; ++c) acc[c] += w[c] * in[c];
       }
       if (a.activation == ops::ConvActivation::silu) silu_row(acc, C);
-      store_row(row_at(out, b, t), out.dtype, acc, C);
+      store_row(row_bytes_out(a.out, b * T + t), a.out.dtype, acc, C);
     }
   }
 
-  Tensor state = a.state;
   float* const row = thread_scratch(ScratchSlot::third, size_t(C));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < S; ++i) {  // new row i = u[T + i]: an old state row further on, or an x row
-      if (T + i < S) load_row(row, row_at(a.state, b, T + i), a.state.dtype, C);
-      else load_row(row, row_at(a.x, b, T + i - S), a.x.dtype, C);
-      store_row(row_at(state, b, i), state.dtype, row, C);
+      if (T + i < S) load_row(row, row_bytes(a.state, b * S + T + i), a.state.dtype, C);
+      else load_row(row, row_bytes(a.x, b * T + T + i - S), a.x.dtype, C);
+      store_row(row_bytes_out(a.state, b * S + i), a.state.dtype, row, C);
     }
 }
 

@@ -14,6 +14,7 @@
 #include "kernels.h"
 #include "scratch.h"
 #include "simd.h"
+#include "strided.h"
 
 namespace ding::cpu {
 
@@ -21,20 +22,20 @@ namespace {
 
 constexpr int64_t kChunk = 64, kChunkFrom = 32;
 
-const char* row_at(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
-  return static_cast<const char*>(t.data) +
-         (i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2]) * int64_t(dtype_size(t.dtype));
-}
-
+// Element (b, t, h) of a [B, T, H] tensor of any strides (g and β), as f32.
 float scalar_at(const Tensor& t, int64_t b, int64_t i, int64_t h) {
   float v;
-  load_row(&v, row_at(t, b, i, h), t.dtype, 1);
+  load_row(&v, static_cast<const char*>(t.data) + (b * t.strides[0] + i * t.strides[1] + h * t.strides[2]) *
+                                                       int64_t(dtype_size(t.dtype)),
+           t.dtype, 1);
   return v;
 }
 
 struct Head {  // one (sequence, value head): where its rows are, and its state
   const ops::GatedDeltaRuleArgs& a;
   int64_t b, h, kh, Dk, Dv;
+  // Row of token t in a [B, T, H, D] tensor: rows run over (b, t, head).
+  int64_t row(const Tensor& x, int64_t t, int64_t head) const { return (b * x.dim(1) + t) * x.dim(2) + head; }
   float scale;
   float* S;
 };
@@ -59,9 +60,9 @@ void recurrent(const Head& x, int64_t t0, int64_t t1) {
   float* const r = u + Dv;
   float* const o = r + Dv;
   for (int64_t t = t0; t < t1; ++t) {
-    load_row(q, row_at(a.q, x.b, t, x.kh), a.q.dtype, Dk);
-    load_row(k, row_at(a.k, x.b, t, x.kh), a.k.dtype, Dk);
-    load_row(u, row_at(a.v, x.b, t, x.h), a.v.dtype, Dv);
+    load_row(q, row_bytes(a.q, x.row(a.q, t, x.kh)), a.q.dtype, Dk);
+    load_row(k, row_bytes(a.k, x.row(a.k, t, x.kh)), a.k.dtype, Dk);
+    load_row(u, row_bytes(a.v, x.row(a.v, t, x.h)), a.v.dtype, Dv);
     for (int64_t d = 0; d < Dk; ++d) q[d] *= x.scale;
     const float alpha = std::exp(scalar_at(a.g, x.b, t, x.h)), beta = scalar_at(a.beta, x.b, t, x.h);
     std::fill(r, r + Dv, 0.0f);
@@ -73,7 +74,7 @@ void recurrent(const Head& x, int64_t t0, int64_t t1) {
       for (int64_t e = 0; e < Dv; ++e) row[e] = alpha * row[e] + k[d] * u[e];
       axpy(o, q[d], row, Dv);
     }
-    store_row(const_cast<char*>(row_at(a.out, x.b, t, x.h)), a.out.dtype, o, Dv);
+    store_row(row_bytes_out(a.out, x.row(a.out, t, x.h)), a.out.dtype, o, Dv);
   }
 }
 
@@ -92,9 +93,9 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
   float* const beta = G + chunk;
   float* const decay = beta + chunk;    // γ_n / γ_j
   for (int64_t i = 0; i < n; ++i) {
-    load_row(Q + i * Dk, row_at(a.q, x.b, t0 + i, x.kh), a.q.dtype, Dk);
-    load_row(K + i * Dk, row_at(a.k, x.b, t0 + i, x.kh), a.k.dtype, Dk);
-    load_row(R + i * Dv, row_at(a.v, x.b, t0 + i, x.h), a.v.dtype, Dv);
+    load_row(Q + i * Dk, row_bytes(a.q, x.row(a.q, t0 + i, x.kh)), a.q.dtype, Dk);
+    load_row(K + i * Dk, row_bytes(a.k, x.row(a.k, t0 + i, x.kh)), a.k.dtype, Dk);
+    load_row(R + i * Dv, row_bytes(a.v, x.row(a.v, t0 + i, x.h)), a.v.dtype, Dv);
     for (int64_t d = 0; d < Dk; ++d) Q[i * Dk + d] *= x.scale;
     G[i] = (i > 0 ? G[i - 1] : 0.0f) + scalar_at(a.g, x.b, t0 + i, x.h);
     beta[i] = scalar_at(a.beta, x.b, t0 + i, x.h);
@@ -128,7 +129,7 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
     const float gamma = std::exp(G[i]);
     for (int64_t e = 0; e < Dv; ++e) o[e] = gamma * QS[i * Dv + e];
     for (int64_t j = 0; j <= i; ++j) axpy(o, QK[i * chunk + j], U + j * Dv, Dv);
-    store_row(const_cast<char*>(row_at(a.out, x.b, t0 + i, x.h)), a.out.dtype, o, Dv);
+    store_row(row_bytes_out(a.out, x.row(a.out, t0 + i, x.h)), a.out.dtype, o, Dv);
   }
   // S ← γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ.
   const float gamma_n = std::exp(G[n - 1]);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "access.cuh"
+#include "attention.cuh"
 #include "check.h"
 #include "kernels.h"
 #include "reduce.cuh"
@@ -24,20 +25,12 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxPerLane = int(ops::kMaxDeltaRuleKeyDim) / 32;
 
-// Element strides of a [B, T, H, D] tensor (last dim contiguous) and of a [B, T, H] one.
-struct Strides4 {
-  int64_t b, t, h;
-  __device__ int64_t at(int64_t bi, int64_t ti, int64_t hi) const { return bi * b + ti * t + hi * h; }
-};
-
 struct DeltaShape {
   int64_t B, T, Hk, Hv;
   int Dk, Dv;
   float scale;
-  Strides4 q, k, v, out, g, beta;
+  attn::Strides3 q, k, v, out, g, beta;  // of [B, T, H, D] and [B, T, H] tensors
 };
-
-Strides4 strides_of(const Tensor& x) { return {x.strides[0], x.strides[1], x.strides[2]}; }
 
 __global__ void __launch_bounds__(kThreads)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
@@ -94,8 +87,8 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   sh.B = a.q.dim(0), sh.T = a.q.dim(1), sh.Hk = a.q.dim(2), sh.Hv = a.v.dim(2);
   sh.Dk = int(a.q.dim(3)), sh.Dv = int(a.v.dim(3));
   sh.scale = ops::delta_rule_scale(a);
-  sh.q = strides_of(a.q), sh.k = strides_of(a.k), sh.v = strides_of(a.v), sh.out = strides_of(a.out);
-  sh.g = strides_of(a.g), sh.beta = strides_of(a.beta);
+  sh.q = attn::strides3(a.q), sh.k = attn::strides3(a.k), sh.v = attn::strides3(a.v), sh.out = attn::strides3(a.out);
+  sh.g = attn::strides3(a.g), sh.beta = attn::strides3(a.beta);
   const int64_t warps = kThreads / s.props().warp_size;
   const int64_t blocks = sh.B * sh.Hv * ((sh.Dv + warps - 1) / warps);
   if (blocks > INT32_MAX)
