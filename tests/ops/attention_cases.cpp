@@ -18,17 +18,20 @@ namespace {
 // products of D terms, sums over Tk weights, a polynomial exp; ~1e-7 relative) plus the final
 // rounding to the output dtype. For f16/bf16 outputs that error only shows where it moves a value
 // across a rounding boundary: a 1-ulp flip costs ulp²/N of NMSE over N elements (12·rounding_nmse/N).
+// The f32 error is ~1e-6 of the output's scale where D is large (a 300-term dot feeds an exp), so
+// about 0.2% of the outputs sit close enough to a midpoint to flip, and a flip on an output above
+// the mean square costs more than one unit: the count's tail over 600 seeds reached 9 units on a
+// 5400-output f16 case. Allow 8 flips plus 0.3% of the elements, ≥ 2.5× that tail.
 double tolerance(DType out, int64_t elements) {
   if (out == DType::f32) return 5e-12;  // measured ≤ 2.2e-13 (S = 1100 decode), ≤ 3e-14 elsewhere
-  // Allow 4 flips plus 0.1% of the elements: measured ≤ 5e-10 (f16), ≤ 7e-11 (bf16) over 5 seeds.
-  return flip_nmse(out, elements, 1.0, 4) + 12e-3 * rounding_nmse(out);
+  return flip_nmse(out, elements, 1.0, 8) + 36e-3 * rounding_nmse(out);
 }
 
 const char* tolerance_reason(DType out) {
   switch (out) {
     case DType::f32: return "f32 accumulation of D-term dots and Tk-term sums with a ~2-ulp exp; measured <= 2.2e-13";
-    case DType::f16: return "f16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
-    default: return "bf16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
+    case DType::f16: return "f16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 8 + 0.3% flips";
+    default: return "bf16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 8 + 0.3% flips";
   }
 }
 
