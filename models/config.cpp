@@ -149,8 +149,11 @@ std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
     return r;
   };
   const int64_t C = c.d_model, q = mul(c.n_head, c.d_head), kv = mul(c.n_kv_head, c.d_head);
-  const int64_t qkv = add({q, mul(2, kv)});
-  const int64_t attention = add({mul(C, qkv), mul(q, C), c.qkv_bias ? qkv : 0, c.out_bias ? C : 0});
+  const int64_t qkv = add({c.attention_gate ? mul(2, q) : q, mul(2, kv)});
+  const int64_t qk_norms = c.qk_norm == QkNorm::whole_projection ? add({q, kv})
+                           : c.qk_norm == QkNorm::per_head      ? mul(2, c.d_head)
+                                                                : 0;
+  const int64_t attention = add({mul(C, qkv), mul(q, C), c.qkv_bias ? qkv : 0, c.out_bias ? C : 0, qk_norms});
   const int64_t ffn_weights = mul(mul(c.ffn == FfnKind::gated ? 3 : 2, C), c.d_ff);
   const int64_t ffn_biases = c.ffn_bias ? add({mul(c.ffn == FfnKind::gated ? 2 : 1, c.d_ff), C}) : 0;
   const int64_t norm_params = mul(c.norm == NormKind::layer_norm ? 2 : 1, C);
@@ -162,13 +165,24 @@ std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
                                                  : mul(C, q_heads);
   const int64_t latent = add({latent_query, mul(C, m.kv_lora_rank + m.rope_dim), m.kv_lora_rank,
                               mul(m.kv_lora_rank, mul(c.n_head, m.nope_dim + m.value_dim)), mul(mul(c.n_head, m.value_dim), C)});
+  // Gated DeltaNet: the q/k/v/z/b/a projection, the convolution, A_log and dt_bias, the gated
+  // norm, the output.
+  const LinearAttentionSpec& la = c.linear;
+  const int64_t channels = add({mul(2, mul(la.key_heads, la.key_dim)), mul(la.value_heads, la.value_dim)});
+  const int64_t values = mul(la.value_heads, la.value_dim);
+  const int64_t linear = add({mul(C, add({channels, values, mul(2, la.value_heads)})), mul(channels, la.conv_kernel),
+                              mul(2, la.value_heads), la.value_dim, mul(values, C)});
   const int64_t dense_ffn = add({ffn_weights, ffn_biases});
   // A mixture-of-experts feed-forward: the router, E experts and the shared ones, each a SwiGLU FFN.
-  const int64_t moe_ffn = add({mul(c.moe.experts, C), mul(mul(c.moe.experts, 3 * C), c.moe.d_ff), mul(3 * C, c.moe.shared_d_ff)});
+  const int64_t moe_ffn = add({mul(c.moe.experts, C), mul(mul(c.moe.experts, 3 * C), c.moe.d_ff), mul(3 * C, c.moe.shared_d_ff),
+                               c.moe.shared_gate ? C : 0});
   int64_t layers = 0;
-  for (const LayerSpec& l : c.layers)
-    layers = add({layers, l.mixer == MixerKind::latent_attention ? latent : attention, l.moe ? moe_ffn : dense_ffn,
-                  mul(2, norm_params)});
+  for (const LayerSpec& l : c.layers) {
+    const int64_t mixer = l.mixer == MixerKind::latent_attention   ? latent
+                          : l.mixer == MixerKind::linear_attention ? linear
+                                                                   : attention;
+    layers = add({layers, mixer, l.moe ? moe_ffn : dense_ffn, mul(2, norm_params)});
+  }
   const int64_t embeddings = mul(c.vocab_size, C);
   const int64_t total = add({layers, embeddings, norm_params, c.positions == PositionKind::learned ? mul(c.n_positions, C) : 0,
                              c.tied_embeddings ? 0 : embeddings});

@@ -19,9 +19,13 @@ enum class PositionKind : uint8_t { learned, rope };
 // mlp:   down(act(up(h) + b_up)) + b_down                    (GPT-2)
 // gated: down(silu(gate(h)) ⊙ up(h)), gate and up stacked    (Llama's SwiGLU)
 enum class FfnKind : uint8_t { mlp, gated };
-// What mixes tokens in a layer: softmax attention over a per-head KV cache, or multi-head latent
-// attention (DeepSeek-V2) over a cache of latents (ModelConfig::mla).
-enum class MixerKind : uint8_t { attention, latent_attention };
+// What mixes tokens in a layer: softmax attention over a per-head KV cache, multi-head latent
+// attention (DeepSeek-V2) over a cache of latents (ModelConfig::mla), or linear attention
+// (Qwen3-Next's Gated DeltaNet) over a state of constant size (ModelConfig::linear).
+enum class MixerKind : uint8_t { attention, latent_attention, linear_attention };
+// RMSNorm of q and k before the rotation: none; over the whole q and k projections, one norm of
+// H·D and one of Hkv·D (OLMoE); or per head over D (Qwen3, Qwen3-Next).
+enum class QkNorm : uint8_t { none, whole_projection, per_head };
 
 // One decoder layer's type: its mixer, how far back it sees, and its feed-forward.
 struct LayerSpec {
@@ -38,6 +42,7 @@ struct MoeSpec {
   int64_t d_ff = 0;           // one expert's hidden width
   ops::MoeRouteParams route;  // k, scoring, renormalisation (norm_topk_prob), routed_scaling_factor
   int64_t shared_d_ff = 0;    // the shared experts' hidden width, all of them together; 0: none
+  bool shared_gate = false;   // Qwen3-Next: the shared experts' output scaled by σ(w_gate · h), one logit per token
 };
 
 // Multi-head latent attention (ops/mla.h): queries from x directly or through a low-rank
@@ -50,6 +55,18 @@ struct MlaSpec {
   int64_t nope_dim = 0;      // Dn (qk_nope_head_dim)
   int64_t value_dim = 0;     // Dv (v_head_dim)
   float softmax_scale = 0;   // (Dn + Dr)^-½, times yarn_mscale(factor, mscale_all_dim)² under YaRN
+};
+
+// Gated DeltaNet (ops/delta_rule.h) as Qwen3-Next's linear_attention layers use it: q, k (Hk heads
+// of Dk) and v (Hv heads of Dv) from one projection through a short causal convolution, q and k
+// L2-normalised, the recurrence with gates from A_log and dt_bias, then RMSNorm(o)·silu(z).
+struct LinearAttentionSpec {
+  int64_t key_heads = 0;    // Hk (linear_num_key_heads)
+  int64_t value_heads = 0;  // Hv (linear_num_value_heads), a multiple of Hk
+  int64_t key_dim = 0;      // Dk (linear_key_head_dim)
+  int64_t value_dim = 0;    // Dv (linear_value_head_dim)
+  int64_t conv_kernel = 0;  // K (linear_conv_kernel_dim)
+  int64_t conv_channels() const { return 2 * key_heads * key_dim + value_heads * value_dim; }
 };
 
 struct ModelConfig {
@@ -71,13 +88,15 @@ struct ModelConfig {
   FfnKind ffn = FfnKind::mlp;
   ops::Activation activation = ops::Activation::gelu_tanh;  // the mlp's; gated FFNs use swiglu
   bool qkv_bias = false;        // biases of the q, k, v projections
-  bool qk_norm = false;         // OLMoE: RMSNorm over the whole q and k projections (not per head), before rope
+  QkNorm qk_norm = QkNorm::none;
+  bool attention_gate = false;  // Qwen3-Next: q_proj gives each head [q | gate]; the output is attn ⊙ σ(gate)
   float clip_qkv = 0;           // > 0: q, k and v clamped to [−clip_qkv, clip_qkv] after those norms (OLMoE)
   bool out_bias = false;        // of the attention's output projection
   bool ffn_bias = false;        // of the FFN's projections
   bool tied_embeddings = true;  // the LM head reuses the token embedding
   MoeSpec moe;                  // the layers with LayerSpec::moe
   MlaSpec mla;                  // the layers with MixerKind::latent_attention
+  LinearAttentionSpec linear;   // the layers with MixerKind::linear_attention
   std::vector<LayerSpec> layers;    // one per layer
   int32_t bos_token = -1;           // -1: none
   std::vector<int32_t> eos_tokens;  // generation stops on any of them; ids outside the vocabulary are kept

@@ -57,6 +57,7 @@ struct Segment {
   size_t plan = 0;
   int part = -1;  // -1: generated
   bool transposed = false;
+  int64_t stored_begin = 0;  // a straight part's first element in its stored tensor (its row range's start)
   int64_t units = 0;
   int64_t unit_elements = 1;
   size_t offset = 0;
@@ -205,10 +206,16 @@ void Upload::check() const {
           throw Error(ErrorCode::parse, fmt::format("{}: transposed, its rows are {} long, the weight's {}", where,
                                                     t.shape[0], plan.shape[1]));
         rows += t.shape[1];
+        if (part.row_begin != 0 || part.row_end != -1)
+          throw Error(ErrorCode::invalid_argument, fmt::format("{}: a transposed part takes the whole tensor", where));
       } else {
         if (t.shape.size() != plan.shape.size() || !std::equal(t.shape.begin() + 1, t.shape.end(), plan.shape.begin() + 1))
           throw Error(ErrorCode::parse, fmt::format("{}: the shapes differ after dim 0", where));
-        rows += t.shape[0];
+        const int64_t end = part.row_end < 0 ? t.shape[0] : part.row_end;
+        if (part.row_begin < 0 || part.row_begin > end || end > t.shape[0] || (part.row_end < 0 && part.row_end != -1))
+          throw Error(ErrorCode::parse, fmt::format("{}: rows [{}, {}) are not within its {} rows", where, part.row_begin,
+                                                    part.row_end, t.shape[0]));
+        rows += part.rows();
       }
     }
     if (rows != plan.shape[0]) {
@@ -234,8 +241,11 @@ void Upload::lay_out() {
       size_t at = offset;
       for (size_t p = 0; p < plan.parts.size(); ++p) {
         const StoredTensor& t = *plan.parts[p].tensor;
-        Segment s{.plan = i, .part = int(p), .transposed = plan.parts[p].transpose, .offset = at};
-        s.units = s.transposed ? t.shape[1] : t.numel();
+        const WeightPart& part = plan.parts[p];
+        const int64_t row_elements = t.shape.empty() || t.shape[0] == 0 ? 1 : t.numel() / t.shape[0];
+        Segment s{.plan = i, .part = int(p), .transposed = part.transpose, .stored_begin = part.row_begin * row_elements,
+                  .offset = at};
+        s.units = s.transposed ? t.shape[1] : part.rows() * row_elements;
         s.unit_elements = s.transposed ? t.shape[0] : 1;
         segments_.push_back(s);
         at += size_t(s.units * s.unit_elements) * dtype_size_;
@@ -332,11 +342,18 @@ bool Upload::run_task(const Task& task, char* out, size_t out_begin, Refusal& re
   const size_t stored_size = dtype_size(t.dtype);
   if (!s.transposed) {
     const int64_t n = task.end - task.begin;
-    const char* src = stored + size_t(task.begin) * stored_size;
-    if (weight_convert(out + (s.offset + size_t(task.begin) * dtype_size_ - out_begin), options_.dtype, src, t.dtype, n) ||
-        !options_.check_values)
+    const char* src = stored + size_t(s.stored_begin + task.begin) * stored_size;
+    char* dst = out + (s.offset + size_t(task.begin) * dtype_size_ - out_begin);
+    const float shift = plans_[s.plan].stored_offset;
+    if (shift != 0.0f) {  // small (norm weights): through f32, the offset added before the one rounding
+      std::vector<float> shifted(static_cast<size_t>(n));
+      weight_convert(shifted.data(), DType::f32, src, t.dtype, n);
+      for (float& v : shifted) v += shift;
+      if (weight_convert(dst, options_.dtype, shifted.data(), DType::f32, n) || !options_.check_values) return true;
+    } else if (weight_convert(dst, options_.dtype, src, t.dtype, n) || !options_.check_values) {
       return true;
-    refusal = {s.plan, s.part, task.begin + weight_first_refused(src, t.dtype, options_.dtype, n, 1, n)};
+    }
+    refusal = {s.plan, s.part, s.stored_begin + task.begin + weight_first_refused(src, t.dtype, options_.dtype, n, 1, n)};
     return false;
   }
   // Destination rows [begin, end) × columns [col_begin, col_end) of [N, K] from the stored [K, N].
@@ -407,7 +424,8 @@ void Upload::for_stored_bytes(const Chunk& chunk, bool first, F&& f) const {
     if (s.part < 0) continue;
     const StoredTensor& t = *plans_[s.plan].parts[size_t(s.part)].tensor;
     const size_t size = dtype_size(t.dtype);
-    if (!s.transposed) f(static_cast<const char*>(t.data) + size_t(p.begin) * size, size_t(p.end - p.begin) * size);
+    if (!s.transposed)
+      f(static_cast<const char*>(t.data) + size_t(s.stored_begin + p.begin) * size, size_t(p.end - p.begin) * size);
     else if (first ? p.begin == 0 : p.end == s.units) f(t.data, t.bytes);
   }
 }
@@ -460,7 +478,10 @@ UploadStats Upload::run(Buffer& arena) {
     const WeightPlan& plan = plans_[i];
     *plan.target = Tensor::view(base + plan_offsets_[i], &device_, options_.dtype, plan.shape.data(), int(plan.shape.size()));
     stats.bytes_written += plan.target->nbytes();
-    for (const WeightPart& part : plan.parts) stats.bytes_read += part.tensor->bytes;
+    for (const WeightPart& part : plan.parts)
+      stats.bytes_read += part.tensor->shape.empty() || part.tensor->shape[0] == 0
+                              ? part.tensor->bytes
+                              : part.tensor->bytes / size_t(part.tensor->shape[0]) * size_t(part.rows());
   }
   arena = std::move(weights);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -468,6 +489,11 @@ UploadStats Upload::run(Buffer& arena) {
 }
 
 }  // namespace
+
+int64_t WeightPart::rows() const {
+  if (tensor->shape.empty()) return 1;
+  return (row_end < 0 ? tensor->shape[0] : row_end) - row_begin;
+}
 
 UploadStats upload_weights(Device& device, std::span<WeightPlan> plans, Buffer& arena, const UploadOptions& options) {
   Upload upload(device, plans, options);

@@ -20,6 +20,10 @@ namespace ding {
 struct WeightPart {
   const StoredTensor* tensor = nullptr;
   bool transpose = false;  // stored [K, N] (2-D only): its rows of the destination are its columns
+  // Rows [row_begin, row_end) of dim 0 only (not with transpose), so a weight can gather blocks of
+  // rows in another order (Qwen3-Next's per-key-head q/k/v/z groups into q, k, v, z); -1: to the end.
+  int64_t row_begin = 0, row_end = -1;
+  int64_t rows() const;  // the rows this part contributes (dim 0 of the tensor, or its range)
 };
 
 enum class WeightInit : uint8_t { stored, normal, ones, zeros };
@@ -32,6 +36,10 @@ struct WeightPlan {
   float normal_std = 0.02f;        // init normal: N(0, σ²) from a counter-based generator (any thread order,
                                    // same values for the same seed and plan order)
   Tensor* target = nullptr;        // receives the view of the weight in the arena
+  // Added to every stored value (in f32, before the one rounding to the compute dtype): norm
+  // weights stored as w for a scale of 1 + w (Qwen3-Next) load as the scale. Generated weights
+  // take their init as it is.
+  float stored_offset = 0.0f;
 };
 
 struct UploadOptions {

@@ -3,8 +3,11 @@
 //   silu   y = x·σ(x)
 //   swiglu y = silu(gate) · up                          (the Llama FFN gate)
 //   clamp  y = min(max(x, lo), hi), NaN stays NaN       (torch.clamp; OLMoE's clip_qkv)
-// clamp also takes views with a contiguous last dimension and any strides in the others, so the
-// q, k and v parts of a fused q/k/v product are clamped in place where they lie.
+//   sigmoid_gate  y = x · σ(gate)                       (Qwen3-Next's attention output gate and
+//                                                        its shared expert's gate)
+// clamp and sigmoid_gate also take views with a contiguous last dimension and any strides in the
+// others, so the parts of a fused product are used where they lie. sigmoid_gate's gate is either
+// x's shape or x's with a last dim of 1: one gate per row of x.
 #pragma once
 #include "ding/device.h"
 #include "ding/profile.h"
@@ -34,17 +37,26 @@ struct ClampArgs {
   float hi;
 };
 
+struct SigmoidGateArgs {
+  Tensor out;   // [..., C], f32/f16/bf16, last dim contiguous; x itself or disjoint from it
+  Tensor x;     // [..., C], last dim contiguous
+  Tensor gate;  // [..., C] or [..., 1], last dim contiguous, disjoint from out
+};
+
 void validate(const Device& device, const GeluArgs& a);
 void validate(const Device& device, const SiluArgs& a);
 void validate(const Device& device, const SwigluArgs& a);
 void validate(const Device& device, const ClampArgs& a);
+void validate(const Device& device, const SigmoidGateArgs& a);
 Cost cost(const GeluArgs& a);
 Cost cost(const SiluArgs& a);
 Cost cost(const SwigluArgs& a);
 Cost cost(const ClampArgs& a);
+Cost cost(const SigmoidGateArgs& a);
 void gelu(Stream& stream, Tensor out, Tensor x);
 void silu(Stream& stream, Tensor out, Tensor x);
 void swiglu(Stream& stream, Tensor out, Tensor gate, Tensor up);
 void clamp(Stream& stream, Tensor out, Tensor x, float lo, float hi);
+void sigmoid_gate(Stream& stream, Tensor out, Tensor x, Tensor gate);
 
 }  // namespace ding::ops

@@ -56,6 +56,17 @@ void validate(const Device& device, const GatedDeltaRuleArgs& a) {
     c.disjoint("state", a.state, name, *t);
   }
   c.disjoint("out", a.out, "state", a.state);
+  const DeltaRuleGates& gates = p.gates;
+  if (gates.given() || gates.dt_bias.defined()) {
+    for (auto [name, t] : {std::pair{"gates.a_log", &gates.a_log}, {"gates.dt_bias", &gates.dt_bias}}) {
+      c.tensor(name, *t, 1, 1);
+      c.float_dtype(name, *t);
+      c.contiguous(name, *t);
+      c.dim(name, *t, 0, Hv, "Hv (from v)");
+      c.disjoint("out", a.out, name, *t);
+      c.disjoint("state", a.state, name, *t);
+    }
+  }
 }
 
 Cost cost(const GatedDeltaRuleArgs& a) {

@@ -22,6 +22,7 @@
 //   S_n = γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ
 // Equal to the recurrent form in exact arithmetic; `chunk` picks the chunk length.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "ding/device.h"
@@ -33,8 +34,20 @@ namespace ding::ops {
 // registers.
 inline constexpr int64_t kMaxDeltaRuleKeyDim = 256;
 
+// Gated DeltaNet's gates as Qwen3-Next parametrises them, applied where g and beta are read: with
+// a_log given, g holds each token's decay input a_t and beta its write logit b_t, and the op uses
+//   g_t = −e^(A_log[h]) · softplus(a_t + dt_bias[h]),   β_t = σ(b_t)
+// (softplus(x) = ln(1 + eˣ), and x itself above 20, as torch's). Saves a pass over [B, T, Hv] and
+// a launch per layer.
+struct DeltaRuleGates {
+  Tensor a_log;    // [Hv], f32/f16/bf16, contiguous; absent: g and beta are used as given
+  Tensor dt_bias;  // [Hv], f32/f16/bf16, contiguous
+  bool given() const { return a_log.defined(); }
+};
+
 struct GatedDeltaRuleParams {
   float scale = 0.0f;  // s; 0 = 1/√Dk
+  DeltaRuleGates gates;
   // Tokens per chunk of the chunk-wise form, ≤ kMaxDeltaRuleChunk; 0: the backend's choice. The
   // reference computes the chunk-wise form for chunk > 0 and the recurrent one for 0.
   int64_t chunk = 0;
@@ -54,6 +67,8 @@ struct GatedDeltaRuleArgs {
 };
 
 float delta_rule_scale(const GatedDeltaRuleArgs& a);
+// softplus as torch computes it (threshold 20), in the op's float and double forms.
+inline double delta_rule_softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 void validate(const Device& device, const GatedDeltaRuleArgs& a);
 Cost cost(const GatedDeltaRuleArgs& a);
 void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,

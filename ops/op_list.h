@@ -14,6 +14,7 @@
   X(silu, SiluArgs)                         \
   X(swiglu, SwigluArgs)                     \
   X(clamp, ClampArgs)                       \
+  X(sigmoid_gate, SigmoidGateArgs)          \
   X(embedding, EmbeddingArgs)               \
   X(rope, RopeArgs)                         \
   X(attention_prefill, AttentionPrefillArgs) \

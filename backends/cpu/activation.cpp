@@ -37,6 +37,16 @@ void swiglu_chunk(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = gate[i] * sigmoid_scalar(gate[i]) * up[i];
 }
 
+// x ← x·σ(gate)
+void sigmoid_gate_chunk(float* x, const float* gate, int64_t n) {
+  int64_t i = 0;
+#ifdef DING_CPU_AVX2
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sigmoid8(_mm256_loadu_ps(gate + i))));
+#endif
+  for (; i < n; ++i) x[i] *= sigmoid_scalar(gate[i]);
+}
+
 // v ← min(max(v, lo), hi). maxps and minps return their second operand when either is NaN, so
 // with v second a NaN stays NaN, as in the scalar form (whose comparisons are false for it).
 void clamp_chunk(float* v, int64_t n, float lo, float hi) {
@@ -97,6 +107,29 @@ void clamp(Stream&, const ops::ClampArgs& a) {
     const int64_t r = item / chunks_per_row, begin = item % chunks_per_row * kChunk, len = std::min(kChunk, cols - begin);
     load_row(v, row_bytes(a.x, r) + begin * int64_t(in_size), a.x.dtype, len);
     clamp_chunk(v, len, lo, hi);
+    store_row(row_bytes_out(a.out, r) + begin * int64_t(out_size), a.out.dtype, v, len);
+  }
+}
+
+// Rows of the views' last dimension, in chunks; a gate of one value per row is spread over the
+// chunk first, so one loop serves both gate shapes.
+void sigmoid_gate(Stream&, const ops::SigmoidGateArgs& a) {
+  const int64_t n = a.x.numel(), cols = a.x.dim(-1), rows = n / cols;
+  const int64_t chunks_per_row = (cols + kChunk - 1) / kChunk, items = rows * chunks_per_row;
+  const bool per_row = a.gate.dim(-1) == 1 && cols != 1;
+  const size_t x_size = dtype_size(a.x.dtype), gate_size = dtype_size(a.gate.dtype), out_size = dtype_size(a.out.dtype);
+#pragma omp parallel for schedule(static) if (n >= kParallelMinimum)
+  for (int64_t item = 0; item < items; ++item) {
+    alignas(32) float v[kChunk], gate[kChunk];
+    const int64_t r = item / chunks_per_row, begin = item % chunks_per_row * kChunk, len = std::min(kChunk, cols - begin);
+    load_row(v, row_bytes(a.x, r) + begin * int64_t(x_size), a.x.dtype, len);
+    if (per_row) {
+      load_row(gate, row_bytes(a.gate, r), a.gate.dtype, 1);
+      std::fill(gate + 1, gate + len, gate[0]);
+    } else {
+      load_row(gate, row_bytes(a.gate, r) + begin * int64_t(gate_size), a.gate.dtype, len);
+    }
+    sigmoid_gate_chunk(v, gate, len);
     store_row(row_bytes_out(a.out, r) + begin * int64_t(out_size), a.out.dtype, v, len);
   }
 }

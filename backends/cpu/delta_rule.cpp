@@ -22,18 +22,32 @@ namespace {
 
 constexpr int64_t kChunk = 64, kChunkFrom = 32;
 
-// Element (b, t, h) of a [B, T, H] tensor of any strides (g and β), as f32.
+// Element (b, t, h) of a [B, T, H] tensor of any strides (g and β), as f32; of a [H] one at (0, 0, h).
 float scalar_at(const Tensor& t, int64_t b, int64_t i, int64_t h) {
   float v;
-  load_row(&v, static_cast<const char*>(t.data) + (b * t.strides[0] + i * t.strides[1] + h * t.strides[2]) *
+  const int64_t at = t.rank == 1 ? h * t.strides[0] : b * t.strides[0] + i * t.strides[1] + h * t.strides[2];
+  load_row(&v, static_cast<const char*>(t.data) + at *
                                                        int64_t(dtype_size(t.dtype)),
            t.dtype, 1);
   return v;
 }
 
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
 struct Head {  // one (sequence, value head): where its rows are, and its state
   const ops::GatedDeltaRuleArgs& a;
   int64_t b, h, kh, Dk, Dv;
+  // Token t's log decay g_t and write strength β_t, through the gates where the call has them.
+  float g(int64_t t) const {
+    const float g = scalar_at(a.g, b, t, h);
+    const ops::DeltaRuleGates& gates = a.params.gates;
+    if (!gates.given()) return g;
+    return -std::exp(scalar_at(gates.a_log, 0, 0, h)) * softplus(g + scalar_at(gates.dt_bias, 0, 0, h));
+  }
+  float beta(int64_t t) const {
+    const float b_t = scalar_at(a.beta, b, t, h);
+    return a.params.gates.given() ? 1.0f / (1.0f + std::exp(-b_t)) : b_t;
+  }
   // Row of token t in a [B, T, H, D] tensor: rows run over (b, t, head).
   int64_t row(const Tensor& x, int64_t t, int64_t head) const { return (b * x.dim(1) + t) * x.dim(2) + head; }
   float scale;
@@ -64,7 +78,7 @@ void recurrent(const Head& x, int64_t t0, int64_t t1) {
     load_row(k, row_bytes(a.k, x.row(a.k, t, x.kh)), a.k.dtype, Dk);
     load_row(u, row_bytes(a.v, x.row(a.v, t, x.h)), a.v.dtype, Dv);
     for (int64_t d = 0; d < Dk; ++d) q[d] *= x.scale;
-    const float alpha = std::exp(scalar_at(a.g, x.b, t, x.h)), beta = scalar_at(a.beta, x.b, t, x.h);
+    const float alpha = std::exp(x.g(t)), beta = x.beta(t);
     std::fill(r, r + Dv, 0.0f);
     for (int64_t d = 0; d < Dk; ++d) axpy(r, k[d], x.S + d * Dv, Dv);
     for (int64_t e = 0; e < Dv; ++e) u[e] = beta * (u[e] - alpha * r[e]);
@@ -97,8 +111,8 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
     load_row(K + i * Dk, row_bytes(a.k, x.row(a.k, t0 + i, x.kh)), a.k.dtype, Dk);
     load_row(R + i * Dv, row_bytes(a.v, x.row(a.v, t0 + i, x.h)), a.v.dtype, Dv);
     for (int64_t d = 0; d < Dk; ++d) Q[i * Dk + d] *= x.scale;
-    G[i] = (i > 0 ? G[i - 1] : 0.0f) + scalar_at(a.g, x.b, t0 + i, x.h);
-    beta[i] = scalar_at(a.beta, x.b, t0 + i, x.h);
+    G[i] = (i > 0 ? G[i - 1] : 0.0f) + x.g(t0 + i);
+    beta[i] = x.beta(t0 + i);
   }
   // K S_0 and Q S_0, row by row along S's rows.
   std::fill(QS, QS + n * Dv, 0.0f);

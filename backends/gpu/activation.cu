@@ -1,4 +1,4 @@
-// gelu, silu, swiglu and clamp on the GPU. Contiguous tensors have element i at offset i in
+// gelu, silu, swiglu, clamp and sigmoid_gate on the GPU. Contiguous tensors have element i at offset i in
 // each: a grid-stride loop moves N-element vectors (16 bytes on the widest side) while every
 // base pointer is aligned for them, else single elements; the n mod N elements past the last
 // vector go one to each of the grid's first threads. clamp's strided views go row by row
@@ -117,6 +117,20 @@ __global__ void unary_rows_kernel(Out out, RowLayout out_rows, In x, RowLayout x
   }
 }
 
+// out, x: [..., cols] and gate [..., cols] (gate_step 1) or [..., 1] (gate_step 0), rows where their
+// layouts put them; one element per thread.
+template <class Out, class In, class Gate>
+__global__ void sigmoid_gate_kernel(Out out, RowLayout out_rows, In x, RowLayout x_rows, Gate gate, RowLayout gate_rows,
+                                    int64_t rows, int64_t cols, int64_t gate_step) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t out_at = row_offset(out_rows, r), x_at = row_offset(x_rows, r), gate_at = row_offset(gate_rows, r);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float t = gate.load(gate_at + c * gate_step);
+      out.store(out_at + c, x_sigmoid(x.load(x_at + c), 1.0f, t, 0.0f));
+    }
+  }
+}
+
 // Enough blocks for one vector per thread, at most 16 per multiprocessor (the loop strides).
 unsigned grid_for(const GpuStream& s, int64_t n, int N) {
   return unsigned(std::min<int64_t>(ceil_div(std::max<int64_t>(n / N, 1), kThreads), int64_t(s.props().sm_count) * 16));
@@ -171,6 +185,17 @@ void unary_rows(Stream& stream, const Tensor& out, const Tensor& x, Op op) {
 }  // namespace
 
 void gelu(Stream& stream, const ops::GeluArgs& a) { unary(stream, a.out, a.x, Gelu{}); }
+
+// Any dtype mix through AnyFloat: the gates are a small share of a layer's time.
+void sigmoid_gate(Stream& stream, const ops::SigmoidGateArgs& a) {
+  GpuStream& s = gpu_stream(stream);
+  const int64_t cols = a.x.dim(-1), rows = a.x.numel() / cols;
+  const dim3 block = row_block(cols);
+  sigmoid_gate_kernel<<<row_grid(s, rows, block), block, 0, s.handle()>>>(
+      any_float(a.out), row_layout(a.out), any_float(a.x), row_layout(a.x), any_float(a.gate), row_layout(a.gate), rows,
+      cols, a.gate.dim(-1) == cols ? 1 : 0);
+  DING_GPU_CHECK_LAUNCH("sigmoid_gate_kernel");
+}
 
 void silu(Stream& stream, const ops::SiluArgs& a) { unary(stream, a.out, a.x, Silu{}); }
 

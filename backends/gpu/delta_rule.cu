@@ -30,7 +30,11 @@ struct DeltaShape {
   int Dk, Dv;
   float scale;
   attn::Strides3 q, k, v, out, g, beta;  // of [B, T, H, D] and [B, T, H] tensors
+  bool gated;                              // params.gates
+  AnyFloat a_log, dt_bias;
 };
+
+__device__ inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 __global__ void __launch_bounds__(kThreads)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
@@ -52,7 +56,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int64_t t = 0; t < sh.T; ++t) {
     const int64_t qk_row = sh.q.at(b, t, kh), k_row = sh.k.at(b, t, kh);
-    const float alpha = expf(g.load(sh.g.at(b, t, h))), strength = beta.load(sh.beta.at(b, t, h));
+    const float g_in = g.load(sh.g.at(b, t, h)), b_in = beta.load(sh.beta.at(b, t, h));
+    const float alpha = sh.gated ? expf(-expf(sh.a_log.load(h)) * softplus(g_in + sh.dt_bias.load(h))) : expf(g_in);
+    const float strength = sh.gated ? 1.0f / (1.0f + expf(-b_in)) : b_in;
     float kd[kMaxPerLane], r = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
@@ -89,6 +95,8 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   sh.scale = ops::delta_rule_scale(a);
   sh.q = attn::strides3(a.q), sh.k = attn::strides3(a.k), sh.v = attn::strides3(a.v), sh.out = attn::strides3(a.out);
   sh.g = attn::strides3(a.g), sh.beta = attn::strides3(a.beta);
+  sh.gated = a.params.gates.given();
+  if (sh.gated) sh.a_log = any_float(a.params.gates.a_log), sh.dt_bias = any_float(a.params.gates.dt_bias);
   const int64_t warps = kThreads / s.props().warp_size;
   const int64_t blocks = sh.B * sh.Hv * ((sh.Dv + warps - 1) / warps);
   if (blocks > INT32_MAX)

@@ -1,5 +1,5 @@
 // Pointwise activations, one element per work item; each element is read before it is written,
-// so out may be the input itself. clamp's views reach their elements through their row starts
+// so out may be the input itself. clamp's and sigmoid_gate's views reach their elements through their row starts
 // (the last dimension is contiguous).
 #include "elements.h"
 #include "kernels.h"
@@ -34,6 +34,16 @@ void clamp(Stream&, const ops::ClampArgs& a) {
     const int64_t r = i / C, c = i % C;
     const float v = x.load(x_rows(r) + c);
     out.store(out_rows(r) + c, v < lo ? lo : v > hi ? hi : v);
+  });
+}
+
+void sigmoid_gate(Stream&, const ops::SigmoidGateArgs& a) {
+  const Elements out = elements(a.out), x = elements(a.x), gate = elements(a.gate);
+  const RowStarts out_rows = row_starts(a.out), x_rows = row_starts(a.x), gate_rows = row_starts(a.gate);
+  const int64_t C = a.x.dim(-1), gate_step = a.gate.dim(-1) == C ? 1 : 0;
+  Kokkos::parallel_for("ding::sigmoid_gate", Range(0, a.x.numel()), KOKKOS_LAMBDA(const int64_t i) {
+    const int64_t r = i / C, c = i % C;
+    out.store(out_rows(r) + c, x.load(x_rows(r) + c) / (1.0f + expf(-gate.load(gate_rows(r) + c * gate_step))));
   });
 }
 

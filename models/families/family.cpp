@@ -16,11 +16,12 @@ const Family& llama_family();
 const Family& mixtral_family();
 const Family& olmoe_family();
 const Family& deepseek_v2_family();
+const Family& qwen3_next_family();
 
 namespace {
 
-std::array<const Family*, 5> families() {
-  return {&gpt2_family(), &llama_family(), &mixtral_family(), &olmoe_family(), &deepseek_v2_family()};
+std::array<const Family*, 6> families() {
+  return {&gpt2_family(), &llama_family(), &mixtral_family(), &olmoe_family(), &deepseek_v2_family(), &qwen3_next_family()};
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -80,9 +81,26 @@ void WeightMap::lm_head(Tensor* target, int64_t rows, int64_t cols) {
   prefix_ = prefix;
 }
 
-void WeightMap::vector(Tensor* target, const std::string& name, int64_t n, WeightInit generated) {
-  WeightPlan p{.name = prefix_ + name, .shape = {n}, .init = files_ ? WeightInit::stored : generated, .target = target};
+void WeightMap::vector(Tensor* target, const std::string& name, int64_t n, WeightInit generated, float stored_offset) {
+  WeightPlan p{.name = prefix_ + name, .shape = {n}, .init = files_ ? WeightInit::stored : generated, .target = target,
+               .stored_offset = stored_offset};
   if (files_) p.parts.push_back({stored(name, {n}), false});
+  plans_.push_back(std::move(p));
+}
+
+void WeightMap::tensor(Tensor* target, const std::string& name, std::vector<int64_t> shape) {
+  WeightPlan p{.name = prefix_ + name, .shape = shape, .init = files_ ? WeightInit::stored : WeightInit::normal, .target = target};
+  if (files_) p.parts.push_back({stored(name, std::move(shape)), false});
+  plans_.push_back(std::move(p));
+}
+
+void WeightMap::gathered(Tensor* target, const std::string& label, std::span<const RowBlock> blocks, int64_t cols) {
+  int64_t total = 0;
+  for (const RowBlock& b : blocks) total += b.end - b.begin;
+  WeightPlan p{.name = prefix_ + label, .shape = {total, cols}, .init = files_ ? WeightInit::stored : WeightInit::normal, .target = target};
+  if (files_)
+    for (const RowBlock& b : blocks)
+      p.parts.push_back({.tensor = stored(b.name, {b.tensor_rows, cols}), .row_begin = b.begin, .row_end = b.end});
   plans_.push_back(std::move(p));
 }
 

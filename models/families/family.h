@@ -50,8 +50,19 @@ class WeightMap {
   // Row blocks stacked into one [Σ rows, cols] weight, in the order given (q, k, v; gate, up).
   void stacked(Tensor* target, const std::string& fused_name, std::span<const std::string> names,
                std::span<const int64_t> rows, int64_t cols);
-  // A vector [n]: init ones when generated (norm weights) or zeros (biases).
-  void vector(Tensor* target, const std::string& name, int64_t n, WeightInit generated);
+  // A vector [n]: init ones when generated (norm weights) or zeros (biases). stored_offset is
+  // added to the stored values (WeightPlan::stored_offset: zero-centred norms load as 1 + w).
+  void vector(Tensor* target, const std::string& name, int64_t n, WeightInit generated, float stored_offset = 0.0f);
+  // A tensor of any rank as stored (a convolution's [C, 1, K]); generated normal.
+  void tensor(Tensor* target, const std::string& name, std::vector<int64_t> shape);
+  // Rows [begin, end) of a stored [tensor_rows, cols] matrix.
+  struct RowBlock {
+    std::string name;
+    int64_t tensor_rows, begin, end;
+  };
+  // Row blocks of stored matrices, in the order given, as one [Σ (end − begin), cols] weight:
+  // rows regrouped at load (Qwen3-Next's per-key-head projections into q, k, v, …).
+  void gathered(Tensor* target, const std::string& label, std::span<const RowBlock> blocks, int64_t cols);
   // An untied LM head [V, C]: "lm_head.weight", outside the decoder's prefix in every family's
   // *ForCausalLM checkpoints (tied ones omit it or repeat the embedding).
   void lm_head(Tensor* target, int64_t rows, int64_t cols);

@@ -141,10 +141,10 @@ void gated_ffn_weights(WeightMap& map, const ModelConfig& c, const std::string& 
 }
 
 void moe_layer_weights(WeightMap& map, const ModelConfig& c, int64_t layer, const char* moe, const char* gate,
-                       const char* up, const char* down, MoeWeights& m) {
+                       const char* up, const char* down, MoeWeights& m, float norm_offset) {
   const int64_t C = c.d_model, F = c.moe.d_ff, E = c.moe.experts;
   const std::string p = fmt::format("layers.{}.", layer), prefix = p + moe;
-  map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones);
+  map.vector(&m.norm_w, p + "post_attention_layernorm.weight", C, WeightInit::ones, norm_offset);
   map.matrix(&m.router_w, prefix + "gate.weight", E, C);
   std::vector<std::string> up_names, down_names;
   for (int64_t e = 0; e < E; ++e) {

@@ -24,8 +24,9 @@ void gated_ffn_weights(WeightMap& map, const ModelConfig& c, const std::string& 
 // post-attention norm, the router (<moe>gate.weight) and the routed experts, expert e's `gate` and
 // `up` matrices (<moe>experts.<e>.<name>) stacked into MoeWeights::up_w expert after expert and its
 // `down` into down_w; transformers 5's fused experts.gate_up_proj / experts.down_proj load too.
+// norm_offset: the post-attention norm's stored_offset (1 for zero-centred norms).
 void moe_layer_weights(WeightMap& map, const ModelConfig& c, int64_t layer, const char* moe, const char* gate,
-                       const char* up, const char* down, MoeWeights& m);
+                       const char* up, const char* down, MoeWeights& m, float norm_offset = 0.0f);
 // Layer `layer`'s input norm, fused q/k/v (and biases) and output projection.
 void llama_attention_weights(WeightMap& map, const ModelConfig& c, int64_t layer, AttentionWeights& a);
 

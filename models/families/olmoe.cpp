@@ -28,7 +28,7 @@ class Olmoe final : public Family {
     if (c.n_head * c.d_head != c.d_model)
       f.fail(fmt::format("head_dim = {} × num_attention_heads = {} must equal hidden_size = {} (olmoe normalises q over "
                          "hidden_size)", c.d_head, c.n_head, c.d_model));
-    c.qk_norm = true;
+    c.qk_norm = QkNorm::whole_projection;
     if (f.has("clip_qkv")) c.clip_qkv = float(f.positive_number("clip_qkv"));
     c.ffn = FfnKind::gated;
     c.activation = ops::Activation::swiglu;

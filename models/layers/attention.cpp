@@ -39,7 +39,8 @@ void rotate_chunk(const Step& s, const AttentionWeights& w, const Tensor& heads)
 
 std::vector<std::string_view> self_attention_ops(const ModelConfig& c) {
   std::vector<std::string_view> ops = {"matmul", "kv_append", "attention_prefill", "attention_decode"};
-  if (c.qk_norm) ops.push_back("rms_norm");
+  if (c.qk_norm != QkNorm::none) ops.push_back("rms_norm");
+  if (c.attention_gate) ops.push_back("sigmoid_gate");
   if (c.clip_qkv > 0) ops.push_back("clamp");
   if (c.positions == PositionKind::rope) ops.push_back("rope");  // prefill's rotation; decode's is in attention_decode
   return ops;
@@ -51,24 +52,36 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
   if (!cache) throw Error(ErrorCode::internal, fmt::format("layer {}: self_attention needs a KvCache", s.layer));
   const int64_t n = s.n, H = c.n_head, Hkv = c.n_kv_head, D = c.d_head;
   const DType dt = s.x.dtype;
-  const Tensor qkv = s.scratch->take(dt, {n, (H + 2 * Hkv) * D});
+  // With the output gate, q's rows are [q_h ; gate_h] per head: Q = 2·H·D columns, else H·D.
+  const int64_t Q = (c.attention_gate ? 2 : 1) * H * D;
+  const Tensor qkv = s.scratch->take(dt, {n, Q + 2 * Hkv * D});
   const Tensor attended = s.scratch->take(dt, {n, H * D});
   ops::matmul(*s.stream, qkv, s.x, w.qkv_w, {.bias = w.qkv_b, .norm = prologue(c, w.norm_w, w.norm_b)});
 
-  Tensor heads = qkv.reshape({n, H + 2 * Hkv, D});
-  const Tensor v = heads.slice(1, H + Hkv, H + 2 * Hkv);
-  if (c.qk_norm) {
-    // OLMoE: q and k normalised over their whole projections into one [n, (H + Hkv)·D] buffer, so
-    // they stay adjacent heads (one rope launch below), then q, k and v clipped.
-    const Tensor qk = s.scratch->take(dt, {n, (H + Hkv) * D});
+  const Tensor q_heads = c.attention_gate ? qkv.slice(1, 0, Q).unflatten(1, H).slice(2, 0, D) : qkv.slice(1, 0, Q).unflatten(1, H);
+  const Tensor k_heads = qkv.slice(1, Q, Q + Hkv * D).unflatten(1, Hkv);
+  const Tensor v = qkv.slice(1, Q + Hkv * D, Q + 2 * Hkv * D).unflatten(1, Hkv);
+  Tensor heads = qkv.slice(1, 0, Q + Hkv * D).unflatten(1, H + Hkv);  // q then k heads, adjacent without a gate
+  if (c.qk_norm != QkNorm::none) {
+    // q and k normalised into one [n, H + Hkv, D] buffer, so they are adjacent heads (one rope
+    // launch below): over their whole projections (OLMoE, then q, k and v clipped) or per head.
+    const Tensor qk = s.scratch->take(dt, {n, H + Hkv, D});
     const ops::RmsNormParams eps{.eps = c.norm_eps};
-    ops::rms_norm(*s.stream, qk.slice(1, 0, H * D), qkv.slice(1, 0, H * D), w.q_norm_w, eps);
-    ops::rms_norm(*s.stream, qk.slice(1, H * D, (H + Hkv) * D), qkv.slice(1, H * D, (H + Hkv) * D), w.k_norm_w, eps);
+    if (c.qk_norm == QkNorm::whole_projection) {
+      const Tensor flat = qk.reshape({n, (H + Hkv) * D});
+      ops::rms_norm(*s.stream, flat.slice(1, 0, H * D), qkv.slice(1, 0, H * D), w.q_norm_w, eps);
+      ops::rms_norm(*s.stream, flat.slice(1, H * D, (H + Hkv) * D), qkv.slice(1, H * D, (H + Hkv) * D), w.k_norm_w, eps);
+    } else {
+      ops::rms_norm(*s.stream, qk.slice(1, 0, H), q_heads, w.q_norm_w, eps);
+      ops::rms_norm(*s.stream, qk.slice(1, H, H + Hkv), k_heads, w.k_norm_w, eps);
+    }
     if (c.clip_qkv > 0) {
       ops::clamp(*s.stream, qk, qk, -c.clip_qkv, c.clip_qkv);
       ops::clamp(*s.stream, v, v, -c.clip_qkv, c.clip_qkv);
     }
-    heads = qk.reshape({n, H + Hkv, D});
+    heads = qk;
+  } else if (c.attention_gate) {
+    throw Error(ErrorCode::internal, fmt::format("layer {}: the attention output gate comes with q/k norms", s.layer));
   }
   const Tensor q = heads.slice(1, 0, H), k = heads.slice(1, H, H + Hkv);
   const bool rope = c.positions == PositionKind::rope;
@@ -97,6 +110,10 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
       ops::attention_prefill(*s.stream, attended.reshape({1, n, H, D}), q.unsqueeze(0), k_seq.slice(1, 0, keys),
                              v_seq.slice(1, 0, keys), params);
     }
+  }
+  if (c.attention_gate) {
+    const Tensor gate = qkv.slice(1, 0, Q).unflatten(1, H).slice(2, D, 2 * D);
+    ops::sigmoid_gate(*s.stream, attended.reshape({n, H, D}), attended.reshape({n, H, D}), gate);
   }
   ops::matmul(*s.stream, s.x, attended, w.out_w, {.bias = w.out_b, .residual = s.x});
 }

@@ -27,6 +27,11 @@ double layer_cache_bytes(const ModelConfig& c, int64_t layer, DType dtype, int64
              double(c.d_head) * double(dtype_size(dtype));
     case MixerKind::latent_attention:
       return double(max_batch) * double(max_tokens) * double(c.mla.kv_lora_rank + c.mla.rope_dim) * double(dtype_size(dtype));
+    case MixerKind::linear_attention: {  // no term in max_tokens: the same at any context
+      const LinearAttentionSpec& la = c.linear;
+      return double(max_batch) * (double(la.conv_kernel - 1) * double(la.conv_channels()) * double(dtype_size(dtype)) +
+                                  double(la.value_heads) * double(la.key_dim) * double(la.value_dim) * 4.0);
+    }
   }
   throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
 }
@@ -40,6 +45,8 @@ std::unique_ptr<LayerCache> make_layer_cache(const ModelConfig& c, int64_t layer
                                        c.d_head);
     case MixerKind::latent_attention:
       return std::make_unique<LatentCache>(device, dtype, max_batch, max_tokens, c.mla.kv_lora_rank + c.mla.rope_dim);
+    case MixerKind::linear_attention:
+      return std::make_unique<LinearAttentionCache>(device, dtype, max_batch, c.linear);
   }
   throw Error(ErrorCode::internal, fmt::format("layer {}: no cache for its mixer kind", layer));
 }
@@ -53,19 +60,28 @@ double model_cache_bytes(const ModelConfig& c, DType dtype, int64_t batch, int64
 
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
   // A block takes its mixer's tensors and then its feed-forward's between resets; each take is
-  // rounded up to 256 bytes. Attention takes two (qkv, its output), three with OLMoE's q/k norms
-  // (the normalised q and k); latent attention five (q, the query bottleneck, the kv_a product,
-  // the cache rows, its output).
-  const int64_t qk_normed = c.qk_norm ? (c.n_head + c.n_kv_head) * c.d_head : 0;
+  // rounded up to 256 bytes. Attention takes two (qkv, its output), three with q/k norms (the
+  // normalised q and k); latent attention five (q, the query bottleneck, the kv_a product, the
+  // cache rows, its output); linear attention six (the projection, z, the convolution's output,
+  // the normalised q and k, the recurrence's output, its gated norm).
+  const int64_t qk_normed = c.qk_norm != QkNorm::none ? (c.n_head + c.n_kv_head) * c.d_head : 0;
+  const int64_t q_rows = (c.attention_gate ? 2 : 1) * c.n_head * c.d_head;
   const size_t attention =
-      size_t(rows * ((c.n_head + 2 * c.n_kv_head) * c.d_head + c.n_head * c.d_head + qk_normed)) * dtype_size(dtype) + 3 * 256;
+      size_t(rows * (q_rows + 2 * c.n_kv_head * c.d_head + c.n_head * c.d_head + qk_normed)) * dtype_size(dtype) + 3 * 256;
+  const LinearAttentionSpec& la = c.linear;
+  const int64_t values = la.value_heads * la.value_dim;
+  const int64_t linear_elements = rows * ((la.conv_channels() + 2 * la.value_heads) + values + la.conv_channels() +
+                                          2 * la.key_heads * la.key_dim + 2 * values);
+  const size_t linear = size_t(linear_elements) * dtype_size(dtype) + 6 * 256;
   const MlaSpec& m = c.mla;
   const int64_t latent_elements = rows * (c.n_head * (m.nope_dim + m.rope_dim) + m.q_lora_rank +
                                           2 * (m.kv_lora_rank + m.rope_dim) + c.n_head * m.value_dim);
   const size_t latent = size_t(latent_elements) * dtype_size(dtype) + 5 * 256;
-  bool any_attention = false, any_latent = false;
-  for (const LayerSpec& spec : c.layers) (spec.mixer == MixerKind::latent_attention ? any_latent : any_attention) = true;
-  const size_t mixer = std::max(any_attention ? attention : 0, any_latent ? latent : 0);
+  size_t mixer = 0;
+  for (const LayerSpec& spec : c.layers)
+    mixer = std::max(mixer, spec.mixer == MixerKind::latent_attention   ? latent
+                            : spec.mixer == MixerKind::linear_attention ? linear
+                                                                        : attention);
   const size_t dense = size_t(rows * c.d_ff) * dtype_size(dtype) + 256;
   return mixer + std::max(dense, mixture_of_experts_scratch_bytes(c, dtype, rows));
 }

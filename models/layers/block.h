@@ -21,10 +21,11 @@ namespace ding {
 
 struct AttentionWeights {
   Tensor norm_w, norm_b;  // [C]; norm_b layer_norm only
-  Tensor qkv_w;           // [(H + 2·Hkv)·D, C]: rows of q, then k, then v
+  Tensor qkv_w;           // [(H + 2·Hkv)·D, C]: rows of q, then k, then v; with ModelConfig::attention_gate
+                          // q's rows are [q_h ; gate_h] per head h, [(2H + 2·Hkv)·D, C] in all
   Tensor qkv_b;           // [(H + 2·Hkv)·D], optional
-  Tensor q_norm_w;        // [H·D], with ModelConfig::qk_norm
-  Tensor k_norm_w;        // [Hkv·D], with ModelConfig::qk_norm
+  Tensor q_norm_w;        // [H·D] (QkNorm::whole_projection) or [D] (per_head)
+  Tensor k_norm_w;        // [Hkv·D] or [D]
   Tensor out_w;           // [C, H·D]
   Tensor out_b;           // [C], optional
   Tensor rope_inv_freq;   // f32 [R/2], rope positions only: θ_i with the config's scaling applied
@@ -44,6 +45,23 @@ struct LatentAttentionWeights {
   Tensor rope_inv_freq;  // f32 [Dr/2]: θ_i with the config's scaling applied
 };
 
+// Gated DeltaNet's weights (ModelConfig::linear), transformers' Qwen3NextGatedDeltaNet names beside.
+struct LinearAttentionWeights {
+  Tensor norm_w;       // [C] input_layernorm
+  // [Cc + 2·Hv, C], Cc = 2·Hk·Dk + Hv·Dv: rows of q, k, v (the convolution's channels, in its
+  // order), b, a; and z's [Hv·Dv, C] apart (so z is a contiguous product for the gated norm). Both
+  // gathered from in_proj_qkvz and in_proj_ba, which keep them grouped per key head
+  // (fix_query_key_value_ordering).
+  Tensor in_w;
+  Tensor z_w;
+  Tensor conv_w;       // [Cc, 1, K] conv1d.weight
+  Tensor a_log;        // [Hv] A_log
+  Tensor dt_bias;      // [Hv] dt_bias
+  Tensor out_norm_w;   // [Dv] norm.weight, the gated RMSNorm's (a plain scale, not 1 + w)
+  Tensor out_w;        // [C, Vd] out_proj
+  Tensor unit_norm_w;  // f32 [Dk], every element 1/√Dk: rms_norm with it (and eps/Dk) is the L2 normalisation
+};
+
 struct FeedForwardWeights {
   Tensor norm_w, norm_b;  // [C]; norm_b layer_norm only
   Tensor up_w;            // mlp [F, C]; gated [2F, C] = [W_gate; W_up]
@@ -61,11 +79,13 @@ struct MoeWeights {
   Tensor down_w;         // [E·C, F]
   Tensor shared_up_w;    // [2Fs, C]: the shared experts' [W_gate; W_up], optional
   Tensor shared_down_w;  // [C, Fs]
+  Tensor shared_gate_w;  // [1, C]: with MoeSpec::shared_gate, shared(h) is scaled by σ(shared_gate_w · h)
 };
 
 struct LayerWeights {
   AttentionWeights attention;
   LatentAttentionWeights latent;  // MixerKind::latent_attention layers
+  LinearAttentionWeights linear;  // MixerKind::linear_attention layers
   FeedForwardWeights ffn;  // dense layers
   MoeWeights moe;          // LayerSpec::moe layers
 };
@@ -94,6 +114,19 @@ class LatentCache final : public LayerCache {
   LatentCache(Device& device, DType dtype, int64_t batch, int64_t positions, int64_t row);
   size_t bytes() const override { return latent.nbytes(); }
   Tensor latent;  // [B, S, L + Dr]
+
+ private:
+  Buffer buffer_;
+};
+
+// Gated DeltaNet's cache: per sequence the convolution's last K − 1 inputs and the recurrent state,
+// the same size at any context.
+class LinearAttentionCache final : public LayerCache {
+ public:
+  LinearAttentionCache(Device& device, DType dtype, int64_t batch, const LinearAttentionSpec& spec);
+  size_t bytes() const override { return conv.nbytes() + state.nbytes(); }
+  Tensor conv;   // [B, K − 1, Cc] in the compute dtype
+  Tensor state;  // f32 [B, Hv, Dk, Dv]
 
  private:
   Buffer buffer_;
@@ -137,6 +170,12 @@ void self_attention(const Step& step, const AttentionWeights& w, LayerCache& cac
 // token's latent normalised and its rope key rotated into the LatentCache, then ops::mla_prefill or
 // ops::mla_decode (which reads only latents) and the output projection added to x.
 void latent_attention(const Step& step, const LatentAttentionWeights& w, LayerCache& cache);
+// x ← x + W_out · (rms_norm(o) ⊙ silu(z)), o = gated_delta_rule(q, k, v) of h = norm(x): the
+// projection, the causal convolution of q, k, v (its state carried in the LinearAttentionCache),
+// q and k L2-normalised, the recurrence (chunk-wise over a prefill chunk, one step at decode), the
+// gated norm and the output projection added to x. A sequence's first prefill chunk starts from
+// zero states.
+void linear_attention(const Step& step, const LinearAttentionWeights& w, LayerCache& cache);
 // x ← x + down(act(up(norm(x)))): GELU MLP, or silu(gate) ⊙ up fused into the up product's epilogue.
 void feed_forward(const Step& step, const FeedForwardWeights& w);
 // x ← x + Σ_j weight_j · expert_j(h) (+ shared(h)), h = norm(x): route, group the token rows by
@@ -146,6 +185,7 @@ void mixture_of_experts(const Step& step, const MoeWeights& w);
 // backend must have before the model loads on it (Model::load refuses it otherwise).
 std::vector<std::string_view> self_attention_ops(const ModelConfig& c);
 std::vector<std::string_view> latent_attention_ops(const ModelConfig& c);
+std::vector<std::string_view> linear_attention_ops(const ModelConfig& c);
 std::vector<std::string_view> feed_forward_ops(const ModelConfig& c);
 std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig& c);
 // Scratch the mixture of experts takes for `rows` token rows (0 without MoE layers).

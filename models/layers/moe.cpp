@@ -6,7 +6,9 @@
 //   h_grouped = h's rows sorted by expert    moe_group (offsets: each expert's block of rows)
 //   hidden = silu(g) ⊙ u per expert          moe_matmul, swiglu: reads only the chosen experts
 //   y = W_down hidden per expert             moe_matmul
-//   x += shared(h)                           matmul ×2, where the model has shared experts
+//   x += shared(h)                           matmul ×2, where the model has shared experts; Qwen3-Next
+//                                            gates them: σ(w_g·h) scales the hidden before W_down
+//                                            (sigmoid_gate, one logit per row), the same product
 //   x += Σ_j weights · y                     moe_combine, residual in place
 #include <algorithm>
 
@@ -15,8 +17,10 @@
 
 namespace ding {
 
-std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig&) {
-  return {"rms_norm", "matmul", "moe_route", "moe_group", "moe_matmul", "moe_combine"};
+std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig& c) {
+  std::vector<std::string_view> ops = {"rms_norm", "matmul", "moe_route", "moe_group", "moe_matmul", "moe_combine"};
+  if (c.moe.shared_gate) ops.push_back("sigmoid_gate");
+  return ops;
 }
 
 size_t mixture_of_experts_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
@@ -31,7 +35,8 @@ size_t mixture_of_experts_scratch_bytes(const ModelConfig& c, DType dtype, int64
                           size_t(slots * C) * element,                 // h_grouped
                           size_t(slots * F) * element,                 // hidden
                           size_t(slots * C) * element,                 // y
-                          size_t(rows * c.moe.shared_d_ff) * element};  // the shared experts' hidden
+                          size_t(rows * c.moe.shared_d_ff) * element,   // the shared experts' hidden
+                          size_t(rows) * 4};                            // their gate's logits
   size_t bytes = 0;
   for (size_t t : takes) bytes += (t + 255) / 256 * 256 + 256;  // each take aligned to 256 bytes
   return bytes;
@@ -65,6 +70,11 @@ void mixture_of_experts(const Step& s, const MoeWeights& w) {
   if (c.moe.shared_d_ff > 0) {
     const Tensor shared = scratch.take(dt, {n, c.moe.shared_d_ff});
     ops::matmul(stream, shared, h, w.shared_up_w, {.activation = ops::Activation::swiglu});
+    if (c.moe.shared_gate) {
+      const Tensor gate = scratch.take(DType::f32, {n, 1});
+      ops::matmul(stream, gate, h, w.shared_gate_w);
+      ops::sigmoid_gate(stream, shared, shared, gate);
+    }
     ops::matmul(stream, s.x, shared, w.shared_down_w, {.residual = s.x});
   }
   ops::moe_combine(stream, s.x, y, weights, positions, s.x);

@@ -5,8 +5,10 @@
 //   swiglu: Shazeer, "GLU Variants Improve Transformer" (2020), SwiGLU with β = 1 (HF: LlamaMLP,
 //           act_fn(gate_proj(x)) * up_proj(x)).
 //   clamp:  torch.clamp(x, min=lo, max=hi), NaN kept (HF: OlmoeAttention's clip_qkv).
+//   sigmoid_gate: x · torch.sigmoid(gate) (HF: Qwen3NextAttention's output gate, and
+//           Qwen3NextSparseMoeBlock's shared_expert_gate, one gate per row).
 // gelu, silu and swiglu take contiguous tensors (checked by the front end), so element i sits at
-// offset i in each; clamp walks rows of its views' contiguous last dimension. Reading each element
+// offset i in each; clamp and sigmoid_gate walk rows of its views' contiguous last dimension. Reading each element
 // before writing it keeps in-place use (out == x) correct.
 #include <cmath>
 #include <numbers>
@@ -50,6 +52,19 @@ void clamp(Stream&, const ops::ClampArgs& a) {
     for (int64_t c = 0; c < C; ++c) {
       const double v = load(a.x, x_row + c);
       store(a.out, out_row + c, v < lo ? lo : v > hi ? hi : v);
+    }
+  }
+}
+
+// σ(t) = 1/(1 + e^(−t)) in double: no overflow concern (e^(−t) = inf gives 0, as it should).
+void sigmoid_gate(Stream&, const ops::SigmoidGateArgs& a) {
+  const int64_t C = a.x.dim(-1), rows = a.x.numel() / C;
+  const bool per_row = a.gate.dim(-1) == 1 && C != 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t x_row = row_offset(a.x, r), out_row = row_offset(a.out, r), gate_row = row_offset(a.gate, r);
+    for (int64_t c = 0; c < C; ++c) {
+      const double gate = load(a.gate, gate_row + (per_row ? 0 : c));
+      store(a.out, out_row + c, load(a.x, x_row + c) / (1.0 + std::exp(-gate)));
     }
   }
 }

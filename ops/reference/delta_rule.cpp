@@ -22,8 +22,16 @@ struct Head {  // one (sequence, value head) of the call, its inputs read in dou
   double q(int64_t t, int64_t d) const { return scale * load(a.q, offset(a.q, {b, t, kh, d})); }
   double k(int64_t t, int64_t d) const { return load(a.k, offset(a.k, {b, t, kh, d})); }
   double v(int64_t t, int64_t e) const { return load(a.v, offset(a.v, {b, t, h, e})); }
-  double g(int64_t t) const { return load(a.g, offset(a.g, {b, t, h})); }
-  double beta(int64_t t) const { return load(a.beta, offset(a.beta, {b, t, h})); }
+  double g(int64_t t) const {
+    const double g = load(a.g, offset(a.g, {b, t, h}));
+    const ops::DeltaRuleGates& gates = a.params.gates;
+    if (!gates.given()) return g;
+    return -std::exp(load(gates.a_log, h)) * ops::delta_rule_softplus(g + load(gates.dt_bias, h));
+  }
+  double beta(int64_t t) const {
+    const double b_t = load(a.beta, offset(a.beta, {b, t, h}));
+    return a.params.gates.given() ? 1.0 / (1.0 + std::exp(-b_t)) : b_t;
+  }
   void out(int64_t t, int64_t e, double value) const { store(a.out, offset(a.out, {b, t, h, e}), value); }
 };
 

@@ -214,7 +214,7 @@ json olmoe_json() {
 
 TEST(OlmoeConfig, QkNormsClipAndUnnormalisedRouting) {
   ModelConfig c = parse(olmoe_json());
-  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.qk_norm, QkNorm::whole_projection);
   EXPECT_EQ(c.clip_qkv, 0.0f);
   EXPECT_EQ(c.moe.experts, 8);
   EXPECT_FALSE(c.moe.route.renormalize);

@@ -1,4 +1,4 @@
-// gelu, silu, swiglu and clamp cases: lengths 1, 7 (all tail), 4097 (one past a chunk multiple)
+// gelu, silu, swiglu, clamp and sigmoid_gate cases: lengths 1, 7 (all tail), 4097 (one past a chunk multiple)
 // and 100003 (several OpenMP chunks, odd tail), every dtype, mixed in/out dtypes (and gate/up
 // dtypes), in place, and views that start one element into their buffer (unaligned).
 // Inputs have σ = 3 so the saturated tails (gelu → 0 and → x) are exercised too, and a third of
@@ -177,6 +177,42 @@ void add_clamp_cases(std::vector<OpCase>& cases) {
   cases.push_back(bench);
 }
 
+// sigmoid_gate: Qwen3-Next's attention output gate, x = the attention's [T, H, D] output gated in
+// place by the gate half of each head's [q | gate] rows of the q projection ([T, H, 2D], strides
+// [2HD, 2D, 1]); and its shared expert's gate, one logit per row of a [T, F] hidden. Also flat,
+// mixed dtypes and out-of-place. Same bound and reason as the activations: one σ and one product.
+OpCase sigmoid_gate_case(int64_t T, int64_t H, int64_t D, DType x_dtype, DType gate_dtype, DType out_dtype, bool per_row,
+                         bool in_place, bool in_tests = true) {
+  OpCase c;
+  c.op = "sigmoid_gate";
+  c.name = fmt::format("sigmoid_gate/T{}_H{}_D{}_{}_gate{}_out{}{}{}", T, H, D, dt(x_dtype), dt(gate_dtype), dt(out_dtype),
+                       per_row ? "_per_row" : "_heads", in_place ? "_inplace" : "");
+  c.tolerance = tolerance("sigmoid_gate", out_dtype, T * H * D);
+  c.reason = kReason;
+  c.in_tests = in_tests;
+  c.build = [=](CaseRun& run) {
+    const Tensor x = in_place ? run.inout("x", x_dtype, {T, H, D}, 3.0) : run.normal(x_dtype, {T, H, D}, 3.0);
+    const Tensor gate = per_row ? run.normal(gate_dtype, {T, H + 1, 1}, 3.0).slice(1, 1, H + 1)
+                                : run.normal(gate_dtype, {T, H, 2 * D}, 3.0).slice(2, D, 2 * D);
+    const Tensor y = in_place ? x : run.output("out", out_dtype, {T, H, D});
+    run.launch = [=](Stream& s) { ops::sigmoid_gate(s, y, x, gate); };
+    run.cost = ops::cost(ops::SigmoidGateArgs{y, x, gate});
+  };
+  return c;
+}
+
+void add_sigmoid_gate_cases(std::vector<OpCase>& cases) {
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    cases.push_back(sigmoid_gate_case(7, 4, 33, d, d, d, false, true));
+    cases.push_back(sigmoid_gate_case(5, 3, 40, d, d, d, true, true));
+  }
+  cases.push_back(sigmoid_gate_case(1, 1, 1, DType::f32, DType::f32, DType::f32, true, false));
+  cases.push_back(sigmoid_gate_case(3, 2, 1100, DType::bf16, DType::f32, DType::f32, false, false));
+  cases.push_back(sigmoid_gate_case(9, 1, 517, DType::f32, DType::bf16, DType::f16, true, false));
+  // Bench: Qwen3-Next-80B's attention gate for a 256-token prefill (16 heads of 256).
+  cases.push_back(sigmoid_gate_case(256, 16, 256, DType::bf16, DType::bf16, DType::bf16, false, true, false));
+}
+
 }  // namespace
 
 std::vector<OpCase> activation_cases() {
@@ -200,6 +236,7 @@ std::vector<OpCase> activation_cases() {
         cases.push_back(activation_case(op, tokens * 6400, d, d, Alias::none, /*in_tests=*/false));
   }
   add_clamp_cases(cases);
+  add_sigmoid_gate_cases(cases);
   return cases;
 }
 

@@ -193,6 +193,36 @@ TEST_F(ActivationBadInput, ClampStridedLastDim_every_other_column) {
                {"clamp", "out", "contiguous last dimension"});
 }
 
+TEST_F(ActivationBadInput, SigmoidGateShapes_gate_4x3_and_3x6_and_overlap) {
+  const Tensor bad_cols = run.normal(DType::f32, {4, 3}), bad_rows = run.normal(DType::f32, {3, 6});
+  expect_error([&] { ops::sigmoid_gate(run.stream, y, x, bad_cols); }, ErrorCode::shape_mismatch,
+               {"sigmoid_gate", "gate", "6 or 1", "[4, 3]"});
+  expect_error([&] { ops::sigmoid_gate(run.stream, y, x, bad_rows); }, ErrorCode::shape_mismatch, {"sigmoid_gate", "gate"});
+  expect_error([&] { ops::sigmoid_gate(run.stream, y, x, y); }, ErrorCode::aliasing, {"sigmoid_gate", "out", "gate"});
+  const Tensor ints = run.random_ints({4, 1}, 0, 3);
+  expect_error([&] { ops::sigmoid_gate(run.stream, y, x, ints); }, ErrorCode::dtype_mismatch, {"sigmoid_gate", "gate", "i32"});
+}
+
+// x·σ(gate) at gates where σ is 0, ½, 1 and its two-sided values, per row and per element.
+TEST(SigmoidGateSanity, KnownValues_per_row_and_per_element) {
+  for (const char* backend : kBackends) {
+    CaseRun run(Device::open(backend), 1);
+    const Tensor x = run.values(DType::f32, {3, 2}, {2, -4, 1, 3, 5, 7});
+    const Tensor per_row = run.values(DType::f32, {3, 1}, {0, -200, 200});
+    const Tensor y = run.output("y", DType::f32, {3, 2});
+    ops::sigmoid_gate(run.stream, y, x, per_row);
+    const std::vector<double> want_rows = {1, -2, 0, 0, 5, 7};
+    const auto got_rows = run.read(y);
+    for (size_t i = 0; i < want_rows.size(); ++i) EXPECT_NEAR(got_rows[i], want_rows[i], 1e-6) << backend << " " << i;
+    const double l3 = std::log(3.0);  // σ(ln 3) = 3/4, σ(−ln 3) = 1/4
+    const Tensor gates = run.values(DType::f32, {3, 2}, {l3, -l3, 0, 0, l3, -l3});
+    ops::sigmoid_gate(run.stream, y, x, gates);
+    const std::vector<double> want = {1.5, -1, 0.5, 1.5, 3.75, 1.75};
+    const auto got = run.read(y);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << backend << " " << i;
+  }
+}
+
 TEST_F(ActivationBadInput, OverflowShape_2pow31_cubed) {
   const int64_t n = int64_t(1) << 31;
   Tensor huge = Tensor::view(x.data, &cpu, DType::f32, {n, n, n});

@@ -20,6 +20,7 @@ struct Delta {
   DType qkv = DType::f32, gates = DType::f32, out = DType::f32;
   bool views = false;  // q and k slices of a [B, T, Hk, Dk + 6] product
   int64_t chunk = 0;   // the chunk-wise form's chunk (the reference's form too); 0: the backend's choice
+  bool gated = false;  // g and β from Qwen3-Next's gates (params.gates): inputs a_t and b_t, A_log, dt_bias
   bool in_tests = true;
 };
 
@@ -59,6 +60,7 @@ OpCase delta_case(const Delta& p) {
                                  p.Dk, p.Dv, dtype_name(p.qkv), dtype_name(p.gates), dtype_name(p.out));
   if (p.views) name += "_views";
   if (p.chunk > 0) name += fmt::format("_chunk{}", p.chunk);
+  if (p.gated) name += "_gated";
   const int64_t elements = p.B * p.T * p.Hv * p.Dv;
   OpCase c{"gated_delta_rule", name, tolerance(p.out, elements), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
@@ -69,11 +71,14 @@ OpCase delta_case(const Delta& p) {
     };
     const Tensor q = qk(), k = qk();
     const Tensor v = run.normal(p.qkv, {p.B, p.T, p.Hv, p.Dv});
-    const Tensor g = run.uniform(p.gates, {p.B, p.T, p.Hv}, -1.0, -0.01);
-    const Tensor beta = run.uniform(p.gates, {p.B, p.T, p.Hv}, 0.05, 0.95);
+    // Gated: a_t + dt_bias spans softplus's curve (and its linear part past 20 once in a while),
+    // A = e^(A_log) in [0.14, 15] as Qwen3-Next draws it from (0, 16), b_t logits around 0.
+    const Tensor g = p.gated ? run.uniform(p.gates, {p.B, p.T, p.Hv}, -6.0, 21.0) : run.uniform(p.gates, {p.B, p.T, p.Hv}, -1.0, -0.01);
+    const Tensor beta = p.gated ? run.normal(p.gates, {p.B, p.T, p.Hv}, 2.0) : run.uniform(p.gates, {p.B, p.T, p.Hv}, 0.05, 0.95);
     const Tensor state = run.inout("state", DType::f32, {p.B, p.Hv, p.Dk, p.Dv}, 0.5);
     const Tensor out = run.output("out", p.out, {p.B, p.T, p.Hv, p.Dv});
-    const ops::GatedDeltaRuleParams params{.chunk = p.chunk};
+    ops::GatedDeltaRuleParams params{.chunk = p.chunk};
+    if (p.gated) params.gates = {.a_log = run.uniform(DType::f32, {p.Hv}, -2.0, 2.7), .dt_bias = run.uniform(DType::f32, {p.Hv}, -1.0, 1.0)};
     run.launch = [=](Stream& st) { ops::gated_delta_rule(st, out, q, k, v, g, beta, state, params); };
     run.cost = ops::cost(ops::GatedDeltaRuleArgs{out, q, k, v, g, beta, state, params});
   };
@@ -100,12 +105,18 @@ std::vector<OpCase> delta_rule_cases() {
   add({.T = 50, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16});
   add({.T = 130, .Hk = 1, .Hv = 1, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = f32, .out = bf16, .chunk = 64});
   add({.T = 20, .Dk = 256, .Dv = 16, .qkv = f16, .gates = f16, .out = f32, .views = true, .chunk = 8});
+  // Qwen3-Next's gates formed in the op: a decode step, recurrent and chunk-wise calls, bf16 inputs.
+  add({.B = 2, .T = 1, .Hk = 1, .Hv = 3, .Dk = 16, .Dv = 8, .gated = true});
+  add({.B = 2, .T = 11, .Hk = 2, .Hv = 4, .Dk = 32, .Dv = 24, .gated = true});
+  add({.T = 40, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16, .gated = true});
+  add({.T = 37, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true});
   // Qwen3-Next-80B-A3B's linear-attention heads (16 key heads, 32 value heads, 128 × 128 states):
   // decode at batch 1 and 8, a 1024-token prefill chunk.
   for (int64_t B : {1, 8})
-    add({.B = B, .T = 1, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = f32, .out = bf16, .in_tests = false});
-  add({.T = 1024, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = f32, .out = bf16, .chunk = 64,
-       .in_tests = false});
+    add({.B = B, .T = 1, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true,
+         .in_tests = false});
+  add({.T = 1024, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = 64,
+       .gated = true, .in_tests = false});
   for (OpCase& c : cases)
     if (!c.in_tests) c.name.insert(c.name.find('/') + 1, "bench_");
   return cases;

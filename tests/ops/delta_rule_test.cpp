@@ -116,6 +116,37 @@ TEST(GatedDeltaRuleReference, ChunkWiseAndRecurrentFormsAgree) {
   }
 }
 
+// The gates formed in the op equal g and β formed beforehand: g_t = −e^(A_log)·softplus(a_t + dt_bias)
+// and β_t = σ(b_t), computed here in double and passed as plain inputs.
+TEST(GatedDeltaRuleReference, GatesEqualTheirClosedForm) {
+  CaseRun run(ref(), 4);
+  const int64_t T = 6, Hv = 2, Dk = 5, Dv = 3;
+  const Tensor q = run.normal(DType::f32, {1, T, 1, Dk}), k = run.normal(DType::f32, {1, T, 1, Dk});
+  const Tensor v = run.normal(DType::f32, {1, T, Hv, Dv});
+  const std::vector<double> a_in = {-3, -0.5, 0, 0.7, 2, 19, 21, 25, -6, 1, 3, -1}, b_in = {-2, 0, 1, 3, -1, 0.5, 2, -3, 0, 1, -0.5, 4};
+  const std::vector<double> a_log = {0.3, -1.2}, dt_bias = {0.5, -0.25};
+  std::vector<double> g(a_in.size()), beta(b_in.size());
+  for (size_t i = 0; i < a_in.size(); ++i) {
+    const double x = a_in[i] + dt_bias[i % 2];
+    g[i] = -std::exp(a_log[i % 2]) * (x > 20 ? x : std::log1p(std::exp(x)));
+    beta[i] = 1 / (1 + std::exp(-b_in[i]));
+  }
+  const std::vector<double> s0 = run.read(run.normal(DType::f32, {1, Hv, Dk, Dv}));
+  auto run_with = [&](const Tensor& g_t, const Tensor& beta_t, const ops::GatedDeltaRuleParams& params) {
+    const Tensor state = run.values(DType::f32, {1, Hv, Dk, Dv}, s0);
+    const Tensor out = run.output("out", DType::f32, {1, T, Hv, Dv});
+    ops::gated_delta_rule(run.stream, out, q, k, v, g_t, beta_t, state, params);
+    return std::pair{run.read(out), run.read(state)};
+  };
+  const auto plain = run_with(run.values(DType::f32, {1, T, Hv}, g), run.values(DType::f32, {1, T, Hv}, beta), {});
+  const auto gated = run_with(run.values(DType::f32, {1, T, Hv}, a_in), run.values(DType::f32, {1, T, Hv}, b_in),
+                              {.gates = {.a_log = run.values(DType::f32, {Hv}, a_log), .dt_bias = run.values(DType::f32, {Hv}, dt_bias)}});
+  // Both sides round g and β to f32 once (plain: as inputs; gated: the reference's loads of a_t, b_t
+  // are exact and it forms g, β in double), so they agree to f32 input rounding.
+  EXPECT_LE(nmse(gated.first, plain.first), 1e-12);
+  EXPECT_LE(nmse(gated.second, plain.second), 1e-12);
+}
+
 // ---- Bad input -----------------------------------------------------------------------------------
 
 struct Tensors {
@@ -159,6 +190,18 @@ TEST(GatedDeltaRuleBadInput, GatesNeedOneValuePerTokenAndValueHead) {
   Tensors t = delta_tensors(run);
   t.g = run.normal(DType::f32, {1, 3, 2});
   expect_error([&] { call(run, t); }, ErrorCode::shape_mismatch, {"gated_delta_rule", "g", "Hv (from v)"});
+}
+
+TEST(GatedDeltaRuleBadInput, GateParametersNeedOneFloatPerValueHead) {
+  CaseRun run(cpu(), 1);
+  const Tensors t = delta_tensors(run);
+  const Tensor per_head = run.normal(DType::f32, {4});
+  expect_error([&] { call(run, t, {.gates = {.a_log = run.normal(DType::f32, {3}), .dt_bias = per_head}}); },
+               ErrorCode::shape_mismatch, {"gated_delta_rule", "gates.a_log", "Hv (from v)"});
+  expect_error([&] { call(run, t, {.gates = {.a_log = per_head, .dt_bias = run.random_ints({4}, 0, 3)}}); },
+               ErrorCode::dtype_mismatch, {"gated_delta_rule", "gates.dt_bias", "i32"});
+  expect_error([&] { call(run, t, {.gates = {.dt_bias = per_head}}); }, ErrorCode::invalid_argument,
+               {"gated_delta_rule", "gates.a_log"});
 }
 
 TEST(GatedDeltaRuleBadInput, NegativeScaleIsRefused) {

@@ -1,0 +1,88 @@
+// Gated DeltaNet as a decoder layer (Qwen3-Next's linear_attention layers), every step a device op:
+//   [q k v | b a] = W_in  h,  z = W_z h,  h = norm(x)        matmul ×2, the norm in their prologue
+//   q, k, v = silu(conv(q k v))                             causal_conv1d, state: the last K − 1 inputs
+//   q, k = q/‖q‖, k/‖k‖ per head                            rms_norm with weight 1/√Dk and eps/Dk
+//   o = gated_delta_rule(q, k, v; g(a), β(b))               the gates formed in the op from A_log, dt_bias
+//   x += W_out · (rms_norm(o) ⊙ silu(z))                    rms_norm, swiglu, matmul with x as residual
+// A prefill chunk is one sequence's consecutive tokens (B = 1, T = n); a decode step is one token
+// of each of n sequences (B = n, T = 1). The cache holds per sequence what the next token needs,
+// whatever the context: the convolution's last inputs and the state.
+#include <fmt/format.h>
+
+#include "ding/error.h"
+#include "ding/models/layers/block.h"
+#include "ding/ops/ops.h"
+
+namespace ding {
+
+namespace {
+
+// transformers' l2norm: x·(Σx² + 1e-6)^-½ = rms_norm(x, eps = 1e-6/D)·D^-½.
+constexpr float kL2NormEps = 1e-6f;
+
+}  // namespace
+
+LinearAttentionCache::LinearAttentionCache(Device& device, DType dtype, int64_t batch, const LinearAttentionSpec& spec) {
+  const std::initializer_list<int64_t> conv_shape = {batch, spec.conv_kernel - 1, spec.conv_channels()};
+  const std::initializer_list<int64_t> state_shape = {batch, spec.value_heads, spec.key_dim, spec.value_dim};
+  const size_t conv_bytes = size_t(Tensor::view(nullptr, &device, dtype, conv_shape).nbytes());
+  const size_t state_offset = (conv_bytes + 255) / 256 * 256;
+  const size_t state_bytes = size_t(Tensor::view(nullptr, &device, DType::f32, state_shape).nbytes());
+  buffer_ = device.alloc(state_offset + state_bytes);
+  conv = Tensor::view(buffer_.data(), &device, dtype, conv_shape);
+  state = Tensor::view(static_cast<char*>(buffer_.data()) + state_offset, &device, DType::f32, state_shape);
+}
+
+std::vector<std::string_view> linear_attention_ops(const ModelConfig&) {
+  return {"matmul", "causal_conv1d", "rms_norm", "gated_delta_rule", "swiglu"};
+}
+
+void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache& layer_cache) {
+  const ModelConfig& c = *s.config;
+  auto* cache = dynamic_cast<LinearAttentionCache*>(&layer_cache);
+  if (!cache) throw Error(ErrorCode::internal, fmt::format("layer {}: linear_attention needs a LinearAttentionCache", s.layer));
+  const LinearAttentionSpec& la = c.linear;
+  const int64_t n = s.n, Hk = la.key_heads, Hv = la.value_heads, Dk = la.key_dim, Dv = la.value_dim;
+  const int64_t Kd = Hk * Dk, Vd = Hv * Dv, channels = la.conv_channels();
+  const DType dt = s.x.dtype;
+  Workspace& scratch = *s.scratch;
+  Stream& stream = *s.stream;
+
+  const ops::MatmulNorm prologue{.kind = c.norm, .weight = w.norm_w, .eps = c.norm_eps};
+  const Tensor proj = scratch.take(dt, {n, channels + 2 * Hv});
+  const Tensor z = scratch.take(dt, {n, Hv, Dv});
+  ops::matmul(stream, proj, s.x, w.in_w, {.norm = prologue});
+  ops::matmul(stream, z.reshape({n, Vd}), s.x, w.z_w, {.norm = prologue});
+
+  // This step's sequences and their states: one sequence's tokens in a row, or one token each.
+  const bool prefill = s.kind == StepKind::prefill;
+  const auto as_batch = [&](const Tensor& rows) { return prefill ? rows.unsqueeze(0) : rows.unsqueeze(1); };
+  const Tensor conv_state = prefill ? cache->conv.slice(0, s.seq, s.seq + 1) : cache->conv.slice(0, 0, n);
+  const Tensor state = prefill ? cache->state.slice(0, s.seq, s.seq + 1) : cache->state.slice(0, 0, n);
+  if (prefill && s.start == 0) {  // a new sequence: the convolution's zero padding, an empty memory
+    Device& device = stream.device();
+    device.fill_bytes(stream, conv_state.data, 0, conv_state.nbytes());
+    device.fill_bytes(stream, state.data, 0, state.nbytes());
+  }
+
+  const Tensor mixed = scratch.take(dt, {n, channels});
+  ops::causal_conv1d(stream, as_batch(mixed), as_batch(proj.slice(1, 0, channels)), w.conv_w.reshape({channels, la.conv_kernel}),
+                     conv_state);
+  // q and k are adjacent in the convolution's output: one normalisation for both.
+  const Tensor qk = scratch.take(dt, {n, 2 * Hk, Dk});
+  ops::rms_norm(stream, qk, mixed.slice(1, 0, 2 * Kd).unflatten(1, 2 * Hk), w.unit_norm_w,
+                {.eps = kL2NormEps / float(Dk)});
+  const Tensor v = mixed.slice(1, 2 * Kd, channels).unflatten(1, Hv);
+  const Tensor b = proj.slice(1, channels, channels + Hv), a = proj.slice(1, channels + Hv, channels + 2 * Hv);
+
+  const Tensor o = scratch.take(dt, {n, Hv, Dv});
+  ops::gated_delta_rule(stream, as_batch(o), as_batch(qk.slice(1, 0, Hk)), as_batch(qk.slice(1, Hk, 2 * Hk)), as_batch(v),
+                        as_batch(a), as_batch(b), state, {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias}});
+
+  const Tensor normed = scratch.take(dt, {n, Hv, Dv});
+  ops::rms_norm(stream, normed, o, w.out_norm_w, {.eps = c.norm_eps});
+  ops::swiglu(stream, normed, z, normed);  // rms_norm(o) ⊙ silu(z)
+  ops::matmul(stream, s.x, normed.reshape({n, Vd}), w.out_w, {.residual = s.x});
+}
+
+}  // namespace ding
