@@ -61,7 +61,8 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
   const Tensor q_heads = c.attention_gate ? qkv.slice(1, 0, Q).unflatten(1, H).slice(2, 0, D) : qkv.slice(1, 0, Q).unflatten(1, H);
   const Tensor k_heads = qkv.slice(1, Q, Q + Hkv * D).unflatten(1, Hkv);
   const Tensor v = qkv.slice(1, Q + Hkv * D, Q + 2 * Hkv * D).unflatten(1, Hkv);
-  Tensor heads = qkv.slice(1, 0, Q + Hkv * D).unflatten(1, H + Hkv);  // q then k heads, adjacent without a gate
+  // q then k heads: adjacent in the product without a gate, else in the normalised copy below.
+  Tensor heads = c.attention_gate ? Tensor{} : qkv.slice(1, 0, Q + Hkv * D).unflatten(1, H + Hkv);
   if (c.qk_norm != QkNorm::none) {
     // q and k normalised into one [n, H + Hkv, D] buffer, so they are adjacent heads (one rope
     // launch below): over their whole projections (OLMoE, then q, k and v clipped) or per head.

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 const fs::path kData = fs::path(DING_TEST_DATA);
 // The fixture sets: GPT-2 folders (with tokenizers) and Llama/Mistral/Qwen2 folders (token ids only).
-const char* const kFixtureSets[] = {"gpt2-fixtures", "llama-fixtures", "moe-fixtures"};
+const char* const kFixtureSets[] = {"gpt2-fixtures", "llama-fixtures", "moe-fixtures", "hybrid-fixtures"};
 
 struct Fixture {
   std::string name;

@@ -1,5 +1,5 @@
-// Mixture-of-experts and latent-attention models (tiny Mixtral, OLMoE and DeepSeek-V2 with random
-// weights) on every backend against the reference backend: prefill and decode logits, decode
+// Mixture-of-experts, latent-attention and hybrid linear-attention models (tiny Mixtral, OLMoE,
+// DeepSeek-V2 and Qwen3-Next with random weights) on every backend against the reference backend: prefill and decode logits, decode
 // recorded as a graph where the backend records. The reference backend
 // runs every op in double, so it is the oracle for how the layer composes route, group, the
 // expert products and combine; transformers' own logits come with the fixtures
@@ -37,6 +37,17 @@ const char* const kTinyDeepseek = R"({"model_type": "deepseek_v2", "hidden_size"
     "topk_group": 2, "routed_scaling_factor": 1.7, "first_k_dense_replace": 1, "vocab_size": 97,
     "max_position_embeddings": 64, "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 16,
     "mscale": 1.0, "mscale_all_dim": 0.8}, "tie_word_embeddings": false})";
+
+// Gated DeltaNet layers around a gated full-attention one (linear, full, linear, linear), 2 key
+// heads shared by 4 value heads, a 3-wide convolution, partial rotary (a quarter of 16 dims), 6
+// experts top-2 with a gated shared expert, and layer 3 dense (mlp_only_layers).
+const char* const kTinyQwen3Next = R"({"model_type": "qwen3_next", "hidden_size": 48, "intermediate_size": 40,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 97,
+    "max_position_embeddings": 64, "layer_types": ["linear_attention", "full_attention", "linear_attention",
+    "linear_attention"], "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 12,
+    "linear_value_head_dim": 8, "linear_conv_kernel_dim": 3, "num_experts": 6, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24, "mlp_only_layers": [3],
+    "partial_rotary_factor": 0.25, "rope_theta": 10000.0, "tie_word_embeddings": false})";
 
 struct TinyModel {
   const char* name;
@@ -87,7 +98,8 @@ TEST_P(MoeModelOnBackend, LogitsMatchTheReferenceBackend) {
 
 std::vector<Param> params() {
   std::vector<Param> all;
-  for (const TinyModel& m : {TinyModel{"mixtral", kTinyMixtral}, {"olmoe", kTinyOlmoe}, {"deepseek_v2", kTinyDeepseek}})
+  for (const TinyModel& m : {TinyModel{"mixtral", kTinyMixtral}, {"olmoe", kTinyOlmoe}, {"deepseek_v2", kTinyDeepseek},
+                             {"qwen3_next", kTinyQwen3Next}})
     for (const std::string& b : registry::compiled_backends())
       if (b != "ref") all.push_back({m, b});
   return all;
