@@ -42,6 +42,15 @@ struct Session::State {
     return t;
   }
 
+  // Sequence `seq` holds nothing: its length 0 and every layer's cache of it empty.
+  void forget(int64_t seq) {
+    lengths[size_t(seq)] = 0;
+    for (const std::unique_ptr<LayerCache>& cache : caches) cache->clear(*stream, seq);
+  }
+  void forget_all() {
+    for (int64_t b = 0; b < int64_t(lengths.size()); ++b) forget(b);
+  }
+
   template <class T>
   void upload_host(const Tensor& dst, const std::vector<T>& v) {
     device->copy_to_device(*stream, dst.data, v.data(), v.size() * sizeof(T));
@@ -169,6 +178,7 @@ Session::Session(const Model& model, const SessionOptions& options) : state_(std
   s.seq_lens = s.alloc(DType::i32, {B});
   s.start = s.alloc(DType::i32, {1});
   s.lengths.assign(size_t(B), 0);
+  s.forget_all();
   s.decode_graphs.resize(size_t(B) + 1);
   s.decode_warmed.assign(size_t(B) + 1, false);
 }
@@ -258,14 +268,14 @@ Tensor Session::decode(std::span<const Token> tokens) {
 
 void Session::warm_up() {
   State& s = *state_;
-  s.lengths.assign(s.lengths.size(), 0);
+  s.forget_all();
   if (s.options.max_tokens >= 3) {  // room for a prefill and two decode steps
     const int64_t n = std::min(s.options.prefill_chunk, s.options.max_tokens - 2);
     prefill(0, std::vector<Token>(size_t(n), 0));
     decode(std::vector<Token>{0});  // eager: kernels' scratch reaches its size
     decode(std::vector<Token>{0});  // recorded where the stream records
   }
-  s.lengths.assign(s.lengths.size(), 0);
+  s.forget_all();
 }
 
 int64_t Session::length(int64_t seq) const {
@@ -274,7 +284,7 @@ int64_t Session::length(int64_t seq) const {
 }
 void Session::reset(int64_t seq) {
   state_->check_sequence(seq, "reset");
-  state_->lengths[size_t(seq)] = 0;
+  state_->forget(seq);
 }
 int64_t Session::max_tokens() const { return state_->options.max_tokens; }
 int64_t Session::max_batch() const { return state_->options.max_batch; }

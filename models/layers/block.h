@@ -95,6 +95,9 @@ class LayerCache {
  public:
   virtual ~LayerCache() = default;
   virtual size_t bytes() const = 0;
+  // Makes sequence `seq` empty, for a cache whose contents a new sequence reads before writing (a
+  // recurrent state); caches addressed by position (KV, latent) need nothing, and do nothing.
+  virtual void clear(Stream&, int64_t /*seq*/) {}
 };
 
 class KvCache final : public LayerCache {
@@ -125,6 +128,8 @@ class LinearAttentionCache final : public LayerCache {
  public:
   LinearAttentionCache(Device& device, DType dtype, int64_t batch, const LinearAttentionSpec& spec);
   size_t bytes() const override { return conv.nbytes() + state.nbytes(); }
+  // Zeros: the convolution's padding before the first token, and an empty memory.
+  void clear(Stream& stream, int64_t seq) override;
   Tensor conv;   // [B, K − 1, Cc] in the compute dtype
   Tensor state;  // f32 [B, Hv, Dk, Dv]
 
@@ -173,8 +178,8 @@ void latent_attention(const Step& step, const LatentAttentionWeights& w, LayerCa
 // x ← x + W_out · (rms_norm(o) ⊙ silu(z)), o = gated_delta_rule(q, k, v) of h = norm(x): the
 // projection, the causal convolution of q, k, v (its state carried in the LinearAttentionCache),
 // q and k L2-normalised, the recurrence (chunk-wise over a prefill chunk, one step at decode), the
-// gated norm and the output projection added to x. A sequence's first prefill chunk starts from
-// zero states.
+// gated norm and the output projection added to x. A new sequence starts from the zero states
+// LinearAttentionCache::clear leaves.
 void linear_attention(const Step& step, const LinearAttentionWeights& w, LayerCache& cache);
 // x ← x + down(act(up(norm(x)))): GELU MLP, or silu(gate) ⊙ up fused into the up product's epilogue.
 void feed_forward(const Step& step, const FeedForwardWeights& w);

@@ -33,6 +33,11 @@ LinearAttentionCache::LinearAttentionCache(Device& device, DType dtype, int64_t 
   state = Tensor::view(static_cast<char*>(buffer_.data()) + state_offset, &device, DType::f32, state_shape);
 }
 
+void LinearAttentionCache::clear(Stream& stream, int64_t seq) {
+  for (const Tensor& t : {conv.slice(0, seq, seq + 1), state.slice(0, seq, seq + 1)})
+    stream.device().fill_bytes(stream, t.data, 0, t.nbytes());
+}
+
 std::vector<std::string_view> linear_attention_ops(const ModelConfig&) {
   return {"matmul", "causal_conv1d", "rms_norm", "gated_delta_rule", "swiglu"};
 }
@@ -59,11 +64,6 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
   const auto as_batch = [&](const Tensor& rows) { return prefill ? rows.unsqueeze(0) : rows.unsqueeze(1); };
   const Tensor conv_state = prefill ? cache->conv.slice(0, s.seq, s.seq + 1) : cache->conv.slice(0, 0, n);
   const Tensor state = prefill ? cache->state.slice(0, s.seq, s.seq + 1) : cache->state.slice(0, 0, n);
-  if (prefill && s.start == 0) {  // a new sequence: the convolution's zero padding, an empty memory
-    Device& device = stream.device();
-    device.fill_bytes(stream, conv_state.data, 0, conv_state.nbytes());
-    device.fill_bytes(stream, state.data, 0, state.nbytes());
-  }
 
   const Tensor mixed = scratch.take(dt, {n, channels});
   ops::causal_conv1d(stream, as_batch(mixed), as_batch(proj.slice(1, 0, channels)), w.conv_w.reshape({channels, la.conv_kernel}),

@@ -336,6 +336,73 @@ TEST(Qwen2Config, LayerTypesWhenWritten) {
   expect_error([&] { parse(j); }, ErrorCode::parse, {"layer_types"});
 }
 
+json qwen3_next_json() {
+  return json::parse(R"({"model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 8,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "linear_num_key_heads": 2,
+      "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 12, "linear_conv_kernel_dim": 4,
+      "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 32,
+      "vocab_size": 300, "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "mlp_only_layers": [5]})");
+}
+
+TEST(Qwen3NextConfig, LayersByIntervalPartialRotaryAndGatedAttention) {
+  const ModelConfig c = parse(qwen3_next_json());
+  ASSERT_EQ(c.layers.size(), 8u);
+  // transformers' default: every 4th layer is full attention.
+  for (size_t l = 0; l < 8; ++l) {
+    EXPECT_EQ(c.layers[l].mixer, (l + 1) % 4 == 0 ? MixerKind::attention : MixerKind::linear_attention) << l;
+    EXPECT_EQ(c.layers[l].moe, l != 5) << l;
+  }
+  EXPECT_EQ(c.rotary_dim, 8);
+  EXPECT_EQ(c.qk_norm, QkNorm::per_head);
+  EXPECT_TRUE(c.attention_gate);
+  EXPECT_TRUE(c.moe.shared_gate);
+  EXPECT_TRUE(c.moe.route.renormalize);  // norm_topk_prob defaults to true
+  EXPECT_EQ(c.linear.conv_channels(), 2 * 2 * 16 + 4 * 12);
+  EXPECT_EQ(c.n_positions, 32768);
+  // A linear layer: the q/k/v/z/b/a projection, the convolution, A_log and dt_bias, the gated
+  // norm, out_proj; a full one: q (with its gate), k, v, o and the two head norms. Each layer's
+  // MoE: router, experts, shared expert and its gate; layer 5's dense FFN instead.
+  const int64_t linear = 64 * (112 + 48 + 8) + 112 * 4 + 8 + 12 + 48 * 64;
+  const int64_t full = 64 * (2 * 128 + 2 * 64) + 128 * 64 + 2 * 32;
+  const int64_t moe = 8 * 64 + 8 * 3 * 64 * 24 + 3 * 64 * 32 + 64, dense = 3 * 64 * 96;
+  EXPECT_EQ(c.parameter_count(), 6 * linear + 2 * full + 7 * moe + dense + 8 * 2 * 64 + 2 * 300 * 64 + 64);
+}
+
+TEST(Qwen3NextConfig, LayerTypesRopeParametersAndDefaults) {
+  json j = qwen3_next_json();
+  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "linear_attention",
+                      "full_attention", "linear_attention", "full_attention", "linear_attention"};
+  j.erase("head_dim");
+  j.erase("partial_rotary_factor");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500.0}, {"partial_rotary_factor", 0.5}};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.layers[0].mixer, MixerKind::attention);
+  EXPECT_EQ(c.layers[1].mixer, MixerKind::linear_attention);
+  EXPECT_EQ(c.layers[6].mixer, MixerKind::attention);
+  EXPECT_EQ(c.d_head, 256);  // Qwen3NextConfig's default, not hidden_size / heads
+  EXPECT_EQ(c.rotary_dim, 128);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500.0);
+  j = qwen3_next_json();
+  j["num_experts"] = 0;  // every layer dense
+  for (const LayerSpec& l : parse(j).layers) EXPECT_FALSE(l.moe);
+}
+
+TEST(Qwen3NextConfig, UnsupportedOrBadFieldsAreNamed) {
+  const std::vector<std::pair<std::string, json>> bad = {
+      {"linear_num_value_heads", 3},  {"linear_key_head_dim", 512},   {"linear_conv_kernel_dim", 1},
+      {"linear_conv_kernel_dim", 17}, {"hidden_act", "gelu"},         {"partial_rotary_factor", 0.01},
+      {"mlp_only_layers", {9}},       {"mlp_only_layers", "all"},     {"num_experts_per_tok", 9},
+      {"layer_types", {"linear_attention"}}};
+  for (const auto& [field, value] : bad) {
+    json j = qwen3_next_json();
+    j[field] = value;
+    expect_error([&] { parse(j); }, ErrorCode::parse, {field});
+  }
+  json j = qwen3_next_json();
+  j["layer_types"] = std::vector<std::string>(8, "sliding_attention");
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"layer_types[0]", "sliding_attention"});
+}
+
 TEST(ModelConfigFamilies, UnknownModelTypeListsTheSupportedOnes) {
   json j = llama_json();
   j["model_type"] = "mamba";

@@ -421,6 +421,49 @@ TEST_P(WeightUpload, PartsThatDoNotFitTheWeightAreErrors) {
   expect_error([&] { attempt({4, 6}, {c}); }, ErrorCode::parse, {file(), "'c'", "after dim 0"});
 }
 
+// Row ranges of a stored matrix gathered in another order (Qwen3-Next's per-key-head groups into q,
+// k, v, …) and a stored offset added before the one rounding (zero-centred norms as 1 + w), with
+// chunks small enough to split the parts.
+TEST_P(WeightUpload, RowRangesGatherAndStoredOffsetsShift) {
+  Values values(test_seed());
+  const WeightFiles& f = files({{"grouped", DType::bf16, {10, 6}, values.bytes(DType::bf16, 60)},
+                                {"norm", DType::f32, {7}, values.bytes(DType::f32, 7)}});
+  const StoredTensor& grouped = f.get("grouped");
+  const StoredTensor& norm = f.get("norm");
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor gathered, shifted;
+    std::vector<WeightPlan> plans = {
+        {.name = "gathered", .shape = {6, 6},
+         .parts = {{.tensor = &grouped, .row_begin = 4, .row_end = 6}, {.tensor = &grouped, .row_begin = 0, .row_end = 2},
+                   {.tensor = &grouped, .row_begin = 8}},
+         .target = &gathered},
+        {.name = "shifted", .shape = {7}, .parts = {{.tensor = &norm}}, .target = &shifted, .stored_offset = 1.0f}};
+    Buffer arena;
+    upload_weights(device(), plans, arena, {.dtype = dtype, .chunk_bytes = 40});
+    std::vector<uint8_t> want(size_t(36) * dtype_size(dtype));
+    const int64_t rows[] = {4, 5, 0, 1, 8, 9};
+    for (int64_t r = 0; r < 6; ++r)
+      for (int64_t c = 0; c < 6; ++c) store_element(want.data(), dtype, r * 6 + c, load_element(grouped.data, grouped.dtype, rows[r] * 6 + c));
+    EXPECT_EQ(read_back(device(), gathered), want) << dtype_name(dtype);
+    std::vector<uint8_t> want_norm(size_t(7) * dtype_size(dtype));
+    for (int64_t i = 0; i < 7; ++i)
+      store_element(want_norm.data(), dtype, i, double(float(load_element(norm.data, norm.dtype, i)) + 1.0f));
+    EXPECT_EQ(read_back(device(), shifted), want_norm) << dtype_name(dtype);
+  }
+  Tensor t;
+  auto attempt = [&](WeightPart part, std::vector<int64_t> shape) {
+    std::vector<WeightPlan> plans = {{.name = "bad", .shape = std::move(shape), .parts = {part}, .target = &t}};
+    Buffer arena;
+    upload_weights(device(), plans, arena, {});
+  };
+  expect_error([&] { attempt({.tensor = &grouped, .row_begin = 8, .row_end = 11}, {3, 6}); }, ErrorCode::parse,
+               {file(), "'grouped'", "rows [8, 11)", "10 rows"});
+  expect_error([&] { attempt({.tensor = &grouped, .row_begin = 4, .row_end = 2}, {2, 6}); }, ErrorCode::parse,
+               {"'grouped'", "rows [4, 2)"});
+  expect_error([&] { attempt({.tensor = &grouped, .transpose = true, .row_begin = 1}, {6, 10}); }, ErrorCode::invalid_argument,
+               {"'grouped'", "transposed part takes the whole tensor"});
+}
+
 TEST_P(WeightUpload, PlansThatCannotBeCarriedOutAreErrors) {
   Values values(test_seed());
   const WeightFiles& f = files({{"a", DType::f32, {4, 6}, values.bytes(DType::f32, 24)}});
