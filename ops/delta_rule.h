@@ -48,8 +48,9 @@ struct DeltaRuleGates {
 struct GatedDeltaRuleParams {
   float scale = 0.0f;  // s; 0 = 1/√Dk
   DeltaRuleGates gates;
-  // Tokens per chunk of the chunk-wise form, ≤ kMaxDeltaRuleChunk; 0: the backend's choice. The
-  // reference computes the chunk-wise form for chunk > 0 and the recurrent one for 0.
+  // Tokens per chunk of the chunk-wise form, ≤ kMaxDeltaRuleChunk; 1 is the recurrent form (a chunk
+  // of one token is one step of it), which benchmarks ask for by it; 0: the backend's choice. The
+  // reference computes the chunk-wise form for chunk > 1 and the recurrent one otherwise.
   int64_t chunk = 0;
 };
 

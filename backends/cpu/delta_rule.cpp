@@ -1,13 +1,15 @@
 // gated_delta_rule on the CPU (ops/delta_rule.h): OpenMP over the (sequence, value head) pairs,
 // each walking its tokens with its state S (f32 [Dk, Dv], rows over the value dim) updated in
 // place, in one of the two forms:
-//   recurrent (decode, short calls): per token two passes along S's rows,
+//   recurrent (the backend's choice, params.chunk 0 or 1): per token two passes along S's rows,
 //     r = Sᵀk (before the decay, which is applied to r instead),  u = β (v − α r),
 //     S[d] ← α S[d] + k[d] u  and, on the new row, o += s·q[d]·S[d];
-//   chunk-wise (params.chunk, or kChunk tokens for calls of kChunkFrom tokens or more): per chunk
-//     of n tokens the small products KKᵀ and QKᵀ (n × n), W = (I + L)^(-1) by forward
-//     substitution, then U = W(βV − βγ·K S_0), O = γ·Q S_0 + (decayed QKᵀ) U and
-//     S ← γ_n S_0 + Kᵀ(decayed U): matrix products over the chunk instead of a token loop.
+//   chunk-wise (params.chunk > 1): per chunk of n tokens the small products KKᵀ and QKᵀ (n × n),
+//     W = (I + L)^(-1) by forward substitution, then U = W(βV − βγ·K S_0), O = γ·Q S_0 +
+//     (decayed QKᵀ) U and S ← γ_n S_0 + Kᵀ(decayed U): matrix products over the chunk.
+// On a CPU the chunk-wise form has no fewer FLOPs (at Dk = Dv = 128 and chunks of 64 both do
+// ~8·Dk·Dv per token) and the recurrent one keeps a head's 64 KB state in L2, so the recurrent
+// form is the default: measured 3.5× faster at Qwen3-Next's heads (docs/PERFORMANCE.md).
 #include <algorithm>
 #include <cmath>
 
@@ -20,7 +22,6 @@ namespace ding::cpu {
 
 namespace {
 
-constexpr int64_t kChunk = 64, kChunkFrom = 32;
 
 // Element (b, t, h) of a [B, T, H] tensor of any strides (g and β), as f32; of a [H] one at (0, 0, h).
 float scalar_at(const Tensor& t, int64_t b, int64_t i, int64_t h) {
@@ -159,7 +160,7 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
 
 void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
   const int64_t B = a.q.dim(0), T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
-  const int64_t chunk = a.params.chunk > 0 ? a.params.chunk : T >= kChunkFrom ? kChunk : 0;
+  const int64_t chunk = a.params.chunk > 1 ? a.params.chunk : 0;
   const float scale = ops::delta_rule_scale(a);
 #pragma omp parallel for schedule(dynamic, 1) if (B * Hv * T * Dk * Dv >= (1 << 16))
   for (int64_t bh = 0; bh < B * Hv; ++bh) {

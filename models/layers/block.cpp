@@ -58,6 +58,11 @@ double model_cache_bytes(const ModelConfig& c, DType dtype, int64_t batch, int64
   return bytes;
 }
 
+CacheSize model_cache_size(const ModelConfig& c, DType dtype) {
+  const double fixed = model_cache_bytes(c, dtype, 1, 0);
+  return {model_cache_bytes(c, dtype, 1, 1) - fixed, fixed};
+}
+
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
   // A block takes its mixer's tensors and then its feed-forward's between resets; each take is
   // rounded up to 256 bytes. Attention takes two (qkv, its output), three with q/k norms (the

@@ -201,6 +201,12 @@ std::vector<std::string_view> ops_of(std::initializer_list<std::vector<std::stri
 // window's layer at most its window): what a run of that many tokens stores. At tokens = 1, the
 // cache's bytes per token.
 double model_cache_bytes(const ModelConfig& c, DType dtype, int64_t batch, int64_t tokens);
+// One sequence's cache as it grows: bytes per position held (the attention layers' keys and
+// values, or latents) and bytes held whatever the length (the linear layers' states).
+struct CacheSize {
+  double per_token = 0, per_sequence = 0;
+};
+CacheSize model_cache_size(const ModelConfig& c, DType dtype);
 // Scratch one block needs for `rows` token rows in `dtype`.
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
 

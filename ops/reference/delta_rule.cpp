@@ -1,7 +1,7 @@
 // Reference gated delta rule (ops/delta_rule.h), in double, in either form:
-//   recurrent (params.chunk = 0), token by token as transformers' torch_recurrent_gated_delta_rule:
+//   recurrent (params.chunk 0 or 1), token by token as transformers' torch_recurrent_gated_delta_rule:
 //     S ← e^(g_t)·S;  u = β_t (v_t − Sᵀk_t);  S ← S + k_t uᵀ;  o_t = Sᵀ(s·q_t)
-//   chunk-wise (params.chunk = C > 0), per chunk of n ≤ C tokens as the header derives it
+//   chunk-wise (params.chunk = C > 1), per chunk of n ≤ C tokens as the header derives it
 //   (transformers: torch_chunk_gated_delta_rule): W = (I + L)^(-1) by forward substitution,
 //     U = W (diag(β) V − diag(βγ) K S_0),  o_i = γ_i S_0ᵀ(s q_i) + Σ_{j≤i} (γ_i/γ_j)(s q_i·k_j) u_j,
 //     S ← γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ
@@ -125,7 +125,7 @@ void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
     for (int64_t h = 0; h < Hv; ++h) {
       const Head x{a, b, h, h / (Hv / Hk), Dk, Dv, ops::delta_rule_scale(a)};
       for (int64_t i = 0; i < Dk * Dv; ++i) S[size_t(i)] = load(a.state, offset(a.state, {b, h, i / Dv, i % Dv}));
-      if (chunk == 0)
+      if (chunk <= 1)
         recurrent(x, S, 0, T);
       else
         for (int64_t t0 = 0; t0 < T; t0 += chunk) chunk_wise(x, S, t0, std::min(chunk, T - t0));

@@ -99,8 +99,8 @@ std::vector<OpCase> delta_rule_cases() {
   add({.B = 3, .T = 5, .Hk = 2, .Hv = 6, .Dk = 40, .Dv = 48, .qkv = f16, .gates = f16, .out = f16, .views = true});
   add({.T = 4, .Dk = 256, .Dv = 8});  // the widest key head the backends take
   add({.B = 2, .T = 7, .Hk = 3, .Hv = 3, .Dk = 65, .Dv = 33, .qkv = bf16, .gates = bf16, .out = f32});
-  // The chunk-wise form, chunks of 4, 16 and 64 with a partial last one (calls of 32 tokens or
-  // more without a chunk take it on the cpu too, against the recurrent reference above).
+  // The chunk-wise form, chunks of 4, 16 and 64 with a partial last one, on the backends that
+  // compute it (cpu) and in the reference alike.
   add({.B = 2, .T = 9, .Hk = 2, .Hv = 4, .Dk = 32, .Dv = 24, .chunk = 4});
   add({.T = 50, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16});
   add({.T = 130, .Hk = 1, .Hv = 1, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = f32, .out = bf16, .chunk = 64});
@@ -111,12 +111,15 @@ std::vector<OpCase> delta_rule_cases() {
   add({.T = 40, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16, .gated = true});
   add({.T = 37, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true});
   // Qwen3-Next-80B-A3B's linear-attention heads (16 key heads, 32 value heads, 128 × 128 states):
-  // decode at batch 1 and 8, a 1024-token prefill chunk.
+  // decode at batch 1 and 8; prefills of 1024 and 4096 tokens in the recurrent form (chunk 1) and
+  // chunk-wise in chunks of 16 to 128, the comparison issue 21 asks for.
   for (int64_t B : {1, 8})
     add({.B = B, .T = 1, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true,
          .in_tests = false});
-  add({.T = 1024, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = 64,
-       .gated = true, .in_tests = false});
+  for (int64_t T : {1024, 4096})
+    for (int64_t chunk : {1, 16, 32, 64, 128})
+      add({.T = T, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = chunk,
+           .gated = true, .in_tests = false});
   for (OpCase& c : cases)
     if (!c.in_tests) c.name.insert(c.name.find('/') + 1, "bench_");
   return cases;

@@ -24,7 +24,9 @@ struct Variant {
 };
 
 // The four attention kinds at one width and depth; heads of 128 (width / 16 heads for the default
-// width 2048), the FFN 5.34 × width (DeepSeek-V2-Lite's 10944 at 2048), DeepSeek's vocabulary.
+// width 2048), the FFN 5.34 × width (DeepSeek-V2-Lite's 10944 at 2048), DeepSeek's vocabulary;
+// then linear attention (Gated DeltaNet, Qwen3-Next's: value heads of 128, half as many key heads)
+// in every layer, and Qwen3-Next's hybrid of three linear layers to one GQA layer.
 std::vector<Variant> variants(const CacheBenchOptions& o, int64_t positions) {
   const int64_t heads = std::max<int64_t>(1, o.width / 128), ffn = o.width * 10944 / 2048;
   const auto llama = [&](int64_t kv_heads) {
@@ -42,10 +44,23 @@ std::vector<Variant> variants(const CacheBenchOptions& o, int64_t positions) {
           "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false}})",
                   o.width, ffn, o.layers, heads, positions),
       "ding-bench cache");
+  const auto qwen3_next = [&](int64_t full_every) {
+    return ModelConfig::from_json_text(
+        fmt::format(R"({{"model_type": "qwen3_next", "hidden_size": {}, "intermediate_size": {}, "num_hidden_layers": {},
+            "num_attention_heads": {}, "num_key_value_heads": {}, "head_dim": 128, "full_attention_interval": {},
+            "linear_num_key_heads": {}, "linear_num_value_heads": {}, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "num_experts": 0, "vocab_size": 102400, "max_position_embeddings": {},
+            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false}})",
+                    o.width, ffn, o.layers, heads, std::max<int64_t>(1, heads / 4), full_every,
+                    std::max<int64_t>(1, heads / 2), heads, positions),
+        "ding-bench cache");
+  };
   return {{"MHA", fmt::format("{} kv heads x 128", heads), llama(heads)},
           {"GQA", fmt::format("{} kv heads x 128", std::max<int64_t>(1, heads / 4)), llama(std::max<int64_t>(1, heads / 4))},
           {"MQA", "1 kv head x 128", llama(1)},
-          {"MLA", "latent 512 + rope 64", mla}};
+          {"MLA", "latent 512 + rope 64", mla},
+          {"GDN", fmt::format("{} states 128 x 128", heads), qwen3_next(o.layers + 1)},
+          {"3:1", "GDN x3, GQA x1", qwen3_next(4)}};
 }
 
 DType parse_dtype(const std::string& s) {
@@ -84,15 +99,16 @@ int run_cache(const CacheBenchOptions& o) {
   fmt::print("ding-bench cache: width {}, {} layers, {} heads, {}, backend {} — {}; decode batch 1, {} steps timed after a "
              "prefill of each context\n",
              o.width, o.layers, all[0].config.n_head, dtype_name(dtype), device.caps().backend, device.caps().name, o.steps);
-  std::string header = fmt::format("{:<5} {:<22} {:>14}", "kind", "cache per token of", "bytes/token");
+  std::string header = fmt::format("{:<5} {:<22} {:>12} {:>14}", "kind", "cache of", "bytes/token", "bytes/sequence");
   for (int64_t ctx : o.contexts) header += fmt::format(" {:>14} {:>10}", fmt::format("MB at {}", ctx), "tok/s");
   fmt::print("{}\n", header);
   for (const Variant& v : all) {
-    const double per_token = model_cache_bytes(v.config, dtype, 1, 1);
-    std::string line = fmt::format("{:<5} {:<22} {:>14.0f}", v.name, v.detail, per_token);
+    const CacheSize size = model_cache_size(v.config, dtype);
+    std::string line = fmt::format("{:<5} {:<22} {:>12.0f} {:>14.0f}", v.name, v.detail, size.per_token, size.per_sequence);
     const Model model = Model::random(v.config, device, {.dtype = dtype}, 3);
     for (int64_t ctx : o.contexts)
-      line += fmt::format(" {:>14.1f} {:>10.1f}", per_token * double(ctx) * 1e-6, decode_tokens_per_second(model, ctx, o.steps));
+      line += fmt::format(" {:>14.1f} {:>10.1f}", (size.per_sequence + size.per_token * double(ctx)) * 1e-6,
+                          decode_tokens_per_second(model, ctx, o.steps));
     fmt::print("{}\n", line);
     std::fflush(stdout);
   }

@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
   load_cmd->add_flag("--no-weight-check", load.no_weight_check, "do not check the stored values (NaN, Inf, overflow)");
   load_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   ding::bench::CacheBenchOptions cache;
-  CLI::App* cache_cmd = app.add_subcommand("cache", "cache bytes per token and decode tok/s of MHA, GQA, MQA and MLA at equal size");
+  CLI::App* cache_cmd = app.add_subcommand("cache", "cache bytes (per token and per sequence) and decode tok/s of MHA, GQA, MQA, MLA, Gated DeltaNet and a 3:1 hybrid at equal size");
   cache_cmd->add_option("--backend", cache.backend, "backend (default auto)");
   cache_cmd->add_option("--dtype", cache.dtype, "f32, bf16, f16 (default bf16)");
   cache_cmd->add_option("--contexts", cache.contexts, "context lengths to decode at (default 4096 32768)")

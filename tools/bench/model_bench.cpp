@@ -9,6 +9,7 @@
 #include "../gpu_tuning.h"
 #include "ceilings.h"
 #include "ding/ding.h"
+#include "ding/models/layers/block.h"
 #include "ding/models/sampler.h"
 #include "ding/models/session.h"
 #include "ding/threads.h"
@@ -169,12 +170,50 @@ const char* const kDeepseekV2Lite = R"({
   "vocab_size": 102400
 })";
 
+// Qwen/Qwen3-Next-80B-A3B-Instruct's shape with 12 of its 48 layers (the same 3:1 pattern of Gated
+// DeltaNet and gated attention layers; 160 GB of bf16 weights in all would not fit one GPU, a
+// quarter does): 16 key and 32 value heads of 128 × 128 states, 16 query heads of 256 over 2 kv
+// heads, a quarter of each head rotated, 512 experts top-10 with a gated shared expert.
+const char* const kQwen3Next80B12L = R"({
+  "architectures": ["Qwen3NextForCausalLM"],
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151645,
+  "full_attention_interval": 4,
+  "head_dim": 256,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "intermediate_size": 5120,
+  "linear_conv_kernel_dim": 4,
+  "linear_key_head_dim": 128,
+  "linear_num_key_heads": 16,
+  "linear_num_value_heads": 32,
+  "linear_value_head_dim": 128,
+  "max_position_embeddings": 262144,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_next",
+  "moe_intermediate_size": 512,
+  "norm_topk_prob": true,
+  "num_attention_heads": 16,
+  "num_experts": 512,
+  "num_experts_per_tok": 10,
+  "num_hidden_layers": 12,
+  "num_key_value_heads": 2,
+  "partial_rotary_factor": 0.25,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 10000000,
+  "shared_expert_intermediate_size": 512,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "vocab_size": 151936
+})";
+
 const std::vector<NamedShape>& named_shapes() {
   static const std::vector<NamedShape> shapes = {
       {"gpt2", gpt2_config(12, 12, 768)},          {"gpt2-medium", gpt2_config(24, 16, 1024)},
       {"gpt2-large", gpt2_config(36, 20, 1280)},   {"gpt2-xl", gpt2_config(48, 25, 1600)},
       {"llama-3.2-1b", kLlama32_1B},               {"llama-3.1-8b", kLlama31_8B},
       {"olmoe-1b-7b", kOlmoe1B7B},                 {"deepseek-v2-lite", kDeepseekV2Lite},
+      {"qwen3-next-80b-a3b-12l", kQwen3Next80B12L},
   };
   return shapes;
 }
@@ -288,22 +327,26 @@ int run_model(const ModelBenchOptions& o) {
   const double decode_seconds = now_seconds() - t0;
 
   // Decode roofline: every step streams the weights once (weight_bytes_per_step) plus, for each
-  // sequence, the K and V of the positions cached so far, their mean over the run. A position's
-  // K and V are 2 × layers × kv heads × head dim values: GQA's few KV heads make them small.
+  // sequence, the K and V of the positions cached so far, their mean over the run (a position's K
+  // and V are 2 × layers × kv heads × head dim values: GQA's few KV heads make them small), and
+  // the linear layers' states, read and written once each.
   const StepWeights step_weights = weight_bytes_per_step(model, o.batch);
   const double weights_per_step = step_weights.bytes;
-  const double kv_per_position = double(session.kv_cache_bytes()) / double(session.max_batch() * session.max_tokens());
+  const CacheSize cache = model_cache_size(c, model.dtype());
+  const double kv_per_position = cache.per_token;
   const double mean_context = double(o.prompt) + double(o.new_tokens) / 2;
-  const double bytes_per_step = weights_per_step + double(o.batch) * mean_context * kv_per_position;
+  const double bytes_per_step =
+      weights_per_step + double(o.batch) * (mean_context * kv_per_position + 2.0 * cache.per_sequence);
   const double floor_seconds = bytes_per_step / (ceil.bandwidth_gbs * 1e9);
   const double step_seconds = decode_seconds / double(o.new_tokens);
   const double tokens_per_second = double(o.batch) / step_seconds;
-  fmt::print("weights {:.1f} MB ({:.1f} MB read per step{}); cache {:.1f} MB ({} sequences x {} positions x {:.1f} KB)\n",
+  fmt::print("weights {:.1f} MB ({:.1f} MB read per step{}); cache {:.1f} MB ({} sequences x ({} positions x {:.1f} KB{}))\n",
              double(model.weight_bytes()) * 1e-6, weights_per_step * 1e-6,
              step_weights.experts_per_layer > 0
                  ? fmt::format(", {:.1f} of {} experts per layer", step_weights.experts_per_layer, c.moe.experts)
                  : "",
-             double(session.kv_cache_bytes()) * 1e-6, o.batch, session.max_tokens(), kv_per_position * 1e-3);
+             double(session.kv_cache_bytes()) * 1e-6, o.batch, session.max_tokens(), kv_per_position * 1e-3,
+             cache.per_sequence > 0 ? fmt::format(" + {:.1f} KB of states", cache.per_sequence * 1e-3) : "");
   fmt::print("prefill   {} tokens x {}: {:.2f} ms per sequence = {:.1f} tok/s{}\n", o.prompt, o.batch,
              prefill_seconds * 1e3 / double(o.batch), double(o.prompt * o.batch) / prefill_seconds,
              o.prefill_chunk > 0 && o.prefill_chunk < o.prompt ? fmt::format(" (chunks of {})", o.prefill_chunk) : "");

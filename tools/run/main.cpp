@@ -380,9 +380,13 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
              decode_tps, ding::stop_reason_name(result.reason));
   const ding::ModelConfig& config = model.config();
   const int64_t run_tokens = int64_t(prompt.size()) + n_new;
-  fmt::print(stderr, "cache     {:.0f} bytes per token over {} layers; {:.2f} MiB for this run's {} tokens; {:.2f} MiB "
+  const ding::CacheSize cache = ding::model_cache_size(config, model.dtype());
+  fmt::print(stderr, "cache     {:.0f} bytes per token over {} layers{}; {:.2f} MiB for this run's {} tokens; {:.2f} MiB "
                      "allocated for {} positions\n",
-             ding::model_cache_bytes(config, model.dtype(), 1, 1), config.n_layer,
+             cache.per_token, config.n_layer,
+             cache.per_sequence > 0 ? fmt::format(" + {:.0f} bytes of recurrent state per sequence at any length",
+                                                  cache.per_sequence)
+                                    : "",
              ding::model_cache_bytes(config, model.dtype(), 1, run_tokens) * mib, run_tokens,
              double(session.kv_cache_bytes()) * mib, session.max_tokens());
   fmt::print(stderr, "memory    peak RSS {:.1f} MiB; activations {:.2f} MiB\n", peak_mib,
