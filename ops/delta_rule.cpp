@@ -13,8 +13,10 @@ float delta_rule_scale(const GatedDeltaRuleArgs& a) {
   return a.params.scale > 0 ? a.params.scale : float(1.0 / std::sqrt(double(a.q.dim(3))));
 }
 
-void validate(const Device& device, const GatedDeltaRuleArgs& a) {
-  Check c("gated_delta_rule", device);
+void validate(const Device& device, const GatedDeltaRuleArgs& a) { validate_recurrence("gated_delta_rule", device, a); }
+
+void validate_recurrence(const char* op, const Device& device, const GatedDeltaRuleArgs& a) {
+  Check c(op, device);
   for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}}) {
     c.tensor(name, *t, 4, 4);
     c.float_dtype(name, *t);
@@ -32,6 +34,7 @@ void validate(const Device& device, const GatedDeltaRuleArgs& a) {
     c.fail(ErrorCode::invalid_argument, fmt::format("the key head dim Dk = {} exceeds the {} the backends take (q {})", Dk,
                                                     kMaxDeltaRuleKeyDim, shape_of(a.q)));
   for (auto [name, t] : {std::pair{"g", &a.g}, {"beta", &a.beta}}) {
+    if (!a.params.delta && !t->defined()) continue;
     c.tensor(name, *t, 3, 3);
     c.float_dtype(name, *t);
     c.dim(name, *t, 0, B, "B (from q)");
@@ -52,6 +55,7 @@ void validate(const Device& device, const GatedDeltaRuleArgs& a) {
     c.fail(ErrorCode::invalid_argument,
            fmt::format("chunk must be in [0, {}] (0: the backend's choice), got {}", kMaxDeltaRuleChunk, p.chunk));
   for (auto [name, t] : {std::pair{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"g", &a.g}, {"beta", &a.beta}}) {
+    if (!t->defined()) continue;
     c.disjoint("out", a.out, name, *t);
     c.disjoint("state", a.state, name, *t);
   }

@@ -52,6 +52,9 @@ struct GatedDeltaRuleParams {
   // of one token is one step of it), which benchmarks ask for by it; 0: the backend's choice. The
   // reference computes the chunk-wise form for chunk > 1 and the recurrent one otherwise.
   int64_t chunk = 0;
+  // false: no delta correction, S ← α_t·S + β_t k_t v_tᵀ (the chunk-wise form with L = 0): how
+  // ops::linear_attention runs on the backends, with β = 1 there (beta absent) and α = 1 without g.
+  bool delta = true;
 };
 
 inline constexpr int64_t kMaxDeltaRuleChunk = 256;
@@ -61,8 +64,10 @@ struct GatedDeltaRuleArgs {
   Tensor q;      // [B, T, Hk, Dk], f32/f16/bf16, last dim contiguous; Hv % Hk == 0
   Tensor k;      // [B, T, Hk, Dk]
   Tensor v;      // [B, T, Hv, Dv]
-  Tensor g;      // [B, T, Hv], f32/f16/bf16, any strides: the log decay (any real; models give g ≤ 0)
-  Tensor beta;   // [B, T, Hv], f32/f16/bf16, any strides: the write strength
+  Tensor g;      // [B, T, Hv], f32/f16/bf16, any strides: the log decay (any real; models give g ≤ 0);
+                 // absent only through linear_attention (no decay)
+  Tensor beta;   // [B, T, Hv], f32/f16/bf16, any strides: the write strength; absent only through
+                 // linear_attention (β = 1)
   Tensor state;  // f32 [B, Hv, Dk, Dv], in-out, contiguous
   GatedDeltaRuleParams params;
 };
@@ -71,6 +76,8 @@ float delta_rule_scale(const GatedDeltaRuleArgs& a);
 // softplus as torch computes it (threshold 20), in the op's float and double forms.
 inline double delta_rule_softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 void validate(const Device& device, const GatedDeltaRuleArgs& a);
+// The checks under `op`'s name: g and beta are required with params.delta, optional without it.
+void validate_recurrence(const char* op, const Device& device, const GatedDeltaRuleArgs& a);
 Cost cost(const GatedDeltaRuleArgs& a);
 void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,
                       const GatedDeltaRuleParams& params = {});

@@ -13,6 +13,7 @@
 #include "ding/ops/copy.h"
 #include "ding/ops/delta_rule.h"
 #include "ding/ops/embedding.h"
+#include "ding/ops/linear_attention.h"
 #include "ding/ops/matmul.h"
 #include "ding/ops/mla.h"
 #include "ding/ops/moe.h"

@@ -22,6 +22,7 @@
   X(kv_append, KvAppendArgs)                \
   X(causal_conv1d, CausalConv1dArgs)        \
   X(gated_delta_rule, GatedDeltaRuleArgs)   \
+  X(linear_attention, LinearAttentionArgs)  \
   X(mla_prefill, MlaPrefillArgs)            \
   X(mla_decode, MlaDecodeArgs)              \
   X(moe_route, MoeRouteArgs)                \

@@ -12,6 +12,7 @@
 // form is the default: measured 3.5× faster at Qwen3-Next's heads (docs/PERFORMANCE.md).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels.h"
 #include "scratch.h"
@@ -40,12 +41,14 @@ struct Head {  // one (sequence, value head): where its rows are, and its state
   int64_t b, h, kh, Dk, Dv;
   // Token t's log decay g_t and write strength β_t, through the gates where the call has them.
   float g(int64_t t) const {
+    if (!a.g.defined()) return 0.0f;
     const float g = scalar_at(a.g, b, t, h);
     const ops::DeltaRuleGates& gates = a.params.gates;
     if (!gates.given()) return g;
     return -std::exp(scalar_at(gates.a_log, 0, 0, h)) * softplus(g + scalar_at(gates.dt_bias, 0, 0, h));
   }
   float beta(int64_t t) const {
+    if (!a.beta.defined()) return 1.0f;
     const float b_t = scalar_at(a.beta, b, t, h);
     return a.params.gates.given() ? 1.0f / (1.0f + std::exp(-b_t)) : b_t;
   }
@@ -81,7 +84,8 @@ void recurrent(const Head& x, int64_t t0, int64_t t1) {
     for (int64_t d = 0; d < Dk; ++d) q[d] *= x.scale;
     const float alpha = std::exp(x.g(t)), beta = x.beta(t);
     std::fill(r, r + Dv, 0.0f);
-    for (int64_t d = 0; d < Dk; ++d) axpy(r, k[d], x.S + d * Dv, Dv);
+    if (a.params.delta)
+      for (int64_t d = 0; d < Dk; ++d) axpy(r, k[d], x.S + d * Dv, Dv);
     for (int64_t e = 0; e < Dv; ++e) u[e] = beta * (u[e] - alpha * r[e]);
     std::fill(o, o + Dv, 0.0f);
     for (int64_t d = 0; d < Dk; ++d) {
@@ -102,29 +106,33 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
   float* const R = thread_scratch(ScratchSlot::second, size_t(3 * chunk * Dv));  // [n][Dv]: βV − βγ K S_0, then O
   float* const U = R + chunk * Dv;                                                // [n][Dv]
   float* const QS = U + chunk * Dv;                                               // [n][Dv]: Q S_0
-  float* const W = thread_scratch(ScratchSlot::third, size_t(2 * chunk * chunk + 3 * chunk));  // [n][n]
+  float* const W = thread_scratch(ScratchSlot::third, size_t(2 * chunk * chunk + 2 * chunk));  // [n][n]
   float* const QK = W + chunk * chunk;                                                          // [n][n]
-  float* const G = QK + chunk * chunk;  // cumulative log decay
-  float* const beta = G + chunk;
+  float* const beta = QK + chunk * chunk;
   float* const decay = beta + chunk;    // γ_n / γ_j
+  // The cumulative log decay in double: a strongly decaying head's G_i reach −1000s within a
+  // chunk, where f32 would keep e^(G_i − G_j) of neighbours to only ~1e-4.
+  thread_local std::vector<double> G;
+  G.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) {
     load_row(Q + i * Dk, row_bytes(a.q, x.row(a.q, t0 + i, x.kh)), a.q.dtype, Dk);
     load_row(K + i * Dk, row_bytes(a.k, x.row(a.k, t0 + i, x.kh)), a.k.dtype, Dk);
     load_row(R + i * Dv, row_bytes(a.v, x.row(a.v, t0 + i, x.h)), a.v.dtype, Dv);
     for (int64_t d = 0; d < Dk; ++d) Q[i * Dk + d] *= x.scale;
-    G[i] = (i > 0 ? G[i - 1] : 0.0f) + x.g(t0 + i);
+    G[size_t(i)] = (i > 0 ? G[size_t(i - 1)] : 0.0) + x.g(t0 + i);
     beta[i] = x.beta(t0 + i);
   }
   // K S_0 and Q S_0, row by row along S's rows.
   std::fill(QS, QS + n * Dv, 0.0f);
   std::fill(U, U + n * Dv, 0.0f);  // holds K S_0 until U is formed
+  const bool delta = a.params.delta;  // without it L = 0: W = I and no K S_0 term
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < Dk; ++d) {
-      axpy(U + i * Dv, K[i * Dk + d], x.S + d * Dv, Dv);
+      if (delta) axpy(U + i * Dv, K[i * Dk + d], x.S + d * Dv, Dv);
       axpy(QS + i * Dv, Q[i * Dk + d], x.S + d * Dv, Dv);
     }
   for (int64_t i = 0; i < n; ++i) {
-    const float gamma = std::exp(G[i]);
+    const float gamma = float(std::exp(G[size_t(i)]));
     for (int64_t e = 0; e < Dv; ++e) R[i * Dv + e] = beta[i] * (R[i * Dv + e] - gamma * U[i * Dv + e]);
   }
   // W = (I + L)^(-1), L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i), and the decayed Q Kᵀ (j ≤ i).
@@ -132,8 +140,9 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
     float* const w = W + i * chunk;
     std::fill(w, w + n, 0.0f);
     w[i] = 1.0f;
-    for (int64_t j = 0; j < i; ++j) axpy(w, -beta[i] * std::exp(G[i] - G[j]) * dot(K + i * Dk, K + j * Dk, Dk), W + j * chunk, j + 1);
-    for (int64_t j = 0; j <= i; ++j) QK[i * chunk + j] = std::exp(G[i] - G[j]) * dot(Q + i * Dk, K + j * Dk, Dk);
+    for (int64_t j = 0; j < i && delta; ++j)
+      axpy(w, -beta[i] * float(std::exp(G[size_t(i)] - G[size_t(j)])) * dot(K + i * Dk, K + j * Dk, Dk), W + j * chunk, j + 1);
+    for (int64_t j = 0; j <= i; ++j) QK[i * chunk + j] = float(std::exp(G[size_t(i)] - G[size_t(j)])) * dot(Q + i * Dk, K + j * Dk, Dk);
   }
   // U = W R, then O = γ·Q S_0 + QK U (into R, no longer needed).
   std::fill(U, U + n * Dv, 0.0f);
@@ -141,14 +150,14 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
     for (int64_t m = 0; m <= i; ++m) axpy(U + i * Dv, W[i * chunk + m], R + m * Dv, Dv);
   for (int64_t i = 0; i < n; ++i) {
     float* const o = R + i * Dv;
-    const float gamma = std::exp(G[i]);
+    const float gamma = float(std::exp(G[size_t(i)]));
     for (int64_t e = 0; e < Dv; ++e) o[e] = gamma * QS[i * Dv + e];
     for (int64_t j = 0; j <= i; ++j) axpy(o, QK[i * chunk + j], U + j * Dv, Dv);
     store_row(row_bytes_out(a.out, x.row(a.out, t0 + i, x.h)), a.out.dtype, o, Dv);
   }
   // S ← γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ.
-  const float gamma_n = std::exp(G[n - 1]);
-  for (int64_t j = 0; j < n; ++j) decay[j] = std::exp(G[n - 1] - G[j]);
+  const float gamma_n = float(std::exp(G[size_t(n - 1)]));
+  for (int64_t j = 0; j < n; ++j) decay[j] = float(std::exp(G[size_t(n - 1)] - G[size_t(j)]));
   for (int64_t d = 0; d < Dk; ++d) {
     float* const row = x.S + d * Dv;
     for (int64_t e = 0; e < Dv; ++e) row[e] *= gamma_n;

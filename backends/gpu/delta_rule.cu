@@ -31,6 +31,7 @@ struct DeltaShape {
   float scale;
   attn::Strides3 q, k, v, out, g, beta;  // of [B, T, H, D] and [B, T, H] tensors
   bool gated;                              // params.gates
+  bool delta, has_g, has_beta;             // params.delta; g and beta present (else α = 1, β = 1)
   AnyFloat a_log, dt_bias;
 };
 
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int64_t t = 0; t < sh.T; ++t) {
     const int64_t qk_row = sh.q.at(b, t, kh), k_row = sh.k.at(b, t, kh);
-    const float g_in = g.load(sh.g.at(b, t, h)), b_in = beta.load(sh.beta.at(b, t, h));
+    const float g_in = sh.has_g ? g.load(sh.g.at(b, t, h)) : 0.0f, b_in = sh.has_beta ? beta.load(sh.beta.at(b, t, h)) : 1.0f;
     const float alpha = sh.gated ? expf(-expf(sh.a_log.load(h)) * softplus(g_in + sh.dt_bias.load(h))) : expf(g_in);
     const float strength = sh.gated ? 1.0f / (1.0f + expf(-b_in)) : b_in;
     float kd[kMaxPerLane], r = 0.0f;
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kThreads)
       kd[i] = d < sh.Dk ? k.load(k_row + d) : 0.0f;
       r = fmaf(S[i], kd[i], r);
     }
-    r = warp_sum(r);
+    r = sh.delta ? warp_sum(r) : 0.0f;  // warp-uniform
     const float u = strength * (v.load(sh.v.at(b, t, h) + e) - alpha * r);
     float o = 0.0f;
 #pragma unroll
@@ -96,6 +97,7 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   sh.q = attn::strides3(a.q), sh.k = attn::strides3(a.k), sh.v = attn::strides3(a.v), sh.out = attn::strides3(a.out);
   sh.g = attn::strides3(a.g), sh.beta = attn::strides3(a.beta);
   sh.gated = a.params.gates.given();
+  sh.delta = a.params.delta, sh.has_g = a.g.defined(), sh.has_beta = a.beta.defined();
   if (sh.gated) sh.a_log = any_float(a.params.gates.a_log), sh.dt_bias = any_float(a.params.gates.dt_bias);
   const int64_t warps = kThreads / s.props().warp_size;
   const int64_t blocks = sh.B * sh.Hv * ((sh.Dv + warps - 1) / warps);

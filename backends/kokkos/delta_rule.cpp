@@ -24,7 +24,7 @@ void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
                  beta = elements(a.beta), state = elements(a.state);
   const Strides q_s = strides(a.q), k_s = strides(a.k), v_s = strides(a.v), out_s = strides(a.out), g_s = strides(a.g),
                 beta_s = strides(a.beta);
-  const bool gated = a.params.gates.given();
+  const bool gated = a.params.gates.given(), delta = a.params.delta, has_g = a.g.defined(), has_beta = a.beta.defined();
   const Elements a_log = gated ? elements(a.params.gates.a_log) : Elements{}, dt_bias = gated ? elements(a.params.gates.dt_bias) : Elements{};
   Kokkos::parallel_for("ding::gated_delta_rule", Range(0, a.v.dim(0) * Hv * Dv), KOKKOS_LAMBDA(const int64_t i) {
     const int64_t e = i % Dv, h = i / Dv % Hv, b = i / Dv / Hv, kh = h / (Hv / Hk);
@@ -33,12 +33,13 @@ void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
     for (int64_t d = 0; d < Dk; ++d) S[d] = state.load(column + d * Dv);
     for (int64_t t = 0; t < T; ++t) {
       const int64_t q_row = b * q_s[0] + t * q_s[1] + kh * q_s[2], k_row = b * k_s[0] + t * k_s[1] + kh * k_s[2];
-      const float g_in = g.load(b * g_s[0] + t * g_s[1] + h * g_s[2]);
-      const float b_in = beta.load(b * beta_s[0] + t * beta_s[1] + h * beta_s[2]);
+      const float g_in = has_g ? g.load(b * g_s[0] + t * g_s[1] + h * g_s[2]) : 0.0f;
+      const float b_in = has_beta ? beta.load(b * beta_s[0] + t * beta_s[1] + h * beta_s[2]) : 1.0f;
       const float alpha = gated ? expf(-expf(a_log.load(h)) * softplus(g_in + dt_bias.load(h))) : expf(g_in);
       const float strength = gated ? 1.0f / (1.0f + expf(-b_in)) : b_in;
-      float r = 0.0f;
-      for (int64_t d = 0; d < Dk; ++d) r += S[d] * k.load(k_row + d);
+      float r = 0.0f;  // (Sᵀk)[e], what the delta rule corrects toward v
+      if (delta)
+        for (int64_t d = 0; d < Dk; ++d) r += S[d] * k.load(k_row + d);
       const float u = strength * (v.load(b * v_s[0] + t * v_s[1] + h * v_s[2] + e) - alpha * r);
       float o = 0.0f;
       for (int64_t d = 0; d < Dk; ++d) {

@@ -23,12 +23,14 @@ struct Head {  // one (sequence, value head) of the call, its inputs read in dou
   double k(int64_t t, int64_t d) const { return load(a.k, offset(a.k, {b, t, kh, d})); }
   double v(int64_t t, int64_t e) const { return load(a.v, offset(a.v, {b, t, h, e})); }
   double g(int64_t t) const {
+    if (!a.g.defined()) return 0.0;
     const double g = load(a.g, offset(a.g, {b, t, h}));
     const ops::DeltaRuleGates& gates = a.params.gates;
     if (!gates.given()) return g;
     return -std::exp(load(gates.a_log, h)) * ops::delta_rule_softplus(g + load(gates.dt_bias, h));
   }
   double beta(int64_t t) const {
+    if (!a.beta.defined()) return 1.0;
     const double b_t = load(a.beta, offset(a.beta, {b, t, h}));
     return a.params.gates.given() ? 1.0 / (1.0 + std::exp(-b_t)) : b_t;
   }
@@ -43,8 +45,9 @@ void recurrent(const Head& x, std::vector<double>& S, int64_t t0, int64_t t1) {
     const double alpha = std::exp(x.g(t)), beta = x.beta(t);
     for (double& s : S) s *= alpha;
     for (int64_t e = 0; e < Dv; ++e) {
-      double recalled = 0;  // (Sᵀk)[e]
-      for (int64_t d = 0; d < Dk; ++d) recalled += S[size_t(d * Dv + e)] * x.k(t, d);
+      double recalled = 0;  // (Sᵀk)[e], what the delta rule corrects toward v
+      if (x.a.params.delta)
+        for (int64_t d = 0; d < Dk; ++d) recalled += S[size_t(d * Dv + e)] * x.k(t, d);
       u[size_t(e)] = beta * (x.v(t, e) - recalled);
     }
     for (int64_t d = 0; d < Dk; ++d)
@@ -70,9 +73,10 @@ void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
   };
   // W = (I + L)^(-1), row by row: W_i = e_i − Σ_{j<i} L_ij W_j.
   std::vector<double> W(static_cast<size_t>(n * n), 0.0);
+  const bool delta = x.a.params.delta;  // without it L = 0: W = I and no K S_0 term
   for (int64_t i = 0; i < n; ++i) {
     W[size_t(i * n + i)] = 1.0;
-    for (int64_t j = 0; j < i; ++j) {
+    for (int64_t j = 0; j < i && delta; ++j) {
       const double l = x.beta(t0 + i) * ratio(i, j) * dot_kk(i, j);
       for (int64_t m = 0; m <= j; ++m) W[size_t(i * n + m)] -= l * W[size_t(j * n + m)];
     }
@@ -83,7 +87,8 @@ void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
     const double beta = x.beta(t0 + i), gamma = std::exp(G[size_t(i)]);
     for (int64_t e = 0; e < Dv; ++e) {
       double ks = 0;
-      for (int64_t d = 0; d < Dk; ++d) ks += x.k(t0 + i, d) * S[size_t(d * Dv + e)];
+      if (delta)
+        for (int64_t d = 0; d < Dk; ++d) ks += x.k(t0 + i, d) * S[size_t(d * Dv + e)];
       R[size_t(i * Dv + e)] = beta * (x.v(t0 + i, e) - gamma * ks);
     }
   }

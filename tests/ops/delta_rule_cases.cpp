@@ -29,7 +29,8 @@ struct Delta {
 // rather than piling up over T (measured <= 1.1e-13, cpu and kokkos, 40 runs). The chunk-wise form,
 // which a backend may take for any call of more than one token, sums over a chunk as well (W's
 // forward substitution, the decayed QKᵀ and the chunk's writes into S, up to 64 terms each, times
-// e^(G_i − G_j) factors rounded once): measured <= 3.1e-12 (cpu, chunks of 64, 40 runs). A 16-bit
+// e^(G_i − G_j) factors rounded once): measured <= 7.2e-12 (cpu, Qwen3-Next's gates with decays
+// down to e^-300 per token, 40 runs; the cumulative G in double, else it reached 8e-11). A 16-bit
 // output adds its own rounding: flips of a few outputs by one ulp (4 + 0.1% of them).
 double tolerance(DType out, int64_t elements) {
   if (out == DType::f32) return 2e-11;
@@ -38,7 +39,7 @@ double tolerance(DType out, int64_t elements) {
 
 std::string tolerance_reason(DType out) {
   if (out == DType::f32)
-    return "f32 in either form against double: recurrent <= 1.1e-13, chunk-wise (chunk sums, W) <= 3.1e-12 measured";
+    return "f32 in either form against double: recurrent <= 1.1e-13, chunk-wise (chunk sums, W) <= 7.2e-12 measured";
   return fmt::format("{} output: f32 error flips a few roundings by 1 ulp; bound 4 + 0.1% flips", dtype_name(out));
 }
 

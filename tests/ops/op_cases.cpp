@@ -159,7 +159,7 @@ const std::vector<OpCase>& all_op_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> all;
     for (auto family : {copy_cases, matmul_cases, softmax_cases, norm_cases, activation_cases, embedding_cases, rope_cases,
-                        attention_cases, conv_cases, delta_rule_cases, mla_cases, moe_cases, sampling_cases}) {
+                        attention_cases, conv_cases, delta_rule_cases, linear_attention_cases, mla_cases, moe_cases, sampling_cases}) {
       auto more = family();
       all.insert(all.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }

@@ -95,6 +95,7 @@ std::vector<OpCase> rope_cases();
 std::vector<OpCase> attention_cases();
 std::vector<OpCase> conv_cases();
 std::vector<OpCase> delta_rule_cases();
+std::vector<OpCase> linear_attention_cases();
 std::vector<OpCase> mla_cases();
 std::vector<OpCase> moe_cases();
 std::vector<OpCase> sampling_cases();
