@@ -20,7 +20,10 @@
 //   U = W diag(β) V − W diag(β γ) K S_0
 //   o_i = γ_i S_0ᵀ(s q_i) + Σ_{j≤i} (γ_i/γ_j) (s q_i·k_j) u_j
 //   S_n = γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ
-// Equal to the recurrent form in exact arithmetic; `chunk` picks the chunk length.
+// Equal to the recurrent form in exact arithmetic; `chunk` picks the chunk length. A kernel of this
+// form keeps the cumulative G_i in double (or relative to a nearby token): Qwen3-Next's heads decay
+// by up to e^-300 a token, so G_i reach −10⁴ within a chunk, where f32 holds e^(G_i − G_j) of
+// neighbours to only ~1e-3.
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -37,18 +37,6 @@ std::string tolerance_reason(DType out) {
   return fmt::format("{} output: f32 error flips a few roundings by 1 ulp; bound 4 + 0.1% flips", dtype_name(out));
 }
 
-std::vector<double> unit_rows(CaseRun& run, int64_t rows, int64_t dim, int64_t pad, int64_t offset) {
-  std::normal_distribution<double> normal;
-  std::vector<double> v(size_t(rows * (dim + pad)));
-  for (int64_t r = 0; r < rows; ++r) {
-    double sq = 0;
-    for (int64_t d = 0; d < dim + pad; ++d) v[size_t(r * (dim + pad) + d)] = normal(run.rng);
-    for (int64_t d = 0; d < dim; ++d) sq += std::pow(v[size_t(r * (dim + pad) + offset + d)], 2);
-    for (int64_t d = 0; d < dim; ++d) v[size_t(r * (dim + pad) + offset + d)] /= std::sqrt(sq);
-  }
-  return v;
-}
-
 OpCase linear_case(const Linear& p) {
   std::string name = fmt::format("linear_attention/B{}_T{}_Hk{}_Hv{}_Dk{}_Dv{}_{}_out{}{}", p.B, p.T, p.Hk, p.Hv, p.Dk, p.Dv,
                                  dtype_name(p.qkv), dtype_name(p.out), p.decay ? "_decay" : "");

@@ -147,6 +147,18 @@ double rounding_nmse(DType dtype) {
   }
 }
 
+std::vector<double> unit_rows(CaseRun& run, int64_t rows, int64_t dim, int64_t pad, int64_t offset) {
+  std::normal_distribution<double> normal;
+  std::vector<double> v(size_t(rows * (dim + pad)));
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t d = 0; d < dim + pad; ++d) v[size_t(r * (dim + pad) + d)] = normal(run.rng);
+    for (int64_t d = 0; d < dim; ++d) sq += std::pow(v[size_t(r * (dim + pad) + offset + d)], 2);
+    for (int64_t d = 0; d < dim; ++d) v[size_t(r * (dim + pad) + offset + d)] /= std::sqrt(sq);
+  }
+  return v;
+}
+
 double flip_nmse(DType out, int64_t elements, double peak, int flips) {
   return flips * 12.0 * rounding_nmse(out) * std::min(1.0, peak / double(std::max<int64_t>(elements, 1)));
 }
