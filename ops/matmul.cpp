@@ -11,7 +11,7 @@
 namespace ding::ops {
 
 namespace {
-constexpr auto kFloat = {DType::f32, DType::f16, DType::bf16};
+constexpr auto kWeight = {DType::f32, DType::f16, DType::bf16, DType::i8, DType::f8e4m3};
 }
 
 void validate(const Device& device, const MatmulArgs& a) {
@@ -20,7 +20,11 @@ void validate(const Device& device, const MatmulArgs& a) {
   c.tensor("w", a.w, 2, 3);
   c.tensor("out", a.out, a.x.rank, a.x.rank);
   c.float_dtype("x", a.x);
-  c.dtype_in("w", a.w, kFloat);
+  c.dtype_in("w", a.w, kWeight);
+  if (quantized_weight(a.w.dtype) && a.w.scales == nullptr)
+    c.fail(ErrorCode::invalid_argument, fmt::format("w {} is quantized but carries no per-row scales (w.scales)", shape_of(a.w)));
+  if (!quantized_weight(a.w.dtype) && a.w.scales != nullptr)
+    c.fail(ErrorCode::invalid_argument, fmt::format("w {} carries scales but is not quantized (i8 or f8e4m3)", shape_of(a.w)));
   c.float_dtype("out", a.out);
   c.contiguous("x", a.x);
   c.contiguous("w", a.w);
@@ -82,6 +86,7 @@ Cost cost(const MatmulArgs& a) {
   // swiglu's epilogue per output: e^−|g|, 1 + e, the division, g·u and the product with σ.
   if (a.params.activation == Activation::swiglu) c.flops += 5.0 * double(a.out.numel());
   c.bytes = double(a.x.nbytes() + a.w.nbytes() + a.out.nbytes());
+  if (quantized_weight(a.w.dtype)) c.bytes += 4.0 * double(a.w.numel() / a.w.dim(-1));  // the f32 row scales
   if (a.params.bias.defined()) c.bytes += double(a.params.bias.nbytes());
   if (a.params.residual.defined()) c.bytes += double(a.params.residual.nbytes());
   if (a.params.norm.kind != NormKind::none) {

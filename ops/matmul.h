@@ -49,14 +49,20 @@ struct MatmulParams {
   MatmulNorm norm;                          // applied to x first; kind none: x as given
 };
 
-// x and w: f32/f16/bf16 (fp8/int8 weights with per-row scales come with quantization).
-// Accumulation is f32 in kernels, f64 in the reference. All tensors contiguous.
+// x: f32/f16/bf16. w: f32/f16/bf16, or quantized: i8 (symmetric) or f8e4m3 with one f32 scale per
+// row (w.scales, every row of w in order, batches included), so that w[r, k] = q[r, k]·scale[r]; the
+// kernels read the narrow values and widen them in registers, and apply the scale to each row's
+// sum (exact in the reference's double, one f32 rounding in kernels). Accumulation is f32 in
+// kernels, f64 in the reference. All tensors contiguous.
 struct MatmulArgs {
   Tensor out;  // [M, N] or [B, M, N], f32/f16/bf16
   Tensor x;    // [M, K] or [B, M, K]
   Tensor w;    // [N, K] shared by every batch, or [B, N, K]; swiglu: [2N, K] or [B, 2N, K]
   MatmulParams params;
 };
+
+// Whether a weight is stored quantized: i8 or f8e4m3 values with per-row scales.
+inline bool quantized_weight(DType d) { return d == DType::i8 || d == DType::f8e4m3; }
 
 void validate(const Device& device, const MatmulArgs& a);
 Cost cost(const MatmulArgs& a);

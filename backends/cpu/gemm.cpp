@@ -112,8 +112,12 @@ void gemm(const GemmProblem& p) {
         if (p.w_dtype == DType::f32) {
           w[h] = static_cast<const float*>(p.w) + first_row * K;
         } else {
-          load_row(w_panel + h * nc * K, element(p.w, p.w_dtype, first_row * K), p.w_dtype, nc * K);
-          w[h] = w_panel + h * nc * K;
+          float* const rows = w_panel + h * nc * K;
+          load_row(rows, element(p.w, p.w_dtype, first_row * K), p.w_dtype, nc * K);
+          if (p.w_scales)  // a quantized panel, dequantized as it is widened
+            for (int64_t r = 0; r < nc; ++r)
+              for (int64_t k = 0; k < K; ++k) rows[r * K + k] *= p.w_scales[first_row + r];
+          w[h] = rows;
         }
       }
       // A tile row holds the panel's sums, swiglu's gate sums then its up sums: one cache-sized

@@ -32,13 +32,14 @@ struct Epilogue {
   void apply(int64_t m, int64_t n0, float* acc, int64_t count, float* up = nullptr) const;
 };
 
-// One (unbatched) product: acc[m, n] = Σ_k x[m, k] · w[n, k], then `ep`. x [M, K], w [N, K]
+// One (unbatched) product: acc[m, n] = Σ_k x[m, k] · w[n, k] (· w_scales[n] for a quantized w), then `ep`. x [M, K], w [N, K]
 // ([2N, K] for swiglu: the cores compute rows n and N + n of w for output column n side by side).
 struct GemmProblem {
   const void* x = nullptr;
   DType x_dtype = DType::f32;
   const void* w = nullptr;
   DType w_dtype = DType::f32;
+  const float* w_scales = nullptr;  // a quantized w's per-row scales (its rows, swiglu's 2N), else null
   int64_t M = 0, N = 0, K = 0;  // N: columns of out
   Epilogue ep;
 };

@@ -1,6 +1,7 @@
 // The few-rows matmul core (decode): out[M, N] = epilogue(x[M, K] · w[N, K]ᵀ) for M ≤ kGemvMaxRows.
 // With few rows there is ~1 FLOP per weight byte, so the roofline is memory bandwidth: the kernel
-// reads w exactly once, in its stored dtype (16-bit weights widened in registers), and applies
+// reads w exactly once, in its stored dtype (16-bit and quantized 8-bit weights widened in
+// registers, a quantized row's scale applied to its sums), and applies
 // each weight vector to every row of x before moving on. Threads split the output channels
 // (static), so each streams its own contiguous slab of w strictly in address order, one row after
 // the other: the hardware prefetcher follows that at full bandwidth (interleaving several rows, or
@@ -117,8 +118,10 @@ void gemv_rows(const GemmProblem& p, const W* w, const float* x) {
     for (int64_t h = 0; h < halves; ++h)
       for (int64_t c = 0; c < count; ++c) {
         float acc[Rows];
-        dot_row<Rows>(w + (h * N + n0 + c) * K, x, K, acc);
-        for (int m = 0; m < Rows; ++m) sums[h][m][c] = acc[m];
+        const int64_t row = h * N + n0 + c;
+        dot_row<Rows>(w + row * K, x, K, acc);
+        const float scale = p.w_scales ? p.w_scales[row] : 1.0f;
+        for (int m = 0; m < Rows; ++m) sums[h][m][c] = acc[m] * scale;
       }
     for (int m = 0; m < Rows; ++m) p.ep.apply(m, n0, sums[0][m], count, p.ep.swiglu ? sums[1][m] : nullptr);
   }
@@ -154,7 +157,7 @@ void gemv(const GemmProblem& p) {
     x = paired;
   }
 #endif
-  with_float_type(p.w_dtype, p.w, [&](auto* w) { gemv_typed(p, w, x); });
+  with_weight_type(p.w_dtype, p.w, [&](auto* w) { gemv_typed(p, w, x); });
 }
 
 }  // namespace ding::cpu

@@ -34,6 +34,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     p.x_dtype = a.x.dtype;
     p.w = at_element(a.w, b * w_rows * K);
     p.w_dtype = a.w.dtype;
+    p.w_scales = a.w.scales ? a.w.scales + b * w_rows : nullptr;
     p.M = M, p.N = N, p.K = K;
     p.ep.bias = a.params.bias.data;
     p.ep.bias_dtype = a.params.bias.dtype;

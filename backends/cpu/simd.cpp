@@ -3,7 +3,7 @@
 namespace ding::cpu {
 
 void load_row(float* dst, const void* src, DType dtype, int64_t n) {
-  with_float_type(dtype, src, [&](auto* p) {
+  with_weight_type(dtype, src, [&](auto* p) {
     int64_t i = 0;
 #ifdef DING_CPU_AVX2
     for (; i + 8 <= n; i += 8) store8(dst + i, load8(p + i));

@@ -20,6 +20,8 @@ inline float load_scalar(const void* base, DType dtype, int64_t i) {
     case DType::f32: return static_cast<const float*>(base)[i];
     case DType::f16: return f16_to_f32(static_cast<const f16*>(base)[i]);
     case DType::bf16: return bf16_to_f32(static_cast<const bf16*>(base)[i]);
+    case DType::i8: return float(static_cast<const int8_t*>(base)[i]);
+    case DType::f8e4m3: return f8e4m3_to_f32(static_cast<const f8e4m3*>(base)[i]);
     default: return 0.0f;  // callers validate dtypes before reaching a kernel
   }
 }
@@ -33,7 +35,8 @@ inline void store_scalar(void* base, DType dtype, int64_t i, float v) {
   }
 }
 
-// Converts n elements of a float row to f32 (into a caller buffer), and back.
+// Converts n elements of a float row (or of a quantized weight row: i8, f8e4m3, the values
+// before their scale) to f32 (into a caller buffer), and a float row back.
 void load_row(float* dst, const void* src, DType dtype, int64_t n);
 void store_row(void* dst, DType dtype, const float* src, int64_t n);
 
@@ -44,6 +47,19 @@ inline __m256 load8(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 inline __m256 load8(const f16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+// E4M3's bits moved into binary16's places (sign to bit 15, exponent and mantissa up by 7) read
+// as f16 give the value / 2^8 for normals and subnormals alike (both biases differ by 8), so one
+// shift, F16C and one exact multiply widen 8 of them. The NaN pattern would read as 480: weights
+// are checked finite when they are made.
+inline __m256 load8(const f8e4m3* p) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
+  const __m128i rest = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7);
+  return _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(sign, rest)), _mm256_set1_ps(256.0f));
+}
 
 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
 inline void store8(f16* p, __m256 v) {
@@ -66,6 +82,19 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 #endif
+
+// Calls f with a weight's data as a typed pointer: the float types, or a quantized weight's values
+// (const int8_t*, const f8e4m3*).
+template <class F>
+decltype(auto) with_weight_type(DType dtype, const void* p, F&& f) {
+  switch (dtype) {
+    case DType::f16: return f(static_cast<const f16*>(p));
+    case DType::bf16: return f(static_cast<const bf16*>(p));
+    case DType::i8: return f(static_cast<const int8_t*>(p));
+    case DType::f8e4m3: return f(static_cast<const f8e4m3*>(p));
+    default: return f(static_cast<const float*>(p));
+  }
+}
 
 // Calls f with the tensor's data as a typed pointer (const float*, const f16*, const bf16*).
 template <class F>

@@ -149,6 +149,8 @@ inline void add_row(float* acc, const void* src, DType dtype, int64_t n) {
 inline float widen(float x) { return x; }
 inline float widen(f16 x) { return f16_to_f32(x); }
 inline float widen(bf16 x) { return bf16_to_f32(x); }
+inline float widen(int8_t x) { return float(x); }
+inline float widen(f8e4m3 x) { return f8e4m3_to_f32(x); }
 
 // Σ_d q[d]·k[d], k in its stored dtype widened in registers.
 template <class T>

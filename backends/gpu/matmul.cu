@@ -10,8 +10,12 @@
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
+// A quantized w (i8 or f8e4m3 with row scales) is dequantized to f32 in scratch first and the
+// product runs on that: correct, and slower than the 16-bit weights, until cores read the 8-bit
+// values themselves (issue 22).
 // matmul_chain, built on the same cores, is in matmul_chain.cu. The cores' kernels are compiled
 // in units of their own (matmul_cores.h), not here.
+#include <algorithm>
 #include <type_traits>
 
 #include "check.h"
@@ -55,10 +59,40 @@ Epilogue epilogue_of(const ops::MatmulArgs& a) {
   return ep;
 }
 
+// E4M3 (bias 7, no infinities): normals (8 + m)·2^(e − 10), subnormals m·2^-9.
+__device__ inline float f8e4m3_value(uint8_t q) {
+  const uint32_t e = (q >> 3) & 15u, m = q & 7u;
+  const float magnitude = e != 0 ? __uint_as_float((e + 120u) << 23 | m << 20) : float(m) * 0.001953125f;
+  return (q & 0x80u) ? -magnitude : magnitude;
+}
+
+// out[r, k] = q[r, k] · scales[r], one element per thread-step.
+__global__ void dequantize_rows_kernel(float* out, const void* q, bool f8, const float* scales, int64_t rows, int64_t K) {
+  const int64_t n = rows * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = f8 ? f8e4m3_value(static_cast<const uint8_t*>(q)[i]) : float(static_cast<const int8_t*>(q)[i]);
+    out[i] = v * scales[i / K];
+  }
+}
+
+// The matmul of a quantized w through an f32 copy of it (intermediate scratch: the cores below
+// take the kernel and staged-input slots).
+ops::MatmulArgs dequantized(GpuStream& s, const ops::MatmulArgs& a) {
+  const int64_t K = a.w.dim(-1), rows = a.w.numel() / K;
+  float* const w = static_cast<float*>(s.scratch(size_t(rows * K) * sizeof(float), GpuStream::ScratchSlot::intermediate));
+  const unsigned blocks = unsigned(std::min<int64_t>((rows * K + 255) / 256, int64_t(s.props().sm_count) * 8));
+  dequantize_rows_kernel<<<blocks, 256, 0, s.handle()>>>(w, a.w.data, a.w.dtype == DType::f8e4m3, a.w.scales, rows, K);
+  DING_GPU_CHECK_LAUNCH("dequantize_rows_kernel");
+  ops::MatmulArgs b = a;
+  b.w = Tensor::view(w, a.w.device, DType::f32, a.w.shape.data(), a.w.rank);
+  return b;
+}
+
 }  // namespace
 
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
   GpuStream& s = gpu_stream(stream);
+  if (ops::quantized_weight(a.w.dtype)) return matmul(stream, dequantized(s, a));
   if (s.vendor_blas_matmul(a)) return;  // a comparison path, off unless asked for
   // A shared w with batched x is one product over all B·M rows (x and out are contiguous);
   // a batched w makes B products of M rows.

@@ -60,7 +60,9 @@ constexpr int kTileRows = kSegmentTileRows;  // grouped rows per tile: one w vec
 constexpr int kColsPerWarp = 2;  // rows of w per warp (swiglu: the gate and up rows of one column)
 constexpr int kUnroll = 4;       // vectors per row of w and lane loaded before the FMAs use them
 static_assert(kTileRows * kColsPerWarp <= 32, "a lane of the smallest warp holds each final sum");
+#if defined(DING_GPU_NVIDIA)
 constexpr int64_t kGemmRowsPerExpert = 8;  // from P = this · E rows on, the tensor-core GEMM core
+#endif
 
 struct Params {
   void* out;                // [P, N]

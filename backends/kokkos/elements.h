@@ -90,6 +90,15 @@ KOKKOS_INLINE_FUNCTION float silu(float x) { return x / (1.0f + expf(-x)); }
 
 KOKKOS_INLINE_FUNCTION bool is_finite(float v) { return (float_bits(v) & 0x7f800000u) != 0x7f800000u; }
 
+// OCP E4M3 (bias 7, no infinities): normals (8 + m)·2^(e − 10), subnormals m·2^-9; the NaN pattern
+// never reaches a kernel (weights are checked finite when made).
+KOKKOS_INLINE_FUNCTION float f8e4m3_to_float(uint8_t q) {
+  const uint32_t e = (q >> 3) & 15u, m = q & 7u;
+  const float magnitude = e != 0 ? bits_float((e + 120u) << 23 | m << 20)  // exponent e − 7 + 127
+                                  : float(m) * 0.001953125f;
+  return (q & 0x80u) ? -magnitude : magnitude;
+}
+
 // A tensor's memory seen as numbers: load(i) and store(i, v) at element offset i (the caller
 // applies the strides). Floats widen to and round from f32; i32 is read as an integer.
 struct Elements {
@@ -101,6 +110,8 @@ struct Elements {
       case DType::f16: return f16_to_float(static_cast<const uint16_t*>(data)[i]);
       case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
       case DType::i32: return float(static_cast<const int32_t*>(data)[i]);
+      case DType::i8: return float(static_cast<const int8_t*>(data)[i]);
+      case DType::f8e4m3: return f8e4m3_to_float(static_cast<const uint8_t*>(data)[i]);
       default: return static_cast<const float*>(data)[i];
     }
   }
@@ -124,6 +135,8 @@ inline Elements elements(const Tensor& t) { return {t.data, t.dtype}; }
 KOKKOS_INLINE_FUNCTION float widen(float v) { return v; }
 KOKKOS_INLINE_FUNCTION float widen(ding::f16 v) { return f16_to_float(v.bits); }
 KOKKOS_INLINE_FUNCTION float widen(ding::bf16 v) { return bf16_to_float(v.bits); }
+KOKKOS_INLINE_FUNCTION float widen(int8_t v) { return float(v); }
+KOKKOS_INLINE_FUNCTION float widen(ding::f8e4m3 v) { return f8e4m3_to_float(v.bits); }
 
 // Σ_k x[k]·w[k·w_step] over K terms.
 template <class X, class W>
@@ -141,6 +154,8 @@ KOKKOS_INLINE_FUNCTION float dot_with(const X* x, Elements w, int64_t w_at, int6
   switch (w.dtype) {
     case DType::f16: return dot_typed(x, static_cast<const ding::f16*>(w.data) + w_at, w_step, K);
     case DType::bf16: return dot_typed(x, static_cast<const ding::bf16*>(w.data) + w_at, w_step, K);
+    case DType::i8: return dot_typed(x, static_cast<const int8_t*>(w.data) + w_at, w_step, K);
+    case DType::f8e4m3: return dot_typed(x, static_cast<const ding::f8e4m3*>(w.data) + w_at, w_step, K);
     default: return dot_typed(x, static_cast<const float*>(w.data) + w_at, w_step, K);
   }
 }

@@ -3,6 +3,7 @@
 // elements.h: the dtype pair is dispatched once per output, not per product). matmul's epilogue
 // (bias, activation, residual) runs on the accumulator before the one rounding to out's dtype;
 // its norm prologue is the norm kernel into a temporary in x's dtype, as ops/matmul.h defines it.
+// A quantized w's 8-bit values widen like the 16-bit floats; its row scale multiplies the sum.
 #include "elements.h"
 #include "kernels.h"
 
@@ -25,16 +26,20 @@ void matmul_plain(const ops::MatmulArgs& a) {
   const Elements out = elements(a.out), x = elements(a.x), w = elements(a.w), bias = elements(a.params.bias),
                  residual = elements(a.params.residual);
   const ops::Activation activation = a.params.activation;
+  // A quantized w's row scales: batch b's rows start at b·w_rows.
+  const float* const scales = a.w.scales;
+  const int64_t w_rows = a.w.dim(-2), scale_batch = a.w.rank == 3 ? w_rows : 0;
   Kokkos::parallel_for("ding::matmul", row_blocks(rows, N), KOKKOS_LAMBDA(const Team& team) {
     const int64_t row = team.league_rank() / blocks, n0 = team.league_rank() % blocks * kColumns;
     const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
-    const int64_t w_at = row / M * w_batch;
+    const int64_t w_at = row / M * w_batch, scale_at = row / M * scale_batch;
+    auto scaled = [&](int64_t r, float sum) { return scales ? sum * scales[scale_at + r] : sum; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
-      float acc = dot(x, row * K, w, w_at + n * K, 1, K) + (bias.defined() ? bias.load(n) : 0.0f);
+      float acc = scaled(n, dot(x, row * K, w, w_at + n * K, 1, K)) + (bias.defined() ? bias.load(n) : 0.0f);
       if (activation == ops::Activation::gelu_tanh) acc = gelu_tanh(acc);
       if (activation == ops::Activation::swiglu) {
         // [W_gate; W_up]: the up row N + n beside the gate row n.
-        const float up = dot(x, row * K, w, w_at + (N + n) * K, 1, K) + (bias.defined() ? bias.load(N + n) : 0.0f);
+        const float up = scaled(N + n, dot(x, row * K, w, w_at + (N + n) * K, 1, K)) + (bias.defined() ? bias.load(N + n) : 0.0f);
         acc = silu(acc) * up;
       }
       // The residual is read before out is written: they may be one tensor.

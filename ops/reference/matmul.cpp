@@ -1,5 +1,6 @@
 // Reference matmul and matmul_chain: the formulas as plain loops, accumulated in double.
 //   matmul:       y[b,m,n] = act(Σ_k x[b,m,k]·w[b?,n,k] + bias[n]) + residual[b,m,n], x normalised first
+//                 (a quantized w: w[n,k] = q[n,k]·scale[n], exactly, in double)
 //                 by the reference layer_norm / rms_norm when a norm prologue is given
 //                 (torch.nn.functional.linear followed by the activation; GELU is the tanh form of
 //                 Hendrycks & Gimpel 2016, HF transformers `NewGELUActivation` / "gelu_new")
@@ -44,10 +45,12 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   auto at = [](const Tensor& t, int64_t b, int64_t i, int64_t j) {
     return t.rank == 3 ? offset(t, {b, i, j}) : offset(t, {i, j});
   };
-  // Row r of w applied to row m of x, plus bias[r].
+  // Row r of w applied to row m of x, plus bias[r]; a quantized w's row scaled by its scale.
+  const int64_t w_rows = a.w.dim(-2);
   auto linear = [&](int64_t b, int64_t m, int64_t r) {
     double acc = 0;
     for (int64_t k = 0; k < K; ++k) acc += load(a.x, at(a.x, b, m, k)) * load(a.w, at(a.w, w_batched ? b : 0, r, k));
+    if (a.w.scales) acc *= double(a.w.scales[(w_batched ? b * w_rows : 0) + r]);
     if (bias.defined()) acc += load(bias, offset(bias, {r}));
     return acc;
   };

@@ -70,7 +70,19 @@ OpCase make_case(const MatmulCase& c) {
     // w scaled by 1/√K keeps the sums near unit scale, where GELU is not linear and f16 is accurate.
     const double w_scale = 1.0 / std::sqrt(double(c.K));
     const int64_t w_rows = c.swiglu ? 2 * c.N : c.N;  // swiglu: [W_gate; W_up]
-    const Tensor w = normal3(run, c.w, c.batched_w ? c.B : 0, w_rows, c.K, w_scale);
+    Tensor w;
+    if (ops::quantized_weight(c.w)) {
+      // i8: integers over the whole range; f8e4m3: normal values rounded to it. Row scales in
+      // [0.5, 1.5] × what brings the row to w_scale's spread.
+      const int64_t batches = c.batched_w ? c.B : 0, rows = std::max<int64_t>(batches, 1) * w_rows;
+      const bool i8 = c.w == DType::i8;
+      w = batches ? (i8 ? run.uniform(c.w, {batches, w_rows, c.K}, -127.0, 127.0) : run.normal(c.w, {batches, w_rows, c.K}, 1.0))
+                  : (i8 ? run.uniform(c.w, {w_rows, c.K}, -127.0, 127.0) : run.normal(c.w, {w_rows, c.K}, 1.0));
+      const double spread = i8 ? 127.0 / std::sqrt(3.0) : 1.0;
+      w.scales = run.uniform(DType::f32, {rows}, 0.5 * w_scale / spread, 1.5 * w_scale / spread).ptr<float>();
+    } else {
+      w = normal3(run, c.w, c.batched_w ? c.B : 0, w_rows, c.K, w_scale);
+    }
     ops::MatmulParams params;
     if (c.bias) params.bias = run.normal(c.x, {w_rows}, 0.5);
     params.activation = c.gelu     ? ops::Activation::gelu_tanh
@@ -159,7 +171,7 @@ OpCase make_chain_case(const ChainCase& c) {
 }  // namespace
 
 std::vector<OpCase> matmul_cases() {
-  constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+  constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16, i8 = DType::i8, f8 = DType::f8e4m3;
   constexpr auto sep = Residual::separate, inplace = Residual::in_place;
   std::vector<MatmulCase> list = {
       // gemv core (M ≤ 6): channel tails (N = 1, 33, 4097), K tails (1, 7, 259).
@@ -245,6 +257,18 @@ std::vector<OpCase> matmul_cases() {
       {.B = 33, .M = 129, .N = 129, .K = 136, .x = bf16, .w = bf16, .out = bf16, .batched_w = true},
       {.B = 2, .M = 40, .N = 72, .K = 72, .x = f16, .w = f16, .out = bf16, .batched_w = true, .bias = true,
        .gelu = true, .residual = inplace},
+      // Quantized weights (i8, f8e4m3 with row scales): decode rows through the GEMV (K tails, a
+      // swiglu pair of scaled rows, the norm prologue, batched w), prefill rows through the GEMM
+      // (the panel dequantized as it is widened), 16-bit and f32 activations.
+      {.M = 1, .N = 33, .K = 259, .w = i8},
+      {.M = 1, .N = 4097, .K = 64, .x = bf16, .w = i8, .out = bf16, .bias = true},
+      {.M = 3, .N = 40, .K = 1600, .x = bf16, .w = f8, .out = bf16, .residual = inplace},
+      {.M = 2, .N = 17, .K = 259, .x = f16, .w = f8, .out = f32, .swiglu = true},
+      {.M = 1, .N = 64, .K = 1024, .x = bf16, .w = i8, .out = bf16, .residual = inplace, .norm = ops::NormKind::rms_norm},
+      {.B = 3, .M = 2, .N = 40, .K = 136, .x = bf16, .w = f8, .out = bf16, .batched_w = true},
+      {.M = 40, .N = 72, .K = 259, .w = i8, .bias = true, .gelu = true},
+      {.M = 33, .N = 257, .K = 520, .x = bf16, .w = f8, .out = bf16, .swiglu = true, .residual = sep},
+      {.B = 2, .M = 12, .N = 40, .K = 72, .x = f16, .w = i8, .out = f16, .batched_w = true, .bias = true},
       // Plans of the tensor-core cores as an H100 (132 SMs) picks them; other GPUs pick others,
       // and tools/gemm-check.sh runs the matmul cases again with each plan forced
       // (DING_GEMM_WGMMA=0, DING_GEMM_TILE, DING_GEMM_SPLIT). K split into f32 partials and an

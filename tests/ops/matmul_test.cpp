@@ -34,6 +34,12 @@ struct Tensors {
     return t;
   }
   Tensor f32(std::initializer_list<int64_t> shape) { return make(DType::f32, shape); }
+  // An 8-bit tensor (i8 or f8e4m3) of the given bytes.
+  Tensor bytes(DType dtype, std::initializer_list<int64_t> shape, const std::vector<uint8_t>& values) {
+    Tensor t = make(dtype, shape);
+    upload(stream, t, values.data(), values.size());
+    return t;
+  }
   std::vector<float> read(const Tensor& t) {
     std::vector<float> v(size_t(t.numel()));
     download(stream, v.data(), t, t.nbytes());
@@ -136,6 +142,30 @@ TEST(MatmulReference, BatchedWeightsUseTheirOwnBatch_B2_M1_N1_K2) {
   const Tensor x = t.f32({2, 1, 2}, {1, 1, 1, 1}), w = t.f32({2, 1, 2}, {1, 2, 10, 20}), out = t.f32({2, 1, 1});
   ops::matmul(t.stream, out, x, w);
   EXPECT_EQ(t.read(out), (std::vector<float>{3, 30}));
+}
+
+// w = q·scale per row: q = [[1, −2], [127, 0]] with scales 0.5 and 0.01 applied to x = (3, 1):
+// (3 − 2)·0.5 = 0.5 and 381·0.01 = 3.81, on the reference and the cpu, as i8 and as f8e4m3 (1, −2
+// and 0 exactly; 127 rounds to 128 in E4M3, so that row is checked through its own value).
+TEST(MatmulQuantizedWeights, RowScalesMultiplyTheRowsSums_M1_N2_K2) {
+  for (const char* backend : {"ref", "cpu", "kokkos"}) {
+    if (!registry::is_available(backend)) continue;
+    Tensors t(Device::open(backend));
+    const Tensor x = t.f32({1, 2}, {3, 1}), out = t.f32({1, 2}), scales = t.f32({2}, {0.5f, 0.01f});
+    Tensor w8 = t.bytes(DType::i8, {2, 2}, {1, uint8_t(int8_t(-2)), 127, 0});
+    w8.scales = scales.ptr<float>();
+    ops::matmul(t.stream, out, x, w8);
+    std::vector<float> got = t.read(out);
+    EXPECT_FLOAT_EQ(got[0], 0.5f) << backend;
+    EXPECT_NEAR(got[1], 3.81f, 1e-6) << backend;
+    Tensor wf8 = t.bytes(DType::f8e4m3, {2, 2}, {f32_to_f8e4m3(1).bits, f32_to_f8e4m3(-2).bits, f32_to_f8e4m3(127).bits,
+                                                  f32_to_f8e4m3(0).bits});
+    wf8.scales = scales.ptr<float>();
+    ops::matmul(t.stream, out, x, wf8);
+    got = t.read(out);
+    EXPECT_FLOAT_EQ(got[0], 0.5f) << backend;
+    EXPECT_NEAR(got[1], 3.0 * f8e4m3_to_f32(f32_to_f8e4m3(127)) * 0.01, 1e-5) << backend;
+  }
 }
 
 TEST(MatmulChainReference, IdentityFactorsLeaveA0_R4_D3_Chunk1) {
@@ -453,6 +483,21 @@ TEST_F(MatmulChainBadInput, NegativeChunkRows) {
   const Tensor out = t.f32({4, 2});
   expect_error([&] { ops::matmul_chain(t.stream, out, factors, 2, workspace, {.chunk_rows = -1}); },
                ErrorCode::invalid_argument, {"matmul_chain", "chunk_rows", "-1"});
+}
+
+TEST_F(MatmulBadInput, QuantizedWeightsNeedScalesAndOthersMustNotHaveThem) {
+  const Tensor x = t.f32({3, 4}), out = t.f32({3, 5}), scales = t.f32({5});
+  const Tensor q = t.make(DType::i8, {5, 4});
+  expect_error([&] { ops::matmul(t.stream, out, x, q); }, ErrorCode::invalid_argument,
+               {"matmul", "w [5, 4] i8", "quantized", "no per-row scales"});
+  Tensor w = t.f32({5, 4});
+  w.scales = scales.ptr<float>();  // f32 weights carry no scales
+  expect_error([&] { ops::matmul(t.stream, out, x, w); }, ErrorCode::invalid_argument,
+               {"matmul", "carries scales but is not quantized"});
+  Tensor xq = t.make(DType::i8, {3, 4});
+  xq.scales = scales.ptr<float>();
+  const Tensor w32 = t.f32({5, 4});
+  expect_error([&] { ops::matmul(t.stream, out, xq, w32); }, ErrorCode::dtype_mismatch, {"matmul", "x", "i8"});
 }
 
 }  // namespace
