@@ -52,12 +52,8 @@ OpCase delta_case(const Delta& p) {
   const int64_t elements = p.B * p.T * p.Hv * p.Dv;
   OpCase c{"gated_delta_rule", name, tolerance(p.out, elements), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
-    const int64_t pad = p.views ? 6 : 0, rows = p.B * p.T * p.Hk;
-    auto qk = [&] {
-      const Tensor t = run.values(p.qkv, {p.B, p.T, p.Hk, p.Dk + pad}, unit_rows(run, rows, p.Dk, pad, pad / 2));
-      return p.views ? t.slice(3, pad / 2, pad / 2 + p.Dk) : t;
-    };
-    const Tensor q = qk(), k = qk();
+    const Tensor q = unit_heads(run, p.qkv, p.B, p.T, p.Hk, p.Dk, p.views);
+    const Tensor k = unit_heads(run, p.qkv, p.B, p.T, p.Hk, p.Dk, p.views);
     const Tensor v = run.normal(p.qkv, {p.B, p.T, p.Hv, p.Dv});
     // Gated: a_t + dt_bias spans softplus's curve (and its linear part past 20 once in a while),
     // A = e^(A_log) in [0.14, 15] as Qwen3-Next draws it from (0, 16), b_t logits around 0.

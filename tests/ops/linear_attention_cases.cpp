@@ -44,12 +44,8 @@ OpCase linear_case(const Linear& p) {
   if (p.chunk > 0) name += fmt::format("_chunk{}", p.chunk);
   OpCase c{"linear_attention", name, tolerance(p.out, p.B * p.T * p.Hv * p.Dv), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
-    const int64_t pad = p.views ? 6 : 0, rows = p.B * p.T * p.Hk;
-    auto qk = [&] {
-      const Tensor t = run.values(p.qkv, {p.B, p.T, p.Hk, p.Dk + pad}, unit_rows(run, rows, p.Dk, pad, pad / 2));
-      return p.views ? t.slice(3, pad / 2, pad / 2 + p.Dk) : t;
-    };
-    const Tensor q = qk(), k = qk();
+    const Tensor q = unit_heads(run, p.qkv, p.B, p.T, p.Hk, p.Dk, p.views);
+    const Tensor k = unit_heads(run, p.qkv, p.B, p.T, p.Hk, p.Dk, p.views);
     const Tensor v = run.normal(p.qkv, {p.B, p.T, p.Hv, p.Dv});
     const Tensor g = p.decay ? run.uniform(DType::f32, {p.B, p.T, p.Hv}, -1.0, -0.01) : Tensor{};
     const Tensor state = run.inout("state", DType::f32, {p.B, p.Hv, p.Dk, p.Dv}, 0.5);

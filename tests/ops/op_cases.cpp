@@ -147,16 +147,18 @@ double rounding_nmse(DType dtype) {
   }
 }
 
-std::vector<double> unit_rows(CaseRun& run, int64_t rows, int64_t dim, int64_t pad, int64_t offset) {
+Tensor unit_heads(CaseRun& run, DType dtype, int64_t B, int64_t T, int64_t H, int64_t D, bool views) {
+  const int64_t pad = views ? 6 : 0, offset = pad / 2, width = D + pad, rows = B * T * H;
   std::normal_distribution<double> normal;
-  std::vector<double> v(size_t(rows * (dim + pad)));
+  std::vector<double> v(size_t(rows * width));
   for (int64_t r = 0; r < rows; ++r) {
     double sq = 0;
-    for (int64_t d = 0; d < dim + pad; ++d) v[size_t(r * (dim + pad) + d)] = normal(run.rng);
-    for (int64_t d = 0; d < dim; ++d) sq += std::pow(v[size_t(r * (dim + pad) + offset + d)], 2);
-    for (int64_t d = 0; d < dim; ++d) v[size_t(r * (dim + pad) + offset + d)] /= std::sqrt(sq);
+    for (int64_t d = 0; d < width; ++d) v[size_t(r * width + d)] = normal(run.rng);
+    for (int64_t d = 0; d < D; ++d) sq += std::pow(v[size_t(r * width + offset + d)], 2);
+    for (int64_t d = 0; d < D; ++d) v[size_t(r * width + offset + d)] /= std::sqrt(sq);
   }
-  return v;
+  const Tensor t = run.values(dtype, {B, T, H, width}, v);
+  return views ? t.slice(3, offset, offset + D) : t;
 }
 
 double flip_nmse(DType out, int64_t elements, double peak, int flips) {

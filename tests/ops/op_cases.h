@@ -115,9 +115,9 @@ double nmse(const std::vector<double>& actual, const std::vector<double>& refere
 // The NMSE a dtype's rounding alone produces on unit-scale data: ≈ ulp²/12 relative.
 double rounding_nmse(DType dtype);
 
-// `rows` rows of `dim` normal values scaled to norm 1 (as Gated DeltaNet's L2-normalised q and k),
-// each inside a row of dim + pad random values starting at `offset`: [rows × (dim + pad)].
-std::vector<double> unit_rows(CaseRun& run, int64_t rows, int64_t dim, int64_t pad, int64_t offset);
+// Queries or keys [B, T, H, D] whose rows have norm 1 (Gated DeltaNet's L2-normalised q and k);
+// with `views`, a slice of a wider [B, T, H, D + 6] product whose other columns are random too.
+Tensor unit_heads(CaseRun& run, DType dtype, int64_t B, int64_t T, int64_t H, int64_t D, bool views);
 
 // What rounding flips cost. A kernel that computes in f32 and rounds to a 16-bit (or f8) output
 // lands on the other neighbour of the reference's rounded value wherever its f32 result sits
