@@ -6,7 +6,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "ding/models/model.h"
 #include "ding/models/session.h"
 #include "expect_error.h"
+#include "hostile/folder_edit.h"
 #include "op_cases.h"  // nmse
 
 namespace ding::testing {
@@ -127,7 +127,7 @@ TEST_P(HybridModel, LinearLayersCacheTheSameAtAnyContext) {
 
 namespace fs = std::filesystem;
 
-// A copy of the f32 hybrid fixture in a scratch folder, its safetensors header and data editable.
+// A copy of the f32 hybrid fixture in a scratch folder, edited through hostile/folder_edit.h.
 class BadHybridFolder : public ::testing::Test {
  protected:
   fs::path dir;
@@ -138,53 +138,32 @@ class BadHybridFolder : public ::testing::Test {
     fs::copy(fs::path(DING_TEST_DATA) / "hybrid-fixtures" / "qwen3-next-f32", dir);
   }
   void TearDown() override { fs::remove_all(dir); }
-  std::string bytes() const {
-    std::ifstream in(dir / "model.safetensors", std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  nlohmann::json header() const {
-    const std::string b = bytes();
-    uint64_t n = 0;
-    std::memcpy(&n, b.data(), 8);
-    return nlohmann::json::parse(b.substr(8, n));
-  }
-  void write(const nlohmann::json& h, std::string data) const {
-    const std::string text = h.dump();
-    const uint64_t n = text.size();
-    std::string out(8, '\0');
-    std::memcpy(out.data(), &n, 8);
-    std::ofstream(dir / "model.safetensors", std::ios::binary) << out + text + data;
-  }
-  std::string data() const {
-    const std::string b = bytes();
-    uint64_t n = 0;
-    std::memcpy(&n, b.data(), 8);
-    return b.substr(8 + n);
-  }
   void load() const { Model::load(dir.string(), Device::open("cpu")); }
 };
 
 TEST_F(BadHybridFolder, ProjectionOfTheWrongShapeIsNamed) {
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  nlohmann::json cfg = nlohmann::json::parse(hostile::read_all(dir / "config.json"));
   cfg["linear_value_head_dim"] = 10;  // the stored in_proj_qkvz has rows for 12
-  std::ofstream(dir / "config.json") << cfg.dump();
+  hostile::write_all(dir / "config.json", cfg.dump());
   expect_error([&] { load(); }, ErrorCode::parse, {"model.layers.0.linear_attn.in_proj_qkvz.weight", "[160, 64]", "[144, 64]"});
 }
 
 TEST_F(BadHybridFolder, MissingDecayParameterIsNamed) {
-  nlohmann::json h = header();
-  h.erase("model.layers.2.linear_attn.A_log");
-  write(h, data());
+  hostile::Safetensors file(dir / "model.safetensors");
+  nlohmann::json header = nlohmann::json::parse(file.header);
+  header.erase("model.layers.2.linear_attn.A_log");
+  file.header = header.dump();
+  file.write(dir / "model.safetensors");
   expect_error([&] { load(); }, ErrorCode::parse, {"missing tensor", "model.layers.2.linear_attn.A_log"});
 }
 
 TEST_F(BadHybridFolder, NaNInTheConvolutionIsNamed) {
-  const nlohmann::json h = header();
-  const int64_t at = h["model.layers.0.linear_attn.conv1d.weight"]["data_offsets"][0].get<int64_t>() + 4 * 5;
-  std::string d = data();
+  hostile::Safetensors file(dir / "model.safetensors");
+  const nlohmann::json header = nlohmann::json::parse(file.header);
+  const size_t at = header["model.layers.0.linear_attn.conv1d.weight"]["data_offsets"][0].get<size_t>() + 4 * 5;
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(d.data() + at, &nan, 4);
-  write(h, d);
+  std::memcpy(file.data.data() + at, &nan, 4);
+  file.write(dir / "model.safetensors");
   expect_error([&] { load(); }, ErrorCode::parse, {"model.layers.0.linear_attn.conv1d.weight", "NaN", "[1, 0, 1]"});
 }
 
