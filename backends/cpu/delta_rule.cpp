@@ -7,7 +7,7 @@
 //   chunk-wise (params.chunk > 1): per chunk of n tokens the small products KKᵀ and QKᵀ (n × n),
 //     W = (I + L)^(-1) by forward substitution, then U = W(βV − βγ·K S_0), O = γ·Q S_0 +
 //     (decayed QKᵀ) U and S ← γ_n S_0 + Kᵀ(decayed U): matrix products over the chunk.
-// On a CPU the chunk-wise form has no fewer FLOPs (at Dk = Dv = 128 and chunks of 64 both do
+// On a CPU the chunk-wise form has no fewer FLOPs (at Dk = Dv = 128 and chunks of 64 both do, by count,
 // ~8·Dk·Dv per token) and the recurrent one keeps a head's 64 KB state in L2, so the recurrent
 // form is the default: measured 3.5× faster at Qwen3-Next's heads (docs/PERFORMANCE.md).
 #include <algorithm>
