@@ -1,6 +1,7 @@
 // The warp-level tensor-core instructions of NVIDIA sm_80+ that the mma.sync kernels share
-// (gemm_mma.cuh, gemv_mma.cuh, attention_prefill.cu, attention_decode.cu): ldmatrix and
-// m16n8k16 with f32 accumulation, for bf16 or f16 operands. Device code only, inside
+// (gemm_mma.cuh, gemv_mma.cuh, attention_prefill.cu, attention_decode.cu, delta_rule.cu): ldmatrix,
+// m16n8k16 with f32 accumulation for bf16 or f16 operands, and m16n8k8 for tf32 operands (f32
+// values split into a tf32 head and tail where one rounding is too coarse). Device code only, inside
 // DING_GPU_NVIDIA_MMA (vendor.h); a HIP build never sees it.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane (g, c) = (lane / 4,
@@ -82,6 +83,30 @@ __device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], in
       x1 -= __high2float(h);
     }
   }
+}
+
+// d += a · b for one m16n8k8 tile of tf32 operands (f32 bit patterns; the unit reads the top 19
+// bits). Lane (g, c) holds a: (g, c), (g + 8, c), (g, c + 4), (g + 8, c + 4); b: (c, g), (c + 4, g).
+__device__ inline void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// x rounded to tf32 (to nearest, ties away), as a tf32 operand.
+__device__ inline uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// x as head + tail, both tf32 (head = x rounded, tail = what it left, rounded): a product of two
+// such splits without the tail × tail term is good to about 2^-21 relative, against 2^-11 for one
+// rounding ("3xTF32").
+__device__ inline void split_tf32(float x, uint32_t& head, uint32_t& tail) {
+  head = to_tf32(x);
+  tail = to_tf32(x - __uint_as_float(head));
 }
 
 DING_GPU_END

@@ -89,18 +89,27 @@ std::vector<OpCase> delta_rule_cases() {
   add({.T = 50, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16});
   add({.T = 130, .Hk = 1, .Hv = 1, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = f32, .out = bf16, .chunk = 64});
   add({.T = 20, .Dk = 256, .Dv = 16, .qkv = f16, .gates = f16, .out = f32, .views = true, .chunk = 8});
+  // Chunks the GPU's tensor-core kernel takes (16, 32 or 64 tokens, key dims of 16s): a partial
+  // last tile of state columns, the widest key head, f32 q and k (split operands), and calls that
+  // leave the form to the backend (chunk 0: chunk-wise from 16 tokens on the GPU).
+  add({.B = 2, .T = 200, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 72, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = 32,
+       .gated = true});
+  add({.T = 150, .Hk = 1, .Hv = 2, .Dk = 256, .Dv = 40, .qkv = f16, .gates = f32, .out = f32, .chunk = 64});
+  add({.T = 100, .Hk = 2, .Hv = 2, .Dk = 32, .Dv = 32});
+  add({.B = 3, .T = 70, .Hk = 1, .Hv = 3, .Dk = 16, .Dv = 8, .qkv = bf16, .gates = bf16, .out = f32, .gated = true});
+  add({.T = 600, .Hk = 1, .Hv = 2, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = f32, .gated = true});
   // Qwen3-Next's gates formed in the op: a decode step, recurrent and chunk-wise calls, bf16 inputs.
   add({.B = 2, .T = 1, .Hk = 1, .Hv = 3, .Dk = 16, .Dv = 8, .gated = true});
   add({.B = 2, .T = 11, .Hk = 2, .Hv = 4, .Dk = 32, .Dv = 24, .gated = true});
   add({.T = 40, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16, .gated = true});
   add({.T = 37, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true});
   // Qwen3-Next-80B-A3B's linear-attention heads (16 key heads, 32 value heads, 128 × 128 states):
-  // decode at batch 1 and 8; prefills of 1024 and 4096 tokens in the recurrent form (chunk 1) and
+  // decode at batch 1 and 8; prefills of 1k to 32k tokens in the recurrent form (chunk 1) and
   // chunk-wise in chunks of 16 to 128, the comparison issue 21 asks for.
   for (int64_t B : {1, 8})
     add({.B = B, .T = 1, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true,
          .in_tests = false});
-  for (int64_t T : {1024, 4096})
+  for (int64_t T : {1024, 4096, 16384, 32768})
     for (int64_t chunk : {1, 16, 32, 64, 128})
       add({.T = T, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = chunk,
            .gated = true, .in_tests = false});

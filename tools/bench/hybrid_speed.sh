@@ -7,7 +7,8 @@
 # to 32k context), and PyTorch's pure-torch path on the same shape. Each result is a file in $OUT as soon as it
 # exists, so a run cut short returns what it finished.
 #   DING_CUDA_ARCH=90 DING_GPU_HIP=0 tools/bench/hybrid_speed.sh
-# DING_TORCH=0 skips transformers (fixtures and PyTorch's timings); DING_CHECK=0 skips the suite.
+# DING_TORCH=0 skips transformers (fixtures and PyTorch's timings), DING_PEERS=0 PyTorch's timings alone;
+# DING_CHECK=0 skips the suite.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-$PWD/results/hybrid-speed}
@@ -30,7 +31,7 @@ if ((${DING_TORCH:-1})); then
 fi
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 bench="$build/tools/ding-bench"
-timeout 200 "$bench" ops --backend cuda --op gated_delta_rule --filter bench_ >"$out/delta_rule_ops.txt" 2>&1
+timeout 300 "$bench" ops --backend cuda --op gated_delta_rule --filter bench_ >"$out/delta_rule_ops.txt" 2>&1
 timeout 100 "$bench" ops --backend cuda --op linear_attention --filter bench_ >"$out/linear_attention_ops.txt" 2>&1
 note "op benches"; grep -h "bench_" "$out"/delta_rule_ops.txt "$out"/linear_attention_ops.txt | cut -c1-160
 for prompt in 1024 4096 16384 32768; do
@@ -40,9 +41,16 @@ for prompt in 1024 4096 16384 32768; do
 done
 timeout 200 "$bench" model --backend cuda --dtype bf16 --shape qwen3-next-80b-a3b-12l --prompt 4096 --new 32 --profile \
   >"$out/ding_qwen3_next_profile.txt" 2>&1
+# The Gated DeltaNet layers alone (qwen3-next-80b-a3b-gdn-12l): decode against their byte roofline,
+# after a short and a long prompt (flat in context).
+for prompt in 1024 32768; do
+  timeout 200 "$bench" model --backend cuda --dtype bf16 --shape qwen3-next-80b-a3b-gdn-12l --prompt $prompt --new 64 \
+    $( ((prompt == 1024)) && echo --profile) >"$out/ding_gdn_p$prompt.txt" 2>&1 || echo "exit status $?" >>"$out/ding_gdn_p$prompt.txt"
+  note "gdn layers, prompt $prompt"; grep -E "^(weights|prefill|decode|roofline)" "$out/ding_gdn_p$prompt.txt"
+done
 timeout 300 "$bench" cache --backend cuda --contexts 1024 4096 16384 32768 --steps 16 >"$out/cache.txt" 2>&1
 note "cache"; cat "$out/cache.txt"
-if ((${DING_TORCH:-1})); then
+if ((${DING_TORCH:-1} && ${DING_PEERS:-1})); then
   for prompt in 1024 4096; do
     LD_LIBRARY_PATH=$caller_libraries timeout 240 python3 tools/bench/peer_torch_hybrid.py --prompt $prompt --new 16 \
       >"$out/torch_qwen3_next_p$prompt.txt" 2>&1
