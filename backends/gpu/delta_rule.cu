@@ -172,19 +172,29 @@ __global__ void __launch_bounds__(kChunkThreads)
 // call, so the state is read and written a row of the tile at a time (coalesced) and each token's
 // two sums over d are a warp's partial sums added across the block through shared memory:
 //   r = Σ_d S[d]·k[d];  u = β (v[e] − α r);  S[d] ← α S[d] + k[d]·u;  o = s Σ_d S[d]·q[d]
-constexpr int kRowWarps = 8;
+// The block stages kStageTokens tokens' k, q, its v columns and gates in shared memory with one
+// set of loads, so the token loop waits on no global memory.
+constexpr int kRowWarps = 16;
 constexpr int kMaxRowsPerLane = int(ops::kMaxDeltaRuleKeyDim) / kRowWarps;
+#if defined(DING_GPU_AMD)
 constexpr int kMaxLanes = 64;
+#else
+constexpr int kMaxLanes = 32;
+#endif
+constexpr int kStageTokens = 16;
 
 __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
                             DeltaShape sh) {
   __shared__ float partial[2][kRowWarps][kMaxLanes];  // the warps' shares of r, then of o
-  const int lanes = warp_size();
-  const int lane = int(threadIdx.x) % lanes, warp = int(threadIdx.x) / lanes;
+  __shared__ float keys[kStageTokens][ops::kMaxDeltaRuleKeyDim], queries[kStageTokens][ops::kMaxDeltaRuleKeyDim];
+  __shared__ float values[kStageTokens][kMaxLanes];
+  __shared__ float2 gates[kStageTokens];  // (α, β)
+  const int lanes = warp_size(), threads = kRowWarps * lanes, tid = int(threadIdx.x);
+  const int lane = tid % lanes, warp = tid / lanes;
   const int64_t tiles = (sh.Dv + lanes - 1) / lanes;
   const int64_t bh = int64_t(blockIdx.x) / tiles;
-  const int e = int(int64_t(blockIdx.x) % tiles) * lanes + lane;
+  const int e0 = int(int64_t(blockIdx.x) % tiles) * lanes, e = e0 + lane;
   const bool in = e < sh.Dv;  // lanes past Dv keep zeros and still take part in the block's sums
   const int64_t b = bh / sh.Hv, h = bh % sh.Hv, kh = h / (sh.Hv / sh.Hk);
   float* const column = state + bh * int64_t(sh.Dk) * sh.Dv + e;  // S[d][e] at column[d · Dv]
@@ -195,43 +205,58 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     const int d = warp + i * kRowWarps;
     S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
   }
-  for (int64_t t = 0; t < sh.T; ++t) {
-    const int64_t q_row = sh.q.at(b, t, kh), k_row = sh.k.at(b, t, kh);
-    const float2 ds = decay_and_strength(sh, g, beta, b, t, h);
-    const float alpha = expf(ds.x), strength = ds.y;
-    float kd[kMaxRowsPerLane], r = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxRowsPerLane; ++i) {
-      const int d = warp + i * kRowWarps;
-      kd[i] = d < sh.Dk ? k.load(k_row + d) : 0.0f;
-      r = fmaf(S[i], kd[i], r);
+  for (int64_t t0 = 0; t0 < sh.T; t0 += kStageTokens) {
+    const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
+    __syncthreads();  // the previous tokens are done with the staged rows
+    for (int i = tid; i < m * sh.Dk; i += threads) {
+      const int j = i / sh.Dk, d = i % sh.Dk;
+      keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
+      queries[j][d] = q.load(sh.q.at(b, t0 + j, kh) + d);
     }
-    if (sh.delta) {  // block-uniform
-      partial[0][warp][lane] = r;
-      __syncthreads();
-      r = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kRowWarps; ++w) r += partial[0][w][lane];
-    } else {
-      r = 0.0f;
+    for (int i = tid; i < m * lanes; i += threads) {
+      const int j = i / lanes, c = i % lanes;
+      values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
     }
-    const float u = in ? strength * (v.load(sh.v.at(b, t, h) + e) - alpha * r) : 0.0f;
-    float o = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxRowsPerLane; ++i) {
-      const int d = warp + i * kRowWarps;
-      S[i] = fmaf(alpha, S[i], kd[i] * u);
-      if (d < sh.Dk) o = fmaf(S[i], q.load(q_row + d), o);
+    if (tid < m) {
+      const float2 ds = decay_and_strength(sh, g, beta, b, t0 + tid, h);
+      gates[tid] = make_float2(expf(ds.x), ds.y);
     }
-    // partial[0] is free again: every thread read it before this token's second barrier, and
-    // partial[1] before the next token's first.
-    partial[1][warp][lane] = o;
     __syncthreads();
-    if (warp == 0 && in) {
-      o = 0.0f;
+    for (int j = 0; j < m; ++j) {
+      const float alpha = gates[j].x, strength = gates[j].y;
+      float r = 0.0f;
+      if (sh.delta) {  // block-uniform
 #pragma unroll
-      for (int w = 0; w < kRowWarps; ++w) o += partial[1][w][lane];
-      out.store(sh.out.at(b, t, h) + e, sh.scale * o);
+        for (int i = 0; i < kMaxRowsPerLane; ++i) {
+          const int d = warp + i * kRowWarps;
+          if (d < sh.Dk) r = fmaf(S[i], keys[j][d], r);
+        }
+        partial[0][warp][lane] = r;
+        __syncthreads();
+        r = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kRowWarps; ++w) r += partial[0][w][lane];
+      }
+      const float u = strength * (values[j][lane] - alpha * r);
+      float o = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxRowsPerLane; ++i) {
+        const int d = warp + i * kRowWarps;
+        if (d < sh.Dk) {
+          S[i] = fmaf(alpha, S[i], keys[j][d] * u);
+          o = fmaf(S[i], queries[j][d], o);
+        }
+      }
+      // partial[0] is free again: every thread read it before this token's second barrier, and
+      // partial[1] before the next token's first.
+      partial[1][warp][lane] = o;
+      __syncthreads();
+      if (warp == 0 && in) {
+        o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kRowWarps; ++w) o += partial[1][w][lane];
+        out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
+      }
     }
   }
 #pragma unroll

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Why the delta rule's GPU kernels take the time they do, on a GPU machine with Nsight Compute:
+# the op benches of the recurrent and chunk-wise forms at Qwen3-Next-80B's heads, then ncu's
+# speed-of-light, warp-state and memory sections for one launch of each kernel (decode, a 4k
+# recurrent prefill, a 4k chunk-wise prefill). Builds ding-bench first (DING_GPU_BUILD, default
+# build-speed), as step_kernels.sh does.
+#   DING_CUDA_ARCH=90 tools/bench/delta_rule_kernels.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+out=${OUT:-$PWD/results/delta-rule-kernels}
+deps=${DING_DEPS:-$PWD/.deps/usr}
+build=${DING_GPU_BUILD:-build-speed}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+if [[ ! -x $build/tools/ding-bench ]]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${DING_CUDA_ARCH:-90}" >"$out/build.txt" 2>&1 &&
+    cmake --build "$build" --parallel "$(env -u OMP_NUM_THREADS nproc)" --target ding-bench >>"$out/build.txt" 2>&1 ||
+    { tail -30 "$out/build.txt"; exit 1; }
+fi
+bench="$build/tools/ding-bench"
+for filter in bench_B1_T1_ bench_B8_T1_ bench_B1_T1024_ bench_B1_T4096_; do
+  timeout 120 "$bench" ops --backend cuda --op gated_delta_rule --filter "$filter" 2>&1 | grep "bench_"
+done | tee "$out/delta_rule_ops.txt"
+sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy)
+# Each case: the filters a bench name must hold (all of them), then the kernel to profile.
+for case in "bench_B1_T1_:gated_delta_rule_kernel" "bench_B1_T4096_,chunk1_:gated_delta_rule_kernel" \
+  "bench_B1_T4096_,chunk64_:gated_delta_rule_mma_kernel"; do
+  filters=${case%%:*} kernel=${case##*:} args=()
+  IFS=, read -ra parts <<<"$filters"
+  for f in "${parts[@]}"; do args+=(--filter "$f"); done
+  log="$out/ncu_${kernel}_${filters//[^A-Za-z0-9]/_}.txt"
+  timeout 200 ncu --kernel-name "regex:$kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" \
+    "$bench" ops --backend cuda --op gated_delta_rule "${args[@]}" >"$log" 2>&1
+  echo "== $filters ($kernel)"
+  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issue Slot|No Eligible|Bank" \
+    "$log" | head -24
+done
