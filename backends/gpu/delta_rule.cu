@@ -50,6 +50,36 @@ __device__ inline float2 decay_and_strength(const DeltaShape& sh, AnyFloat g, An
   return make_float2(log_decay, strength);
 }
 
+// dst[j·pitch + d] = x[b, t0 + j, h, d] for j < rows, d < D, and 0 for rows ≤ j < C: a block's
+// threads copy [C, D] to shared memory as f32, eight loads in flight per thread before their stores
+// (a load waited on one at a time leaves the copy at memory latency per element).
+template <class T>
+__device__ inline void stage_rows(float* dst, int pitch, const T* x, const attn::Strides3& st, int64_t b, int64_t t0,
+                                  int64_t h, int rows, int C, int D) {
+  const int total = C * D, tid = int(threadIdx.x), threads = int(blockDim.x);
+  for (int i0 = tid; i0 < total; i0 += 8 * threads) {
+    float vals[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = i0 + u * threads, j = i / D;
+      vals[u] = i < total && j < rows ? to_float(x[st.at(b, t0 + j, h) + i % D]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = i0 + u * threads;
+      if (i < total) dst[(i / D) * pitch + i % D] = vals[u];
+    }
+  }
+}
+__device__ inline void stage_rows(float* dst, int pitch, AnyFloat x, const attn::Strides3& st, int64_t b, int64_t t0,
+                                  int64_t h, int rows, int C, int D) {
+  switch (x.dtype) {
+    case DType::f16: stage_rows(dst, pitch, static_cast<const ding::f16*>(x.p), st, b, t0, h, rows, C, D); break;
+    case DType::bf16: stage_rows(dst, pitch, static_cast<const ding::bf16*>(x.p), st, b, t0, h, rows, C, D); break;
+    default: stage_rows(dst, pitch, static_cast<const float*>(x.p), st, b, t0, h, rows, C, D); break;
+  }
+}
+
 constexpr int kTileColumns = 32;    // state columns per block of the chunk-wise kernel
 constexpr int kChunkThreads = 256;
 
@@ -208,11 +238,8 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
   for (int64_t t0 = 0; t0 < sh.T; t0 += kStageTokens) {
     const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
     __syncthreads();  // the previous tokens are done with the staged rows
-    for (int i = tid; i < m * sh.Dk; i += threads) {
-      const int j = i / sh.Dk, d = i % sh.Dk;
-      keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
-      queries[j][d] = q.load(sh.q.at(b, t0 + j, kh) + d);
-    }
+    stage_rows(&keys[0][0], int(ops::kMaxDeltaRuleKeyDim), k, sh.k, b, t0, kh, m, m, sh.Dk);
+    stage_rows(&queries[0][0], int(ops::kMaxDeltaRuleKeyDim), q, sh.q, b, t0, kh, m, m, sh.Dk);
     for (int i = tid; i < m * lanes; i += threads) {
       const int j = i / lanes, c = i % lanes;
       values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
@@ -362,6 +389,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     const int d = i / kMmaColumns, c = i % kMmaColumns;
     S[d * sp + c] = c < width ? state_head[int64_t(d) * sh.Dv + e0 + c] : 0.0f;
   }
+  for (int i = tid; i < C * sp; i += kMmaThreads) Rv[i] = 0.0f;
   // Element e of a warp's accumulator of tile (mi, ni): row 16 mi + g4 + 8 (e / 2), column 8 ni + 2 c4 + e % 2.
   auto row_of = [&](int mi, int e) { return 16 * mi + g4 + 8 * (e >> 1); };
   auto col_of = [&](int ni, int e) { return 8 * ni + 2 * c4 + (e & 1); };
@@ -401,11 +429,11 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
       }
     }
-    for (int i = tid; i < C * Dk; i += kMmaThreads) {
-      const int j = i / Dk, d = i % Dk;
-      Ks[j * kp + d] = j < n ? k.load(sh.k.at(b, t0 + j, kh) + d) : 0.0f;
-      Qs[j * kp + d] = j < n ? q.load(sh.q.at(b, t0 + j, kh) + d) : 0.0f;
-    }
+    stage_rows(Ks, kp, k, sh.k, b, t0, kh, n, C, Dk);
+    stage_rows(Qs, kp, q, sh.q, b, t0, kh, n, C, Dk);
+    // V's columns of the tile into R's place (columns past `width` stay 0 from the start).
+    stage_rows(Rv, sp, AnyFloat{static_cast<char*>(v.p) + int64_t(e0) * dtype_size(v.dtype), v.dtype}, sh.v, b, t0, h,
+               n, C, width);
     __syncthreads();
 
     // 1. The lower tiles of KKᵀ and QKᵀ (tile (mi, ni) for ni ≤ 2 mi + 1, mi (mi + 1) of them before row mi).
@@ -442,8 +470,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = row_of(mi, e), c = col_of(ni, e);
-        const float vv = i < n && c < width ? v.load(sh.v.at(b, t0 + i, h) + e0 + c) : 0.0f;
-        Rv[i * sp + c] = Bt[i] * (vv - gam[i] * ks[e]);
+        Rv[i * sp + c] = Bt[i] * (Rv[i * sp + c] - gam[i] * ks[e]);  // V staged there
       }
     }
     __syncthreads();

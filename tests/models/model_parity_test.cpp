@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +75,19 @@ double margin_needed(DType dtype) {
   }
 }
 
+// A fixture that records transformers' own error at a dtype (own_nmse: its model class run in
+// float16 / bfloat16 against the float64 logits, hf_fixtures.py) may be more sensitive to rounding
+// than the dtype bound assumes (the random Qwen3-Next fixtures: near-tied routing, recurrent
+// states; transformers itself lands at 0.7–1.1 x the bf16 bound there). ding is then held to 3 x
+// what transformers gets at that dtype, where that is looser: measured 1.0–1.2 x on cpu and kokkos.
+double fixture_bound(const nlohmann::json& meta, DType dtype) {
+  double bound = logits_bound(dtype);
+  const char* key = dtype == DType::f16 ? "float16" : dtype == DType::bf16 ? "bfloat16" : nullptr;
+  if (key && meta.contains("own_nmse") && meta["own_nmse"].contains(key))
+    bound = std::max(bound, 3.0 * meta["own_nmse"][key].get<double>());
+  return bound;
+}
+
 struct ParityParam {
   fs::path folder;
   std::string backend;
@@ -98,10 +112,11 @@ TEST_P(ModelParity, LogitsOfEveryPromptPositionMatchTransformers) {
   session.prefill(0, prompt, &logits);
   ASSERT_EQ(logits.size(), f.logits.size());
   const double err = nmse(std::vector<double>(logits.begin(), logits.end()), f.logits);
-  EXPECT_LE(err, logits_bound(p.dtype)) << "NMSE against transformers' float64 logits";
+  const double bound = fixture_bound(f.meta, p.dtype);
+  EXPECT_LE(err, bound) << "NMSE against transformers' float64 logits";
   RecordProperty("logits_nmse", fmt::format("{:.3g}", err));
   std::printf("[ parity   ] %s on %s in %s (chunk %lld): logits NMSE %.3g (bound %.3g)\n", f.name.c_str(), p.backend.c_str(),
-              std::string(dtype_name(p.dtype)).c_str(), (long long)p.prefill_chunk, err, logits_bound(p.dtype));
+              std::string(dtype_name(p.dtype)).c_str(), (long long)p.prefill_chunk, err, bound);
 }
 
 TEST_P(ModelParity, GreedyTokensMatchWhereTheMarginAllows) {

@@ -4,7 +4,7 @@
 # speed-of-light, warp-state and memory sections for one launch of each kernel (decode, a 4k
 # recurrent prefill, a 4k chunk-wise prefill). Builds ding-bench first (DING_GPU_BUILD, default
 # build-speed), as step_kernels.sh does.
-#   DING_CUDA_ARCH=90 tools/bench/delta_rule_kernels.sh
+#   DING_CUDA_ARCH=90 tools/bench/delta_rule_kernels.sh     (DING_NCU=0: the benches only; DING_BENCH_FILTERS: which)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-$PWD/results/delta-rule-kernels}
@@ -19,9 +19,10 @@ if [[ ! -x $build/tools/ding-bench ]]; then
     { tail -30 "$out/build.txt"; exit 1; }
 fi
 bench="$build/tools/ding-bench"
-for filter in bench_B1_T1_ bench_B8_T1_ bench_B1_T1024_ bench_B1_T4096_; do
+for filter in ${DING_BENCH_FILTERS:-bench_B1_T1_ bench_B8_T1_ bench_B1_T1024_ bench_B1_T4096_}; do
   timeout 120 "$bench" ops --backend cuda --op gated_delta_rule --filter "$filter" 2>&1 | grep "bench_"
 done | tee "$out/delta_rule_ops.txt"
+((${DING_NCU:-1})) || exit 0
 sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy)
 # Each case: the filters a bench name must hold (all of them), then the kernel to profile.
 for case in "bench_B1_T1_:gated_delta_rule_kernel" "bench_B1_T4096_,chunk1_:gated_delta_rule_kernel" \
