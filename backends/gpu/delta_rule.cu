@@ -50,36 +50,6 @@ __device__ inline float2 decay_and_strength(const DeltaShape& sh, AnyFloat g, An
   return make_float2(log_decay, strength);
 }
 
-// dst[j·pitch + d] = x[b, t0 + j, h, d] for j < rows, d < D, and 0 for rows ≤ j < C: a block's
-// threads copy [C, D] to shared memory as f32, eight loads in flight per thread before their stores
-// (a load waited on one at a time leaves the copy at memory latency per element).
-template <class T>
-__device__ inline void stage_rows(float* dst, int pitch, const T* x, const attn::Strides3& st, int64_t b, int64_t t0,
-                                  int64_t h, int rows, int C, int D) {
-  const int total = C * D, tid = int(threadIdx.x), threads = int(blockDim.x);
-  for (int i0 = tid; i0 < total; i0 += 8 * threads) {
-    float vals[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int i = i0 + u * threads, j = i / D;
-      vals[u] = i < total && j < rows ? to_float(x[st.at(b, t0 + j, h) + i % D]) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int i = i0 + u * threads;
-      if (i < total) dst[(i / D) * pitch + i % D] = vals[u];
-    }
-  }
-}
-__device__ inline void stage_rows(float* dst, int pitch, AnyFloat x, const attn::Strides3& st, int64_t b, int64_t t0,
-                                  int64_t h, int rows, int C, int D) {
-  switch (x.dtype) {
-    case DType::f16: stage_rows(dst, pitch, static_cast<const ding::f16*>(x.p), st, b, t0, h, rows, C, D); break;
-    case DType::bf16: stage_rows(dst, pitch, static_cast<const ding::bf16*>(x.p), st, b, t0, h, rows, C, D); break;
-    default: stage_rows(dst, pitch, static_cast<const float*>(x.p), st, b, t0, h, rows, C, D); break;
-  }
-}
-
 constexpr int kTileColumns = 32;    // state columns per block of the chunk-wise kernel
 constexpr int kChunkThreads = 256;
 
@@ -238,8 +208,11 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
   for (int64_t t0 = 0; t0 < sh.T; t0 += kStageTokens) {
     const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
     __syncthreads();  // the previous tokens are done with the staged rows
-    stage_rows(&keys[0][0], int(ops::kMaxDeltaRuleKeyDim), k, sh.k, b, t0, kh, m, m, sh.Dk);
-    stage_rows(&queries[0][0], int(ops::kMaxDeltaRuleKeyDim), q, sh.q, b, t0, kh, m, m, sh.Dk);
+    for (int i = tid; i < m * sh.Dk; i += threads) {
+      const int j = i / sh.Dk, d = i % sh.Dk;
+      keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
+      queries[j][d] = q.load(sh.q.at(b, t0 + j, kh) + d);
+    }
     for (int i = tid; i < m * lanes; i += threads) {
       const int j = i / lanes, c = i % lanes;
       values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
@@ -294,7 +267,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 }
 
 // The chunk-wise form on tensor cores (NVIDIA sm_80+): a block of kMmaWarps warps per (sequence,
-// value head, tile of NC = 16 or 32 state columns) walks the chunks of C tokens in order, with the
+// value head, tile of kMmaColumns state columns) walks the chunks of C tokens in order, with the
 // chunk's K and Q, its tile of S, R / U, L and the decayed QKᵀ in shared memory as f32, each
 // product an m16n8k8 tf32 mma. Operands that are not exact in tf32 (anything computed, and f32
 // inputs) enter as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's
@@ -307,6 +280,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 //   4. O = s γ Q S_0 + (QKᵀ ⊙ decay) U, written out; S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j).
 // G is summed in double (a warp scan), as the SIMT kernel does.
 constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
+constexpr int kMmaColumns = 32;
 
 // acc += Σ_{k0 ≤ κ < k1} a(r, κ)·b(κ, c) over one 16 × 8 tile (r, c relative to it): PA, PB = 1 for
 // an operand exact in tf32, 2 for one split into head and tail (the tail × tail term dropped).
@@ -314,7 +288,6 @@ template <int PA, int PB, class FA, class FB>
 __device__ inline void mma_tf32_tile(float (&acc)[4], FA a, FB b, int k0, int k1, int lane) {
 #if defined(DING_GPU_NVIDIA_MMA)
   const int g = lane >> 2, c = lane & 3;
-#pragma unroll 2
   for (int k = k0; k < k1; k += 8) {
     const float av[4] = {a(g, k + c), a(g + 8, k + c), a(g, k + c + 4), a(g + 8, k + c + 4)};
     const float bv[2] = {b(k + c, g), b(k + c + 4, g)};
@@ -342,8 +315,7 @@ __device__ inline void mma_tf32_tile(float (&acc)[4], FA a, FB b, int k0, int k1
 // keep a warp's fragment loads on distinct banks.
 struct MmaChunkLayout {
   int C, Dk, kp, sp, cp;
-  __host__ __device__ MmaChunkLayout(int chunk, int dk, int columns)
-      : C(chunk), Dk(dk), kp(dk + 4), sp(columns + 8), cp(chunk + 4) {}
+  __host__ __device__ MmaChunkLayout(int chunk, int dk) : C(chunk), Dk(dk), kp(dk + 4), sp(kMmaColumns + 8), cp(chunk + 4) {}
   __host__ __device__ int64_t beta() const { return 0; }  // [C]
   __host__ __device__ int64_t gamma() const { return C; }
   __host__ __device__ int64_t tail() const { return 2 * C; }
@@ -358,13 +330,13 @@ struct MmaChunkLayout {
   __host__ __device__ size_t bytes() const { return size_t(C) * 8 + size_t(floats()) * 4; }
 };
 
-template <int C, int NC, int PK>
+template <int C, int PK>
 __global__ void __launch_bounds__(kMmaThreads)
     gated_delta_rule_mma_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
                                 DeltaShape sh) {
 #if defined(DING_GPU_NVIDIA_MMA)
   constexpr int kBlocks = C / 16;
-  const MmaChunkLayout lay(C, sh.Dk, NC);
+  const MmaChunkLayout lay(C, sh.Dk);
   const int Dk = sh.Dk, kp = lay.kp, sp = lay.sp, cp = lay.cp;
   extern __shared__ double shared_mem[];
   double* const G = shared_mem;
@@ -380,21 +352,20 @@ __global__ void __launch_bounds__(kMmaThreads)
   float* const QK = base + lay.scores();
   float* const Dinv = base + lay.inverses();
 
-  const int tiles = (sh.Dv + NC - 1) / NC;
+  const int tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
   const int64_t bh = int64_t(blockIdx.x) / tiles;
-  const int e0 = int(int64_t(blockIdx.x) % tiles) * NC, width = min(NC, sh.Dv - e0);
+  const int e0 = int(int64_t(blockIdx.x) % tiles) * kMmaColumns, width = min(kMmaColumns, sh.Dv - e0);
   const int64_t b = bh / sh.Hv, h = bh % sh.Hv, kh = h / (sh.Hv / sh.Hk);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g4 = lane >> 2, c4 = lane & 3;
   float* const state_head = state + bh * int64_t(Dk) * sh.Dv;
-  for (int i = tid; i < Dk * NC; i += kMmaThreads) {
-    const int d = i / NC, c = i % NC;
+  for (int i = tid; i < Dk * kMmaColumns; i += kMmaThreads) {
+    const int d = i / kMmaColumns, c = i % kMmaColumns;
     S[d * sp + c] = c < width ? state_head[int64_t(d) * sh.Dv + e0 + c] : 0.0f;
   }
-  for (int i = tid; i < C * sp; i += kMmaThreads) Rv[i] = 0.0f;
   // Element e of a warp's accumulator of tile (mi, ni): row 16 mi + g4 + 8 (e / 2), column 8 ni + 2 c4 + e % 2.
   auto row_of = [&](int mi, int e) { return 16 * mi + g4 + 8 * (e >> 1); };
   auto col_of = [&](int ni, int e) { return 8 * ni + 2 * c4 + (e & 1); };
-  constexpr int kWriteTiles = kBlocks * (NC / 8);  // tiles of [C][NC]: ≤ 2 per warp
+  constexpr int kWriteTiles = kBlocks * (kMmaColumns / 8);  // tiles of [C][kMmaColumns]: ≤ 2 per warp
   float qs[2][4];
 
   for (int64_t t0 = 0; t0 < sh.T; t0 += C) {
@@ -430,11 +401,11 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
       }
     }
-    stage_rows(Ks, kp, k, sh.k, b, t0, kh, n, C, Dk);
-    stage_rows(Qs, kp, q, sh.q, b, t0, kh, n, C, Dk);
-    // V's columns of the tile into R's place (columns past `width` stay 0 from the start).
-    stage_rows(Rv, sp, AnyFloat{static_cast<char*>(v.p) + int64_t(e0) * dtype_size(v.dtype), v.dtype}, sh.v, b, t0, h,
-               n, C, width);
+    for (int i = tid; i < C * Dk; i += kMmaThreads) {
+      const int j = i / Dk, d = i % Dk;
+      Ks[j * kp + d] = j < n ? k.load(sh.k.at(b, t0 + j, kh) + d) : 0.0f;
+      Qs[j * kp + d] = j < n ? q.load(sh.q.at(b, t0 + j, kh) + d) : 0.0f;
+    }
     __syncthreads();
 
     // 1. The lower tiles of KKᵀ and QKᵀ (tile (mi, ni) for ni ≤ 2 mi + 1, mi (mi + 1) of them before row mi).
@@ -456,13 +427,13 @@ __global__ void __launch_bounds__(kMmaThreads)
         QK[i * cp + j] = sh.scale * ratio * qk_acc[e];
       }
     }
-    // K S_0 → R, and Q S_0 kept: the tiles of [C][NC], warp w's are w and w + kMmaWarps.
+    // K S_0 → R, and Q S_0 kept: the tiles of [C][kMmaColumns], warp w's are w and w + kMmaWarps.
     auto state_col = [&](int ni) { return [=](int kk, int c) { return S[kk * sp + 8 * ni + c]; }; };
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const int p = warp + s * kMmaWarps;
       if (p >= kWriteTiles) break;
-      const int mi = p / (NC / 8), ni = p % (NC / 8);
+      const int mi = p / (kMmaColumns / 8), ni = p % (kMmaColumns / 8);
       float ks[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int e = 0; e < 4; ++e) qs[s][e] = 0.0f;
@@ -471,7 +442,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = row_of(mi, e), c = col_of(ni, e);
-        Rv[i * sp + c] = Bt[i] * (Rv[i * sp + c] - gam[i] * ks[e]);  // V staged there
+        const float vv = i < n && c < width ? v.load(sh.v.at(b, t0 + i, h) + e0 + c) : 0.0f;
+        Rv[i * sp + c] = Bt[i] * (vv - gam[i] * ks[e]);
       }
     }
     __syncthreads();
@@ -492,8 +464,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     __syncthreads();
 
-    // 3. U = (I + L)^(-1) R, in place of R: warp w < NC / 8 owns columns 8w … 8w + 7.
-    if (sh.delta && warp < NC / 8) {
+    // 3. U = (I + L)^(-1) R, in place of R: warp w < kMmaColumns / 8 owns columns 8w … 8w + 7.
+    if (sh.delta && warp < kMmaColumns / 8) {
       auto writes_col = [&](int row0) { return [=](int kk, int c) { return Rv[(row0 + kk) * sp + 8 * warp + c]; }; };
       for (int I = 0; I < kBlocks; ++I) {
         float x[4];
@@ -519,7 +491,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int s = 0; s < 2; ++s) {
       const int p = warp + s * kMmaWarps;
       if (p >= kWriteTiles) break;
-      const int mi = p / (NC / 8), ni = p % (NC / 8);
+      const int mi = p / (kMmaColumns / 8), ni = p % (kMmaColumns / 8);
       float o[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[e] = sh.scale * gam[row_of(mi, e)] * qs[s][e];
@@ -532,8 +504,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     }
     const float gamma_n = float(exp(G[C - 1]));  // G past n stays G_n
-    for (int p = warp; p < (Dk / 16) * (NC / 8); p += kMmaWarps) {
-      const int mi = p / (NC / 8), ni = p % (NC / 8);
+    for (int p = warp; p < (Dk / 16) * (kMmaColumns / 8); p += kMmaWarps) {
+      const int mi = p / (kMmaColumns / 8), ni = p % (kMmaColumns / 8);
       float acc[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[e] = gamma_n * S[row_of(mi, e) * sp + col_of(ni, e)];
@@ -544,8 +516,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
   }
   __syncthreads();
-  for (int i = tid; i < Dk * NC; i += kMmaThreads) {
-    const int d = i / NC, c = i % NC;
+  for (int i = tid; i < Dk * kMmaColumns; i += kMmaThreads) {
+    const int d = i / kMmaColumns, c = i % kMmaColumns;
     if (c < width) state_head[int64_t(d) * sh.Dv + e0 + c] = S[d * sp + c];
   }
 #else
@@ -554,23 +526,14 @@ __global__ void __launch_bounds__(kMmaThreads)
 }
 
 #if defined(DING_GPU_NVIDIA)
-// The tensor-core kernel's shape for a call: NC state columns a block (16 where tiles of 32 would
-// leave fewer than two blocks per multiprocessor, else 32), and C tokens a chunk, the largest of 64,
-// 32, 16 within `requested` (0: any) whose shared memory fits. C = 0 where the kernel cannot run (no
+// The tensor-core kernel's chunk for a call asking for `requested` tokens a chunk (0: any): the
+// largest of 64, 32, 16 within it whose shared memory fits; 0 where the kernel cannot run (no
 // mma.sync, a key dim not a multiple of 16, or not even 16 tokens a chunk fit).
-struct MmaShape {
-  int C = 0, NC = 32;
-};
-MmaShape mma_shape(const Props& props, const DeltaShape& sh, int64_t requested) {
-  MmaShape m;
-  if (!props.has_mma_sync() || sh.Dk % 16 != 0) return m;
-  if (sh.B * sh.Hv * ((sh.Dv + 31) / 32) < 2 * int64_t(props.sm_count)) m.NC = 16;
+int mma_chunk(const Props& props, int Dk, int64_t requested) {
+  if (!props.has_mma_sync() || Dk % 16 != 0) return 0;
   for (int C : {64, 32, 16})
-    if ((requested == 0 || C <= requested) && MmaChunkLayout(C, sh.Dk, m.NC).bytes() <= props.shared_per_block_optin) {
-      m.C = C;
-      break;
-    }
-  return m;
+    if ((requested == 0 || C <= requested) && MmaChunkLayout(C, Dk).bytes() <= props.shared_per_block_optin) return C;
+  return 0;
 }
 #endif
 
@@ -601,29 +564,18 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   const bool chunkwise = sh.T > 1 && (chunk > 1 || (chunk == 0 && sh.T >= kChunkwiseFrom));
 #if defined(DING_GPU_NVIDIA)
   // Tensor cores where they run: q and k of 16 bits are exact tf32 operands (one part), f32 ones split.
-  if (const MmaShape m = chunkwise ? mma_shape(s.props(), sh, chunk) : MmaShape{}; m.C > 0) {
+  if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, chunk) : 0) {
     const bool exact = a.q.dtype != DType::f32 && a.k.dtype != DType::f32;
-    auto launch = [&](auto c, auto nc, auto pk) {
-      constexpr int C = decltype(c)::value, NC = decltype(nc)::value;
-      const auto kernel = &gated_delta_rule_mma_kernel<C, NC, decltype(pk)::value>;
-      const size_t bytes = MmaChunkLayout(C, sh.Dk, NC).bytes();
+    auto launch = [&](auto kernel) {
+      const size_t bytes = MmaChunkLayout(C, sh.Dk).bytes();
       DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(bytes)));
-      kernel<<<check_grid(sh.B * sh.Hv * ((sh.Dv + NC - 1) / NC)), kMmaThreads, bytes, s.handle()>>>(
+      kernel<<<check_grid(sh.B * sh.Hv * ((sh.Dv + kMmaColumns - 1) / kMmaColumns)), kMmaThreads, bytes, s.handle()>>>(
           any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta),
           a.state.ptr<float>(), sh);
     };
-    using std::integral_constant;
-    auto with_columns = [&](auto c) {
-      auto with_parts = [&](auto nc) {
-        if (exact) launch(c, nc, integral_constant<int, 1>{});
-        else launch(c, nc, integral_constant<int, 2>{});
-      };
-      if (m.NC == 16) with_parts(integral_constant<int, 16>{});
-      else with_parts(integral_constant<int, 32>{});
-    };
-    if (m.C == 64) with_columns(integral_constant<int, 64>{});
-    else if (m.C == 32) with_columns(integral_constant<int, 32>{});
-    else with_columns(integral_constant<int, 16>{});
+    if (C == 64) launch(exact ? gated_delta_rule_mma_kernel<64, 1> : gated_delta_rule_mma_kernel<64, 2>);
+    else if (C == 32) launch(exact ? gated_delta_rule_mma_kernel<32, 1> : gated_delta_rule_mma_kernel<32, 2>);
+    else launch(exact ? gated_delta_rule_mma_kernel<16, 1> : gated_delta_rule_mma_kernel<16, 2>);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_mma_kernel");
     return;
   }

@@ -97,8 +97,7 @@ std::vector<OpCase> delta_rule_cases() {
   add({.T = 150, .Hk = 1, .Hv = 2, .Dk = 256, .Dv = 40, .qkv = f16, .gates = f32, .out = f32, .chunk = 64});
   add({.T = 100, .Hk = 2, .Hv = 2, .Dk = 32, .Dv = 32});
   add({.B = 3, .T = 70, .Hk = 1, .Hv = 3, .Dk = 16, .Dv = 8, .qkv = bf16, .gates = bf16, .out = f32, .gated = true});
-  // Enough (sequence, head, 32-column) tiles for two blocks per multiprocessor of a 132-SM GPU, so
-  // the tensor-core kernel takes tiles of 32 columns rather than 16.
+  // More (sequence, head, column tile) blocks than a GPU has multiprocessors: a second wave.
   add({.B = 3, .T = 40, .Hk = 8, .Hv = 48, .Dk = 32, .Dv = 64, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = 32,
        .gated = true});
   add({.T = 600, .Hk = 1, .Hv = 2, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = f32, .gated = true});
