@@ -44,7 +44,8 @@ status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 python3 ../../tools/parity_table.py shard-*.xml
 cat shard-*.log | grep -E "^\[  FAILED  \]" | sort -u | head -40
-cat shard-*.log | awk -v shards="$cores" '/^\[  PASSED  \]/ { p += $4 } /^\[  SKIPPED \] [0-9]+ tests?[.,]/ { s += $4 }
-  /^\[  FAILED  \] [0-9]+ tests?, listed/ { f += $4 }
+# Failed tests counted by name: --gtest_brief prints no "N tests, listed below" summary.
+failed=$(cat shard-*.log | grep -E "^\[  FAILED  \] [A-Za-z]" | sort -u | wc -l)
+cat shard-*.log | awk -v shards="$cores" -v f="$failed" '/^\[  PASSED  \]/ { p += $4 } /^\[  SKIPPED \] [0-9]+ tests?[.,]/ { s += $4 }
   END { printf "gpu-check: %d passed, %d skipped, %d failed (gtest, %d shards)\n", p, s, f, shards }'
 exit $status

@@ -295,9 +295,10 @@ StepWeights weight_bytes_per_step(const Model& model, int64_t batch) {
   const double E = double(c.moe.experts), k = double(c.moe.route.k);
   const double chosen = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, double(batch))) : 0.0;
   const double expert_bytes = 3.0 * double(c.d_model) * double(c.moe.d_ff) * element;
+  bool any_moe = false;
   for (const LayerSpec& l : c.layers)
-    if (l.moe) bytes -= (E - chosen) * expert_bytes;
-  return {bytes, chosen};
+    if (l.moe) bytes -= (E - chosen) * expert_bytes, any_moe = true;
+  return {bytes, any_moe ? chosen : 0.0};
 }
 
 void check_fits(const ModelBenchOptions& o, int64_t positions) {
