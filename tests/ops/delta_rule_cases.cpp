@@ -83,8 +83,8 @@ std::vector<OpCase> delta_rule_cases() {
   add({.B = 3, .T = 5, .Hk = 2, .Hv = 6, .Dk = 40, .Dv = 48, .qkv = f16, .gates = f16, .out = f16, .views = true});
   add({.T = 4, .Dk = 256, .Dv = 8});  // the widest key head the backends take
   add({.B = 2, .T = 7, .Hk = 3, .Hv = 3, .Dk = 65, .Dv = 33, .qkv = bf16, .gates = bf16, .out = f32});
-  // The chunk-wise form, chunks of 4, 16 and 64 with a partial last one, on the backends that
-  // compute it (cpu) and in the reference alike.
+  // The chunk-wise form, chunks of 4, 16 and 64 with a partial last one, in the reference and on
+  // the backends that compute it (cpu; GPUs: tensor cores from chunks of 16, f32 FMAs below).
   add({.B = 2, .T = 9, .Hk = 2, .Hv = 4, .Dk = 32, .Dv = 24, .chunk = 4});
   add({.T = 50, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16});
   add({.T = 130, .Hk = 1, .Hv = 1, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = f32, .out = bf16, .chunk = 64});

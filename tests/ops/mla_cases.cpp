@@ -19,17 +19,21 @@ namespace {
 // reference's double, and on the output side the rounding flips it causes. The backends compute
 // the absorbed form, the prefill reference the expanded one: in exact arithmetic the same, in f32
 // each a chain of three sums (the absorption or expansion over Dn or L terms, the scores, the
-// weighted sum of the latents) instead of attention's two, each ~1e-7 relative.
+// weighted sum of the latents) instead of attention's two, each ~1e-7 relative. A flipped output
+// costs its own square: the outputs are weighted sums of value rows, whose largest over a few
+// thousand elements reach ~3.5 rms (y² ≈ 12× the mean square), and a flip is likeliest in the
+// largest chains. With y² = 1× the mean the bf16 decode case B3_S1000 failed one seed in a few
+// hundred on kokkos (1.9× that bound, seed 4215271204, while 150 others stayed under 0.011×).
 double tolerance(DType out, int64_t elements) {
   if (out == DType::f32) return 2e-11;
-  return flip_nmse(out, elements, 1.0, 4) + 12e-3 * rounding_nmse(out);
+  return flip_nmse(out, elements, 12.0, 4) + 12e-3 * rounding_nmse(out);
 }
 
 const char* tolerance_reason(DType out) {
   switch (out) {
     case DType::f32: return "f32 absorption, L-term scores and latent sums against double (either form); measured <= 9.1e-13 (cpu, S = 2100)";
-    case DType::f16: return "f16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
-    default: return "bf16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips";
+    case DType::f16: return "f16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips of outputs up to 3.5 rms";
+    default: return "bf16 output: f32 accumulation error flips a few roundings by 1 ulp; bound 4 + 0.1% flips of outputs up to 3.5 rms";
   }
 }
 

@@ -2,22 +2,15 @@
 # Why the delta rule's GPU kernels take the time they do, on a GPU machine with Nsight Compute:
 # the op benches of the recurrent and chunk-wise forms at Qwen3-Next-80B's heads, then ncu's
 # speed-of-light, warp-state and memory sections for one launch of each kernel (decode, a 4k
-# recurrent prefill, a 4k chunk-wise prefill). Builds ding-bench first (DING_GPU_BUILD, default
-# build-speed), as step_kernels.sh does.
+# recurrent prefill, a 4k chunk-wise prefill). Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD,
+# default build-speed).
 #   DING_CUDA_ARCH=90 tools/bench/delta_rule_kernels.sh     (DING_NCU=0: the benches only; DING_BENCH_FILTERS: which)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-out=${OUT:-$PWD/results/delta-rule-kernels}
-deps=${DING_DEPS:-$PWD/.deps/usr}
-build=${DING_GPU_BUILD:-build-speed}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-if [[ ! -x $build/tools/ding-bench ]]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps" -DDING_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="${DING_CUDA_ARCH:-90}" >"$out/build.txt" 2>&1 &&
-    cmake --build "$build" --parallel "$(env -u OMP_NUM_THREADS nproc)" --target ding-bench >>"$out/build.txt" 2>&1 ||
-    { tail -30 "$out/build.txt"; exit 1; }
-fi
+DING_GPU_BUILD=${DING_GPU_BUILD:-build-speed}
+source tools/gpu_build.sh
+gpu_out results/delta-rule-kernels
+gpu_build delta_rule_kernels "$out/build.txt" ding-bench
 bench="$build/tools/ding-bench"
 for filter in ${DING_BENCH_FILTERS:-bench_B1_T1_ bench_B8_T1_ bench_B1_T1024_ bench_B1_T4096_}; do
   timeout 120 "$bench" ops --backend cuda --op gated_delta_rule --filter "$filter" 2>&1 | grep "bench_"

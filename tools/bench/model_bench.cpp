@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "../gpu_tuning.h"
@@ -208,41 +209,22 @@ const char* const kQwen3Next80B12L = R"({
 })";
 
 // The same model's Gated DeltaNet layers on their own, for their decode against their byte
-// roofline (weights plus the recurrent state read and written): 12 linear-attention layers of the
-// 80B shape, each with a dense MLP of 64 and a vocabulary of 2048, so the layers' own projections,
+// roofline (weights plus the recurrent state read and written): its 12 layers all linear attention,
+// each with a dense MLP of 64, and a vocabulary of 2048, so the layers' own projections,
 // convolution and state are nearly all a step reads.
-const char* const kQwen3NextGdn12L = R"({
-  "architectures": ["Qwen3NextForCausalLM"],
-  "eos_token_id": 1,
-  "head_dim": 256,
-  "hidden_act": "silu",
-  "hidden_size": 2048,
-  "intermediate_size": 64,
-  "layer_types": ["linear_attention", "linear_attention", "linear_attention", "linear_attention",
-                  "linear_attention", "linear_attention", "linear_attention", "linear_attention",
-                  "linear_attention", "linear_attention", "linear_attention", "linear_attention"],
-  "linear_conv_kernel_dim": 4,
-  "linear_key_head_dim": 128,
-  "linear_num_key_heads": 16,
-  "linear_num_value_heads": 32,
-  "linear_value_head_dim": 128,
-  "max_position_embeddings": 262144,
-  "mlp_only_layers": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
-  "model_type": "qwen3_next",
-  "moe_intermediate_size": 512,
-  "num_attention_heads": 16,
-  "num_experts": 512,
-  "num_experts_per_tok": 10,
-  "num_hidden_layers": 12,
-  "num_key_value_heads": 2,
-  "partial_rotary_factor": 0.25,
-  "rms_norm_eps": 1e-06,
-  "rope_theta": 10000000,
-  "shared_expert_intermediate_size": 512,
-  "tie_word_embeddings": false,
-  "torch_dtype": "bfloat16",
-  "vocab_size": 2048
-})";
+std::string qwen3_next_gdn_config() {
+  nlohmann::json c = nlohmann::json::parse(kQwen3Next80B12L);
+  const int layers = c["num_hidden_layers"];
+  c["layer_types"] = std::vector<std::string>(size_t(layers), "linear_attention");
+  std::vector<int> all(static_cast<size_t>(layers));
+  for (int i = 0; i < layers; ++i) all[size_t(i)] = i;
+  c["mlp_only_layers"] = all;
+  c["intermediate_size"] = 64;
+  c["vocab_size"] = 2048;
+  c["eos_token_id"] = 1;
+  c.erase("full_attention_interval");
+  return c.dump();
+}
 
 const std::vector<NamedShape>& named_shapes() {
   static const std::vector<NamedShape> shapes = {
@@ -250,7 +232,7 @@ const std::vector<NamedShape>& named_shapes() {
       {"gpt2-large", gpt2_config(36, 20, 1280)},   {"gpt2-xl", gpt2_config(48, 25, 1600)},
       {"llama-3.2-1b", kLlama32_1B},               {"llama-3.1-8b", kLlama31_8B},
       {"olmoe-1b-7b", kOlmoe1B7B},                 {"deepseek-v2-lite", kDeepseekV2Lite},
-      {"qwen3-next-80b-a3b-12l", kQwen3Next80B12L},    {"qwen3-next-80b-a3b-gdn-12l", kQwen3NextGdn12L},
+      {"qwen3-next-80b-a3b-12l", kQwen3Next80B12L},    {"qwen3-next-80b-a3b-gdn-12l", qwen3_next_gdn_config()},
   };
   return shapes;
 }
