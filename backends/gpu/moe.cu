@@ -183,6 +183,38 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* offse
   }
 }
 
+// moe_group for a few slots (a decode step's T·k ≤ kSmallGroupSlots): slot s's grouped row is its
+// rank in (bucket, slot) order, #{s' : (bucket(s'), s') < (bucket(s), s)}, and expert e's first row
+// #{s' : bucket(s') < e}: S² + (E + 1)·S compares spread over the block. The counting sort above
+// gives each thread E + 1 counts to walk in series, which at 512 experts is most of a decode step's
+// grouping time.
+constexpr int kSmallGroupSlots = 64, kSmallGroupThreads = 256;
+__global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int32_t* offsets, int32_t* slots,
+                                                                             int32_t* positions, const int32_t* experts,
+                                                                             int S, int E) {
+  __shared__ int buckets[kSmallGroupSlots];
+  wait_for_prior_kernels();  // the experts come from moe_route
+  release_dependents();
+  const int tid = int(threadIdx.x), threads = int(blockDim.x);
+  for (int s = tid; s < S; s += threads) {
+    const int e = experts[s];
+    buckets[s] = e >= 0 && e < E ? e : E;
+  }
+  __syncthreads();
+  for (int s = tid; s < S; s += threads) {
+    const int b = buckets[s];
+    int row = 0;
+    for (int o = 0; o < S; ++o) row += buckets[o] < b || (buckets[o] == b && o < s);
+    slots[row] = s;
+    positions[s] = row;
+  }
+  for (int e = tid; e <= E; e += threads) {
+    int before = 0;
+    for (int o = 0; o < S; ++o) before += buckets[o] < e;
+    offsets[e] = before;
+  }
+}
+
 // x_grouped[p] = x[slots[p] / k]: rows of `Unit`s when the dtypes agree (16, 8, 4 or 2 bytes,
 // whatever every row start allows), else element by element through f32.
 template <class Unit>
@@ -312,8 +344,15 @@ void moe_group(Stream& stream, const ops::MoeGroupArgs& a) {
     throw Error(ErrorCode::invalid_argument, "moe_group on the GPU: T·k = " + std::to_string(S) + " slots or E = " +
                                                  std::to_string(E) + " experts exceed the i32 index range");
   GpuStream& s = gpu_stream(stream);
-  // One slot per thread up to kGroupThreads: a decode step's few slots (T·k = 8 for OLMoE) take one
-  // warp, whose (E + 1)-entry count columns and scan cost a fraction of a 1024-thread block's.
+  if (S <= kSmallGroupSlots) {
+    DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_group_small_kernel, dim3(1), dim3(kSmallGroupThreads),
+                                  0, s.handle(), a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(),
+                                  a.positions.ptr<int32_t>(), a.experts.ptr<int32_t>(), int(S), int(E)));
+    DING_GPU_CHECK_LAUNCH("moe_group_small_kernel");
+    if (a.x.defined()) moe_gather(s, a, int(S), int(k));
+    return;
+  }
+  // One slot per thread up to kGroupThreads: a prefill's slots split into segments, one per thread.
   const int warp = s.props().warp_size;
   const int threads = int(std::min<int64_t>(kGroupThreads, std::max<int64_t>(warp, (S + warp - 1) / warp * warp)));
   const size_t count_bytes = size_t(E + 1) * size_t(threads) * sizeof(int);

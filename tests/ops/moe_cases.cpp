@@ -136,7 +136,10 @@ struct GatherTypes {
 };
 
 void add_group_cases(std::vector<OpCase>& cases) {
-  const GroupShape shapes[] = {{1, 1, 3}, {1, 2, 8}, {17, 2, 8}, {17, 8, 3}, {300, 2, 60}, {300, 8, 64}, {33, 6, 64}};
+  // Decode steps too: Qwen3-Next's 10 of 512 experts, OLMoE's 8 of 64 at batch 8 (64 slots, the GPU's
+  // direct-rank kernel's most) and batch 9 (the counting sort's fewest).
+  const GroupShape shapes[] = {{1, 1, 3},    {1, 2, 8},     {17, 2, 8},  {17, 8, 3}, {300, 2, 60}, {300, 8, 64},
+                               {33, 6, 64},  {1, 10, 512},  {8, 8, 64},  {9, 8, 64}};
   const GatherTypes gathers[] = {{false, DType::f32, DType::f32}, {true, DType::f32, DType::f32},
                                  {true, DType::bf16, DType::bf16}, {true, DType::f16, DType::f32},
                                  {true, DType::f32, DType::bf16}};
