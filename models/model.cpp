@@ -15,6 +15,7 @@
 #include "ding/ops/kernels.h"
 #include "ding/models/families/family.h"
 #include "ding/models/safetensors.h"
+#include "ding/models/weight_quantize.h"
 #include "ding/models/weight_upload.h"
 
 namespace ding {
@@ -97,6 +98,23 @@ void refuse_layers_past_the_config(const WeightFiles& files, const ModelConfig& 
   }
 }
 
+// LoadOptions::quantize, checked before any weight is read.
+std::optional<DType> quantize_option(const LoadOptions& options, const char* who) {
+  if (options.quantize && *options.quantize != DType::i8 && *options.quantize != DType::f8e4m3)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: weights quantize to i8 or f8e4m3, not {}", who, dtype_name(*options.quantize)));
+  return options.quantize;
+}
+
+// The layers' matmul weights as 8-bit values with row scales (LoadOptions::quantize), in a new arena.
+void quantize_matmul_weights(Device& device, std::vector<WeightPlan>& plans, ModelWeights& weights, Buffer& arena,
+                             DType to) {
+  std::vector<Tensor*> targets;
+  for (LayerWeights& layer : weights.layers)
+    for (Tensor* t : matmul_weights(layer)) targets.push_back(t);
+  quantize_weights(device, plans, targets, arena, to);
+}
+
 }  // namespace
 
 void require_kernels(const ops::Kernels& kernels, std::string_view backend, const ModelConfig& c,
@@ -125,6 +143,7 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   m.family_ = &find_family(m.config_.model_type, dir);
   require_kernels(device.kernels(), device.name(), m.config_, dir);
   m.dtype_ = compute_dtype(options, m.config_, device, "Model::load");
+  m.quantized_ = quantize_option(options, "Model::load");
   m.generation_ = GenerationDefaults::from_json_file((fs::path(dir) / "generation_config.json").string());
   if (!m.generation_.eos_tokens.empty()) m.config_.eos_tokens = m.generation_.eos_tokens;  // generate() uses these
   // A tokenizer larger or smaller than the embedding table is common (padded vocabularies); an id
@@ -136,6 +155,7 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   std::vector<WeightPlan> plans = m.family_->weight_plans(m.config_, &files, m.weights_);
   upload_weights(device, plans, m.arena_,
                  {.dtype = m.dtype_, .progress = options.progress, .check_values = options.check_weights});
+  if (m.quantized_) quantize_matmul_weights(device, plans, m.weights_, m.arena_, *m.quantized_);
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;
@@ -149,8 +169,10 @@ Model Model::random(const ModelConfig& config, Device& device, const LoadOptions
   m.family_ = &find_family(config.model_type, "Model::random");
   require_kernels(device.kernels(), device.name(), config, "Model::random");
   m.dtype_ = compute_dtype(options, config, device, "Model::random");
+  m.quantized_ = quantize_option(options, "Model::random");
   std::vector<WeightPlan> plans = m.family_->weight_plans(config, nullptr, m.weights_);
   upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .seed = seed, .progress = options.progress});
+  if (m.quantized_) quantize_matmul_weights(device, plans, m.weights_, m.arena_, *m.quantized_);
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;

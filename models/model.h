@@ -27,6 +27,12 @@ struct LoadOptions {
   // (UploadOptions::check_values), for a folder that is trusted. A non-finite weight then shows
   // only as non-finite logits, which the Sampler refuses.
   bool check_weights = true;
+  // i8 or f8e4m3: the weights that only ops::matmul reads (matmul_weights: the layers'
+  // projections) are stored as 8-bit values with one f32 scale per row, quantized from the
+  // compute dtype after upload (weight_quantize.h); the activations stay in `dtype`. The
+  // embeddings, the LM head, routers, experts and norms keep the compute dtype. Anything else:
+  // Error(invalid_argument) before any weight is read.
+  std::optional<DType> quantize;
 };
 
 struct ModelWeights {
@@ -81,6 +87,8 @@ class Model {
   Device& device() const { return *device_; }
   DType dtype() const { return dtype_; }
   size_t weight_bytes() const { return arena_.size(); }
+  // The 8-bit dtype of the quantized weights (LoadOptions::quantize), if any.
+  std::optional<DType> quantized() const { return quantized_; }
   const std::string& folder() const { return folder_; }
 
  private:
@@ -92,6 +100,7 @@ class Model {
   ModelWeights weights_;
   Device* device_ = nullptr;
   DType dtype_ = DType::f32;
+  std::optional<DType> quantized_;
   Buffer arena_;      // every weight, one allocation
   Buffer constants_;  // tables computed from the config (rope frequencies)
   std::string folder_;

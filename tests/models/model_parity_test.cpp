@@ -13,6 +13,7 @@
 
 #include "ding/ding.h"
 #include "ding/models/generate.h"
+#include "expect_error.h"
 #include "op_cases.h"
 
 namespace ding::testing {
@@ -141,6 +142,68 @@ TEST_P(ModelParity, GreedyTokensMatchWhereTheMarginAllows) {
   RecordProperty("greedy_tokens_compared", compared);
 }
 
+// Quantized at load (LoadOptions::quantize), f32 activations: the logits of every prompt position
+// against the same float64 reference, within issue 22's bounds: 1e-3 for int8 (a row's values
+// rounded to 1/254 of its range) and 2e-2 for fp8 (E4M3's 3-bit mantissa: 2^-4 relative). Only
+// the projections turn 8-bit; the embeddings, LM head, routers, experts and norms stay f32.
+// A fixture that records its own sensitivity (own_nmse, fixture_bound) is held to a multiple of
+// transformers' own bf16 error instead, where that is looser: on the other fixtures 8-bit
+// projections cost 1.5–7x (int8: 1.3e-4–7.1e-4) and 15–80x (fp8: 1.7e-3–9.9e-3) ding's bf16 error
+// (4e-5–1.2e-4); on the Qwen3-Next ones 2.0–2.3x and 25–41x transformers' bf16 error.
+double quantized_bound(const nlohmann::json& meta, DType format) {
+  const double bound = format == DType::i8 ? 1e-3 : 2e-2, own_multiple = format == DType::i8 ? 4.0 : 60.0;
+  if (meta.contains("own_nmse") && meta["own_nmse"].contains("bfloat16"))
+    return std::max(bound, own_multiple * meta["own_nmse"]["bfloat16"].get<double>());
+  return bound;
+}
+
+class QuantizedParity : public ::testing::TestWithParam<ParityParam> {};
+
+TEST_P(QuantizedParity, LogitsWithEightBitProjectionsStayNearTransformers) {
+  const ParityParam& p = GetParam();
+  if (!registry::is_available(p.backend)) GTEST_SKIP() << "backend " << p.backend << " has no device here";
+  const Fixture f = read_fixture(p.folder);
+  const std::vector<Token> prompt = f.meta["prompt_ids"].get<std::vector<Token>>();
+  for (DType format : {DType::i8, DType::f8e4m3}) {
+    const double bound = quantized_bound(f.meta, format);
+    Model model = Model::load(p.folder.string(), Device::open(p.backend), {.dtype = DType::f32, .quantize = format});
+    ASSERT_EQ(model.quantized(), std::optional(format));
+    const LayerWeights& first = model.weights().layers[0];
+    const Tensor& mixer_in = first.attention.qkv_w.defined() ? first.attention.qkv_w
+                             : first.linear.in_w.defined()  ? first.linear.in_w
+                                                            : first.latent.in_w;
+    EXPECT_EQ(mixer_in.dtype, format);
+    EXPECT_NE(mixer_in.scales, nullptr);
+    EXPECT_EQ(model.weights().token_embedding.dtype, DType::f32) << "the embedding keeps the compute dtype";
+    Session session(model, {.prefill_chunk = p.prefill_chunk});
+    std::vector<float> logits;
+    session.prefill(0, prompt, &logits);
+    ASSERT_EQ(logits.size(), f.logits.size());
+    const double err = nmse(std::vector<double>(logits.begin(), logits.end()), f.logits);
+    EXPECT_LE(err, bound) << dtype_name(format) << " projections: NMSE against transformers' float64 logits";
+    RecordProperty(fmt::format("logits_nmse_{}", dtype_name(format)), fmt::format("{:.3g}", err));
+    std::printf("[ quantized] %s on %s, %s projections: logits NMSE %.3g (bound %.3g)\n", f.name.c_str(),
+                p.backend.c_str(), std::string(dtype_name(format)).c_str(), err, bound);
+  }
+}
+
+TEST(QuantizedLoad, OnlyEightBitFormatsAreTaken) {
+  const fs::path folder = kData / "gpt2-fixtures" / "tiny-f32";
+  for (DType wrong : {DType::f16, DType::bf16, DType::i32})
+    expect_error([&] { Model::load(folder.string(), Device::open("cpu"), {.quantize = wrong}); }, ErrorCode::invalid_argument,
+                 {"Model::load", "weights quantize to i8 or f8e4m3", std::string(dtype_name(wrong))});
+}
+
+std::vector<ParityParam> quantized_params() {
+  std::vector<ParityParam> params;
+  for (const std::string& backend : registry::compiled_backends()) {
+    if (backend == "ref") continue;
+    for (const char* set : kFixtureSets)
+      for (const fs::path& folder : fixture_folders(set)) params.push_back({folder, backend, DType::f32});
+  }
+  return params;
+}
+
 std::vector<ParityParam> parity_params() {
   std::vector<ParityParam> params;
   for (const std::string& backend : registry::compiled_backends()) {
@@ -164,6 +227,7 @@ std::string param_name(const ::testing::TestParamInfo<ParityParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParity, ::testing::ValuesIn(parity_params()), param_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedParity, ::testing::ValuesIn(quantized_params()), param_name);
 
 TEST(ModelFixtures, ArePresent) {
   EXPECT_GE(fixture_folders("gpt2-fixtures").size(), 4u) << "expected the GPT-2 fixtures in " << kData / "gpt2-fixtures";

@@ -125,6 +125,7 @@ TEST(DingRun, BadInputFailsCleanly) {
     if (std::find(compiled.begin(), compiled.end(), known) == compiled.end())
       expect_clean_failure(ding_run(std::string("--backend ") + known + " -n 1"), "not compiled into this build");
   expect_clean_failure(ding_run("--dtype f8 -n 1"), "--dtype: 'f8'");
+  expect_clean_failure(ding_run("--quantize int4 -n 1"), "--quantize: 'int4' is not int8 or fp8");
   expect_clean_failure(ding_run("-m " + kTiny.string() + " --tokens 1,x,3"), "'x' is not an integer");
   expect_clean_failure(ding_run("-m " + kTiny.string() + " --tokens 1,600"), "id 600 is outside the vocabulary of 512");
   expect_clean_failure(ding_run("-f /nonexistent/prompt.txt"), "cannot open");
@@ -205,6 +206,19 @@ TEST(DingRun, SummaryReportsDtypeLoadSpeedWarmUpAndFirstToken) {
   EXPECT_GE(j["warm_up_seconds"].get<double>(), 0);
   EXPECT_GE(j["ttft_seconds"].get<double>(), j["prefill_seconds"].get<double>()) << "prefill, then the first sample";
   EXPECT_TRUE(j["greedy"]);
+}
+
+// --quantize: the projections in 8 bits (the summary says which), the rest as they were.
+TEST(DingRun, QuantizeStoresTheProjectionsInEightBits) {
+  const std::string run = "-m " + kTiny.string() + " --tokens 5,6,7 -n 4 --greedy --backend cpu";
+  const nlohmann::json plain = run_json(run);
+  EXPECT_TRUE(plain["weights_quantized"].is_null());
+  for (const auto& [flag, name] : {std::pair{"int8", "i8"}, std::pair{"fp8", "f8e4m3"}}) {
+    const nlohmann::json j = run_json(run + " --quantize " + flag);
+    EXPECT_EQ(j["weights_quantized"], name) << flag;
+    EXPECT_EQ(j["generated_ids"].size(), 4u) << flag;
+    EXPECT_LT(j["weights_bytes"].get<double>(), plain["weights_bytes"].get<double>()) << flag << ": f32 projections to 8 bits";
+  }
 }
 
 // Llama-3's eos ids in a tiny model of 260 tokens: accepted as transformers does, said once on stderr.

@@ -49,6 +49,7 @@ struct Options {
   int64_t ctx_size = 0;  // 0: the Session's default (the model's context, capped)
   std::string backend = "auto";
   std::string dtype;  // empty: the library chooses (the checkpoint's dtype on GPUs, f32 on the CPU)
+  std::string quantize;  // empty: none; int8 or fp8
   ding::SamplerOptions sampler = kDefaultSampling;  // a field counts only where its flag was given
   std::string seed;                                 // as typed; parsed only when given
   bool seed_given = false;                          // false: a random seed, printed
@@ -144,6 +145,13 @@ ding::DType parse_dtype(const std::string& s) {
   throw ding::Error(ding::ErrorCode::invalid_argument, fmt::format("--dtype: '{}' is not f32, bf16 or f16", s));
 }
 
+// --quantize: the 8-bit format of the projection weights (LoadOptions::quantize).
+ding::DType parse_quantize(const std::string& s) {
+  if (s == "int8") return ding::DType::i8;
+  if (s == "fp8") return ding::DType::f8e4m3;
+  throw ding::Error(ding::ErrorCode::invalid_argument, fmt::format("--quantize: '{}' is not int8 or fp8", s));
+}
+
 // A seed is the decimal digits of an integer in [0, 2^64): no sign, exponent or spaces.
 uint64_t parse_seed(const std::string& text) {
   uint64_t seed = 0;
@@ -212,6 +220,7 @@ std::string read_prompt_file(const std::string& path, const ding::Tokenizer& tok
 
 int run(const Options& o, const SamplingFlags& sampling_flags) {
   const std::optional<ding::DType> dtype = o.dtype.empty() ? std::nullopt : std::optional(parse_dtype(o.dtype));
+  const std::optional<ding::DType> quantize = o.quantize.empty() ? std::nullopt : std::optional(parse_quantize(o.quantize));
   const uint64_t seed = o.seed_given ? parse_seed(o.seed) : random_seed();
   if (o.threads > 0) ding::set_cpu_threads(o.threads);
 
@@ -223,6 +232,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   const bool show_progress = !o.json && isatty(STDERR_FILENO);
   ding::LoadOptions load;
   if (dtype) load.dtype = *dtype;
+  load.quantize = quantize;
   load.check_weights = !o.no_weight_check;
   load.progress = [&](size_t done, size_t total) {
     if (show_progress && total > (size_t(64) << 20))
@@ -356,6 +366,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
                         {"max_new_tokens", result.max_new_tokens},
                         {"clamped", result.clamped},
                         {"weights_bytes", model.weight_bytes()},
+                        {"weights_quantized", model.quantized() ? nlohmann::json(ding::dtype_name(*model.quantized())) : nlohmann::json()},
                         {"kv_cache_bytes", session.kv_cache_bytes()},
                         {"activation_bytes", session.activation_bytes()},
                         {"peak_rss_bytes", usage.ru_maxrss * 1024},
@@ -369,9 +380,10 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
                o.max_new_tokens, result.max_new_tokens, session.max_tokens(), prompt.size());
   fmt::print(stderr, "\n--- ding-run: {} on {} ({}), {}, {} CPU thread{}\n", dir, device.caps().backend,
              device.caps().name, dtype_used, threads, threads == 1 ? "" : "s");
-  fmt::print(stderr, "load      {:.3f} s for {:.1f} MiB of weights = {:.2f} GB/s (device open {:.3f} s before it){}\n",
-             load_seconds, double(model.weight_bytes()) * mib, load_gbps, open_seconds,
-             o.no_weight_check ? "; values not checked (--no-weight-check)" : "");
+  fmt::print(stderr, "load      {:.3f} s for {:.1f} MiB of weights{} = {:.2f} GB/s (device open {:.3f} s before it){}\n",
+             load_seconds, double(model.weight_bytes()) * mib,
+             model.quantized() ? fmt::format(" (projections {} with row scales)", ding::dtype_name(*model.quantized())) : "",
+             load_gbps, open_seconds, o.no_weight_check ? "; values not checked (--no-weight-check)" : "");
   fmt::print(stderr, "warm-up   {:.2f} ms (a prefill chunk and decode steps run once before anything is timed)\n", warm_up_seconds * 1e3);
   fmt::print(stderr, "sampling  {}\n", describe(sampling));
   fmt::print(stderr, "prefill   {} tokens in {:.2f} ms = {:.1f} tok/s; time to first token {}\n", prompt.size(),
@@ -426,6 +438,9 @@ int main(int argc, char** argv) {
       ->check(ding::tools::at_least(1));
   app.add_option("--backend", o.backend, "auto, cpu, ref, cuda, hip, kokkos (default auto)");
   app.add_option("--dtype", o.dtype, "compute dtype: f32, bf16, f16 (default: the checkpoint's on a GPU, f32 on the CPU)");
+  app.add_option("--quantize", o.quantize,
+                 "int8 or fp8: the layers' projection weights quantized at load to 8 bits with a scale per row "
+                 "(activations stay in --dtype)");
   auto* temp = app.add_option("--temp", o.sampler.temperature, "temperature (0 = greedy)");
   auto* top_k = app.add_option("--top-k", o.sampler.top_k, "top-k (0 = off)");
   auto* top_p = app.add_option("--top-p", o.sampler.top_p, "top-p (1 = off)");

@@ -1,0 +1,129 @@
+#include "weight_quantize.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ding/error.h"
+
+namespace ding {
+
+namespace {
+
+constexpr size_t kAlignment = 256;  // each weight's start in the arena, as upload_weights lays them out
+
+size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+float largest_magnitude(DType to) { return to == DType::i8 ? 127.0f : 448.0f; }
+
+// Row r of a host copy of a [rows, cols] float matrix, widened to f32.
+void widen_row(const void* base, DType dtype, int64_t r, int64_t cols, float* out) {
+  const int64_t first = r * cols;
+  switch (dtype) {
+    case DType::f32: std::memcpy(out, static_cast<const float*>(base) + first, size_t(cols) * sizeof(float)); break;
+    case DType::bf16:
+      for (int64_t k = 0; k < cols; ++k) out[k] = bf16_to_f32(static_cast<const bf16*>(base)[first + k]);
+      break;
+    case DType::f16:
+      for (int64_t k = 0; k < cols; ++k) out[k] = f16_to_f32(static_cast<const f16*>(base)[first + k]);
+      break;
+    default: throw Error(ErrorCode::internal, fmt::format("quantize: no widening from {}", dtype_name(dtype)));
+  }
+}
+
+}  // namespace
+
+float quantize_row(const float* x, int64_t cols, DType to, void* q) {
+  float peak = 0.0f;
+  for (int64_t k = 0; k < cols; ++k) peak = std::max(peak, std::fabs(x[k]));
+  const float scale = peak / largest_magnitude(to);
+  const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+  if (to == DType::i8) {
+    auto* out = static_cast<int8_t*>(q);
+    for (int64_t k = 0; k < cols; ++k)
+      out[k] = int8_t(std::clamp(std::nearbyint(x[k] * inverse), -127.0f, 127.0f));  // the default mode: ties to even
+  } else {
+    auto* out = static_cast<f8e4m3*>(q);
+    for (int64_t k = 0; k < cols; ++k) out[k] = f32_to_f8e4m3(x[k] * inverse);
+  }
+  return scale;
+}
+
+QuantizeStats quantize_weights(Device& device, std::span<WeightPlan> plans, std::span<Tensor* const> quantize,
+                               Buffer& arena, DType to) {
+  if (to != DType::i8 && to != DType::f8e4m3)
+    throw Error(ErrorCode::invalid_argument, fmt::format("quantize: weights quantize to i8 or f8e4m3, not {}", dtype_name(to)));
+  auto listed = [&](const Tensor* t) { return std::find(quantize.begin(), quantize.end(), t) != quantize.end(); };
+  // The new arena's layout: a quantized weight's values, then its row scales, each aligned.
+  struct Placement {
+    Tensor* target;
+    bool quantized;
+    size_t offset, scales_offset;
+  };
+  std::vector<Placement> places;
+  size_t size = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = size;
+    size = aligned(size + bytes);
+    return at;
+  };
+  QuantizeStats stats;
+  stats.bytes_before = arena.size();
+  for (WeightPlan& plan : plans) {
+    Tensor* t = plan.target;
+    if (!listed(t)) {
+      places.push_back({t, false, take(t->nbytes()), 0});
+      continue;
+    }
+    if (t->rank != 2 || !t->is_contiguous() || !(t->dtype == DType::f32 || t->dtype == DType::bf16 || t->dtype == DType::f16))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("quantize: weight {} is {}, not a contiguous f32/f16/bf16 matrix", plan.name, t->shape_str()));
+    const size_t values = size_t(t->dim(0)) * size_t(t->dim(1));
+    const size_t offset = take(values), scales_offset = take(size_t(t->dim(0)) * sizeof(float));
+    places.push_back({t, true, offset, scales_offset});
+    ++stats.weights;
+  }
+  Buffer fresh = device.alloc(std::max<size_t>(size, 1));
+  Stream& stream = device.default_stream();
+  char* const base = static_cast<char*>(fresh.data());
+  std::vector<char> wide;
+  std::vector<int8_t> narrow;
+  std::vector<float> scales;
+  for (const Placement& p : places) {
+    Tensor& t = *p.target;
+    if (!p.quantized) {
+      device.copy_within(stream, base + p.offset, t.data, t.nbytes());
+      t.data = base + p.offset;
+      continue;
+    }
+    const int64_t rows = t.dim(0), cols = t.dim(1);
+    wide.resize(t.nbytes());
+    download(stream, wide.data(), t, t.nbytes());
+    narrow.resize(size_t(rows * cols));
+    scales.resize(size_t(rows));
+#pragma omp parallel
+    {
+      std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        widen_row(wide.data(), t.dtype, r, cols, row.data());
+        scales[size_t(r)] = quantize_row(row.data(), cols, to, narrow.data() + r * cols);
+      }
+    }
+    device.copy_to_device(stream, base + p.offset, narrow.data(), narrow.size());
+    device.copy_to_device(stream, base + p.scales_offset, scales.data(), scales.size() * sizeof(float));
+    stream.synchronize();  // the host buffers are reused for the next weight
+    t.data = base + p.offset;
+    t.dtype = to;
+    t.scales = reinterpret_cast<const float*>(base + p.scales_offset);
+  }
+  stream.synchronize();  // every copy out of the old arena is done before it goes
+  arena = std::move(fresh);
+  stats.bytes_after = arena.size();
+  return stats;
+}
+
+}  // namespace ding

@@ -1,0 +1,34 @@
+// Quantizing a loaded model's matrix weights to 8 bits (LoadOptions::quantize): each weight that
+// only ops::matmul reads becomes i8 or f8e4m3 values with one f32 scale per row (Tensor::scales,
+// ops/matmul.h: w[r, k] = q[r, k]·scale[r]), and every weight moves into one new arena, so the
+// model holds the narrow weights and not the wide ones beside them.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "ding/device.h"
+#include "weight_upload.h"
+
+namespace ding {
+
+// One row of `cols` f32 values as `to` (i8 or f8e4m3) into q, returning its scale:
+// scale = max|x| / Q with Q the largest magnitude `to` holds (127; E4M3's 448), each q the nearest
+// value of x / scale (i8: an integer, ties to even; f8e4m3: E4M3's own rounding). A row of zeros
+// has scale 0 and q 0.
+float quantize_row(const float* x, int64_t cols, DType to, void* q);
+
+struct QuantizeStats {
+  int64_t weights = 0;      // weights quantized
+  size_t bytes_before = 0;  // the arena's size before and after
+  size_t bytes_after = 0;
+};
+
+// Every plan's target must lie in `arena` (upload_weights has run). The targets listed in
+// `quantize` (2-D [N, K], contiguous, of a float dtype) are quantized row by row on the host;
+// the others are copied as they are; `arena` is then the new allocation, and each target points
+// into it. Error(invalid_argument) for `to` other than i8/f8e4m3 or a listed weight that is not a
+// contiguous float matrix; Error(out_of_memory) from the device (the old arena stays then).
+QuantizeStats quantize_weights(Device& device, std::span<WeightPlan> plans, std::span<Tensor* const> quantize,
+                               Buffer& arena, DType to);
+
+}  // namespace ding
