@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
       ->check(ding::tools::at_least(1));
   model_cmd->add_option("--backend", model.backend, "backend (default auto)");
   model_cmd->add_option("--dtype", model.dtype, "f32, bf16, f16 (default bf16)");
+  model_cmd->add_option("--quantize", model.quantize, "int8 or fp8: the projection weights in 8 bits with row scales");
   model_cmd->add_option("--prompt", model.prompt, "prompt tokens (default 256)");
   model_cmd->add_option("--new", model.new_tokens, "generated tokens (default 256)");
   model_cmd->add_option("--batch", model.batch, "sequences decoded together (default 1)");

@@ -289,9 +289,17 @@ void check_fits(const ModelBenchOptions& o, int64_t positions) {
                                                          o.prompt, o.new_tokens, positions));
 }
 
+std::optional<DType> parse_quantize(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  if (s == "int8") return DType::i8;
+  if (s == "fp8") return DType::f8e4m3;
+  throw Error(ErrorCode::invalid_argument, fmt::format("--quantize '{}' is not int8 or fp8", s));
+}
+
 Model make_model(const ModelBenchOptions& o, Device& device) {
   LoadOptions load;
   load.dtype = parse_dtype(o.dtype);
+  load.quantize = parse_quantize(o.quantize);
   if (!o.model_dir.empty()) return Model::load(o.model_dir, device, load);
   const ModelConfig config = named_shape(o.shape, o.positions);
   check_fits(o, config.n_positions);  // before drawing billions of random weights
@@ -315,7 +323,10 @@ int run_model(const ModelBenchOptions& o) {
   fmt::print("ding-bench model: {} ({} layers, {} heads over {} kv heads, width {}, vocab {}), {}, backend {} — {}, "
              "{} CPU threads\n",
              o.model_dir.empty() ? o.shape + " shape, random weights" : o.model_dir, c.n_layer, c.n_head, c.n_kv_head,
-             c.d_model, c.vocab_size, dtype_name(model.dtype()), device.caps().backend, device.caps().name, cpu_threads());
+             c.d_model, c.vocab_size,
+             model.quantized() ? fmt::format("{} with {} projections", dtype_name(model.dtype()), dtype_name(*model.quantized()))
+                               : std::string(dtype_name(model.dtype())),
+             device.caps().backend, device.caps().name, cpu_threads());
   const Ceilings ceil = measure_ceilings(device);
   fmt::print("ceiling (measured now): bandwidth {:.1f} GB/s ({})\n", ceil.bandwidth_gbs, ceil.bandwidth_how);
 

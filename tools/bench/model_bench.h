@@ -11,6 +11,7 @@ struct ModelBenchOptions {
   int64_t positions = 0;          // named shapes: the context the model has; 0 = its config's
   std::string backend = "auto";
   std::string dtype = "bf16";
+  std::string quantize;  // empty, int8 or fp8: LoadOptions::quantize
   int64_t prompt = 256;
   int64_t new_tokens = 256;
   int64_t batch = 1;
