@@ -14,7 +14,7 @@ namespace ding {
 // One row of `cols` f32 values as `to` (i8 or f8e4m3) into q, returning its scale:
 // scale = max|x| / Q with Q the largest magnitude `to` holds (127; E4M3's 448), each q the nearest
 // value of x / scale (i8: an integer, ties to even; f8e4m3: E4M3's own rounding). A row of zeros
-// has scale 0 and q 0.
+// has scale 0 and q 0; a row holding NaN or ±Inf gets q 0 and a NaN scale, for the caller to refuse.
 float quantize_row(const float* x, int64_t cols, DType to, void* q);
 
 struct QuantizeStats {
@@ -27,7 +27,8 @@ struct QuantizeStats {
 // `quantize` (2-D [N, K], contiguous, of a float dtype) are quantized row by row on the host;
 // the others are copied as they are; `arena` is then the new allocation, and each target points
 // into it. Error(invalid_argument) for `to` other than i8/f8e4m3 or a listed weight that is not a
-// contiguous float matrix; Error(out_of_memory) from the device (the old arena stays then).
+// contiguous float matrix; Error(parse) naming the weight and row for a NaN or ±Inf (weights loaded
+// unchecked); Error(out_of_memory) from the device. On any error `arena` is left as it was.
 QuantizeStats quantize_weights(Device& device, std::span<WeightPlan> plans, std::span<Tensor* const> quantize,
                                Buffer& arena, DType to);
 

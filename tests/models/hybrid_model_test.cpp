@@ -167,6 +167,19 @@ TEST_F(BadHybridFolder, NaNInTheConvolutionIsNamed) {
   expect_error([&] { load(); }, ErrorCode::parse, {"model.layers.0.linear_attn.conv1d.weight", "NaN", "[1, 0, 1]"});
 }
 
+// Loaded unchecked, a NaN in a projection cannot become 8 bits: quantizing at load names it.
+TEST_F(BadHybridFolder, NaNInAProjectionToQuantizeIsNamed) {
+  hostile::Safetensors file(dir / "model.safetensors");
+  const nlohmann::json header = nlohmann::json::parse(file.header);
+  const size_t at = header["model.layers.1.self_attn.o_proj.weight"]["data_offsets"][0].get<size_t>() + 4 * 70;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(file.data.data() + at, &nan, 4);
+  file.write(dir / "model.safetensors");
+  for (DType format : {DType::i8, DType::f8e4m3})
+    expect_error([&] { Model::load(dir.string(), Device::open("cpu"), {.check_weights = false, .quantize = format}); },
+                 ErrorCode::parse, {"model.layers.1.self_attn.o_proj.weight", "NaN", "row 1"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, HybridModel, ::testing::Values("cpu", "kokkos", "cuda", "hip"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
