@@ -139,6 +139,15 @@ class BadHybridFolder : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir); }
   void load() const { Model::load(dir.string(), Device::open("cpu")); }
+  // Element `element` of the stored f32 tensor `name` becomes NaN.
+  void put_nan(const std::string& name, size_t element) const {
+    hostile::Safetensors file(dir / "model.safetensors");
+    const nlohmann::json header = nlohmann::json::parse(file.header);
+    const size_t at = header[name]["data_offsets"][0].get<size_t>() + 4 * element;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(file.data.data() + at, &nan, 4);
+    file.write(dir / "model.safetensors");
+  }
 };
 
 TEST_F(BadHybridFolder, ProjectionOfTheWrongShapeIsNamed) {
@@ -158,23 +167,13 @@ TEST_F(BadHybridFolder, MissingDecayParameterIsNamed) {
 }
 
 TEST_F(BadHybridFolder, NaNInTheConvolutionIsNamed) {
-  hostile::Safetensors file(dir / "model.safetensors");
-  const nlohmann::json header = nlohmann::json::parse(file.header);
-  const size_t at = header["model.layers.0.linear_attn.conv1d.weight"]["data_offsets"][0].get<size_t>() + 4 * 5;
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(file.data.data() + at, &nan, 4);
-  file.write(dir / "model.safetensors");
+  put_nan("model.layers.0.linear_attn.conv1d.weight", 5);
   expect_error([&] { load(); }, ErrorCode::parse, {"model.layers.0.linear_attn.conv1d.weight", "NaN", "[1, 0, 1]"});
 }
 
 // Loaded unchecked, a NaN in a projection cannot become 8 bits: quantizing at load names it.
 TEST_F(BadHybridFolder, NaNInAProjectionToQuantizeIsNamed) {
-  hostile::Safetensors file(dir / "model.safetensors");
-  const nlohmann::json header = nlohmann::json::parse(file.header);
-  const size_t at = header["model.layers.1.self_attn.o_proj.weight"]["data_offsets"][0].get<size_t>() + 4 * 70;
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(file.data.data() + at, &nan, 4);
-  file.write(dir / "model.safetensors");
+  put_nan("model.layers.1.self_attn.o_proj.weight", 70);  // row 1 of [64, 64]
   for (DType format : {DType::i8, DType::f8e4m3})
     expect_error([&] { Model::load(dir.string(), Device::open("cpu"), {.check_weights = false, .quantize = format}); },
                  ErrorCode::parse, {"model.layers.1.self_attn.o_proj.weight", "NaN", "row 1"});
