@@ -10,31 +10,15 @@
 #include <vector>
 
 #include "ding/error.h"
+#include "weight_convert.h"
 
 namespace ding {
 
 namespace {
 
-constexpr size_t kAlignment = 256;  // each weight's start in the arena, as upload_weights lays them out
-
-size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+size_t aligned(size_t bytes) { return (bytes + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment; }
 
 float largest_magnitude(DType to) { return to == DType::i8 ? 127.0f : 448.0f; }
-
-// Row r of a host copy of a [rows, cols] float matrix, widened to f32.
-void widen_row(const void* base, DType dtype, int64_t r, int64_t cols, float* out) {
-  const int64_t first = r * cols;
-  switch (dtype) {
-    case DType::f32: std::memcpy(out, static_cast<const float*>(base) + first, size_t(cols) * sizeof(float)); break;
-    case DType::bf16:
-      for (int64_t k = 0; k < cols; ++k) out[k] = bf16_to_f32(static_cast<const bf16*>(base)[first + k]);
-      break;
-    case DType::f16:
-      for (int64_t k = 0; k < cols; ++k) out[k] = f16_to_f32(static_cast<const f16*>(base)[first + k]);
-      break;
-    default: throw Error(ErrorCode::internal, fmt::format("quantize: no widening from {}", dtype_name(dtype)));
-  }
-}
 
 // Where a weight goes in the new arena: its values at `offset`, a quantized one's row scales at
 // `scales_offset`.
@@ -67,8 +51,14 @@ void move_into(Device& device, Stream& stream, const std::vector<Placement>& pla
       std::vector<float> row(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
-        widen_row(wide.data(), t.dtype, r, cols, row.data());
-        scales[size_t(r)] = quantize_row(row.data(), cols, to, narrow.data() + r * cols);
+        // weight_convert refuses non-finite values, which quantize_row marks with a NaN scale too.
+        const char* source = wide.data() + r * cols * int64_t(dtype_size(t.dtype));
+        if (weight_convert(row.data(), DType::f32, source, t.dtype, cols)) {
+          scales[size_t(r)] = quantize_row(row.data(), cols, to, narrow.data() + r * cols);
+        } else {
+          std::memset(narrow.data() + r * cols, 0, size_t(cols));
+          scales[size_t(r)] = std::numeric_limits<float>::quiet_NaN();
+        }
       }
     }
     // Weights loaded unchecked (LoadOptions::check_weights false) may hold NaN or ±Inf, which 8 bits

@@ -23,7 +23,6 @@ namespace ding {
 
 namespace {
 
-constexpr size_t kAlignment = 256;              // each weight's start in the arena
 constexpr size_t kTaskBytes = size_t(256) << 10; // destination bytes one thread converts at a time
 constexpr int64_t kTaskRows = 64;               // transposed tasks: destination rows (stored columns)
 
@@ -252,7 +251,7 @@ void Upload::lay_out() {
       }
     }
     // check() bounds each weight by 2^62 bytes; their sum is bounded here, before any allocation.
-    const size_t padded = (size_t(numel(plan.shape)) * dtype_size_ + kAlignment - 1) / kAlignment * kAlignment;
+    const size_t padded = (size_t(numel(plan.shape)) * dtype_size_ + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
     if (__builtin_add_overflow(offset, padded, &offset) || offset > (size_t(1) << 62))
       throw Error(ErrorCode::out_of_memory,
                   fmt::format("upload_weights: the weights up to '{}' need more than 2^62 bytes", plan.name));

@@ -17,6 +17,9 @@
 
 namespace ding {
 
+// Where each weight starts in an arena: a multiple of this many bytes.
+inline constexpr size_t kWeightAlignment = 256;
+
 struct WeightPart {
   const StoredTensor* tensor = nullptr;
   bool transpose = false;  // stored [K, N] (2-D only): its rows of the destination are its columns
