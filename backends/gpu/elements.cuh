@@ -18,13 +18,49 @@ template <> __device__ inline float from_float<float>(float x) { return x; }
 template <> __device__ inline ding::f16 from_float<ding::f16>(float x) { return ding::f16{float_to_half_bits(x)}; }
 template <> __device__ inline ding::bf16 from_float<ding::bf16>(float x) { return ding::bf16{float_to_bf16_bits(x)}; }
 
-// N elements moved as one aligned access (16 bytes: 4 floats or 8 halves).
+// N elements moved as one aligned access (16 bytes: 4 floats, 8 halves or 16 bytes).
 template <class T, int N>
 struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 template <class T>
 inline constexpr int kPack16 = 16 / int(sizeof(T));
+
+// The 8-bit weight values (ops/matmul.h: i8, f8e4m3), before their row scale.
+__device__ inline float to_float(int8_t q) { return float(q); }
+// E4M3 (bias 7, no infinities) as its 7 magnitude bits placed at the bottom of an f32's exponent
+// field, which is the value times 2^-120 (E4M3's subnormals land on f32 subnormals, which stay
+// exact: kernels are not built to flush them), then scaled back by a power of two: exact.
+__device__ inline float to_float(ding::f8e4m3 q) {
+  const uint32_t b = q.bits;
+  return __uint_as_float((b & 0x80u) << 24 | (b & 0x7Fu) << 20) * 0x1p120f;
+}
+
+// v[e] = float(p.v[e]). 8-bit values widen four per 32-bit word with integer instructions, which
+// issue at least four times as fast as the conversion unit's I2F: a decode GEMV reading 8-bit
+// weights converts one value per byte it streams, so conversions would otherwise bound it.
+template <class T, int N>
+__device__ inline void widen(const Pack<T, N>& p, float (&v)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) v[e] = to_float(p.v[e]);
+}
+template <int N>
+__device__ inline void widen(const Pack<int8_t, N>& p, float (&v)[N]) {
+  if constexpr (N % 4 != 0) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) v[e] = float(p.v[e]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      // Each byte biased to q + 128 (0 … 255) becomes the low mantissa byte of 2^23: the f32
+      // 2^23 + q + 128, exact, from which 2^23 + 128 is taken.
+      const uint32_t biased = reinterpret_cast<const uint32_t*>(p.v)[i] ^ 0x80808080u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        v[4 * i + j] = __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u + unsigned(j))) - 8388736.0f;
+    }
+  }
+}
 
 // Calls f(T{}) with T the storage type of a float dtype; throws for any other dtype.
 template <class F>

@@ -132,6 +132,9 @@ struct GemmShape {
   int64_t M = 0, N = 0, K = 0;
   int64_t batches = 1;
   int64_t x_batch = 0, w_batch = 0;
+  // A quantized w's row scales (ops/matmul.h: every row of every batch of w in order), read by the
+  // FMA GEMV core alone; null for a float w.
+  const float* w_scales = nullptr;
 };
 
 // swiglu as one product. The tiled cores compute out's 2N sums as a product of swiglu_cols(N) =

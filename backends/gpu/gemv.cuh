@@ -195,6 +195,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k = k0 + u * kStep;
         if (k >= k_end) break;
+        float wf[kRowsPerWarp][Vec];  // widened once, used by every row of x
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) widen(wv[u][r], wf[r]);
 #pragma unroll
         for (int m = 0; m < Rows; ++m) {
           if (m >= p.M) break;
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
 #pragma unroll
           for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
-            for (int e = 0; e < Vec; ++e) acc[m][r] = fmaf(xv[e], to_float(wv[u][r].v[e]), acc[m][r]);
+            for (int e = 0; e < Vec; ++e) acc[m][r] = fmaf(xv[e], wf[r][e], acc[m][r]);
         }
       }
     }
@@ -229,6 +232,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
       }
       __syncthreads();  // partial is rewritten by the next batch
     }
+    // A quantized w: each row's whole sum times the row's scale (lane m · kRowsPerWarp + r holds
+    // the sum of row r of its group, the gate or up row for swiglu).
+    if (p.w_scales && owner && (swiglu ? n0 : n0 + r) < p.N)
+      mine *= p.w_scales[(p.w_batch ? b * (p.w_batch / p.K) : 0) + n0 + r * row_step];
     if (swiglu) {
       // Lane m · 2 + 1 holds row m's up sum; every lane shuffles, lane m · 2 stores.
       static_assert(kRowsPerWarp == 2, "swiglu pairs a gate row and an up row per warp");

@@ -1,4 +1,5 @@
-// launch_gemv (gemv.cuh) for bf16 x and every w type: one of the matmul cores' units (matmul_cores.h).
+// launch_gemv (gemv.cuh) for bf16 x and every w type, 8-bit ones with row scales included: one of
+// the matmul cores' units (matmul_cores.h).
 #include "gemv.cuh"
 #include "matmul_cores.h"
 
@@ -7,5 +8,7 @@ DING_GPU_BEGIN
 template void launch_gemv<ding::bf16, float>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv<ding::bf16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv<ding::bf16, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+template void launch_gemv<ding::bf16, int8_t>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+template void launch_gemv<ding::bf16, ding::f8e4m3>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 
 DING_GPU_END

@@ -10,9 +10,9 @@
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
-// A quantized w (i8 or f8e4m3 with row scales) is dequantized to f32 in scratch first and the
-// product runs on that: correct, and slower than the 16-bit weights, until cores read the 8-bit
-// values themselves (issue 22).
+// A quantized w (i8 or f8e4m3 with row scales) goes to the FMA GEMV at M ≤ 8, which reads the 8-bit
+// values and widens them in registers; larger products dequantize w to f32 in scratch first and
+// run on that (correct, not tensor-core fast).
 // matmul_chain, built on the same cores, is in matmul_chain.cu. The cores' kernels are compiled
 // in units of their own (matmul_cores.h), not here.
 #include <algorithm>
@@ -88,12 +88,20 @@ ops::MatmulArgs dequantized(GpuStream& s, const ops::MatmulArgs& a) {
   return b;
 }
 
+// Calls f(W{}) with W the storage type of a quantized weight's values.
+template <class F>
+void with_quantized_type(DType t, F&& f) {
+  if (t == DType::i8) return f(int8_t{});
+  if (t == DType::f8e4m3) return f(ding::f8e4m3{});
+  throw Error(ErrorCode::dtype_mismatch, std::string("gpu matmul: ") + std::string(dtype_name(t)) + " is not an 8-bit weight");
+}
+
 }  // namespace
 
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
   GpuStream& s = gpu_stream(stream);
-  if (ops::quantized_weight(a.w.dtype)) return matmul(stream, dequantized(s, a));
-  if (s.vendor_blas_matmul(a)) return;  // a comparison path, off unless asked for
+  const bool quantized = ops::quantized_weight(a.w.dtype);
+  if (!quantized && s.vendor_blas_matmul(a)) return;  // a comparison path, off unless asked for
   // A shared w with batched x is one product over all B·M rows (x and out are contiguous);
   // a batched w makes B products of M rows.
   const bool per_batch_w = a.w.rank == 3;
@@ -107,6 +115,8 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   p.x_batch = p.M * p.K;
   p.w_batch = per_batch_w ? a.w.dim(-2) * p.K : 0;
   if (p.M == 0 || p.N == 0 || p.batches == 0) return;
+  if (quantized && p.M > kGemvMaxRows) return matmul(stream, dequantized(s, a));
+  p.w_scales = quantized ? a.w.scales : nullptr;
   const Epilogue ep = epilogue_of(a);
   const ops::MatmulNorm& norm = a.params.norm;
   const bool fused = p.M <= kGemvMaxRows && gemv_fuses(norm, a.x.dtype, p.M, p.K);
@@ -121,6 +131,13 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     p.x = h.data;
   }
 
+  if (quantized) {
+    const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
+    with_float_type(a.x.dtype, [&](auto x_tag) {
+      with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_gemv<decltype(x_tag), decltype(w_tag)>(s, p, ep, prologue); });
+    });
+    return;
+  }
   with_float_type(a.x.dtype, [&](auto x_tag) {
     with_float_type(a.w.dtype, [&](auto w_tag) {
       using X = decltype(x_tag);

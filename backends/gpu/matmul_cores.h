@@ -1,6 +1,6 @@
 // The matmul cores' launches (gemv.cuh, gemv_mma.cuh, gemm_mma.cuh, gemm_simt.cuh), each
 // instantiated once for every element type it takes, in its own translation unit:
-//   gemv_f32.cu, gemv_f16.cu, gemv_bf16.cu             launch_gemv, by x's type
+//   gemv_f32.cu, gemv_f16.cu, gemv_bf16.cu             launch_gemv, by x's type (w: float or 8-bit)
 //   gemv_mma.cu, gemm_mma.cu                           the tensor-core cores (NVIDIA); gemm_mma.cu
 //                                                      plans (and launches segmented products), each
 //                                                      tile's kernel for each dtype is in
@@ -41,9 +41,12 @@ void launch_gemm_simt(GpuStream& s, const GemmShape& p, const Epilogue& ep);
   extern template void launch_gemm_simt<X, W, false>(GpuStream&, const GemmShape&, const Epilogue&); \
   extern template void launch_gemm_simt<X, W, true>(GpuStream&, const GemmShape&, const Epilogue&);
 #define DING_FOR_W(CORE, X) CORE(X, float) CORE(X, ding::f16) CORE(X, ding::bf16)
-DING_FOR_W(DING_GEMV, float)
-DING_FOR_W(DING_GEMV, ding::f16)
-DING_FOR_W(DING_GEMV, ding::bf16)
+// The FMA GEMV also reads 8-bit weights (with row scales) directly.
+#define DING_FOR_GEMV_W(X) DING_FOR_W(DING_GEMV, X) DING_GEMV(X, int8_t) DING_GEMV(X, ding::f8e4m3)
+DING_FOR_GEMV_W(float)
+DING_FOR_GEMV_W(ding::f16)
+DING_FOR_GEMV_W(ding::bf16)
+#undef DING_FOR_GEMV_W
 DING_FOR_W(DING_GEMM_SIMT, float)
 DING_FOR_W(DING_GEMM_SIMT, ding::f16)
 DING_FOR_W(DING_GEMM_SIMT, ding::bf16)

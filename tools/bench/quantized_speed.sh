@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Issue 22's GPU check and speed table in one GPU call: builds everything (gpu_build.sh), runs the
+# matmul and quantized-weight tests on the GPU, then ding-bench model decode (bf16 activations,
+# 256-token prompt, 64 new, batch 1) for each shape with bf16, int8 and fp8 projections. Each
+# result is a file in the logs folder as soon as it exists, so a run cut short still returns what
+# it finished; the 8B shape (minutes of host-side weight drawing) comes last.
+#   DING_CUDA_ARCH=90 tools/bench/quantized_speed.sh [logs folder]
+# Environment: DING_QUANT_SHAPES (default "gpt2-xl olmoe-1b-7b llama-3.1-8b"), DING_QUANT_TESTS
+# (a gtest filter; empty: no tests), DING_GPU_BUILD / DING_DEPS as gpu_build.sh.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+source tools/gpu_build.sh
+gpu_out quantized-speed "${1:-}"
+start=$SECONDS
+note() { echo "[$((SECONDS - start))s] $*"; }
+gpu_build quantized_speed "$out/build.txt"
+note "built"
+tests=${DING_QUANT_TESTS-*matmul*:*Quantiz*:*quantiz*}
+if [[ -n $tests ]]; then
+  (cd "$build/tests" && OMP_NUM_THREADS=2 timeout 240 ./ding_tests --gtest_brief=1 --gtest_filter="$tests" >"$out/tests.txt" 2>&1)
+  echo "tests exit status $?" >>"$out/tests.txt"
+  note "tests"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests exit" "$out/tests.txt" | head -20
+fi
+bench="$build/tools/ding-bench"
+for shape in ${DING_QUANT_SHAPES:-gpt2-xl olmoe-1b-7b llama-3.1-8b}; do
+  for q in none int8 fp8; do
+    name="ding_${shape}_$q"
+    args=()
+    [[ $q != none ]] && args=(--quantize "$q")
+    timeout 300 "$bench" model --backend cuda --dtype bf16 --prompt 256 --new 64 --shape "$shape" --batch 1 "${args[@]}" \
+      >"$out/$name.txt" 2>&1 || echo "exit status $?" >>"$out/$name.txt"
+    note "$name"; grep -E "^(weights|decode|roofline|exit status)" "$out/$name.txt"
+  done
+done
