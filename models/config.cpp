@@ -134,6 +134,42 @@ std::optional<DType> stored_dtype_of(const ConfigFields& f) {
   return std::nullopt;  // absent, or a dtype ding does not compute in (the weights' own dtypes are checked at load)
 }
 
+// quantization_config: a method ding loads, or an error naming the one it found.
+std::optional<QuantizedCheckpoint> quantization_of(const ConfigFields& f) {
+  if (!f.has("quantization_config")) return std::nullopt;
+  const ConfigFields q = f.object("quantization_config");
+  const std::string method = q.string_or("quant_method", "");
+  QuantizedCheckpoint c;
+  if (method == "ding") {
+    const int64_t version = q.positive_int("format_version");
+    if (version != kDingQuantizedFormat)
+      q.fail(fmt::format("format_version {} is not one this ding reads ({}); quantize the original folder again with this "
+                         "ding-quantize",
+                         version, kDingQuantizedFormat));
+    const std::string weights = q.string_or("weights", "");
+    if (weights == "int8") c.weights = DType::i8;
+    else if (weights == "float8_e4m3fn") c.weights = DType::f8e4m3;
+    else q.fail(fmt::format("\"weights\" is '{}', expected int8 or float8_e4m3fn", weights));
+    return c;
+  }
+  if (method == "fp8") {
+    c.method = QuantizedCheckpoint::Method::fp8_blocks;
+    c.weights = DType::f8e4m3;
+    const std::string format = q.string_or("fmt", "e4m3");
+    if (format != "e4m3") q.fail(fmt::format("fmt '{}': ding loads e4m3 weights only", format));
+    if (q.has("weight_block_size")) {
+      const json& b = q.at("weight_block_size");
+      if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+          b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0)
+        q.fail(fmt::format("weight_block_size must be two positive integers, got {}", b.dump()));
+      c.block_rows = b[0].get<int64_t>();
+      c.block_cols = b[1].get<int64_t>();
+    }
+    return c;
+  }
+  q.fail(fmt::format("quant_method '{}' is not one ding loads (ding: ding-quantize's folders; fp8: block-wise e4m3)", method));
+}
+
 // Sizes from a config.json are each at most 2^31, so their products can pass 2^63: every step
 // is checked, and nullopt stands for a count that does not fit.
 std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
@@ -202,6 +238,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.model_type = type;
   family.parse_config(f, c);
   c.stored_dtype = stored_dtype_of(f);
+  c.quantization = quantization_of(f);
   if (int64_t(c.layers.size()) != c.n_layer)
     f.fail(fmt::format("{} layer types for {} layers", c.layers.size(), c.n_layer));
   // Each size is bounded on its own; together they must still count in 64 bits, as every size

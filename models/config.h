@@ -69,6 +69,21 @@ struct LinearAttentionSpec {
   int64_t conv_channels() const { return 2 * key_heads * key_dim + value_heads * value_dim; }
 };
 
+// config.json's quantization_config, for the 8-bit checkpoints ding loads (docs/DESIGN.md,
+// "Quantized model folders"):
+//   ding  written by ding-quantize (format_version kDingQuantizedFormat): the matmul weights in i8 or
+//         f8e4m3, each tensor T with f32 row scales "T_scale" (per stored row; per stored column of
+//         a weight stored transposed, GPT-2's Conv1D).
+//   fp8   checkpoints quantized block-wise (transformers' "fp8" method, as DeepSeek and Qwen publish
+//         them): f8e4m3 tensors T with f32 or bf16 scales "T_scale_inv" per weight_block_size block.
+struct QuantizedCheckpoint {
+  enum class Method : uint8_t { ding, fp8_blocks };
+  Method method = Method::ding;
+  DType weights = DType::i8;               // the 8-bit dtype of the quantized tensors
+  int64_t block_rows = 0, block_cols = 0;  // fp8: weight_block_size; 0: one block per tensor
+};
+inline constexpr int kDingQuantizedFormat = 1;
+
 struct ModelConfig {
   std::string model_type;       // as config.json names it: "gpt2", "llama", "mistral", "qwen2"
   int64_t n_layer = 0;
@@ -102,6 +117,7 @@ struct ModelConfig {
   std::vector<int32_t> eos_tokens;  // generation stops on any of them; ids outside the vocabulary are kept
                                     // (transformers accepts them) and can never be sampled
   std::optional<DType> stored_dtype;  // torch_dtype / dtype: what the checkpoint holds
+  std::optional<QuantizedCheckpoint> quantization;  // quantization_config, when ding loads its method
 
   // Parses `path` (a config.json); throws Error(io | parse) naming the file and the field, and
   // Error(parse) naming the model_type when no family owns it.

@@ -106,13 +106,26 @@ std::optional<DType> quantize_option(const LoadOptions& options, const char* who
   return options.quantize;
 }
 
-// The layers' matmul weights as 8-bit values with row scales (LoadOptions::quantize), in a new arena.
-void quantize_matmul_weights(Device& device, std::vector<WeightPlan>& plans, ModelWeights& weights, Buffer& arena,
-                             DType to) {
+// The 8-bit format of the matmul weights: LoadOptions::quantize, else the checkpoint's own. A ding
+// folder's weights load in its format only (its GPT-2 weights are stored transposed, which widening
+// does not take); a block-wise fp8 checkpoint's are widened with their scales, then quantized.
+std::optional<DType> narrow_format(std::optional<DType> requested, const ModelConfig& c, const std::string& dir) {
+  if (!c.quantization) return requested;
+  const QuantizedCheckpoint& q = *c.quantization;
+  if (q.method == QuantizedCheckpoint::Method::ding && requested && *requested != q.weights)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: the folder holds {} weights (ding-quantize); it loads as {}, not {}: quantize the original "
+                            "folder for another format",
+                            dir, dtype_name(q.weights), dtype_name(q.weights), dtype_name(*requested)));
+  return requested ? requested : std::optional<DType>(q.weights);
+}
+
+// The weights LoadOptions::quantize stores narrow: the layers' matmul weights.
+std::vector<Tensor*> narrow_targets(ModelWeights& weights) {
   std::vector<Tensor*> targets;
   for (LayerWeights& layer : weights.layers)
     for (Tensor* t : matmul_weights(layer)) targets.push_back(t);
-  quantize_weights(device, plans, targets, arena, to);
+  return targets;
 }
 
 }  // namespace
@@ -143,7 +156,7 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   m.family_ = &find_family(m.config_.model_type, dir);
   require_kernels(device.kernels(), device.name(), m.config_, dir);
   m.dtype_ = compute_dtype(options, m.config_, device, "Model::load");
-  m.quantized_ = quantize_option(options, "Model::load");
+  m.quantized_ = narrow_format(quantize_option(options, "Model::load"), m.config_, dir);
   m.generation_ = GenerationDefaults::from_json_file((fs::path(dir) / "generation_config.json").string());
   if (!m.generation_.eos_tokens.empty()) m.config_.eos_tokens = m.generation_.eos_tokens;  // generate() uses these
   // A tokenizer larger or smaller than the embedding table is common (padded vocabularies); an id
@@ -153,9 +166,16 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   const WeightFiles files = WeightFiles::open_folder(dir);
   refuse_layers_past_the_config(files, m.config_, dir);
   std::vector<WeightPlan> plans = m.family_->weight_plans(m.config_, &files, m.weights_);
-  upload_weights(device, plans, m.arena_,
+  if (m.config_.quantization) attach_scales(plans, files, *m.config_.quantization, dir);
+  // A ding folder's matmul weights come from the files as they are (quantize_weights); the others
+  // are uploaded in the compute dtype first.
+  const std::vector<Tensor*> narrow = narrow_targets(m.weights_);
+  const auto uploaded_end = std::stable_partition(plans.begin(), plans.end(), [&](const WeightPlan& p) {
+    return !(m.quantized_ && stored_narrow(p, *m.quantized_) && std::find(narrow.begin(), narrow.end(), p.target) != narrow.end());
+  });
+  upload_weights(device, std::span(plans.begin(), uploaded_end), m.arena_,
                  {.dtype = m.dtype_, .progress = options.progress, .check_values = options.check_weights});
-  if (m.quantized_) quantize_matmul_weights(device, plans, m.weights_, m.arena_, *m.quantized_);
+  if (m.quantized_) quantize_weights(device, plans, narrow, m.arena_, *m.quantized_);
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;
@@ -172,7 +192,7 @@ Model Model::random(const ModelConfig& config, Device& device, const LoadOptions
   m.quantized_ = quantize_option(options, "Model::random");
   std::vector<WeightPlan> plans = m.family_->weight_plans(config, nullptr, m.weights_);
   upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .seed = seed, .progress = options.progress});
-  if (m.quantized_) quantize_matmul_weights(device, plans, m.weights_, m.arena_, *m.quantized_);
+  if (m.quantized_) quantize_weights(device, plans, narrow_targets(m.weights_), m.arena_, *m.quantized_);
   if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;

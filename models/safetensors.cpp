@@ -10,6 +10,7 @@
 #include <atomic>
 #include <csetjmp>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,12 +27,13 @@ namespace {
   throw Error(ErrorCode::parse, fmt::format("safetensors {}: {}", path, what));
 }
 
-// Safetensors dtype names → ding dtypes; the others exist in the format but not in ding.
+// Safetensors dtype names ↔ ding dtypes; the others exist in the format but not in ding.
+constexpr std::pair<const char*, DType> kDtypeNames[] = {{"F32", DType::f32},   {"F16", DType::f16},
+                                                         {"BF16", DType::bf16}, {"F8_E4M3", DType::f8e4m3},
+                                                         {"I8", DType::i8},     {"I32", DType::i32}};
+
 bool parse_dtype(const std::string& name, DType& out) {
-  static const std::pair<const char*, DType> known[] = {{"F32", DType::f32},   {"F16", DType::f16},
-                                                        {"BF16", DType::bf16}, {"F8_E4M3", DType::f8e4m3},
-                                                        {"I8", DType::i8},     {"I32", DType::i32}};
-  for (auto [n, d] : known)
+  for (auto [n, d] : kDtypeNames)
     if (name == n) {
       out = d;
       return true;
@@ -322,6 +324,55 @@ size_t WeightFiles::total_bytes() const {
   size_t total = 0;
   for (const auto& [name, t] : tensors_) total += t->bytes;
   return total;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<size_t> sizes;
+  size_t offset = 0;
+  for (const TensorToWrite& t : tensors) {
+    const char* name = nullptr;
+    for (auto [n, d] : kDtypeNames)
+      if (d == t.dtype) name = n;
+    if (name == nullptr)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("write_safetensors {}: tensor '{}' has dtype {}, which safetensors cannot name", path, t.name,
+                              dtype_name(t.dtype)));
+    size_t bytes = dtype_size(t.dtype);
+    for (int64_t extent : t.shape) bytes *= size_t(extent);
+    header[t.name] = {{"dtype", name}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    sizes.push_back(bytes);
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw Error(ErrorCode::io, fmt::format("write_safetensors {}: cannot create: {}", path, std::strerror(errno)));
+  bool ok = true;
+  auto put = [&](const void* data, size_t n) { ok = ok && std::fwrite(data, 1, n, f) == n; };
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));  // little-endian
+  put(length, sizeof length);
+  put(text.data(), text.size());
+  std::vector<char> bytes;
+  try {
+    for (size_t i = 0; i < tensors.size() && ok; ++i) {
+      bytes.assign(sizes[i], 0);
+      tensors[i].fill(bytes.data());
+      put(bytes.data(), bytes.size());
+    }
+  } catch (...) {
+    std::fclose(f);
+    std::remove(path.c_str());
+    throw;
+  }
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(path.c_str());
+    throw Error(ErrorCode::io, fmt::format("write_safetensors {}: write failed: {}", path, std::strerror(errno)));
+  }
 }
 
 }  // namespace ding

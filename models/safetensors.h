@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,6 +58,21 @@ bool mapped_read(const void* data, size_t bytes, F&& read) {
 // The error for a tensor whose bytes mapped_read could not read: Error(io) naming the file, the
 // tensor, its byte range and the file's size then and now.
 [[noreturn]] void throw_mapped_read_failed(const StoredTensor& t);
+
+// A tensor for write_safetensors: its bytes (dtype size × the shape's elements) come from fill.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::function<void(char* bytes)> fill;
+};
+
+// Writes a .safetensors file: the header (the tensors in the order given, `metadata` as its
+// __metadata__, padded to 8 bytes), then each tensor's bytes as fill produces them, one tensor in
+// memory at a time. Error(io) naming the path when it cannot be written; Error(invalid_argument)
+// for a dtype the format has no name for.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata);
 
 // One mapped .safetensors file.
 class SafetensorsFile {

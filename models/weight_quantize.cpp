@@ -21,13 +21,68 @@ size_t aligned(size_t bytes) { return (bytes + kWeightAlignment - 1) / kWeightAl
 float largest_magnitude(DType to) { return to == DType::i8 ? 127.0f : 448.0f; }
 
 // Where a weight goes in the new arena: its values at `offset`, a quantized one's row scales at
-// `scales_offset`.
+// `scales_offset`; from the old arena (copied, or quantized), or from its stored parts as they are.
 struct Placement {
   Tensor* target;
   bool quantized;
   size_t offset, scales_offset;
   const std::string* name;
+  const WeightPlan* stored = nullptr;
 };
+
+// A stored_narrow plan's parts against its shape (the checks upload_weights makes of the plans it
+// converts): Error(parse) naming the tensor.
+void check_stored_narrow(const WeightPlan& plan) {
+  int64_t rows = 0;
+  for (const WeightPart& part : plan.parts) {
+    const StoredTensor& t = *part.tensor;
+    const int64_t length = part.transpose ? t.shape[0] : t.shape[1];
+    const int64_t end = part.row_end < 0 ? t.shape[0] : part.row_end;
+    if (length != plan.shape[1] || (part.transpose && (part.row_begin != 0 || part.row_end != -1)) ||
+        (!part.transpose && (part.row_begin < 0 || part.row_begin > end || end > t.shape[0])))
+      throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' {} does not fit weight {} [{}, {}]", t.file, t.name,
+                                                t.shape_str(), plan.name, plan.shape[0], plan.shape[1]));
+    rows += part.transpose ? t.shape[1] : part.rows();
+  }
+  if (rows != plan.shape[0])
+    throw Error(ErrorCode::parse, fmt::format("{}: weight {} [{}, {}] gathers {} rows from its tensors", plan.parts[0].tensor->file,
+                                              plan.name, plan.shape[0], plan.shape[1], rows));
+}
+
+// A stored_narrow plan's values [N, K] and row scales [N], gathered from its parts.
+void read_stored_narrow(const WeightPlan& plan, std::vector<int8_t>& narrow, std::vector<float>& scales) {
+  const int64_t K = plan.shape[1];
+  narrow.resize(size_t(plan.shape[0] * K));
+  scales.clear();
+  int64_t row = 0;
+  for (const WeightPart& part : plan.parts) {
+    const StoredTensor& t = *part.tensor;
+    const std::vector<float> part_scales = read_scales(part);
+    const char* q = static_cast<const char*>(t.data);
+    int8_t* out = narrow.data() + row * K;
+    bool read;
+    if (part.transpose) {  // stored [K, N]: destination row n is stored column n
+      const int64_t N = t.shape[1];
+      read = mapped_read(t.data, t.bytes, [&] {
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n) out[n * K + k] = int8_t(q[k * N + n]);
+      });
+      scales.insert(scales.end(), part_scales.begin(), part_scales.end());
+    } else {
+      const int64_t rows = part.rows();
+      read = mapped_read(q + part.row_begin * K, size_t(rows * K),
+                         [&] { std::memcpy(out, q + part.row_begin * K, size_t(rows * K)); });
+      scales.insert(scales.end(), part_scales.begin() + part.row_begin, part_scales.begin() + part.row_begin + rows);
+    }
+    if (!read) throw_mapped_read_failed(t);
+    row += part.transpose ? t.shape[1] : part.rows();
+  }
+  if (plan.parts[0].tensor->dtype == DType::f8e4m3)
+    for (size_t i = 0; i < narrow.size(); ++i)
+      if ((uint8_t(narrow[i]) & 0x7Fu) == 0x7Fu)  // E4M3's NaN codes
+        throw Error(ErrorCode::parse, fmt::format("quantize: weight {} holds an f8e4m3 NaN at row {}, column {}", plan.name,
+                                                  int64_t(i) / K, int64_t(i) % K));
+}
 
 // Every placed weight into the new arena at `base`: copied across, or quantized through the host.
 void move_into(Device& device, Stream& stream, const std::vector<Placement>& places, char* base, DType to) {
@@ -36,6 +91,15 @@ void move_into(Device& device, Stream& stream, const std::vector<Placement>& pla
   std::vector<float> scales;
   for (const Placement& p : places) {
     Tensor& t = *p.target;
+    if (p.stored) {
+      read_stored_narrow(*p.stored, narrow, scales);
+      device.copy_to_device(stream, base + p.offset, narrow.data(), narrow.size());
+      device.copy_to_device(stream, base + p.scales_offset, scales.data(), scales.size() * sizeof(float));
+      stream.synchronize();  // the host buffers are reused for the next weight
+      t = Tensor::view(base + p.offset, &device, to, p.stored->shape.data(), int(p.stored->shape.size()));
+      t.scales = reinterpret_cast<const float*>(base + p.scales_offset);
+      continue;
+    }
     if (!p.quantized) {
       device.copy_within(stream, base + p.offset, t.data, t.nbytes());
       t.data = base + p.offset;
@@ -78,6 +142,43 @@ void move_into(Device& device, Stream& stream, const std::vector<Placement>& pla
 
 }  // namespace
 
+void attach_scales(std::span<WeightPlan> plans, const WeightFiles& files, const QuantizedCheckpoint& checkpoint,
+                   const std::string& dir) {
+  const bool row_scales = checkpoint.method == QuantizedCheckpoint::Method::ding;
+  const std::string suffix = row_scales ? "_scale" : "_scale_inv";
+  for (WeightPlan& plan : plans)
+    for (WeightPart& part : plan.parts) {
+      const StoredTensor& t = *part.tensor;
+      if (t.dtype != DType::i8 && t.dtype != DType::f8e4m3) continue;
+      if (!files.has(t.name + suffix))
+        throw Error(ErrorCode::parse,
+                    fmt::format("{}: tensor '{}' {} is 8-bit, but the folder has no scales '{}{}' ({} quantization_config)",
+                                dir, t.name, t.shape_str(), t.name, suffix, row_scales ? "ding" : "fp8"));
+      part.scales = &files.get(t.name + suffix);
+      if (t.shape.size() != 2) continue;  // check_scales names it
+      if (row_scales) {  // one scale per output row: per stored row, or per stored column when transposed
+        part.block_rows = part.transpose ? t.shape[0] : 1;
+        part.block_cols = part.transpose ? 1 : t.shape[1];
+      } else {
+        part.block_rows = checkpoint.block_rows > 0 ? checkpoint.block_rows : std::max<int64_t>(t.shape[0], 1);
+        part.block_cols = checkpoint.block_cols > 0 ? checkpoint.block_cols : std::max<int64_t>(t.shape[1], 1);
+      }
+      check_scales(part, fmt::format("{}: tensor '{}' {} (weight '{}')", t.file, t.name, t.shape_str(), plan.name));
+    }
+}
+
+bool stored_narrow(const WeightPlan& plan, DType to) {
+  if (plan.init != WeightInit::stored || plan.parts.empty() || plan.shape.size() != 2) return false;
+  for (const WeightPart& p : plan.parts) {
+    const StoredTensor& t = *p.tensor;
+    if (p.scales == nullptr || t.dtype != to || t.shape.size() != 2) return false;
+    const bool per_output_row = p.transpose ? p.block_cols == 1 && p.block_rows >= t.shape[0]
+                                            : p.block_rows == 1 && p.block_cols >= t.shape[1];
+    if (!per_output_row) return false;
+  }
+  return true;
+}
+
 float quantize_row(const float* x, int64_t cols, DType to, void* q) {
   float peak = 0.0f;
   bool finite = true;
@@ -119,6 +220,14 @@ QuantizeStats quantize_weights(Device& device, std::span<WeightPlan> plans, std:
   stats.bytes_before = arena.size();
   for (WeightPlan& plan : plans) {
     Tensor* t = plan.target;
+    if (listed(t) && stored_narrow(plan, to)) {
+      check_stored_narrow(plan);
+      const size_t rows = size_t(plan.shape[0]);
+      const size_t offset = take(rows * size_t(plan.shape[1])), scales_offset = take(rows * sizeof(float));
+      places.push_back({t, true, offset, scales_offset, &plan.name, &plan});
+      ++stats.weights;
+      continue;
+    }
     if (!listed(t)) {
       places.push_back({t, false, take(t->nbytes()), 0, &plan.name});
       continue;

@@ -5,8 +5,10 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "ding/device.h"
+#include "ding/models/config.h"
 #include "weight_upload.h"
 
 namespace ding {
@@ -17,16 +19,28 @@ namespace ding {
 // has scale 0 and q 0; a row holding NaN or ±Inf gets q 0 and a NaN scale, for the caller to refuse.
 float quantize_row(const float* x, int64_t cols, DType to, void* q);
 
+// The scales of every 8-bit stored part of `plans` (WeightPart::scales and its blocks) as the
+// checkpoint's quantization_config lays them out (config.h): "T_scale" per output row for a ding
+// folder, "T_scale_inv" per block for a block-wise fp8 one. Error(parse) naming the tensor and
+// `dir` for an 8-bit tensor whose scales are absent; other tensors are left as they are.
+void attach_scales(std::span<WeightPlan> plans, const WeightFiles& files, const QuantizedCheckpoint& checkpoint,
+                   const std::string& dir);
+
+// Whether every part of `plan` is stored in `to` with one scale per output row (a ding folder's
+// matmul weight): quantize_weights then reads it from the files as it is, and it is not uploaded.
+bool stored_narrow(const WeightPlan& plan, DType to);
+
 struct QuantizeStats {
   int64_t weights = 0;      // weights quantized
   size_t bytes_before = 0;  // the arena's size before and after
   size_t bytes_after = 0;
 };
 
-// Every plan's target must lie in `arena` (upload_weights has run). The targets listed in
-// `quantize` (2-D [N, K], contiguous, of a float dtype) are quantized row by row on the host;
-// the others are copied as they are; `arena` is then the new allocation, and each target points
-// into it. Error(invalid_argument) for `to` other than i8/f8e4m3 or a listed weight that is not a
+// Every plan's target must lie in `arena` (upload_weights has run), except the plans stored_narrow
+// in `to` whose targets are listed, which come from their files as they are (f8e4m3 NaN codes
+// refused, scales by read_scales). The other targets listed in `quantize` (2-D [N, K], contiguous,
+// of a float dtype) are quantized row by row on the host; the rest are copied as they are;
+// `arena` is then the new allocation, and each target points into it. Error(invalid_argument) for `to` other than i8/f8e4m3 or a listed weight that is not a
 // contiguous float matrix; Error(parse) naming the weight and row for a NaN or ±Inf (weights loaded
 // unchecked); Error(out_of_memory) from the device. On any error `arena` is left as it was.
 QuantizeStats quantize_weights(Device& device, std::span<WeightPlan> plans, std::span<Tensor* const> quantize,

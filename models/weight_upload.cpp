@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 
 #include "ding/error.h"
 #include "weight_convert.h"
@@ -91,6 +92,17 @@ struct Refusal {
   }
 };
 
+// q[i] as f32, i < n (i8: the integer; f8e4m3: its value, NaN for its NaN codes).
+void widen_eight_bit(float* out, const void* q, DType dtype, int64_t n) {
+  if (dtype == DType::i8) {
+    const auto* v = static_cast<const int8_t*>(q);
+    for (int64_t i = 0; i < n; ++i) out[i] = float(v[i]);
+  } else {
+    const auto* v = static_cast<const f8e4m3*>(q);
+    for (int64_t i = 0; i < n; ++i) out[i] = f8e4m3_to_f32(v[i]);
+  }
+}
+
 // A counter-based generator (splitmix64's output function on a Weyl sequence): the value at any
 // index is computed on its own, so threads fill any part of a weight in any order.
 uint64_t splitmix64(uint64_t x) {
@@ -149,6 +161,7 @@ class Upload {
   std::vector<size_t> plan_offsets_;
   std::vector<Segment> segments_;
   size_t total_ = 0;
+  std::map<std::pair<size_t, int>, std::vector<float>> scales_;  // of the 8-bit parts: (plan, part) → read_scales
 };
 
 void Upload::check() const {
@@ -196,8 +209,17 @@ void Upload::check() const {
       const StoredTensor& t = *part.tensor;
       const std::string where = fmt::format("{}: tensor '{}' {} (part {} of weight '{}' {})", t.file, t.name, t.shape_str(),
                                             i, name, shape_text(plan.shape));
-      if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
-        throw Error(ErrorCode::parse, fmt::format("{}: the dtype must be f32, f16 or bf16", where));
+      if (part.scales) {
+        check_scales(part, where);
+        if (part.transpose)
+          throw Error(ErrorCode::parse, fmt::format("{}: an 8-bit tensor widens to the compute dtype only as stored, "
+                                                    "not transposed", where));
+      } else if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16) {
+        throw Error(ErrorCode::parse, fmt::format("{}: the dtype must be f32, f16 or bf16{}", where,
+                                                  t.dtype == DType::i8 || t.dtype == DType::f8e4m3
+                                                      ? " (8-bit weights need their scales: a quantization_config)"
+                                                      : ""));
+      }
       if (part.transpose) {
         if (t.shape.size() != 2 || plan.shape.size() != 2)
           throw Error(ErrorCode::parse, fmt::format("{}: only a 2-D tensor transposes into a 2-D weight", where));
@@ -344,6 +366,21 @@ bool Upload::run_task(const Task& task, char* out, size_t out_begin, Refusal& re
     const char* src = stored + size_t(s.stored_begin + task.begin) * stored_size;
     char* dst = out + (s.offset + size_t(task.begin) * dtype_size_ - out_begin);
     const float shift = plans_[s.plan].stored_offset;
+    if (const auto scaled = scales_.find({s.plan, s.part}); scaled != scales_.end()) {
+      // value[r, c] = q[r, c] · scale of its block, through f32 to the one rounding.
+      const WeightPart& part = plans_[s.plan].parts[size_t(s.part)];
+      const int64_t C = t.shape[1], first = s.stored_begin + task.begin;
+      const int64_t block_cols = (C + part.block_cols - 1) / part.block_cols;
+      std::vector<float> wide(static_cast<size_t>(n));
+      widen_eight_bit(wide.data(), src, t.dtype, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = (first + i) / C, c = (first + i) % C;
+        wide[size_t(i)] *= scaled->second[size_t(r / part.block_rows * block_cols + c / part.block_cols)];
+      }
+      if (weight_convert(dst, options_.dtype, wide.data(), DType::f32, n) || !options_.check_values) return true;
+      refusal = {s.plan, s.part, first + weight_first_refused(wide.data(), DType::f32, options_.dtype, n, 1, n)};
+      return false;
+    }
     if (shift != 0.0f) {  // small (norm weights): through f32, the offset added before the one rounding
       std::vector<float> shifted(static_cast<size_t>(n));
       weight_convert(shifted.data(), DType::f32, src, t.dtype, n);
@@ -432,6 +469,9 @@ void Upload::for_stored_bytes(const Chunk& chunk, bool first, F&& f) const {
 UploadStats Upload::run(Buffer& arena) {
   const auto start = std::chrono::steady_clock::now();
   lay_out();
+  for (size_t i = 0; i < plans_.size(); ++i)
+    for (size_t p = 0; p < plans_[i].parts.size(); ++p)
+      if (plans_[i].parts[p].scales) scales_[{i, int(p)}] = read_scales(plans_[i].parts[p]);
   size_t largest_unit = 0;
   for (const Segment& s : segments_) largest_unit = std::max(largest_unit, size_t(s.unit_elements) * dtype_size_);
   const size_t capacity = std::max(std::min(options_.chunk_bytes, total_), largest_unit);
@@ -492,6 +532,39 @@ UploadStats Upload::run(Buffer& arena) {
 int64_t WeightPart::rows() const {
   if (tensor->shape.empty()) return 1;
   return (row_end < 0 ? tensor->shape[0] : row_end) - row_begin;
+}
+
+void check_scales(const WeightPart& part, const std::string& where) {
+  const StoredTensor& t = *part.tensor;
+  const StoredTensor& sc = *part.scales;
+  if (t.dtype != DType::i8 && t.dtype != DType::f8e4m3)
+    throw Error(ErrorCode::parse, fmt::format("{}: has scales ('{}'), so it must be i8 or f8e4m3", where, sc.name));
+  if (t.shape.size() != 2) throw Error(ErrorCode::parse, fmt::format("{}: an 8-bit weight must be a matrix", where));
+  if (part.block_rows <= 0 || part.block_cols <= 0)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: scale blocks of {} × {}", where, part.block_rows, part.block_cols));
+  if (sc.dtype != DType::f32 && sc.dtype != DType::bf16)
+    throw Error(ErrorCode::parse, fmt::format("{}: scales '{}' {} must be f32 or bf16", sc.file, sc.name, sc.shape_str()));
+  const int64_t rows = (t.shape[0] + part.block_rows - 1) / part.block_rows;
+  const int64_t cols = (t.shape[1] + part.block_cols - 1) / part.block_cols;
+  if (sc.numel() != rows * cols)
+    throw Error(ErrorCode::parse,
+                fmt::format("{}: scales '{}' {} hold {} values; '{}' {} in blocks of {} × {} needs {} × {}", sc.file, sc.name,
+                            sc.shape_str(), sc.numel(), t.name, t.shape_str(), part.block_rows, part.block_cols, rows, cols));
+}
+
+std::vector<float> read_scales(const WeightPart& part) {
+  const StoredTensor& sc = *part.scales;
+  std::vector<float> scales(static_cast<size_t>(sc.numel()));
+  const bool read = mapped_read(sc.data, sc.bytes, [&] {
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = float(load_element(sc.data, sc.dtype, int64_t(i)));
+  });
+  if (!read) throw_mapped_read_failed(sc);
+  for (size_t i = 0; i < scales.size(); ++i)
+    if (!(std::isfinite(scales[i]) && scales[i] >= 0.0f))
+      throw Error(ErrorCode::parse, fmt::format("{}: scales '{}' {} hold {} at index {}; a scale is finite and ≥ 0", sc.file,
+                                                sc.name, sc.shape_str(), scales[i], i));
+  return scales;
 }
 
 UploadStats upload_weights(Device& device, std::span<WeightPlan> plans, Buffer& arena, const UploadOptions& options) {

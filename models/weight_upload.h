@@ -26,6 +26,12 @@ struct WeightPart {
   // Rows [row_begin, row_end) of dim 0 only (not with transpose), so a weight can gather blocks of
   // rows in another order (Qwen3-Next's per-key-head q/k/v/z groups into q, k, v, z); -1: to the end.
   int64_t row_begin = 0, row_end = -1;
+  // An 8-bit tensor (i8 or f8e4m3) stored with scales: value[r, c] = q[r, c] · scales[r / block_rows,
+  // c / block_cols], in the stored tensor's own orientation ([⌈R / block_rows⌉, ⌈C / block_cols⌉]
+  // f32 or bf16 scales, any rank that holds that many). Row scales are blocks of one row (of one
+  // column for a transposed part); checkpoints quantized block-wise bring 128 × 128 blocks.
+  const StoredTensor* scales = nullptr;
+  int64_t block_rows = 0, block_cols = 0;
   int64_t rows() const;  // the rows this part contributes (dim 0 of the tensor, or its range)
 };
 
@@ -70,7 +76,8 @@ struct UploadStats {
 // plan's target at its view. Checks every plan before allocating: Error(invalid_argument) for a
 // plan that cannot be carried out (no target, a rank outside 1…kMaxRank, a generated weight with
 // parts), Error(parse) naming the tensor and its file for a stored part whose dtype is not a float
-// or whose shape does not concatenate to plan.shape. While converting, throws Error(parse) naming
+// (f32, f16, bf16; or i8 / f8e4m3 with scales, widened with them: 2-D, not transposed) or whose
+// shape does not concatenate to plan.shape. While converting, throws Error(parse) naming
 // the tensor, its file and the element when a stored value is NaN or ±Inf or a finite value
 // overflows the compute dtype (an f32 weight beyond f16's range), unless options.check_values is
 // false; Error(io) naming the tensor and its file when its bytes can no longer be read (the file
@@ -79,5 +86,13 @@ struct UploadStats {
 // converted are released from the process (madvise), so after a GPU upload the host holds little
 // of the file.
 UploadStats upload_weights(Device& device, std::span<WeightPlan> plans, Buffer& arena, const UploadOptions& options);
+
+// An 8-bit part's scales (WeightPart::scales), checked against its tensor: Error(parse) naming the
+// files and tensors (`where` names the part) unless the tensor is an i8 or f8e4m3 matrix and the
+// scales f32 or bf16 holding one value per block; Error(invalid_argument) for blocks not ≥ 1 × 1.
+void check_scales(const WeightPart& part, const std::string& where);
+// The checked part's scales as f32, in the stored order: Error(parse) naming the scales and the
+// index of a value that is not finite and ≥ 0; Error(io) when the file can no longer be read.
+std::vector<float> read_scales(const WeightPart& part);
 
 }  // namespace ding

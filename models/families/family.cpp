@@ -50,9 +50,12 @@ const Family& find_family(std::string_view model_type, const std::string& origin
 const StoredTensor* WeightMap::stored(const std::string& name, std::vector<int64_t> shape) const {
   if (!files_) return nullptr;
   const StoredTensor& t = files_->get(prefix_ + name);
-  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
-    throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has dtype {}, expected f32, f16 or bf16", t.file, t.name,
-                                              dtype_name(t.dtype)));
+  // 8-bit tensors pass here; their scales are the quantization_config's (attach_scales, upload_weights).
+  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16 && t.dtype != DType::i8 &&
+      t.dtype != DType::f8e4m3)
+    throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has dtype {}, expected f32, f16 or bf16 (or i8 / f8e4m3 "
+                                              "with scales)",
+                                              t.file, t.name, dtype_name(t.dtype)));
   if (t.shape != shape)
     throw Error(ErrorCode::parse, fmt::format("{}: tensor '{}' has shape {} but config.json implies {}", t.file, t.name,
                                               shape_text(t.shape), shape_text(shape)));

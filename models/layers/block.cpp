@@ -96,7 +96,7 @@ std::vector<Tensor*> matmul_weights(LayerWeights& w) {
   for (Tensor* t : {&w.attention.qkv_w, &w.attention.out_w, &w.latent.in_w, &w.latent.q_b_w, &w.latent.out_w,
                     &w.linear.in_w, &w.linear.z_w, &w.linear.out_w, &w.ffn.up_w, &w.ffn.down_w, &w.moe.shared_up_w,
                     &w.moe.shared_down_w})
-    if (t->defined()) out.push_back(t);
+    out.push_back(t);
   return out;
 }
 

@@ -213,7 +213,8 @@ size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
 // 8-bit values with row scales: the projections of attention, latent attention, linear attention
 // and the dense or shared-expert MLPs. Not the router (its logits choose the experts: a near tie
 // should not flip on rounding), the experts (ops::moe_matmul reads them) or kv_b_proj (the latent
-// attention ops read it).
+// attention ops read it). Every such slot of the layer, also those its family leaves undefined:
+// the loader matches them against weight plans before any weight is uploaded.
 std::vector<Tensor*> matmul_weights(LayerWeights& w);
 
 }  // namespace ding

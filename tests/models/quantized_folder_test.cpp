@@ -1,0 +1,291 @@
+// 8-bit model folders: ding-quantize's (write_quantized_folder) load to the logits of quantizing the
+// original at load, on every fixture and available backend; corrupt or missing scales and unknown
+// layout versions are errors naming what is wrong; block-wise fp8 checkpoints (quantization_config
+// quant_method "fp8", "T_scale_inv" per block) load within the fp8 bound of their dequantized values.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "ding/ding.h"
+#include "ding/models/model.h"
+#include "ding/models/quantized_folder.h"
+#include "ding/models/safetensors.h"
+#include "ding/models/session.h"
+#include "expect_error.h"
+#include "hostile/folder_edit.h"
+
+namespace ding::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kData = fs::path(DING_TEST_DATA);
+
+std::vector<fs::path> all_fixtures() {
+  std::vector<fs::path> folders;
+  for (const char* set : {"gpt2-fixtures", "llama-fixtures", "moe-fixtures", "hybrid-fixtures"})
+    if (fs::exists(kData / set))
+      for (const auto& e : fs::directory_iterator(kData / set))
+        if (e.is_directory()) folders.push_back(e.path());
+  std::sort(folders.begin(), folders.end());
+  return folders;
+}
+
+// A temporary folder named after the running test, removed at the end.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("ding_qfolder_") + info->name() + "_" + tag;
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    path = fs::temp_directory_path() / name;
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<float> prompt_logits(const Model& model) {
+  std::vector<Token> prompt;
+  for (int i = 0; i < 9; ++i) prompt.push_back(Token((i * 37 + 5) % model.config().vocab_size));
+  Session session(model, {});
+  std::vector<float> logits;
+  session.prefill(0, prompt, &logits);
+  return logits;
+}
+
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    ref += double(want[i]) * want[i];
+  }
+  return err / ref;
+}
+
+struct FolderParam {
+  fs::path folder;
+  std::string backend;
+};
+
+class QuantizedFolder : public ::testing::TestWithParam<FolderParam> {};
+
+// Quantized by output row from the same values, the folder and the at-load path hold the same
+// bytes, so the logits are equal exactly (f32 compute holds every fixture's stored values).
+TEST_P(QuantizedFolder, LoadsToTheLogitsOfQuantizingTheOriginalAtLoad) {
+  const FolderParam& p = GetParam();
+  if (!registry::is_available(p.backend)) GTEST_SKIP() << "backend " << p.backend << " has no device here";
+  for (DType format : {DType::i8, DType::f8e4m3}) {
+    TempDir out(std::string(dtype_name(format)));
+    const QuantizedFolderStats stats = write_quantized_folder(p.folder.string(), out.path.string(), format);
+    EXPECT_GT(stats.tensors_quantized, 0);
+    EXPECT_LT(stats.bytes_after, stats.bytes_before);
+    Device& device = Device::open(p.backend);
+    const Model at_load = Model::load(p.folder.string(), device, {.dtype = DType::f32, .quantize = format});
+    const Model stored = Model::load(out.path.string(), device, {.dtype = DType::f32});
+    ASSERT_EQ(stored.quantized(), std::optional(format)) << "the folder's own format is the default";
+    EXPECT_EQ(stored.weight_bytes(), at_load.weight_bytes());
+    const std::vector<float> want = prompt_logits(at_load), got = prompt_logits(stored);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(got, want) << dtype_name(format) << ": logits NMSE " << nmse(got, want);
+    EXPECT_TRUE(fs::exists(out.path / "config.json"));
+    if (fs::exists(p.folder / "tokenizer.json")) EXPECT_TRUE(fs::exists(out.path / "tokenizer.json"));
+  }
+}
+
+std::vector<FolderParam> folder_params() {
+  std::vector<FolderParam> params;
+  for (const std::string& backend : registry::compiled_backends()) {
+    if (backend == "ref") continue;
+    for (const fs::path& folder : all_fixtures()) params.push_back({folder, backend});
+  }
+  return params;
+}
+
+std::string folder_name(const ::testing::TestParamInfo<FolderParam>& info) {
+  std::string name = info.param.backend + "_" + info.param.folder.filename().string();
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedFolder, ::testing::ValuesIn(folder_params()), folder_name);
+
+// A quantized copy of the Llama GQA fixture, edited by each test.
+class BadQuantizedFolder : public ::testing::Test {
+ protected:
+  TempDir dir{"int8"};
+  const std::string q_proj = "model.layers.0.self_attn.q_proj.weight";
+  void SetUp() override {
+    write_quantized_folder((kData / "llama-fixtures" / "llama-gqa-f32").string(), dir.path.string(), DType::i8);
+  }
+  void load(const LoadOptions& options = {}) const { Model::load(dir.path.string(), Device::open("cpu"), options); }
+  void edit_header(const std::function<void(nlohmann::json&)>& edit) const {
+    hostile::Safetensors file(dir.path / "model.safetensors");
+    nlohmann::json header = nlohmann::json::parse(file.header);
+    edit(header);
+    file.header = header.dump();
+    file.write(dir.path / "model.safetensors");
+  }
+};
+
+TEST_F(BadQuantizedFolder, MissingScalesAreNamed) {
+  edit_header([&](nlohmann::json& h) { h.erase(q_proj + "_scale"); });
+  expect_error([&] { load(); }, ErrorCode::parse, {q_proj, "no scales", q_proj + "_scale"});
+}
+
+TEST_F(BadQuantizedFolder, ScalesOfTheWrongCountAreNamed) {
+  edit_header([&](nlohmann::json& h) {  // the same bytes as twice as many bf16 values
+    auto& s = h[q_proj + "_scale"];
+    s["dtype"] = "BF16";
+    s["shape"] = {2 * s["shape"][0].get<int64_t>()};
+  });
+  expect_error([&] { load(); }, ErrorCode::parse, {q_proj + "_scale", "values", "blocks of 1 ×"});
+}
+
+TEST_F(BadQuantizedFolder, ScalesOfAnIntegerDtypeAreRefused) {
+  edit_header([&](nlohmann::json& h) { h[q_proj + "_scale"]["dtype"] = "I32"; });
+  expect_error([&] { load(); }, ErrorCode::parse, {q_proj + "_scale", "must be f32 or bf16"});
+}
+
+TEST_F(BadQuantizedFolder, NonFiniteOrNegativeScalesAreNamed) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -0.5f}) {
+    hostile::Safetensors file(dir.path / "model.safetensors");
+    const nlohmann::json header = nlohmann::json::parse(file.header);
+    const size_t at = header[q_proj + "_scale"]["data_offsets"][0].get<size_t>() + 4 * 3;
+    std::memcpy(file.data.data() + at, &bad, 4);
+    file.write(dir.path / "model.safetensors");
+    expect_error([&] { load(); }, ErrorCode::parse, {q_proj + "_scale", "at index 3", "finite and ≥ 0"});
+  }
+}
+
+TEST_F(BadQuantizedFolder, UnknownLayoutVersionIsRefused) {
+  nlohmann::json cfg = nlohmann::json::parse(hostile::read_all(dir.path / "config.json"));
+  cfg["quantization_config"]["format_version"] = kDingQuantizedFormat + 1;
+  hostile::write_all(dir.path / "config.json", cfg.dump());
+  expect_error([&] { load(); }, ErrorCode::parse,
+               {"quantization_config", fmt::format("format_version {}", kDingQuantizedFormat + 1), "ding-quantize"});
+}
+
+TEST_F(BadQuantizedFolder, UnknownQuantizationMethodIsNamed) {
+  nlohmann::json cfg = nlohmann::json::parse(hostile::read_all(dir.path / "config.json"));
+  cfg["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+  hostile::write_all(dir.path / "config.json", cfg.dump());
+  expect_error([&] { load(); }, ErrorCode::parse, {"quant_method 'awq'", "not one ding loads"});
+}
+
+TEST_F(BadQuantizedFolder, AnotherFormatThanTheFoldersIsRefused) {
+  expect_error([&] { load({.quantize = DType::f8e4m3}); }, ErrorCode::invalid_argument,
+               {"holds i8 weights", "not f8e4m3", "quantize the original folder"});
+}
+
+TEST_F(BadQuantizedFolder, EightBitTensorsWithoutAQuantizationConfigAreRefused) {
+  nlohmann::json cfg = nlohmann::json::parse(hostile::read_all(dir.path / "config.json"));
+  cfg.erase("quantization_config");
+  hostile::write_all(dir.path / "config.json", cfg.dump());
+  expect_error([&] { load(); }, ErrorCode::parse, {q_proj, "8-bit weights need their scales"});
+}
+
+TEST_F(BadQuantizedFolder, WriterRefusesAQuantizedInputAnOccupiedOutputAndOtherFormats) {
+  TempDir again("again");
+  expect_error([&] { write_quantized_folder(dir.path.string(), again.path.string(), DType::i8); },
+               ErrorCode::invalid_argument, {"already quantized"});
+  expect_error([&] { write_quantized_folder((kData / "llama-fixtures" / "llama-gqa-f32").string(), dir.path.string(), DType::i8); },
+               ErrorCode::invalid_argument, {"exists and is not an empty folder"});
+  expect_error([&] { write_quantized_folder((kData / "llama-fixtures" / "llama-gqa-f32").string(), again.path.string(), DType::bf16); },
+               ErrorCode::invalid_argument, {"int8 or fp8", "bf16"});
+  EXPECT_FALSE(fs::exists(again.path)) << "a refused write leaves nothing behind";
+}
+
+// A block-wise fp8 checkpoint as DeepSeek and Qwen publish them, made from the Llama GQA fixture:
+// every 2-D projection ("_proj.weight") in E4M3 with f32 scale_inv per 16 × 16 block, and beside it
+// the same model with those weights dequantized to f32 (q · scale): the values the checkpoint stands for.
+void write_fp8_block_checkpoint(const fs::path& from, const fs::path& fp8, const fs::path& dequantized) {
+  constexpr int64_t kBlock = 16;
+  const WeightFiles files = WeightFiles::open_folder(from.string());
+  std::vector<TensorToWrite> narrow, wide;
+  for (const auto& [name, t] : files.tensors()) {
+    std::vector<float> values(size_t(t->numel()));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = float(load_element(t->data, t->dtype, int64_t(i)));
+    const bool quantize = t->shape.size() == 2 && name.find("_proj.weight") != std::string::npos;
+    if (!quantize) {
+      auto copy = [values](char* bytes) { std::memcpy(bytes, values.data(), values.size() * sizeof(float)); };
+      narrow.push_back({name, DType::f32, t->shape, copy});
+      wide.push_back({name, DType::f32, t->shape, copy});
+      continue;
+    }
+    const int64_t R = t->shape[0], C = t->shape[1], br = (R + kBlock - 1) / kBlock, bc = (C + kBlock - 1) / kBlock;
+    std::vector<float> scale_inv(size_t(br * bc), 0.0f), dequant(values.size());
+    std::vector<uint8_t> q(values.size());
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        float& s = scale_inv[size_t(r / kBlock * bc + c / kBlock)];
+        s = std::max(s, std::fabs(values[size_t(r * C + c)]) / 448.0f);
+      }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        const float s = scale_inv[size_t(r / kBlock * bc + c / kBlock)];
+        const f8e4m3 v = f32_to_f8e4m3(s > 0 ? values[size_t(r * C + c)] / s : 0.0f);
+        q[size_t(r * C + c)] = v.bits;
+        dequant[size_t(r * C + c)] = f8e4m3_to_f32(v) * s;
+      }
+    narrow.push_back({name, DType::f8e4m3, t->shape, [q](char* bytes) { std::memcpy(bytes, q.data(), q.size()); }});
+    narrow.push_back({name + "_scale_inv", DType::f32, {br, bc}, [scale_inv](char* bytes) {
+                        std::memcpy(bytes, scale_inv.data(), scale_inv.size() * sizeof(float));
+                      }});
+    wide.push_back({name, DType::f32, t->shape,
+                    [dequant](char* bytes) { std::memcpy(bytes, dequant.data(), dequant.size() * sizeof(float)); }});
+  }
+  nlohmann::json cfg = nlohmann::json::parse(hostile::read_all(from / "config.json"));
+  for (const fs::path& dir : {fp8, dequantized}) {
+    fs::create_directories(dir);
+    write_safetensors((dir / "model.safetensors").string(), dir == fp8 ? narrow : wide, {});
+  }
+  hostile::write_all(dequantized / "config.json", cfg.dump());
+  cfg["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                {"weight_block_size", {kBlock, kBlock}}};
+  hostile::write_all(fp8 / "config.json", cfg.dump());
+}
+
+TEST(BlockFp8Checkpoint, LoadsWithinTheFp8BoundOfItsDequantizedValues) {
+  TempDir fp8("fp8"), dequantized("wide");
+  write_fp8_block_checkpoint(kData / "llama-fixtures" / "llama-gqa-f32", fp8.path, dequantized.path);
+  Device& cpu = Device::open("cpu");
+  const std::vector<float> want = prompt_logits(Model::load(dequantized.path.string(), cpu, {.dtype = DType::f32}));
+  // By default its projections stay E4M3, with one scale per row instead of per block (the
+  // kernels' layout): values requantized from their dequantized f32, within the fp8 bound.
+  const Model as_fp8 = Model::load(fp8.path.string(), cpu, {.dtype = DType::f32});
+  EXPECT_EQ(as_fp8.quantized(), std::optional(DType::f8e4m3));
+  EXPECT_EQ(as_fp8.weights().layers[0].attention.qkv_w.dtype, DType::f8e4m3);
+  const double fp8_err = nmse(prompt_logits(as_fp8), want);
+  EXPECT_LE(fp8_err, 2e-2) << "fp8 row scales against the block-scaled values";
+  // Quantized to int8 per row instead: every block scale applied while widening (the layers'
+  // norms and embeddings are stored f32 and unaffected), then int8's error alone.
+  const double int8_err = nmse(prompt_logits(Model::load(fp8.path.string(), cpu, {.dtype = DType::f32, .quantize = DType::i8})), want);
+  EXPECT_LE(int8_err, 1e-3) << "int8 row scales against the block-scaled values";
+  std::printf("[ fp8 blocks] requantized per row: fp8 NMSE %.3g, int8 NMSE %.3g\n", fp8_err, int8_err);
+}
+
+TEST(BlockFp8Checkpoint, MissingBlockScalesAreNamed) {
+  TempDir fp8("fp8"), dequantized("wide");
+  write_fp8_block_checkpoint(kData / "llama-fixtures" / "llama-gqa-f32", fp8.path, dequantized.path);
+  hostile::Safetensors file(fp8.path / "model.safetensors");
+  nlohmann::json header = nlohmann::json::parse(file.header);
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  header.erase(name + "_scale_inv");
+  file.header = header.dump();
+  file.write(fp8.path / "model.safetensors");
+  expect_error([&] { Model::load(fp8.path.string(), Device::open("cpu")); }, ErrorCode::parse,
+               {name, "no scales", name + "_scale_inv", "fp8"});
+}
+
+}  // namespace
+}  // namespace ding::testing
