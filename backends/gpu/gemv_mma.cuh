@@ -52,6 +52,16 @@
 // product from 79 % to 89 % of copy bandwidth and its decode step from 6.52 to 5.93 ms
 // (docs/PERFORMANCE.md); 256 bytes measured the same or slightly slower.
 //
+// 8-bit weights (i8, E4M3 with row scales; ops/matmul.h): the same stream, each lane's 16 bytes now
+// 16 elements of its row (a unit is 64 of K, four mmas), widened in registers to f16, which holds
+// every i8 and E4M3 value exactly: i8 through a biased byte under 1024's exponent (byte_perm, then
+// one f16x2 subtraction per pair), E4M3 by moving its bits into an f16's (its value times 2^-8).
+// The mma is then f16 × f16, so x is staged as f16: each row times a power of two 2^s that puts its
+// largest magnitude in [2^14, 2^15), exact for a bf16 x (8 significant bits, f16's 11) down to
+// 2^-31 of that row's largest value. The epilogue multiplies each sum by its row's scale, 2^-s of
+// its x row and E4M3's 2^8. On the FMA path the same weights cost a widening and an FMA per
+// element and row of x (H100, Llama-8B shape: 37 % of the int8 roofline, docs/PERFORMANCE.md).
+//
 // The prologue: weights (and the norm's parameters) are never written by a kernel of the step, so
 // before waiting for the previous kernel (chained launch, vendor.h) each thread fills its ring; the
 // block then stages x (normalize_rows for Normed) while those loads are in flight.
@@ -76,8 +86,8 @@ constexpr int kMmaMaxBlocksPerSm = 2;
 // One ring slot of the block: each thread's 16 bytes of rows g and g + 8 of one unit.
 constexpr size_t kMmaSlotBytes = size_t(kMmaThreads) * 2 * sizeof(uint4);
 // Shared memory a block holds beside its dynamic share: the driver's reserve (1 KB, sm_80+) and
-// the kernel's static `red`.
-constexpr size_t kSharedReservedPerBlock = 1024 + 128;
+// the kernel's static `red` and `x_scale`.
+constexpr size_t kSharedReservedPerBlock = 1024 + 128 + 384;
 
 // How the rows of w are dealt to the blocks: block i takes `base` rows, one more if i < extra,
 // from row i · base + min(i, extra), of every batch. For swiglu these are output columns: the
@@ -87,7 +97,8 @@ struct MmaRows {
   int tile_cols = kMmaRows;  // outputs per tile: 16, or 8 for swiglu (tile rows 8–15 are the up rows)
   int hi_rows = 8;           // outputs between a lane's two rows g and g + 8: 8, or 0 for swiglu
   int64_t hi_offset = 0;     // elements from a lane's row g of w to its row g + 8: 8·K, or N·K for swiglu
-  int chunks = 0;      // per tile: ceil(K / 32)
+  int chunks = 0;      // per tile: ceil(K / unit_k)
+  int unit_k = kMmaChunk;  // elements of K per unit: 32 (16-bit w), 64 (8-bit w): 16 bytes per lane
   int x_pairs = 0;     // ceil(M / 2): the lanes (q < x_pairs) whose sums hold rows of x
   size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory
   size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
@@ -170,9 +181,88 @@ __device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta
   }
 }
 
-template <class T, bool Normed, int Depth, bool StagedX>
+#if defined(DING_GPU_NVIDIA_MMA)
+// Four i8 values of a word as two f16x2 words (values 0, 1 and 2, 3), exact: each byte biased to
+// q + 128 becomes the low mantissa byte of the half 1024 + q + 128, from which 1152 is taken.
+__device__ inline void widen_i8x4(uint32_t word, uint32_t& lo, uint32_t& hi) {
+  const uint32_t biased = word ^ 0x80808080u, exponent = 0x64646464u;
+  const uint32_t a = __byte_perm(biased, exponent, 0x5140), b = __byte_perm(biased, exponent, 0x7362);
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(a), "r"(0x64806480u));
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(b), "r"(0x64806480u));
+}
+
+// Four E4M3 values of a word as two f16x2 words, each its value times 2^-8, exact: a byte moved to
+// its half's high byte keeps its sign there, and its 7 magnitude bits one place right are an f16
+// exponent (E4M3's, biased 7 where f16's is 15) and mantissa; E4M3's subnormals land on f16's.
+__device__ inline void widen_e4m3x4(uint32_t word, uint32_t& lo, uint32_t& hi) {
+  const uint32_t a = __byte_perm(word, 0, 0x1404), b = __byte_perm(word, 0, 0x3424);
+  lo = (a & 0x80008000u) | ((a >> 1) & 0x3F803F80u);
+  hi = (b & 0x80008000u) | ((b >> 1) & 0x3F803F80u);
+}
+
+// A lane's 16 bytes of an 8-bit row as 8 f16x2 words, elements 2i and 2i + 1 in word i.
+template <class W>
+__device__ inline void widen_row16(const uint4& v, uint32_t (&out)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<W, int8_t>)
+      widen_i8x4(words[i], out[2 * i], out[2 * i + 1]);
+    else
+      widen_e4m3x4(words[i], out[2 * i], out[2 * i + 1]);
+  }
+}
+#endif
+
+// The staged rows [M, K] of x, rounded as X, rewritten in place as f16 times 2^s per row, s chosen
+// so the row's largest magnitude lands in [2^14, 2^15) (0 for an f16 x, already exact); 2^-s into
+// x_scale[m]. By the whole block; `red` holds kMmaWarps × 8 floats.
+template <class X>
+__device__ void stage_as_scaled_f16(void* staged, int M, int K, float* x_scale, float* red) {
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  X* const in = static_cast<X*>(staged);
+  if constexpr (std::is_same_v<X, ding::f16>) {
+    if (tid < 8) x_scale[tid] = 1.0f;
+    return;
+  } else {
+    float peak[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      peak[m] = 0.0f;
+      if (m < M)
+        for (int k = tid; k < K; k += kMmaThreads) peak[m] = fmaxf(peak[m], fabsf(to_float(in[int64_t(m) * K + k])));
+      peak[m] = warp_max(peak[m]);
+      if (lane == 0) red[warp * 8 + m] = peak[m];
+    }
+    __syncthreads();
+    float factor[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      float top = 0.0f;
+      for (int w = 0; w < kMmaWarps; ++w) top = fmaxf(top, red[w * 8 + m]);
+      int e = 0;
+      frexpf(top, &e);                                    // top < 2^e
+      const int shift = top > 0.0f ? min(15 - e, 126) : 0;  // top · 2^shift in [2^14, 2^15)
+      factor[m] = ldexpf(1.0f, shift);
+      if (tid == 0 && m < M) x_scale[m] = ldexpf(1.0f, -shift);
+    }
+    __syncthreads();  // every thread has read red before the elements are rewritten
+    ding::f16* const out = static_cast<ding::f16*>(staged);
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+      for (int k = tid; m < M && k < K; k += kMmaThreads)
+        out[int64_t(m) * K + k] = from_float<ding::f16>(to_float(in[int64_t(m) * K + k]) * factor[m]);
+  }
+}
+
+template <class T, class W, bool Normed, int Depth, bool StagedX>
 __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kernel(const Params a, const MmaRows rs) {
   static_assert(StagedX || !Normed, "the norm prologue writes the staged rows");
+  constexpr bool kNarrow = sizeof(W) == 1;  // 8-bit w: widened to f16, x staged as scaled f16
+  static_assert(StagedX || !kNarrow, "8-bit weights multiply the staged f16 rows of x");
+  static_assert(kNarrow || std::is_same_v<T, W>, "16-bit x and w of one type");
+  using MmaT = std::conditional_t<kNarrow, ding::f16, T>;  // the mma's operand type
+  constexpr int kLaneK = kNarrow ? 16 : 8;                 // elements of K per lane and unit
 #if defined(DING_GPU_NVIDIA_MMA)
   const GemmShape& p = a.p;
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -188,7 +278,8 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   T* beta = a.norm.bias ? gamma + p.K : nullptr;
   float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes + rs.params_bytes);
   uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.params_bytes + rs.sums_bytes);
-  __shared__ float red[kMmaWarps];
+  __shared__ float red[kMmaWarps * 8];
+  __shared__ float x_scale[8];  // 8-bit w: 2^-s of each staged row of x
   auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * rs.x_pairs + q; };
   // Slot s of this thread: rows g and g + 8 of a unit, each array lane-contiguous (no bank conflicts).
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
@@ -200,20 +291,20 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   const int K = int(p.K);
   struct Cursor {
     int tile, chunk;
-    int k;    // the lane's first element of K in the unit: 32 · chunk + 8q
+    int k;    // the lane's first element of K in the unit: unit_k · chunk + kLaneK · q
     int row;  // the lane's row g of the unit's tile, from the block's first row: tile_cols · tile + g
   };
   auto advance = [&](Cursor& c) {
-    c.chunk += kMmaWarps, c.k += kMmaWarps * kMmaChunk;
-    while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, c.k -= rs.chunks * kMmaChunk, ++c.tile, c.row += rs.tile_cols;
+    c.chunk += kMmaWarps, c.k += kMmaWarps * rs.unit_k;
+    while (c.chunk >= rs.chunks) c.chunk -= rs.chunks, c.k -= rs.chunks * rs.unit_k, ++c.tile, c.row += rs.tile_cols;
   };
   // The unit's rows g and g + 8 of the block's run `w`, into slot s: one commit group per unit,
   // empty past the block's last tile so that the group count stays in step with the units.
-  auto issue = [&](int s, const Cursor& c, const T* w) {
+  auto issue = [&](int s, const Cursor& c, const W* w) {
     if (c.tile < tiles) {
-      const bool in = c.k < K;  // K % 8 == 0: a lane's 8 elements are all in or all out
+      const bool in = c.k < K;  // K % kLaneK == 0: a lane's elements are all in or all out
       const bool lo = in && c.row < rows, hi = in && c.row + rs.hi_rows < rows;
-      const T* src = w + (c.row * K + c.k);
+      const W* src = w + (c.row * K + c.k);
       // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
       cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0, rs.l2_fetch);
       cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0, rs.l2_fetch);
@@ -223,29 +314,32 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   // The batch's operands: its x rows, the block's run of its w, its first row of out.
   struct Batch {
     const T* x;
-    const T* w;
+    const W* w;
     int64_t out_row;
     int M;  // 0: a segmented batch past the last tile
+    int64_t w_row;  // 8-bit w: the batch's first row of w, where its row scales start
   };
   const bool segmented = a.segment_offsets != nullptr;
   auto batch_at = [&](int64_t b) {
     const T* const x = static_cast<const T*>(p.x);
-    const T* const w = static_cast<const T*>(p.w) + r0 * p.K;
-    if (!segmented) return Batch{x + b * p.x_batch, w + b * p.w_batch, b * p.M, int(p.M)};
+    const W* const w = static_cast<const W*>(p.w) + r0 * p.K;
+    const int64_t w_rows = p.w_batch / p.K;
+    if (!segmented) return Batch{x + b * p.x_batch, w + b * p.w_batch, b * p.M, int(p.M), b * w_rows};
     const RowTile t = find_row_tile(a.segment_offsets, a.segments, a.segment_rows, b);
-    return Batch{x + int64_t(t.begin) * p.K, w + int64_t(t.segment) * p.w_batch, t.begin, t.rows};
+    return Batch{x + int64_t(t.begin) * p.K, w + int64_t(t.segment) * p.w_batch, t.begin, t.rows, t.segment * w_rows};
   };
   Batch batch{};
-  // Row g of x (staged, or this batch's in global memory) at the unit's chunk.
-  const T* x_row = staged + g * K;
-  auto x_at = [&](const Cursor& c) {
-    return c.k < K && g < batch.M ? *reinterpret_cast<const uint4*>(x_row + c.k) : make_uint4(0, 0, 0, 0);
+  // Row g of x (staged, or this batch's in global memory) at the unit's chunk: 8 elements (one
+  // uint4), or 16 (two) for 8-bit w.
+  const MmaT* x_row = reinterpret_cast<const MmaT*>(staged) + g * K;
+  auto x_at = [&](const Cursor& c, int part) {
+    return c.k < K && g < batch.M ? *reinterpret_cast<const uint4*>(x_row + c.k + 8 * part) : make_uint4(0, 0, 0, 0);
   };
 
   const int first_tile = warp / rs.chunks, first_chunk = warp % rs.chunks;
-  const Cursor first{first_tile, first_chunk, first_chunk * kMmaChunk + q * 8, first_tile * rs.tile_cols + g};
+  const Cursor first{first_tile, first_chunk, first_chunk * rs.unit_k + q * kLaneK, first_tile * rs.tile_cols + g};
   // The first Depth units of the run into the ring; returns the cursor of the next to issue.
-  auto fill = [&](const T* w) {
+  auto fill = [&](const W* w) {
     Cursor c = first;
 #pragma unroll
     for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, w);
@@ -277,7 +371,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       if (batch.M == 0) break;  // past the last tile, as is every later b (the same for the block)
       ahead = fill(batch.w);
     }
-    const T* const w = batch.w;
+    const W* const w = batch.w;
     // x [M, K] into shared memory, normalised or as it is: read from there at every unit, it
     // costs no L2 round trip in the chain wait → mma → refill.
     const T* const x = batch.x;
@@ -290,9 +384,13 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       for (int i = tid; i < vectors; i += kMmaThreads)
         reinterpret_cast<uint4*>(staged)[i] = reinterpret_cast<const uint4*>(x)[i];
     } else {
-      x_row = x + int64_t(min(g, batch.M - 1)) * K;
+      x_row = reinterpret_cast<const MmaT*>(x) + int64_t(min(g, batch.M - 1)) * K;
     }
     __syncthreads();
+    if constexpr (kNarrow) {
+      stage_as_scaled_f16<T>(staged, batch.M, K, x_scale, red);
+      __syncthreads();
+    }
 
     // Every warp leaves a sum for every tile of the block (zero where it had no unit in it). The
     // two mmas of a unit accumulate apart (d0, d1), halving the chain of dependent mmas.
@@ -313,9 +411,20 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       cp_async_wait<Depth - 1>();
       leave_sums_before(at.tile);
       const uint4 lo = *slot_lo(s), hi = *slot_hi(s);
-      const uint4 xv = x_at(at);
-      mma_16816<T>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
-      mma_16816<T>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
+      const uint4 xv = x_at(at, 0);
+      if constexpr (kNarrow) {
+        uint32_t wl[8], wh[8];
+        widen_row16<W>(lo, wl);
+        widen_row16<W>(hi, wh);
+        const uint4 xw = x_at(at, 1);
+        mma_16816<MmaT>(d0, {wl[0], wh[0], wl[1], wh[1]}, {xv.x, xv.y});
+        mma_16816<MmaT>(d1, {wl[2], wh[2], wl[3], wh[3]}, {xv.z, xv.w});
+        mma_16816<MmaT>(d0, {wl[4], wh[4], wl[5], wh[5]}, {xw.x, xw.y});
+        mma_16816<MmaT>(d1, {wl[6], wh[6], wl[7], wh[7]}, {xw.z, xw.w});
+      } else {
+        mma_16816<MmaT>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
+        mma_16816<MmaT>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
+      }
       issue(s, ahead, w);
       advance(ahead);
       s = s + 1 == Depth ? 0 : s + 1;
@@ -336,6 +445,15 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       }
       const int row = t * rs.tile_cols + g, m = 2 * q, M = batch.M;
       const int64_t out_row = batch.out_row, n = r0 + row;
+      if constexpr (kNarrow) {
+        // Each row's scale (E4M3's 2^8 with it), each x row's 2^-s; rows past the block's are not stored.
+        const float unit = std::is_same_v<W, ding::f8e4m3> ? 256.0f : 1.0f;
+        const float* const scale = p.w_scales + batch.w_row;
+        const float lo = row < rows ? scale[n] * unit : 0.0f;
+        const float hi = row < rows ? scale[a.ep.swiglu ? p.N + n : n + 8 < p.N ? n + 8 : n] * unit : 0.0f;
+        const float x0 = m < M ? x_scale[m] : 0.0f, x1 = m + 1 < M ? x_scale[m + 1] : 0.0f;
+        sum.x *= lo * x0, sum.y *= lo * x1, sum.z *= hi * x0, sum.w *= hi * x1;
+      }
       if (a.ep.swiglu) {  // rows g + 8 of the tile are the up rows of rows g
         if (row < rows && m < M) a.ep.store(out_row + m, n, sum.x, sum.z);
         if (row < rows && m + 1 < M) a.ep.store(out_row + m + 1, n, sum.y, sum.w);
@@ -358,14 +476,16 @@ constexpr int kMmaDepths[] = {12, 8, 4};
 // shared memory fits, over one wave of blocks; if even the shallowest ring over one wave does not
 // fit (many tiles per block: long products at batch 8), more blocks of fewer rows. depth == 0:
 // the core cannot take it (the staged rows alone overflow).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool staged_x) {
+// narrow: 8-bit w (64 elements of K per unit).
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool staged_x, bool narrow) {
   MmaPlan plan;
   MmaRows& r = plan.rows;
   r.staged_x = staged_x;
   r.tile_cols = swiglu ? kMmaRows / 2 : kMmaRows;
   r.hi_rows = swiglu ? 0 : kMmaRows / 2;
   r.hi_offset = swiglu ? p.N * p.K : kMmaRows / 2 * p.K;
-  r.chunks = int(ceil_div(p.K, kMmaChunk));
+  r.unit_k = narrow ? 2 * kMmaChunk : kMmaChunk;
+  r.chunks = int(ceil_div(p.K, r.unit_k));
   r.x_pairs = int(ceil_div(p.M, 2));
   r.staged_bytes = staged_x ? (size_t(p.M * p.K) * 2 + 15) / 16 * 16 : 0;  // 16-bit x
   r.params_bytes = normed ? size_t(p.K) * 2 * 2 : 0;  // K % 8 == 0: 16-byte multiples
@@ -411,19 +531,23 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, boo
   return plan;
 }
 
-// Staged x where it fits, else x from L2 (no norm to fuse there: the caller stages norm(x) apart).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu) {
-  const MmaPlan staged = mma_plan(props, p, normed, swiglu, true);
-  return staged.depth > 0 || normed ? staged : mma_plan(props, p, normed, swiglu, false);
+// Staged x where it fits, else x from L2 (no norm to fuse there: the caller stages norm(x) apart;
+// 8-bit w needs the staged f16 rows).
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool narrow = false) {
+  const MmaPlan staged = mma_plan(props, p, normed, swiglu, true, narrow);
+  return staged.depth > 0 || normed || narrow ? staged : mma_plan(props, p, normed, swiglu, false, false);
 }
 
 }  // namespace gemv
 
-// The operands the core reads: 16-bit x and w of one type, 16-byte rows, mma.sync on the device.
+// The operands the core reads: 16-bit x, and w of x's type or 8 bits (with row scales; K a
+// multiple of 16), 16-byte rows, mma.sync on the device.
 template <class X, class W>
 bool gemv_mma_operands_fit(const Props& props, const GemmShape& p) {
-  return std::is_same_v<X, W> && !std::is_same_v<X, float> && props.has_mma_sync() && p.K % 8 == 0 &&
-         aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31);
+  constexpr bool narrow = sizeof(W) == 1;
+  return (std::is_same_v<X, W> || narrow) && !std::is_same_v<X, float> && props.has_mma_sync() &&
+         p.K % (narrow ? 16 : 8) == 0 && aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31) &&
+         (!narrow || p.w_scales != nullptr);
 }
 
 // Whether the tensor-core GEMV takes the product: its operands, and the staged rows of x (and the
@@ -435,25 +559,29 @@ bool gemv_mma_fits(const Props& props, const GemmShape& p, const Epilogue& ep, c
   // The norm's parameters are copied to shared memory in 16-byte pieces.
   if (normed && !(aligned_to(norm.weight.data, 16) && (!norm.bias.defined() || aligned_to(norm.bias.data, 16))))
     return false;
-  return gemv::mma_plan(props, p, normed, ep.swiglu).depth > 0;
+  return gemv::mma_plan(props, p, normed, ep.swiglu, sizeof(W) == 1).depth > 0;
 }
 
 namespace gemv {
 
-// The core's launch for the product a describes (its norm's weight non-null: normed).
-template <class T>
+// The core's launch for the product a describes (its norm's weight non-null: normed): x of type T,
+// w of T or 8 bits.
+template <class T, class W = T>
 void launch_mma(GpuStream& s, const Params& a) {
   const GemmShape& p = a.p;
   const Epilogue& ep = a.ep;
   const bool normed = a.norm.weight != nullptr;
-  MmaPlan plan = mma_plan(s.props(), p, normed, ep.swiglu);
+  MmaPlan plan = mma_plan(s.props(), p, normed, ep.swiglu, sizeof(W) == 1);
   if (const int fetch = s.matmul_tuning().gemv_l2_fetch; fetch == 0 || fetch == 128 || fetch == 256) plan.rows.l2_fetch = fetch;
   const bool chained = gemv_chained(s);
   const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   auto launch = [&](auto normed_tag, auto depth_tag) {
     constexpr bool kNormed = decltype(normed_tag)::value;
-    const auto kernel = !kNormed && !plan.rows.staged_x ? gemv_mma_kernel<T, false, decltype(depth_tag)::value, false>
-                                                        : gemv_mma_kernel<T, kNormed, decltype(depth_tag)::value, true>;
+    constexpr int kDepth = decltype(depth_tag)::value;
+    // 8-bit w always stages x (mma_plan), so its instances never read x from L2.
+    const auto kernel = !kNormed && !plan.rows.staged_x
+                            ? gemv_mma_kernel<T, W, false, kDepth, sizeof(W) == 1>
+                            : gemv_mma_kernel<T, W, kNormed, kDepth, true>;
     if (plan.shared_bytes > 48 * 1024)
       DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(plan.shared_bytes)));
     DING_GPU_CHECK(launch_chained(chained, kernel, grid, dim3(kMmaThreads), plan.shared_bytes, s.handle(), a, plan.rows));
@@ -475,12 +603,13 @@ void launch_mma(GpuStream& s, const Params& a) {
 
 }  // namespace gemv
 
-template <class T>
+// W: T, or an 8-bit weight (int8_t, ding::f8e4m3) whose row scales are p.w_scales.
+template <class T, class W>
 void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
   gemv::Params a{p, ep, {}, 1, p.K, 0};
   if (norm.kind != ops::NormKind::none)
     a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
-  gemv::launch_mma<T>(s, a);
+  gemv::launch_mma<T, W>(s, a);
 }
 
 // Whether the tensor-core GEMV takes a segmented product (launch_gemv_mma_segments): as for

@@ -1,7 +1,7 @@
 // matmul on the GPU: choose a core per call and hand it the product. Every core fuses every
 // epilogue, swiglu's too (each computes an output's gate and up sums side by side: gemm.cuh).
-//   gemv_mma.cuh   M ≤ 8 rows per batch (decode), 16-bit x and w, sm_80+: weight streaming into
-//                  mma.sync, the norm prologue fused
+//   gemv_mma.cuh   M ≤ 8 rows per batch (decode), 16-bit x and w (or 8-bit w), sm_80+: weight
+//                  streaming into mma.sync, the norm prologue fused
 //   gemv.cuh       M ≤ 8 otherwise: the same on FMAs; the GEMM cores get norm(x) staged by the
 //                  norm kernel
 //   gemm_tma.h     on an H100 in a -DDING_CUDA_TMA=ON build, when MatmulTuning::tma asks for it
@@ -10,9 +10,10 @@
 //   gemm_wgmma.h   the same products on an H100 (cc 9.0, sm_90a build) with enough tiles: wgmma
 //   gemm_mma.cuh   x and w both bf16 or both f16, rows 16-byte aligned, sm_80+: tensor cores
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
-// A quantized w (i8 or f8e4m3 with row scales) goes to the FMA GEMV at M ≤ 8, which reads the 8-bit
-// values and widens them in registers; larger products dequantize w to f32 in scratch first and
-// run on that (correct, not tensor-core fast).
+// A quantized w (i8 or f8e4m3 with row scales) at M ≤ 8 goes to the tensor-core GEMV with 16-bit
+// x (gemv_mma.cuh widens the 8-bit values to f16 in registers), else to the FMA GEMV, which widens
+// them to f32; larger products dequantize w to f32 in scratch first and run on that (correct, not
+// tensor-core fast).
 // matmul_chain, built on the same cores, is in matmul_chain.cu. The cores' kernels are compiled
 // in units of their own (matmul_cores.h), not here.
 #include <algorithm>
@@ -134,7 +135,19 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   if (quantized) {
     const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
     with_float_type(a.x.dtype, [&](auto x_tag) {
-      with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_gemv<decltype(x_tag), decltype(w_tag)>(s, p, ep, prologue); });
+      with_quantized_type(a.w.dtype, [&](auto w_tag) {
+        using X = decltype(x_tag);
+        using W = decltype(w_tag);
+#if defined(DING_GPU_NVIDIA)
+        if constexpr (!std::is_same_v<X, float>) {
+          if (gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
+            launch_gemv_mma<X, W>(s, p, ep, prologue);
+            return;
+          }
+        }
+#endif
+        launch_gemv<X, W>(s, p, ep, prologue);
+      });
     });
     return;
   }
@@ -147,7 +160,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
 #if defined(DING_GPU_NVIDIA)
         if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
           if (gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
-            launch_gemv_mma<X>(s, p, ep, prologue);
+            launch_gemv_mma<X, W>(s, p, ep, prologue);
             return;
           }
         }

@@ -1,7 +1,8 @@
 // The matmul cores' launches (gemv.cuh, gemv_mma.cuh, gemm_mma.cuh, gemm_simt.cuh), each
 // instantiated once for every element type it takes, in its own translation unit:
 //   gemv_f32.cu, gemv_f16.cu, gemv_bf16.cu             launch_gemv, by x's type (w: float or 8-bit)
-//   gemv_mma.cu, gemm_mma.cu                           the tensor-core cores (NVIDIA); gemm_mma.cu
+//   gemv_mma.cu, gemv_mma_narrow.cu, gemm_mma.cu       the tensor-core cores (NVIDIA; gemv_mma_narrow.cu:
+//                                                      8-bit w); gemm_mma.cu
 //                                                      plans (and launches segmented products), each
 //                                                      tile's kernel for each dtype is in
 //   gemm_mma_<tile>_<f16|bf16>.cu                      launch_gemm_mma_tile (tile: large4, large3,
@@ -19,7 +20,7 @@ DING_GPU_BEGIN
 
 template <class X, class W>
 void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
-template <class T>
+template <class T, class W>
 void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
 template <class T>
 void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
@@ -54,8 +55,15 @@ DING_FOR_W(DING_GEMM_SIMT, ding::bf16)
 #undef DING_GEMM_SIMT
 #undef DING_GEMV
 #if defined(DING_GPU_NVIDIA)
-extern template void launch_gemv_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
-extern template void launch_gemv_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+#define DING_GEMV_MMA(X, W) \
+  extern template void launch_gemv_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+DING_GEMV_MMA(ding::f16, ding::f16)
+DING_GEMV_MMA(ding::bf16, ding::bf16)
+DING_GEMV_MMA(ding::f16, int8_t)
+DING_GEMV_MMA(ding::f16, ding::f8e4m3)
+DING_GEMV_MMA(ding::bf16, int8_t)
+DING_GEMV_MMA(ding::bf16, ding::f8e4m3)
+#undef DING_GEMV_MMA
 extern template void launch_gemv_mma_segments<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
                                                          int, int);
 extern template void launch_gemv_mma_segments<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,

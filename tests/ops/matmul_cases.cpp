@@ -269,6 +269,11 @@ std::vector<OpCase> matmul_cases() {
       {.M = 40, .N = 72, .K = 259, .w = i8, .bias = true, .gelu = true},
       {.M = 33, .N = 257, .K = 520, .x = bf16, .w = f8, .out = bf16, .swiglu = true, .residual = sep},
       {.B = 2, .M = 12, .N = 40, .K = 72, .x = f16, .w = i8, .out = f16, .batched_w = true, .bias = true},
+      // The tensor-core GEMV's 8-bit path (16-bit x, K a multiple of 16): a swiglu pair of scaled
+      // rows, batched w, the layer_norm prologue, 8 rows of x staged as scaled f16.
+      {.M = 4, .N = 72, .K = 256, .x = bf16, .w = i8, .out = bf16, .swiglu = true},
+      {.B = 2, .M = 3, .N = 40, .K = 128, .x = f16, .w = f8, .out = f16, .batched_w = true, .bias = true},
+      {.M = 8, .N = 136, .K = 512, .x = bf16, .w = f8, .out = bf16, .bias = true, .norm = ops::NormKind::layer_norm},
       // Plans of the tensor-core cores as an H100 (132 SMs) picks them; other GPUs pick others,
       // and tools/gemm-check.sh runs the matmul cases again with each plan forced
       // (DING_GEMM_WGMMA=0, DING_GEMM_TILE, DING_GEMM_SPLIT). K split into f32 partials and an
@@ -372,6 +377,18 @@ std::vector<OpCase> matmul_cases() {
       list.push_back({.M = M, .N = l.F, .K = l.C, .x = bf16, .w = bf16, .out = bf16, .swiglu = true,
                       .norm = ops::NormKind::rms_norm, .in_tests = false});
       list.push_back({.M = M, .N = l.C, .K = l.F, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .in_tests = false});
+    }
+  // Llama-3.1-8B's decode products with 8-bit weights (i8, E4M3 with row scales): half the bytes
+  // of the bf16 ones above, so half their time at the same share of bandwidth.
+  for (DType w : {i8, f8})
+    for (int64_t M : {1, 8}) {
+      const LlamaShape& l = llama[1];
+      list.push_back({.M = M, .N = l.qkv, .K = l.C, .x = bf16, .w = w, .out = bf16, .norm = ops::NormKind::rms_norm,
+                      .in_tests = false});
+      list.push_back({.M = M, .N = l.C, .K = l.C, .x = bf16, .w = w, .out = bf16, .residual = inplace, .in_tests = false});
+      list.push_back({.M = M, .N = l.F, .K = l.C, .x = bf16, .w = w, .out = bf16, .swiglu = true,
+                      .norm = ops::NormKind::rms_norm, .in_tests = false});
+      list.push_back({.M = M, .N = l.C, .K = l.F, .x = bf16, .w = w, .out = bf16, .residual = inplace, .in_tests = false});
     }
   // The same prefill products without their fused prologue and epilogues: what `--matmul cublas`
   // can run too (it falls back to ding's kernels for a fused one), so the two compare like for like.

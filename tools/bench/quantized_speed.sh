@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 22's GPU check and speed table in one GPU call: builds everything (gpu_build.sh), runs the
-# matmul and quantized-weight tests on the GPU, then ding-bench model decode (bf16 activations,
+# matmul and quantized-weight tests on the GPU, the decode-sized matmul op benchmarks, then
+# ding-bench model decode (bf16 activations,
 # 256-token prompt, 64 new, batch 1) for each shape with bf16, int8 and fp8 projections. Each
 # result is a file in the logs folder as soon as it exists, so a run cut short still returns what
 # it finished; the 8B shape (minutes of host-side weight drawing) comes last.
@@ -22,6 +23,12 @@ if [[ -n $tests ]]; then
   note "tests"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests exit" "$out/tests.txt" | head -20
 fi
 bench="$build/tools/ding-bench"
+# The decode products alone (Llama-3.1-8B's with bf16, i8 and E4M3 weights among them).
+for rows in M1_ M8_; do
+  timeout 120 "$bench" ops --backend cuda --op matmul --filter "$rows" >"$out/ops_matmul_$rows.txt" 2>&1 ||
+    echo "exit status $?" >>"$out/ops_matmul_$rows.txt"
+  note "ops matmul $rows"; grep -E "K4096|K14336|exit status" "$out/ops_matmul_$rows.txt" | head -24
+done
 for shape in ${DING_QUANT_SHAPES:-gpt2-xl olmoe-1b-7b llama-3.1-8b}; do
   for q in none int8 fp8; do
     name="ding_${shape}_$q"
