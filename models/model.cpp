@@ -103,6 +103,8 @@ std::optional<DType> quantize_option(const LoadOptions& options, const char* who
   if (options.quantize && *options.quantize != DType::i8 && *options.quantize != DType::f8e4m3)
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("{}: weights quantize to i8 or f8e4m3, not {}", who, dtype_name(*options.quantize)));
+  if (options.quantize_lm_head && !options.quantize)
+    throw Error(ErrorCode::invalid_argument, fmt::format("{}: quantize_lm_head needs quantize (i8 or f8e4m3)", who));
   return options.quantize;
 }
 
@@ -120,12 +122,29 @@ std::optional<DType> narrow_format(std::optional<DType> requested, const ModelCo
   return requested ? requested : std::optional<DType>(q.weights);
 }
 
-// The weights LoadOptions::quantize stores narrow: the layers' matmul weights.
-std::vector<Tensor*> narrow_targets(ModelWeights& weights) {
+// The weights LoadOptions::quantize stores narrow: the layers' matmul weights, and the LM head
+// when asked (LoadOptions::quantize_lm_head).
+std::vector<Tensor*> narrow_targets(ModelWeights& weights, bool lm_head) {
   std::vector<Tensor*> targets;
   for (LayerWeights& layer : weights.layers)
     for (Tensor* t : matmul_weights(layer)) targets.push_back(t);
+  if (lm_head) targets.push_back(&weights.lm_head);
   return targets;
+}
+
+// A tied model whose LM head is quantized reads it from a copy of the embedding's plan (the
+// embedding lookup keeps the compute dtype); returns whether the head is now a weight of its own.
+bool untie_lm_head(const LoadOptions& options, const ModelConfig& c, std::vector<WeightPlan>& plans, ModelWeights& w) {
+  if (!(options.quantize_lm_head && c.tied_embeddings)) return false;
+  for (const WeightPlan& p : plans)
+    if (p.target == &w.token_embedding) {
+      WeightPlan head = p;
+      head.name += " (as the LM head)";
+      head.target = &w.lm_head;
+      plans.push_back(std::move(head));
+      return true;
+    }
+  return false;
 }
 
 }  // namespace
@@ -166,17 +185,18 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   const WeightFiles files = WeightFiles::open_folder(dir);
   refuse_layers_past_the_config(files, m.config_, dir);
   std::vector<WeightPlan> plans = m.family_->weight_plans(m.config_, &files, m.weights_);
+  const bool own_head = m.quantized_ && untie_lm_head(options, m.config_, plans, m.weights_);
   if (m.config_.quantization) attach_scales(plans, files, *m.config_.quantization, dir);
   // A ding folder's matmul weights come from the files as they are (quantize_weights); the others
   // are uploaded in the compute dtype first.
-  const std::vector<Tensor*> narrow = narrow_targets(m.weights_);
+  const std::vector<Tensor*> narrow = narrow_targets(m.weights_, options.quantize_lm_head);
   const auto uploaded_end = std::stable_partition(plans.begin(), plans.end(), [&](const WeightPlan& p) {
     return !(m.quantized_ && stored_narrow(p, *m.quantized_) && std::find(narrow.begin(), narrow.end(), p.target) != narrow.end());
   });
   upload_weights(device, std::span(plans.begin(), uploaded_end), m.arena_,
                  {.dtype = m.dtype_, .progress = options.progress, .check_values = options.check_weights});
   if (m.quantized_) quantize_weights(device, plans, narrow, m.arena_, *m.quantized_);
-  if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
+  if (m.config_.tied_embeddings && !own_head) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;
 }
@@ -191,9 +211,11 @@ Model Model::random(const ModelConfig& config, Device& device, const LoadOptions
   m.dtype_ = compute_dtype(options, config, device, "Model::random");
   m.quantized_ = quantize_option(options, "Model::random");
   std::vector<WeightPlan> plans = m.family_->weight_plans(config, nullptr, m.weights_);
+  const bool own_head = m.quantized_ && untie_lm_head(options, config, plans, m.weights_);
   upload_weights(device, plans, m.arena_, {.dtype = m.dtype_, .seed = seed, .progress = options.progress});
-  if (m.quantized_) quantize_weights(device, plans, narrow_targets(m.weights_), m.arena_, *m.quantized_);
-  if (m.config_.tied_embeddings) m.weights_.lm_head = m.weights_.token_embedding;
+  if (m.quantized_)
+    quantize_weights(device, plans, narrow_targets(m.weights_, options.quantize_lm_head), m.arena_, *m.quantized_);
+  if (m.config_.tied_embeddings && !own_head) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;
 }

@@ -33,6 +33,9 @@ struct LoadOptions {
   // embeddings, the LM head, routers, experts and norms keep the compute dtype. Anything else:
   // Error(invalid_argument) before any weight is read.
   std::optional<DType> quantize;
+  // With quantize: the LM head in 8 bits too (a tied model gets its own 8-bit copy of the embedding
+  // as the head; the lookup keeps the compute dtype). Off by default: docs/DESIGN.md says why.
+  bool quantize_lm_head = false;
 };
 
 struct ModelWeights {

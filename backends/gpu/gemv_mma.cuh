@@ -86,8 +86,8 @@ constexpr int kMmaMaxBlocksPerSm = 2;
 // One ring slot of the block: each thread's 16 bytes of rows g and g + 8 of one unit.
 constexpr size_t kMmaSlotBytes = size_t(kMmaThreads) * 2 * sizeof(uint4);
 // Shared memory a block holds beside its dynamic share: the driver's reserve (1 KB, sm_80+) and
-// the kernel's static `red` and `x_scale`.
-constexpr size_t kSharedReservedPerBlock = 1024 + 128 + 384;
+// the kernel's static `red`, `x_scale` and `peak_bits`.
+constexpr size_t kSharedReservedPerBlock = 1024 + 128;
 
 // How the rows of w are dealt to the blocks: block i takes `base` rows, one more if i < extra,
 // from row i · base + min(i, extra), of every batch. For swiglu these are output columns: the
@@ -215,43 +215,50 @@ __device__ inline void widen_row16(const uint4& v, uint32_t (&out)[8]) {
 #endif
 
 // The staged rows [M, K] of x, rounded as X, rewritten in place as f16 times 2^s per row, s chosen
-// so the row's largest magnitude lands in [2^14, 2^15) (0 for an f16 x, already exact); 2^-s into
-// x_scale[m]. By the whole block; `red` holds kMmaWarps × 8 floats.
+// so the row's largest magnitude lands in [2^14, 2^15) (nothing for an f16 x, already exact); 2^-s
+// into x_scale[m]. By the whole block, between barriers the caller places: peak_bits[m] is zeroed
+// before the rows are staged, find_peaks runs after, then (a barrier later) rescale.
+// The peaks are bf16 bit patterns with the sign cleared, which order as the magnitudes do, so one
+// integer max per element and one shared atomic per thread and row find them.
 template <class X>
-__device__ void stage_as_scaled_f16(void* staged, int M, int K, float* x_scale, float* red) {
-  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  X* const in = static_cast<X*>(staged);
+__device__ void find_peaks(const void* staged, int M, int K, unsigned* peak_bits) {
+  if constexpr (!std::is_same_v<X, ding::f16>) {
+    const uint4* rows = static_cast<const uint4*>(staged);
+    const int vectors = K / 8;  // K % 16 == 0 for 8-bit w
+    for (int m = 0; m < M; ++m) {
+      unsigned peak = 0;
+      for (int v = int(threadIdx.x); v < vectors; v += kMmaThreads) {
+        const uint4 q = rows[m * vectors + v];
+        const auto magnitudes = [](uint32_t word) { return max(word & 0x7FFFu, (word >> 16) & 0x7FFFu); };
+        peak = max(max(peak, max(magnitudes(q.x), magnitudes(q.y))), max(magnitudes(q.z), magnitudes(q.w)));
+      }
+      if (peak) atomicMax(peak_bits + m, peak);
+    }
+  }
+}
+template <class X>
+__device__ void rescale(void* staged, int M, int K, const unsigned* peak_bits, float* x_scale) {
   if constexpr (std::is_same_v<X, ding::f16>) {
-    if (tid < 8) x_scale[tid] = 1.0f;
-    return;
+    if (threadIdx.x < 8) x_scale[threadIdx.x] = 1.0f;
   } else {
-    float peak[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      peak[m] = 0.0f;
-      if (m < M)
-        for (int k = tid; k < K; k += kMmaThreads) peak[m] = fmaxf(peak[m], fabsf(to_float(in[int64_t(m) * K + k])));
-      peak[m] = warp_max(peak[m]);
-      if (lane == 0) red[warp * 8 + m] = peak[m];
+    uint4* rows = static_cast<uint4*>(staged);
+    const int vectors = K / 8;
+    for (int m = 0; m < M; ++m) {
+      // bf16 exponent field e: the peak is below 2^(e − 126), so 2^(141 − e) takes it to [2^14, 2^15).
+      const unsigned bits = peak_bits[m];
+      const int shift = bits ? max(-126, min(126, 141 - int(bits >> 7))) : 0;
+      const float factor = __uint_as_float(unsigned(127 + shift) << 23);
+      if (threadIdx.x == 0) x_scale[m] = __uint_as_float(unsigned(127 - shift) << 23);
+      for (int v = int(threadIdx.x); v < vectors; v += kMmaThreads) {
+        const uint4 q = rows[m * vectors + v];
+        // A word's two bf16 (the low one first) as two scaled f16.
+        const auto scaled = [factor](uint32_t word) {
+          const __half2 h = __floats2half2_rn(__uint_as_float(word << 16) * factor, __uint_as_float(word & 0xFFFF0000u) * factor);
+          return *reinterpret_cast<const uint32_t*>(&h);
+        };
+        rows[m * vectors + v] = make_uint4(scaled(q.x), scaled(q.y), scaled(q.z), scaled(q.w));
+      }
     }
-    __syncthreads();
-    float factor[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      float top = 0.0f;
-      for (int w = 0; w < kMmaWarps; ++w) top = fmaxf(top, red[w * 8 + m]);
-      int e = 0;
-      frexpf(top, &e);                                    // top < 2^e
-      const int shift = top > 0.0f ? min(15 - e, 126) : 0;  // top · 2^shift in [2^14, 2^15)
-      factor[m] = ldexpf(1.0f, shift);
-      if (tid == 0 && m < M) x_scale[m] = ldexpf(1.0f, -shift);
-    }
-    __syncthreads();  // every thread has read red before the elements are rewritten
-    ding::f16* const out = static_cast<ding::f16*>(staged);
-#pragma unroll
-    for (int m = 0; m < 8; ++m)
-      for (int k = tid; m < M && k < K; k += kMmaThreads)
-        out[int64_t(m) * K + k] = from_float<ding::f16>(to_float(in[int64_t(m) * K + k]) * factor[m]);
   }
 }
 
@@ -278,8 +285,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   T* beta = a.norm.bias ? gamma + p.K : nullptr;
   float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes + rs.params_bytes);
   uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.params_bytes + rs.sums_bytes);
-  __shared__ float red[kMmaWarps * 8];
-  __shared__ float x_scale[8];  // 8-bit w: 2^-s of each staged row of x
+  __shared__ float red[kMmaWarps];
+  __shared__ float x_scale[8];        // 8-bit w: 2^-s of each staged row of x
+  __shared__ unsigned peak_bits[8];  // 8-bit w: each staged row's largest magnitude, as bf16 bits
   auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * rs.x_pairs + q; };
   // Slot s of this thread: rows g and g + 8 of a unit, each array lane-contiguous (no bank conflicts).
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
@@ -375,6 +383,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     // x [M, K] into shared memory, normalised or as it is: read from there at every unit, it
     // costs no L2 round trip in the chain wait → mma → refill.
     const T* const x = batch.x;
+    if (kNarrow && tid < 8) peak_bits[tid] = 0;  // read and rewritten only after the barrier below
     if constexpr (Normed) {
       cp_async_wait<Depth>();  // the parameters' group: older than the ring's Depth
       __syncthreads();         // ... and every thread's part of it
@@ -388,7 +397,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     }
     __syncthreads();
     if constexpr (kNarrow) {
-      stage_as_scaled_f16<T>(staged, batch.M, K, x_scale, red);
+      find_peaks<T>(staged, batch.M, K, peak_bits);
+      __syncthreads();
+      rescale<T>(staged, batch.M, K, peak_bits, x_scale);
       __syncthreads();
     }
 

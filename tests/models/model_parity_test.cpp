@@ -187,6 +187,32 @@ TEST_P(QuantizedParity, LogitsWithEightBitProjectionsStayNearTransformers) {
   }
 }
 
+// LoadOptions::quantize_lm_head: the head in 8 bits as well, a tied model's as a copy of the
+// embedding (whose lookup keeps the compute dtype); within the same bounds against transformers.
+TEST(QuantizedLoad, TheLmHeadQuantizesOnRequest) {
+  for (const char* name : {"gpt2-fixtures/tiny-f32", "llama-fixtures/llama-gqa-f32", "llama-fixtures/llama-mqa-tied-bf16"}) {
+    const Fixture f = read_fixture(kData / name);
+    for (DType format : {DType::i8, DType::f8e4m3}) {
+      const Model model = Model::load((kData / name).string(), Device::open("cpu"),
+                                      {.dtype = DType::f32, .quantize = format, .quantize_lm_head = true});
+      const ModelWeights& w = model.weights();
+      EXPECT_EQ(w.lm_head.dtype, format) << name;
+      EXPECT_NE(w.lm_head.scales, nullptr) << name;
+      EXPECT_EQ(w.token_embedding.dtype, DType::f32) << name << ": the lookup keeps the compute dtype";
+      EXPECT_NE(w.lm_head.data, w.token_embedding.data) << name;
+      Session session(model, {});
+      std::vector<float> logits;
+      session.prefill(0, f.meta["prompt_ids"].get<std::vector<Token>>(), &logits);
+      const double err = nmse(std::vector<double>(logits.begin(), logits.end()), f.logits);
+      EXPECT_LE(err, quantized_bound(f.meta, format)) << name << " " << dtype_name(format);
+      std::printf("[ quantized] %s, %s projections and LM head: logits NMSE %.3g\n", name,
+                  std::string(dtype_name(format)).c_str(), err);
+    }
+  }
+  expect_error([&] { Model::load((kData / "gpt2-fixtures" / "tiny-f32").string(), Device::open("cpu"), {.quantize_lm_head = true}); },
+               ErrorCode::invalid_argument, {"quantize_lm_head needs quantize"});
+}
+
 TEST(QuantizedLoad, OnlyEightBitFormatsAreTaken) {
   const fs::path folder = kData / "gpt2-fixtures" / "tiny-f32";
   for (DType wrong : {DType::f16, DType::bf16, DType::i32})

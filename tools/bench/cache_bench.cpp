@@ -10,6 +10,7 @@
 #include "ding/ding.h"
 #include "ding/models/layers/block.h"
 #include "ding/models/session.h"
+#include "model_bench.h"
 
 namespace ding::bench {
 namespace {
@@ -61,13 +62,6 @@ std::vector<Variant> variants(const CacheBenchOptions& o, int64_t positions) {
           {"MLA", "latent 512 + rope 64", mla},
           {"GDN", fmt::format("{} states 128 x 128", heads), qwen3_next(o.layers + 1)},
           {"3:1", "GDN x3, GQA x1", qwen3_next(4)}};
-}
-
-DType parse_dtype(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "bf16") return DType::bf16;
-  if (s == "f16") return DType::f16;
-  throw Error(ErrorCode::invalid_argument, fmt::format("--dtype '{}' is not f32, bf16 or f16", s));
 }
 
 // Batch-1 decode tok/s after a prefill of `context` random tokens: `steps` greedy steps timed.

@@ -25,6 +25,7 @@
 #include "load_bench.h"
 #include "ding/threads.h"
 #include "model_bench.h"
+#include "perplexity.h"
 #include "op_cases.h"
 #ifdef DING_HAVE_CUDA
 #include "cublas_matmul.h"
@@ -181,6 +182,7 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--backend", model.backend, "backend (default auto)");
   model_cmd->add_option("--dtype", model.dtype, "f32, bf16, f16 (default bf16)");
   model_cmd->add_option("--quantize", model.quantize, "int8 or fp8: the projection weights in 8 bits with row scales");
+  model_cmd->add_flag("--quantize-lm-head", model.quantize_lm_head, "with --quantize: the LM head in 8 bits too");
   model_cmd->add_option("--prompt", model.prompt, "prompt tokens (default 256)");
   model_cmd->add_option("--new", model.new_tokens, "generated tokens (default 256)");
   model_cmd->add_option("--batch", model.batch, "sequences decoded together (default 1)");
@@ -211,6 +213,17 @@ int main(int argc, char** argv) {
   cache_cmd->add_option("--width", cache.width, "model width, 128 per head (default 2048)")->check(ding::tools::at_least(128));
   cache_cmd->add_option("--steps", cache.steps, "decode steps timed per context (default 32)")->check(CLI::PositiveNumber);
   cache_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
+  ding::bench::PerplexityOptions ppl;
+  CLI::App* ppl_cmd = app.add_subcommand("perplexity", "a model folder's perplexity on the last part of a text file, in windows");
+  ppl_cmd->add_option("-m,--model", ppl.model_dir, "the model folder (with its tokenizer)")->required();
+  ppl_cmd->add_option("-f,--file", ppl.file, "the text")->required();
+  ppl_cmd->add_option("--tail", ppl.tail, "the last fraction of the text's tokens to score (default 0.05)");
+  ppl_cmd->add_option("--window", ppl.window, "tokens per window, each from an empty cache (default 256)");
+  ppl_cmd->add_option("--backend", ppl.backend, "backend (default auto)");
+  ppl_cmd->add_option("--dtype", ppl.dtype, "f32, bf16, f16 (default f32)");
+  ppl_cmd->add_option("--quantize", ppl.quantize, "int8 or fp8: the projection weights in 8 bits with row scales");
+  ppl_cmd->add_flag("--quantize-lm-head", ppl.quantize_lm_head, "with --quantize: the LM head in 8 bits too");
+  ppl_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help
@@ -234,6 +247,7 @@ int main(int argc, char** argv) {
     const int status = model_cmd->parsed()   ? ding::bench::run_model(model)
                        : load_cmd->parsed()  ? ding::bench::run_load(load)
                        : cache_cmd->parsed() ? ding::bench::run_cache(cache)
+                       : ppl_cmd->parsed()   ? ding::bench::run_perplexity(ppl)
                                              : ding::bench::run_ops(ops);
     ding::tools::check_stdout_written();
     return status;

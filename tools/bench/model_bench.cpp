@@ -247,13 +247,6 @@ ModelConfig named_shape(const std::string& name, int64_t positions) {
   throw Error(ErrorCode::invalid_argument, fmt::format("--shape '{}': known shapes are {}", name, model_shape_names()));
 }
 
-DType parse_dtype(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "bf16") return DType::bf16;
-  if (s == "f16") return DType::f16;
-  throw Error(ErrorCode::invalid_argument, fmt::format("--dtype '{}' is not f32, bf16 or f16", s));
-}
-
 // Weight bytes one decode step of `batch` sequences reads: every matrix once, but of the token
 // embedding (when the LM head does not reuse it) and of a learned position table only one row
 // per sequence, and of each mixture-of-experts layer only the experts chosen. The router's choices
@@ -270,9 +263,11 @@ StepWeights weight_bytes_per_step(const Model& model, int64_t batch) {
   const double element = double(dtype_size(model.dtype()));
   const double row = double(c.d_model) * element;
   double tables = 0;  // rows held in the weights but looked up, not streamed
-  if (!c.tied_embeddings) tables += double(c.vocab_size);
+  // The token embedding is a table unless the LM head is the same tensor (tied, and not quantized apart).
+  const bool embedding_is_head = model.weights().lm_head.data == model.weights().token_embedding.data;
+  if (!embedding_is_head) tables += double(c.vocab_size);
   if (c.positions == PositionKind::learned) tables += double(c.n_positions);
-  const double lookups = double(batch) * ((c.tied_embeddings ? 0 : 1) + (c.positions == PositionKind::learned ? 1 : 0));
+  const double lookups = double(batch) * ((embedding_is_head ? 0 : 1) + (c.positions == PositionKind::learned ? 1 : 0));
   double bytes = double(model.weight_bytes()) - (tables - lookups) * row;
   const double E = double(c.moe.experts), k = double(c.moe.route.k);
   const double chosen = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, double(batch))) : 0.0;
@@ -289,17 +284,11 @@ void check_fits(const ModelBenchOptions& o, int64_t positions) {
                                                          o.prompt, o.new_tokens, positions));
 }
 
-std::optional<DType> parse_quantize(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  if (s == "int8") return DType::i8;
-  if (s == "fp8") return DType::f8e4m3;
-  throw Error(ErrorCode::invalid_argument, fmt::format("--quantize '{}' is not int8 or fp8", s));
-}
-
 Model make_model(const ModelBenchOptions& o, Device& device) {
   LoadOptions load;
   load.dtype = parse_dtype(o.dtype);
   load.quantize = parse_quantize(o.quantize);
+  load.quantize_lm_head = o.quantize_lm_head;
   if (!o.model_dir.empty()) return Model::load(o.model_dir, device, load);
   const ModelConfig config = named_shape(o.shape, o.positions);
   check_fits(o, config.n_positions);  // before drawing billions of random weights
@@ -307,6 +296,20 @@ Model make_model(const ModelBenchOptions& o, Device& device) {
 }
 
 }  // namespace
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "f16") return DType::f16;
+  throw Error(ErrorCode::invalid_argument, fmt::format("--dtype '{}' is not f32, bf16 or f16", s));
+}
+
+std::optional<DType> parse_quantize(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  if (s == "int8") return DType::i8;
+  if (s == "fp8") return DType::f8e4m3;
+  throw Error(ErrorCode::invalid_argument, fmt::format("--quantize '{}' is not int8 or fp8", s));
+}
 
 std::string model_shape_names() {
   std::string names;

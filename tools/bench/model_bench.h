@@ -1,7 +1,10 @@
 // ding-bench model: the seed benchmark — prefill a prompt, then decode token by token — on a
 // named shape (GPT-2 or Llama, random weights) or on a model folder, against the decode roofline.
 #pragma once
+#include <optional>
 #include <string>
+
+#include "ding/dtype.h"
 
 namespace ding::bench {
 
@@ -12,6 +15,7 @@ struct ModelBenchOptions {
   std::string backend = "auto";
   std::string dtype = "bf16";
   std::string quantize;  // empty, int8 or fp8: LoadOptions::quantize
+  bool quantize_lm_head = false;  // LoadOptions::quantize_lm_head
   int64_t prompt = 256;
   int64_t new_tokens = 256;
   int64_t batch = 1;
@@ -19,6 +23,11 @@ struct ModelBenchOptions {
   bool profile = false;  // print per-op time of the prefill and the decode steps (synchronises around each op)
   bool graphs = true;    // replay recorded decode steps where the backend can (CUDA graphs)
 };
+
+// --dtype (f32, bf16, f16) and --quantize (int8, fp8; empty: none) as the subcommands take them:
+// Error(invalid_argument) naming the value otherwise.
+DType parse_dtype(const std::string& s);
+std::optional<DType> parse_quantize(const std::string& s);
 
 // "gpt2, gpt2-medium, ...": the shapes --shape takes.
 std::string model_shape_names();

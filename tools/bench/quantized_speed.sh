@@ -2,14 +2,17 @@
 # Issue 22's GPU check and speed table in one GPU call: builds everything (gpu_build.sh), runs the
 # matmul and quantized-weight tests on the GPU, the decode-sized matmul op benchmarks, then
 # ding-bench model decode (bf16 activations,
-# 256-token prompt, 64 new, batch 1) for each shape with bf16, int8 and fp8 projections. Each
+# 256-token prompt, 64 new, batch 1) for each shape with bf16, int8 and fp8 projections, and the
+# 8-bit ones with the LM head quantized too. Each
 # result is a file in the logs folder as soon as it exists, so a run cut short still returns what
 # it finished; the 8B shape (minutes of host-side weight drawing) comes last.
 #   DING_CUDA_ARCH=90 tools/bench/quantized_speed.sh [logs folder]
-# Environment: DING_QUANT_SHAPES (default "gpt2-xl olmoe-1b-7b llama-3.1-8b"), DING_QUANT_TESTS
+# Environment: DING_QUANT_SHAPES (default "gpt2-xl olmoe-1b-7b llama-3.1-8b"), DING_QUANT_FORMATS
+# (default "none int8 fp8 int8:head fp8:head"; :head also quantizes the LM head), DING_QUANT_TESTS
 # (a gtest filter; empty: no tests), DING_GPU_BUILD / DING_DEPS as gpu_build.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
+caller_libraries=${LD_LIBRARY_PATH:-}
 source tools/gpu_build.sh
 gpu_out quantized-speed "${1:-}"
 start=$SECONDS
@@ -23,6 +26,10 @@ if [[ -n $tests ]]; then
   note "tests"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests exit" "$out/tests.txt" | head -20
 fi
 bench="$build/tools/ding-bench"
+# PyTorch's 8-bit products at the same shapes (the caller's libraries, not .deps).
+LD_LIBRARY_PATH=${caller_libraries:-} timeout 120 python3 tools/bench/peer_scaled_mm.py >"$out/torch_scaled_mm.txt" 2>&1 ||
+  echo "exit status $?" >>"$out/torch_scaled_mm.txt"
+note "torch 8-bit products"; cat "$out/torch_scaled_mm.txt"
 # The decode products alone (Llama-3.1-8B's with bf16, i8 and E4M3 weights among them).
 for rows in M1_ M8_; do
   timeout 120 "$bench" ops --backend cuda --op matmul --filter "$rows" >"$out/ops_matmul_$rows.txt" 2>&1 ||
@@ -30,10 +37,11 @@ for rows in M1_ M8_; do
   note "ops matmul $rows"; grep -E "K4096|K14336|exit status" "$out/ops_matmul_$rows.txt" | head -24
 done
 for shape in ${DING_QUANT_SHAPES:-gpt2-xl olmoe-1b-7b llama-3.1-8b}; do
-  for q in none int8 fp8; do
-    name="ding_${shape}_$q"
+  for q in ${DING_QUANT_FORMATS:-none int8 fp8 int8:head fp8:head}; do
+    name="ding_${shape}_${q/:/_}"
     args=()
-    [[ $q != none ]] && args=(--quantize "$q")
+    [[ $q != none ]] && args=(--quantize "${q%:head}")
+    [[ $q == *:head ]] && args+=(--quantize-lm-head)
     timeout 300 "$bench" model --backend cuda --dtype bf16 --prompt 256 --new 64 --shape "$shape" --batch 1 "${args[@]}" \
       >"$out/$name.txt" 2>&1 || echo "exit status $?" >>"$out/$name.txt"
     note "$name"; grep -E "^(weights|decode|roofline|exit status)" "$out/$name.txt"

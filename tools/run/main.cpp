@@ -50,6 +50,7 @@ struct Options {
   std::string backend = "auto";
   std::string dtype;  // empty: the library chooses (the checkpoint's dtype on GPUs, f32 on the CPU)
   std::string quantize;  // empty: none; int8 or fp8
+  bool quantize_lm_head = false;
   ding::SamplerOptions sampler = kDefaultSampling;  // a field counts only where its flag was given
   std::string seed;                                 // as typed; parsed only when given
   bool seed_given = false;                          // false: a random seed, printed
@@ -233,6 +234,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
   ding::LoadOptions load;
   if (dtype) load.dtype = *dtype;
   load.quantize = quantize;
+  load.quantize_lm_head = o.quantize_lm_head;
   load.check_weights = !o.no_weight_check;
   load.progress = [&](size_t done, size_t total) {
     if (show_progress && total > (size_t(64) << 20))
@@ -382,7 +384,9 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
              device.caps().name, dtype_used, threads, threads == 1 ? "" : "s");
   fmt::print(stderr, "load      {:.3f} s for {:.1f} MiB of weights{} = {:.2f} GB/s (device open {:.3f} s before it){}\n",
              load_seconds, double(model.weight_bytes()) * mib,
-             model.quantized() ? fmt::format(" (projections {} with row scales)", ding::dtype_name(*model.quantized())) : "",
+             model.quantized() ? fmt::format(" (projections{} {} with row scales)", o.quantize_lm_head ? " and LM head" : "",
+                                             ding::dtype_name(*model.quantized()))
+                               : "",
              load_gbps, open_seconds, o.no_weight_check ? "; values not checked (--no-weight-check)" : "");
   fmt::print(stderr, "warm-up   {:.2f} ms (a prefill chunk and decode steps run once before anything is timed)\n", warm_up_seconds * 1e3);
   fmt::print(stderr, "sampling  {}\n", describe(sampling));
@@ -438,6 +442,7 @@ int main(int argc, char** argv) {
       ->check(ding::tools::at_least(1));
   app.add_option("--backend", o.backend, "auto, cpu, ref, cuda, hip, kokkos (default auto)");
   app.add_option("--dtype", o.dtype, "compute dtype: f32, bf16, f16 (default: the checkpoint's on a GPU, f32 on the CPU)");
+  app.add_flag("--quantize-lm-head", o.quantize_lm_head, "with --quantize: the LM head in 8 bits too (default: kept in --dtype)");
   app.add_option("--quantize", o.quantize,
                  "int8 or fp8: the layers' projection weights quantized at load to 8 bits with a scale per row "
                  "(activations stay in --dtype)");
