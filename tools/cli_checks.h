@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "ding/error.h"
@@ -35,6 +36,31 @@ inline void check_stdout_written() {
   std::cout.flush();
   if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
     throw ding::Error(ding::ErrorCode::io, fmt::format("writing the output failed: {}", std::strerror(errno)));
+}
+
+// The tools' one error line: `<tool>: error: message` on stderr, a multi-line message (CLI11's may
+// span several) folded into one; returns the exit status, 1. stdout is flushed first, so the line
+// comes after anything already printed.
+inline int fail(const char* tool, std::string message) {
+  std::fflush(stdout);
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  std::fprintf(stderr, "%s: error: %s\n", tool, message.c_str());
+  return 1;
+}
+
+// app.parse with the tools' conventions: --help and --version print and exit 0 (CLI11's own exit),
+// a bad command line is fail(tool, …). Returns the exit status when the tool should stop here,
+// nothing when the command line parsed and it goes on.
+inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv, const char* tool) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(tool, e.what());
+  }
+  return std::nullopt;
 }
 
 }  // namespace ding::tools

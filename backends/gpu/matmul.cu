@@ -97,6 +97,21 @@ void with_quantized_type(DType t, F&& f) {
   throw Error(ErrorCode::dtype_mismatch, std::string("gpu matmul: ") + std::string(dtype_name(t)) + " is not an 8-bit weight");
 }
 
+// The few-rows product (M ≤ kGemvMaxRows): the tensor-core GEMV where it takes x and w (16-bit x,
+// w of x's type or 8-bit), else the FMA GEMV.
+template <class X, class W>
+void launch_few_rows(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& prologue) {
+#if defined(DING_GPU_NVIDIA)
+  if constexpr (!std::is_same_v<X, float> && (std::is_same_v<X, W> || sizeof(W) == 1)) {
+    if (gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
+      launch_gemv_mma<X, W>(s, p, ep, prologue);
+      return;
+    }
+  }
+#endif
+  launch_gemv<X, W>(s, p, ep, prologue);
+}
+
 }  // namespace
 
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
@@ -132,22 +147,10 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     p.x = h.data;
   }
 
+  const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
   if (quantized) {
-    const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
     with_float_type(a.x.dtype, [&](auto x_tag) {
-      with_quantized_type(a.w.dtype, [&](auto w_tag) {
-        using X = decltype(x_tag);
-        using W = decltype(w_tag);
-#if defined(DING_GPU_NVIDIA)
-        if constexpr (!std::is_same_v<X, float>) {
-          if (gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
-            launch_gemv_mma<X, W>(s, p, ep, prologue);
-            return;
-          }
-        }
-#endif
-        launch_gemv<X, W>(s, p, ep, prologue);
-      });
+      with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_few_rows<decltype(x_tag), decltype(w_tag)>(s, p, ep, prologue); });
     });
     return;
   }
@@ -156,16 +159,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
       using X = decltype(x_tag);
       using W = decltype(w_tag);
       if (p.M <= kGemvMaxRows) {
-        const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
-#if defined(DING_GPU_NVIDIA)
-        if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
-          if (gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
-            launch_gemv_mma<X, W>(s, p, ep, prologue);
-            return;
-          }
-        }
-#endif
-        launch_gemv<X, W>(s, p, ep, prologue);
+        launch_few_rows<X, W>(s, p, ep, prologue);
         return;
       }
 #if defined(DING_GPU_NVIDIA)

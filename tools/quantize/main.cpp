@@ -13,10 +13,7 @@
 
 namespace {
 
-int fail(const std::string& what) {
-  std::fprintf(stderr, "ding-quantize: error: %s\n", what.c_str());
-  return 1;
-}
+int fail(const std::string& what) { return ding::tools::fail("ding-quantize", what); }
 
 }  // namespace
 
@@ -28,13 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("OUT_DIR", out, "the folder to write (created; must not exist or be empty)")->required();
   app.add_option("--dtype", format, "int8 or fp8")->required();
   app.set_version_flag("--version", fmt::format("ding-quantize {}", ding::kVersion));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return fail(e.what());
-  }
+  if (const std::optional<int> stop = ding::tools::parse_command_line(app, argc, argv, "ding-quantize")) return *stop;
   try {
     if (format != "int8" && format != "fp8") return fail(fmt::format("--dtype '{}' is not int8 or fp8", format));
     const ding::DType to = format == "int8" ? ding::DType::i8 : ding::DType::f8e4m3;

@@ -411,14 +411,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
 }
 
 // One line, whatever the error: CLI11's messages may span several.
-int fail(const std::string& message) {
-  std::fflush(stdout);
-  std::string line = message;
-  for (char& c : line)
-    if (c == '\n') c = ' ';
-  fmt::print(stderr, "ding-run: error: {}\n", line);
-  return 1;
-}
+int fail(const std::string& message) { return ding::tools::fail("ding-run", message); }
 
 }  // namespace
 
@@ -465,13 +458,7 @@ int main(int argc, char** argv) {
   app.footer(fmt::format("Sampling flags not given take the model's generation_config.json (do_sample false: greedy), "
                          "else temperature {:g}, top-k {}, top-p {:g}.",
                          kDefaultSampling.temperature, kDefaultSampling.top_k, kDefaultSampling.top_p));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return fail(e.what());
-  }
+  if (const std::optional<int> stop = ding::tools::parse_command_line(app, argc, argv, "ding-run")) return *stop;
   o.seed_given = seed->count() > 0;
   o.model_given = model_dir->count() > 0;
   o.tokens_given = tokens->count() > 0;
