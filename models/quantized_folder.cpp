@@ -173,7 +173,8 @@ QuantizedFolderStats write_quantized_folder(const std::string& in, const std::st
 
   QuantizedFolderStats stats;
   std::vector<TensorToWrite> tensors;
-  for (const auto& [name, t] : files.tensors()) {
+  for (const auto& [name, stored] : files.tensors()) {
+    const StoredTensor* const t = stored;  // a variable the lambdas below can capture (not a binding)
     stats.bytes_before += t->bytes;
     const auto it = how.find(t);
     if (it == how.end() || !it->second.quantized) {

@@ -52,7 +52,7 @@
 // product from 79 % to 89 % of copy bandwidth and its decode step from 6.52 to 5.93 ms
 // (docs/PERFORMANCE.md); 256 bytes measured the same or slightly slower.
 //
-// 8-bit weights (i8, E4M3 with row scales; ops/matmul.h): the same stream, each lane's 16 bytes now
+// 8-bit weights (i8, E4M3 with row scales; ops/matmul.h): the same stream, each lane's 16 bytes then
 // 16 elements of its row (a unit is 64 of K, four mmas), widened in registers to f16, which holds
 // every i8 and E4M3 value exactly: i8 through a biased byte under 1024's exponent (byte_perm, then
 // one f16x2 subtraction per pair), E4M3 by moving its bits into an f16's (its value times 2^-8).

@@ -13,6 +13,8 @@
 #   DING_DEPS        the unpacked Debian packages (default $PWD/.deps/usr, as tools/bench/cuda_seed.sh)
 #   PYTHON           the Python with torch + transformers (default python3)
 #   DING_COMPARE_BUDGET  seconds for the whole run (default 520: one device call allows 10 minutes)
+#   DING_COMPARE_QUANTIZE  8-bit formats (e.g. "int8 fp8"): ding's runs again with --quantize, each, after
+#                    the bf16 ones (issue 22's table: tok/s and the share of their own roofline)
 #   DING_COMPARE_TESTS   a gtest filter: also build ding_tests and run those tests (e.g. the cuda
 #                    parity cases of the ops under work, '*cuda_matmul*') while PyTorch compiles
 # Time: the PyTorch runs compile (torch.compile, minutes) in the background while ding
@@ -125,6 +127,13 @@ model=(model --backend cuda --dtype bf16 --prompt 256 --new 256)
 for run_spec in "${model_runs[@]}"; do
   run "ding_${run_spec%%:*}_b${run_spec##*:}" "$(ding_limit "$run_spec")" "$bench" "${model[@]}" \
     --shape "${run_spec%%:*}" --batch "${run_spec##*:}"
+done
+
+for q in ${DING_COMPARE_QUANTIZE:-}; do
+  for run_spec in "${model_runs[@]}"; do
+    run "ding_${run_spec%%:*}_b${run_spec##*:}_q$q" "$(ding_limit "$run_spec")" "$bench" "${model[@]}" \
+      --shape "${run_spec%%:*}" --batch "${run_spec##*:}" --quantize "$q"
+  done
 done
 
 # Time PyTorch now (each alone on the GPU), before the op benchmarks that may run out of time.

@@ -4,7 +4,8 @@
   tools/bench/compare_table.py RESULTS_DIR
 
 Reads ding_<shape>_b<batch>.txt / torch_<shape>_b<batch>.txt (ding-bench model and peer_torch.py:
-the `prefill`, `decode` and `roofline` lines), one table row per shape and batch found, and
+the `prefill`, `decode` and `roofline` lines), one table row per shape and batch found,
+ding_<shape>_b<batch>_q<int8|fp8>.txt (the same with --quantize, DING_COMPARE_QUANTIZE), and
 ops_*.txt (ding-bench ops: one line per case, the ceilings line). A missing file or line shows as
 n/a. Targets are issue 5's (H100, bf16).
 """
@@ -21,6 +22,7 @@ TARGETS = {  # (shape, batch): prefill target (ms), decode target (tok/s)
     ("gpt2-xl", 8): ("-", ">= 4000 tok/s"),
 }
 MODEL_FILE = re.compile(r"^(ding|torch)_(.+)_b(\d+)\.txt$")
+QUANTIZED_FILE = re.compile(r"^ding_(.+)_b(\d+)_q(int8|fp8)\.txt$")  # DING_COMPARE_QUANTIZE
 
 PREFILL = re.compile(r"^prefill\s+(\d+) tokens x (\d+): ([\d.]+) ms per sequence")
 DECODE = re.compile(r"^decode\s+(\d+) steps x batch (\d+): ([\d.]+) ms/step = ([\d.]+) tok/s")
@@ -125,6 +127,19 @@ def main():
     table("Model, bf16, 256-token prompt + 256 new (prefill: ms per sequence; speedup = ding over torch)",
           ["model", "ding prefill ms", "torch prefill ms", "prefill speedup", "ding tok/s", "torch tok/s",
            "decode speedup", "ding % roof", "torch % roof", "target prefill", "target decode"], rows or [[NA] * 11])
+
+    quantized = []
+    for entry in sorted(os.listdir(folder)):
+        if m := QUANTIZED_FILE.match(entry):
+            shape, batch, q = m.group(1), int(m.group(2)), m.group(3)
+            d = model_numbers(read(folder, f"ding_{shape}_b{batch}"))
+            n = model_numbers(read(folder, entry[:-len(".txt")]))
+            quantized.append([f"{shape} batch {batch}", q, fmt(d.get("tok_s"), ".1f"), fmt(n.get("tok_s"), ".1f"),
+                              fmt(ratio(n.get("tok_s"), d.get("tok_s")), ".2f", "x"), fmt(n.get("roof_pct"), ".0f", "%"),
+                              ">= 1.8x, >= 85% (8B shape)"])
+    if quantized:
+        table("8-bit projections (ding-bench model --quantize), decode; % roof: of the run's own bytes",
+              ["model", "weights", "ding bf16 tok/s", "ding 8-bit tok/s", "vs bf16", "% roof", "target (issue 22)"], quantized)
 
     ding_mm, bandwidth = ops_numbers(read(folder, "ops_matmul_ding"))
     blas_mm, _ = ops_numbers(read(folder, "ops_matmul_cublas"))
