@@ -359,6 +359,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::vector<char> bytes;
   try {
     for (size_t i = 0; i < tensors.size() && ok; ++i) {
+      if (sizes[i] == 0) continue;  // an empty tensor has no bytes to fill
       bytes.assign(sizes[i], 0);
       tensors[i].fill(bytes.data());
       put(bytes.data(), bytes.size());

@@ -59,7 +59,8 @@ bool mapped_read(const void* data, size_t bytes, F&& read) {
 // tensor, its byte range and the file's size then and now.
 [[noreturn]] void throw_mapped_read_failed(const StoredTensor& t);
 
-// A tensor for write_safetensors: its bytes (dtype size × the shape's elements) come from fill.
+// A tensor for write_safetensors: its bytes (dtype size × the shape's elements) come from fill,
+// which is not called for a tensor of no elements.
 struct TensorToWrite {
   std::string name;
   DType dtype = DType::f32;

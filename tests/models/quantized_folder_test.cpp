@@ -205,6 +205,57 @@ TEST_F(BadQuantizedFolder, WriterRefusesAQuantizedInputAnOccupiedOutputAndOtherF
   EXPECT_FALSE(fs::exists(again.path)) << "a refused write leaves nothing behind";
 }
 
+TEST_F(BadQuantizedFolder, WriterNamesANonFiniteWeightAndLeavesNothing) {
+  TempDir copy("copy"), out("out");
+  fs::copy(kData / "llama-fixtures" / "llama-gqa-f32", copy.path);
+  hostile::Safetensors file(copy.path / "model.safetensors");
+  const nlohmann::json header = nlohmann::json::parse(file.header);
+  const std::string name = "model.layers.1.mlp.up_proj.weight";
+  const int64_t K = header[name]["shape"][1].get<int64_t>();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(file.data.data() + header[name]["data_offsets"][0].get<size_t>() + 4 * size_t(5 * K + 2), &inf, 4);
+  file.write(copy.path / "model.safetensors");
+  expect_error([&] { write_quantized_folder(copy.path.string(), out.path.string(), DType::i8); }, ErrorCode::parse,
+               {name, "NaN or ±Inf in output row 5"});
+  EXPECT_FALSE(fs::exists(out.path)) << "a failed write removes the folder it created";
+}
+
+// write_safetensors' files read back through SafetensorsFile: every name, dtype, shape and byte.
+TEST(WriteSafetensors, FilesReadBackAsWritten) {
+  TempDir dir("st");
+  fs::create_directories(dir.path);
+  const fs::path path = dir.path / "t.safetensors";
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed());
+  std::vector<std::vector<char>> contents;
+  std::vector<TensorToWrite> tensors;
+  const std::pair<DType, std::vector<int64_t>> specs[] = {
+      {DType::f32, {3, 5}}, {DType::i8, {7}}, {DType::bf16, {2, 3, 4}}, {DType::f8e4m3, {1, 9}}, {DType::i32, {0, 4}}};
+  for (const auto& [dtype, shape] : specs) {
+    size_t bytes = dtype_size(dtype);
+    for (int64_t e : shape) bytes *= size_t(e);
+    std::vector<char> values(bytes);
+    for (char& c : values) c = char(rng());
+    contents.push_back(values);
+    tensors.push_back({fmt::format("t{}", tensors.size()), dtype, shape,
+                       [values](char* out) { std::memcpy(out, values.data(), values.size()); }});
+  }
+  write_safetensors(path.string(), tensors, {{"format", "pt"}});
+  const auto file = SafetensorsFile::open(path.string());
+  ASSERT_EQ(file->tensors().size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const StoredTensor& t = file->tensors().at(tensors[i].name);
+    EXPECT_EQ(t.dtype, tensors[i].dtype) << t.name;
+    EXPECT_EQ(t.shape, tensors[i].shape) << t.name;
+    ASSERT_EQ(t.bytes, contents[i].size()) << t.name;
+    if (t.bytes > 0) EXPECT_EQ(std::memcmp(t.data, contents[i].data(), t.bytes), 0) << t.name;
+  }
+  const DType unnamed = static_cast<DType>(200);  // no dtype of ding's lacks a safetensors name
+  expect_error([&] { write_safetensors((dir.path / "u.safetensors").string(), {{"x", unnamed, {1}, [](char*) {}}}, {}); },
+               ErrorCode::invalid_argument, {"'x'", "safetensors cannot name"});
+  expect_error([&] { write_safetensors((dir.path / "no" / "such" / "dir.safetensors").string(), tensors, {}); },
+               ErrorCode::io, {"cannot create"});
+}
+
 // A block-wise fp8 checkpoint as DeepSeek and Qwen publish them, made from the Llama GQA fixture:
 // every 2-D projection ("_proj.weight") in E4M3 with f32 scale_inv per 16 × 16 block, and beside it
 // the same model with those weights dequantized to f32 (q · scale): the values the checkpoint stands for.
