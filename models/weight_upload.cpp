@@ -373,9 +373,10 @@ bool Upload::run_task(const Task& task, char* out, size_t out_begin, Refusal& re
       const int64_t block_cols = (C + part.block_cols - 1) / part.block_cols;
       std::vector<float> wide(static_cast<size_t>(n));
       widen_eight_bit(wide.data(), src, t.dtype, n);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t r = (first + i) / C, c = (first + i) % C;
-        wide[size_t(i)] *= scaled->second[size_t(r / part.block_rows * block_cols + c / part.block_cols)];
+      // Row by row from the task's first element: one division per row, not per element.
+      for (int64_t i = 0, r = first / C, c = first % C; i < n; ++r, c = 0) {
+        const float* row_scales = scaled->second.data() + r / part.block_rows * block_cols;
+        for (; c < C && i < n; ++c, ++i) wide[size_t(i)] *= row_scales[c / part.block_cols];
       }
       if (weight_convert(dst, options_.dtype, wide.data(), DType::f32, n) || !options_.check_values) return true;
       refusal = {s.plan, s.part, first + weight_first_refused(wide.data(), DType::f32, options_.dtype, n, 1, n)};

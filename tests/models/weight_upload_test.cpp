@@ -50,7 +50,15 @@ struct Stored {
   std::vector<uint8_t> bytes;
 };
 
-std::string safetensors_dtype(DType d) { return d == DType::f32 ? "F32" : d == DType::f16 ? "F16" : "BF16"; }
+std::string safetensors_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::i8: return "I8";
+    case DType::f8e4m3: return "F8_E4M3";
+    default: return "BF16";
+  }
+}
 
 void write_safetensors(const fs::path& path, const std::vector<Stored>& tensors) {
   nlohmann::json header = nlohmann::json::object();
@@ -419,6 +427,47 @@ TEST_P(WeightUpload, PartsThatDoNotFitTheWeightAreErrors) {
   expect_error([&] { attempt({3, 7}, {b_t}); }, ErrorCode::parse, {file(), "'b'", "rows are 6 long"});
   expect_error([&] { attempt({2, 3, 6}, {{&f.get("c"), true}}); }, ErrorCode::parse, {file(), "'c'", "2-D"});
   expect_error([&] { attempt({4, 6}, {c}); }, ErrorCode::parse, {file(), "'c'", "after dim 0"});
+}
+
+// 8-bit tensors with block scales (block-wise fp8 checkpoints; ding's row scales are blocks of one
+// row) widen to q · their block's scale, in f32 before the one rounding, with chunks small enough
+// to split rows; a part's row range keeps its rows' scales.
+TEST_P(WeightUpload, EightBitPartsWidenWithTheirBlockScales) {
+  std::mt19937 rng{uint32_t(test_seed())};
+  constexpr int64_t R = 10, C = 7, kBlockRows = 4, kBlockCols = 3;  // scales [3, 3]
+  std::vector<uint8_t> ints(size_t(R * C)), e4m3(size_t(R * C)), scale_bytes(9 * sizeof(float));
+  for (uint8_t& b : ints) b = uint8_t(int8_t(int(rng() % 255) - 127));
+  for (uint8_t& b : e4m3)
+    do b = uint8_t(rng()); while ((b & 0x7Fu) == 0x7Fu);  // E4M3's NaN codes are refused elsewhere
+  std::vector<float> scales(9);
+  for (float& v : scales) v = std::uniform_real_distribution<float>(0.01f, 2.0f)(rng);
+  std::memcpy(scale_bytes.data(), scales.data(), scale_bytes.size());
+  const WeightFiles& f = files({{"qi", DType::i8, {R, C}, ints}, {"qf", DType::f8e4m3, {R, C}, e4m3},
+                                {"s", DType::f32, {3, 3}, scale_bytes}});
+  const StoredTensor &qi = f.get("qi"), &qf = f.get("qf"), &s = f.get("s");
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor whole, range;
+    std::vector<WeightPlan> plans = {
+        {.name = "whole", .shape = {R, C},
+         .parts = {{.tensor = &qi, .scales = &s, .block_rows = kBlockRows, .block_cols = kBlockCols}}, .target = &whole},
+        {.name = "range", .shape = {6, C},
+         .parts = {{.tensor = &qf, .row_begin = 3, .row_end = 9, .scales = &s, .block_rows = kBlockRows, .block_cols = kBlockCols}},
+         .target = &range}};
+    Buffer arena;
+    upload_weights(device(), plans, arena, {.dtype = dtype, .chunk_bytes = 40});
+    auto want = [&](const StoredTensor& t, int64_t first_row, int64_t rows) {
+      std::vector<uint8_t> out(size_t(rows * C) * dtype_size(dtype));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t row = first_row + r;
+          const float q = float(load_element(t.data, t.dtype, row * C + c));
+          store_element(out.data(), dtype, r * C + c, double(q * scales[size_t(row / kBlockRows * 3 + c / kBlockCols)]));
+        }
+      return out;
+    };
+    EXPECT_EQ(read_back(device(), whole), want(qi, 0, R)) << dtype_name(dtype);
+    EXPECT_EQ(read_back(device(), range), want(qf, 3, 6)) << dtype_name(dtype);
+  }
 }
 
 // Row ranges of a stored matrix gathered in another order (Qwen3-Next's per-key-head groups into q,
