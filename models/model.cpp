@@ -127,7 +127,7 @@ std::optional<DType> narrow_format(std::optional<DType> requested, const ModelCo
 std::vector<Tensor*> narrow_targets(ModelWeights& weights, bool lm_head) {
   std::vector<Tensor*> targets;
   for (LayerWeights& layer : weights.layers)
-    for (Tensor* t : matmul_weights(layer)) targets.push_back(t);
+    for (Tensor* t : projection_weights(layer)) targets.push_back(t);
   if (lm_head) targets.push_back(&weights.lm_head);
   return targets;
 }

@@ -27,10 +27,10 @@ struct LoadOptions {
   // (UploadOptions::check_values), for a folder that is trusted. A non-finite weight then shows
   // only as non-finite logits, which the Sampler refuses.
   bool check_weights = true;
-  // i8 or f8e4m3: the weights that only ops::matmul reads (matmul_weights: the layers'
-  // projections) are stored as 8-bit values with one f32 scale per row, quantized from the
-  // compute dtype after upload (weight_quantize.h); the activations stay in `dtype`. The
-  // embeddings, the LM head, routers, experts and norms keep the compute dtype. Anything else:
+  // i8 or f8e4m3: the weights that only ops::matmul and ops::moe_matmul read (projection_weights:
+  // the layers' projections and experts) are stored as 8-bit values with one f32 scale per row,
+  // quantized from the compute dtype after upload (weight_quantize.h); the activations stay in
+  // `dtype`. The embeddings, the LM head, routers and norms keep the compute dtype. Anything else:
   // Error(invalid_argument) before any weight is read.
   std::optional<DType> quantize;
   // With quantize: the LM head in 8 bits too (a tied model gets its own 8-bit copy of the embedding

@@ -42,7 +42,7 @@ struct Disposition {
 std::map<const StoredTensor*, Disposition> dispositions(std::vector<WeightPlan>& plans, ModelWeights& weights) {
   std::set<const Tensor*> narrow;
   for (LayerWeights& layer : weights.layers)
-    for (Tensor* t : matmul_weights(layer)) narrow.insert(t);
+    for (Tensor* t : projection_weights(layer)) narrow.insert(t);
   std::vector<bool> plan_ok(plans.size());
   std::map<const StoredTensor*, std::vector<size_t>> users;
   for (size_t i = 0; i < plans.size(); ++i) {

@@ -1,11 +1,11 @@
-// ding-quantize's model folders: a Hugging Face folder whose matmul weights are stored in 8 bits,
+// ding-quantize's model folders: a Hugging Face folder whose projection weights are stored in 8 bits,
 // which Model::load reads as they are (docs/DESIGN.md, "Quantized model folders").
 //
 // Layout, format_version 1 (kDingQuantizedFormat, config.h):
 //   config.json        the original, plus "quantization_config": {"quant_method": "ding",
 //                      "format_version": 1, "weights": "int8" | "float8_e4m3fn", ...}
 //   model.safetensors  every stored tensor of the original under its own name. A tensor T that only
-//                      feeds the weights LoadOptions::quantize stores narrow (matmul_weights) is i8
+//                      feeds the weights LoadOptions::quantize stores narrow (projection_weights) is i8
 //                      or F8_E4M3 in its stored shape and orientation, and "T_scale" is F32 with one
 //                      scale per output row: per stored row, or per stored column of a weight the
 //                      family reads transposed (GPT-2's Conv1D). T[r, c] = q[r, c] · scale. Every

@@ -48,6 +48,15 @@ void Check::float_dtype(const char* name, const Tensor& t) const {
   dtype_in(name, t, {DType::f32, DType::f16, DType::bf16});
 }
 
+void Check::weight_dtype(const char* name, const Tensor& t) const {
+  dtype_in(name, t, {DType::f32, DType::f16, DType::bf16, DType::i8, DType::f8e4m3});
+  const bool quantized = t.dtype == DType::i8 || t.dtype == DType::f8e4m3;
+  if (quantized && t.scales == nullptr)
+    fail(ErrorCode::invalid_argument, fmt::format("{} {} is quantized but carries no per-row scales ({}.scales)", name, shape_of(t), name));
+  if (!quantized && t.scales != nullptr)
+    fail(ErrorCode::invalid_argument, fmt::format("{} {} carries scales but is not quantized (i8 or f8e4m3)", name, shape_of(t)));
+}
+
 void Check::contiguous(const char* name, const Tensor& t) const {
   if (!t.is_contiguous())
     fail(ErrorCode::invalid_argument, fmt::format("{} must be contiguous: {}", name, shape_of(t)));

@@ -20,6 +20,9 @@ class Check {
   void tensor(const char* name, const Tensor& t, int min_rank, int max_rank) const;
   void dtype_in(const char* name, const Tensor& t, std::initializer_list<DType> allowed) const;
   void float_dtype(const char* name, const Tensor& t) const;  // f32, f16 or bf16
+  // A matrix weight: a float dtype without scales, or quantized (i8, f8e4m3: quantized_weight in
+  // ops/matmul.h) with its per-row scales (Tensor::scales).
+  void weight_dtype(const char* name, const Tensor& t) const;
   void contiguous(const char* name, const Tensor& t) const;
   void last_dim_contiguous(const char* name, const Tensor& t) const;
   void same_shape(const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) const;

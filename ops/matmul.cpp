@@ -10,21 +10,13 @@
 
 namespace ding::ops {
 
-namespace {
-constexpr auto kWeight = {DType::f32, DType::f16, DType::bf16, DType::i8, DType::f8e4m3};
-}
-
 void validate(const Device& device, const MatmulArgs& a) {
   Check c("matmul", device);
   c.tensor("x", a.x, 2, 3);
   c.tensor("w", a.w, 2, 3);
   c.tensor("out", a.out, a.x.rank, a.x.rank);
   c.float_dtype("x", a.x);
-  c.dtype_in("w", a.w, kWeight);
-  if (quantized_weight(a.w.dtype) && a.w.scales == nullptr)
-    c.fail(ErrorCode::invalid_argument, fmt::format("w {} is quantized but carries no per-row scales (w.scales)", shape_of(a.w)));
-  if (!quantized_weight(a.w.dtype) && a.w.scales != nullptr)
-    c.fail(ErrorCode::invalid_argument, fmt::format("w {} carries scales but is not quantized (i8 or f8e4m3)", shape_of(a.w)));
+  c.weight_dtype("w", a.w);
   c.float_dtype("out", a.out);
   c.contiguous("x", a.x);
   c.contiguous("w", a.w);

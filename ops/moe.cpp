@@ -82,10 +82,10 @@ void validate(const Device& device, const MoeMatmulArgs& a) {
   c.tensor("x", a.x, 2, 2);
   c.tensor("w", a.w, 3, 3);
   c.tensor("offsets", a.offsets, 1, 1);
-  for (auto [name, t] : {std::pair{"out", &a.out}, {"x", &a.x}, {"w", &a.w}}) {
-    c.float_dtype(name, *t);
-    c.contiguous(name, *t);
-  }
+  for (auto [name, t] : {std::pair{"out", &a.out}, {"x", &a.x}, {"w", &a.w}}) c.contiguous(name, *t);
+  c.float_dtype("out", a.out);
+  c.float_dtype("x", a.x);
+  c.weight_dtype("w", a.w);
   c.dtype_in("offsets", a.offsets, {DType::i32});
   c.contiguous("offsets", a.offsets);
   const int64_t P = a.x.dim(0), K = a.x.dim(1), E = a.w.dim(0), N = a.out.dim(1);
@@ -138,8 +138,10 @@ Cost cost(const MoeGroupArgs& a) {
 Cost cost(const MoeMatmulArgs& a, int64_t active_experts) {
   const int64_t P = a.x.dim(0), E = a.w.dim(0), rows = a.w.dim(1), K = a.w.dim(2);
   const double active = double(active_experts >= 0 ? active_experts : std::min(E, P));
+  // A quantized expert's f32 row scales are read with its rows.
+  const double scale_bytes = quantized_weight(a.w.dtype) ? 4.0 : 0.0;
   return {2.0 * double(P) * double(rows) * double(K),
-          active * double(rows * K) * double(dtype_size(a.w.dtype)) +
+          active * double(rows) * (double(K) * double(dtype_size(a.w.dtype)) + scale_bytes) +
               double(a.x.nbytes() + a.out.nbytes() + a.offsets.nbytes())};
 }
 

@@ -53,12 +53,14 @@ struct MoeGroupArgs {
   Tensor x_grouped;  // [T·k, C], optional (with x): x_grouped[p] = x[slots[p] / k]
 };
 
-// x, w: f32/f16/bf16 in any combination; accumulation is f32 in kernels, f64 in the reference;
-// swiglu combines g and u before the one rounding to out's dtype.
+// x, w: f32/f16/bf16 in any combination, or w quantized as matmul's may be (ops/matmul.h): i8 or
+// f8e4m3 values with one f32 scale per row of w, every expert's rows in order (w.scales, E·N or
+// E·2N of them), so that W[e][r, k] = q[e, r, k]·scale[e·rows + r]. Accumulation is f32 in
+// kernels, f64 in the reference; swiglu combines g and u before the one rounding to out's dtype.
 struct MoeMatmulArgs {
   Tensor out;      // [P, N], f32/f16/bf16
   Tensor x;        // [P, K]: the grouped rows (moe_group's x_grouped)
-  Tensor w;        // [E, N, K]; swiglu: [E, 2N, K]
+  Tensor w;        // [E, N, K]; swiglu: [E, 2N, K]; f32/f16/bf16, or i8/f8e4m3 with row scales
   Tensor offsets;  // i32 [E + 1], from moe_group: 0 = offsets[0] ≤ … ≤ offsets[E] = P (host backends check)
   Activation activation = Activation::none;  // none or swiglu
 };

@@ -156,6 +156,7 @@ void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
     p.x_dtype = a.x.dtype;
     p.w = static_cast<const char*>(a.w.data) + size_t(e) * w_expert;
     p.w_dtype = a.w.dtype;
+    p.w_scales = a.w.scales ? a.w.scales + e * rows : nullptr;
     p.M = M;
     p.N = N;
     p.K = K;

@@ -74,6 +74,14 @@ decltype(auto) with_float_type(DType t, F&& f) {
   throw Error(ErrorCode::dtype_mismatch, std::string("gpu kernels: no float storage type for ") + std::string(dtype_name(t)));
 }
 
+// Calls f(W{}) with W the storage type of a quantized weight's values (i8, f8e4m3).
+template <class F>
+decltype(auto) with_quantized_type(DType t, F&& f) {
+  if (t == DType::i8) return std::forward<F>(f)(int8_t{});
+  if (t == DType::f8e4m3) return std::forward<F>(f)(ding::f8e4m3{});
+  throw Error(ErrorCode::dtype_mismatch, std::string("gpu kernels: ") + std::string(dtype_name(t)) + " is not an 8-bit weight");
+}
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 DING_GPU_END

@@ -61,16 +61,25 @@ struct Epilogue {
   void* out = nullptr;
   DType out_dtype = DType::f32;
   int64_t ld = 0;  // elements from one row of out (and of residual) to the next: N
+  // The row scales of an 8-bit w that a core multiplies in its 16-bit widening (matmul.cu): each
+  // sum times its w row's scale before anything else, w row = col (swiglu's up rows: ld + col, as
+  // out is [M, N] with ld = N). Null: the sums are final (the GEMV cores scale their own sums).
+  const float* w_scales = nullptr;
 
   // In place (residual == out) is safe: each element's residual is read by the thread that
   // writes that element, before it writes it.
   __device__ float value(int64_t row, int64_t col, float acc) const {
+    if (w_scales) acc *= w_scales[col];
     if (bias) acc += load_as_float(bias, bias_dtype, col * bias_stride);
     if (gelu) acc = gelu_tanh(acc);
     return plus_residual(row, col, acc);
   }
   // swiglu's output from its gate and up sums.
   __device__ float value(int64_t row, int64_t col, float gate, float up) const {
+    if (w_scales) {
+      gate *= w_scales[col];
+      up *= w_scales[ld + col];
+    }
     if (bias) {
       gate += load_as_float(bias, bias_dtype, col * bias_stride);
       up += load_as_float(bias, bias_dtype, (ld + col) * bias_stride);
@@ -133,7 +142,7 @@ struct GemmShape {
   int64_t batches = 1;
   int64_t x_batch = 0, w_batch = 0;
   // A quantized w's row scales (ops/matmul.h: every row of every batch of w in order), read by the
-  // FMA GEMV core alone; null for a float w.
+  // GEMV cores (the tiled cores take widened w and Epilogue::w_scales); null for a float w.
   const float* w_scales = nullptr;
 };
 

@@ -87,7 +87,7 @@ __device__ inline int swizzle(int r, int c) { return r * kBK + ((c ^ ((r >> 1) &
 // kMinBlocks caps registers at 128 per thread: two 256-thread blocks (or four 128-thread ones) per SM.
 template <class T, class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks)
-    gemm_mma_kernel(const GemmShape shape, const Epilogue ep, const SplitK split, const RowSegments segments) {
+    gemm_mma_kernel(const GemmShape shape, const Epilogue segment_ep, const SplitK split, const RowSegments segments) {
 #if defined(DING_GPU_NVIDIA_MMA)
   extern __shared__ uint4 smem_chunks[];  // dynamic: Stages × (A: BM rows, B: BN rows) × kBK
   T* const smem = reinterpret_cast<T*>(smem_chunks);
@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks)
   const int warp_m = (warp / Tl::WarpsN) * Tl::kWarpM, warp_n = (warp % Tl::WarpsN) * Tl::kWarpN;
   int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
   GemmShape p = shape;
+  Epilogue ep = segment_ep;
   if (segments.offsets) {  // one row tile of one segment: rows [m0, p.M) of the one batch
     const RowTile tile = find_row_tile(segments.offsets, segments.count, segments.rows, blockIdx.x, Tl::BM);
     if (tile.rows == 0) return;
@@ -102,6 +103,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kMinBlocks)
     p.M = tile.begin + tile.rows;
     p.w = static_cast<const T*>(shape.w) + int64_t(tile.segment) * shape.w_batch;
     p.batches = 1;
+    // Widened 8-bit experts (moe_matmul.cu): the segment's row scales follow its rows of w.
+    if (ep.w_scales) ep.w_scales += int64_t(tile.segment) * (shape.w_batch / shape.K);
   }
   const int64_t k_tiles_all = (p.K + kBK - 1) / kBK;
 

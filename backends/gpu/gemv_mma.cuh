@@ -627,20 +627,21 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
 // gemv_mma_fits, with p.M = min(P, kSegmentTileRows), the most rows a tile has.
 template <class X, class W>
 bool gemv_mma_segments_fit(const Props& props, const GemmShape& p, bool swiglu) {
-  return gemv_mma_operands_fit<X, W>(props, p) && gemv::mma_plan(props, p, false, swiglu).depth > 0;
+  return gemv_mma_operands_fit<X, W>(props, p) && gemv::mma_plan(props, p, false, swiglu, sizeof(W) == 1).depth > 0;
 }
 
 // out[rows of tile b] = epilogue(x[rows of tile b] · w[segment of tile b]ᵀ) for the row tiles of
 // the segments (row_tiles.cuh): p.batches = max_row_tiles(P, E), p.M = min(P, kSegmentTileRows),
-// p.w_batch the elements between segments' w; x and out rows as the offsets place them.
-template <class T>
+// p.w_batch the elements between segments' w; x and out rows as the offsets place them. W: T, or
+// 8 bits with p.w_scales, every segment's rows in order.
+template <class T, class W>
 void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
                               int P) {
   gemv::Params a{p, ep, {}, 1, p.K, 0};
   a.segment_offsets = offsets;
   a.segments = E;
   a.segment_rows = P;
-  gemv::launch_mma<T>(s, a);
+  gemv::launch_mma<T, W>(s, a);
 }
 
 DING_GPU_END

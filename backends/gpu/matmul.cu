@@ -12,8 +12,9 @@
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
 // A quantized w (i8 or f8e4m3 with row scales) at M ≤ 8 goes to the tensor-core GEMV with 16-bit
 // x (gemv_mma.cuh widens the 8-bit values to f16 in registers), else to the FMA GEMV, which widens
-// them to f32; larger products dequantize w to f32 in scratch first and run on that (correct, not
-// tensor-core fast).
+// them to f32. Larger products with 16-bit x widen w to x's type in scratch (widen.cuh: exact) and
+// run on the 16-bit cores with the row scales in their epilogue; with f32 x, w is dequantized to
+// f32 in scratch for the f32 cores.
 // matmul_chain, built on the same cores, is in matmul_chain.cu. The cores' kernels are compiled
 // in units of their own (matmul_cores.h), not here.
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include "kernels.h"
 #include "matmul_cores.h"
 #include "stream.h"
+#include "widen.cuh"
 
 DING_GPU_BEGIN
 
@@ -89,14 +91,6 @@ ops::MatmulArgs dequantized(GpuStream& s, const ops::MatmulArgs& a) {
   return b;
 }
 
-// Calls f(W{}) with W the storage type of a quantized weight's values.
-template <class F>
-void with_quantized_type(DType t, F&& f) {
-  if (t == DType::i8) return f(int8_t{});
-  if (t == DType::f8e4m3) return f(ding::f8e4m3{});
-  throw Error(ErrorCode::dtype_mismatch, std::string("gpu matmul: ") + std::string(dtype_name(t)) + " is not an 8-bit weight");
-}
-
 // The few-rows product (M ≤ kGemvMaxRows): the tensor-core GEMV where it takes x and w (16-bit x,
 // w of x's type or 8-bit), else the FMA GEMV.
 template <class X, class W>
@@ -110,6 +104,33 @@ void launch_few_rows(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   }
 #endif
   launch_gemv<X, W>(s, p, ep, prologue);
+}
+
+// The product of more rows (M > kGemvMaxRows): the tensor-core cores where they take x and w,
+// else the FMA tiles.
+template <class X, class W>
+void launch_tiled(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
+#if defined(DING_GPU_NVIDIA)
+  if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
+#if defined(DING_GPU_TMA)
+    if (s.matmul_tuning().tma && gemm_tma_takes(s.props(), product_shape(p, ep))) {
+      launch_gemm_tma<X>(s, p, ep);
+      return;
+    }
+#endif
+#if defined(DING_GPU_WGMMA)
+    if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), product_shape(p, ep))) {
+      launch_gemm_wgmma<X>(s, p, ep);
+      return;
+    }
+#endif
+    if (gemm_mma_fits(s.props(), p)) {
+      launch_gemm_mma<X>(s, p, ep);
+      return;
+    }
+  }
+#endif
+  launch_gemm_simt<X, W, false>(s, p, ep);
 }
 
 }  // namespace
@@ -131,9 +152,12 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   p.x_batch = p.M * p.K;
   p.w_batch = per_batch_w ? a.w.dim(-2) * p.K : 0;
   if (p.M == 0 || p.N == 0 || p.batches == 0) return;
-  if (quantized && p.M > kGemvMaxRows) return matmul(stream, dequantized(s, a));
+  // Many rows of a quantized w: widened to 16-bit x's type (below) where w is one matrix, else
+  // dequantized to f32.
+  const bool widened = quantized && p.M > kGemvMaxRows && a.x.dtype != DType::f32 && !per_batch_w;
+  if (quantized && p.M > kGemvMaxRows && !widened) return matmul(stream, dequantized(s, a));
   p.w_scales = quantized ? a.w.scales : nullptr;
-  const Epilogue ep = epilogue_of(a);
+  Epilogue ep = epilogue_of(a);
   const ops::MatmulNorm& norm = a.params.norm;
   const bool fused = p.M <= kGemvMaxRows && gemv_fuses(norm, a.x.dtype, p.M, p.K);
   if (norm.kind != ops::NormKind::none && !fused) {
@@ -148,6 +172,22 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   }
 
   const ops::MatmulNorm& prologue = fused ? norm : ops::MatmulNorm{};
+  if (widened) {
+    with_float_type(a.x.dtype, [&](auto x_tag) {
+      using X = decltype(x_tag);
+      if constexpr (!std::is_same_v<X, float>) {
+        X* const w = static_cast<X*>(s.scratch(size_t(a.w.numel()) * sizeof(X), GpuStream::ScratchSlot::intermediate));
+        with_quantized_type(a.w.dtype, [&](auto w_tag) {
+          widen_segments(s, w, static_cast<const decltype(w_tag)*>(a.w.data), a.w.numel(), 1, nullptr);
+        });
+        p.w = w;
+        p.w_scales = nullptr;
+        ep.w_scales = a.w.scales;
+        launch_tiled<X, X>(s, p, ep);
+      }
+    });
+    return;
+  }
   if (quantized) {
     with_float_type(a.x.dtype, [&](auto x_tag) {
       with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_few_rows<decltype(x_tag), decltype(w_tag)>(s, p, ep, prologue); });
@@ -158,31 +198,10 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     with_float_type(a.w.dtype, [&](auto w_tag) {
       using X = decltype(x_tag);
       using W = decltype(w_tag);
-      if (p.M <= kGemvMaxRows) {
+      if (p.M <= kGemvMaxRows)
         launch_few_rows<X, W>(s, p, ep, prologue);
-        return;
-      }
-#if defined(DING_GPU_NVIDIA)
-      if constexpr (std::is_same_v<X, W> && !std::is_same_v<X, float>) {
-#if defined(DING_GPU_TMA)
-        if (s.matmul_tuning().tma && gemm_tma_takes(s.props(), product_shape(p, ep))) {
-          launch_gemm_tma<X>(s, p, ep);
-          return;
-        }
-#endif
-#if defined(DING_GPU_WGMMA)
-        if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), product_shape(p, ep))) {
-          launch_gemm_wgmma<X>(s, p, ep);
-          return;
-        }
-#endif
-        if (gemm_mma_fits(s.props(), p)) {
-          launch_gemm_mma<X>(s, p, ep);
-          return;
-        }
-      }
-#endif
-      launch_gemm_simt<X, W, false>(s, p, ep);
+      else
+        launch_tiled<X, W>(s, p, ep);
     });
   });
 }

@@ -22,7 +22,7 @@ template <class X, class W>
 void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
 template <class T, class W>
 void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
-template <class T>
+template <class T, class W>
 void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
                               int P);
 template <class T>
@@ -55,8 +55,9 @@ DING_FOR_W(DING_GEMM_SIMT, ding::bf16)
 #undef DING_GEMM_SIMT
 #undef DING_GEMV
 #if defined(DING_GPU_NVIDIA)
-#define DING_GEMV_MMA(X, W) \
-  extern template void launch_gemv_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
+#define DING_GEMV_MMA(X, W)                                                                                   \
+  extern template void launch_gemv_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&); \
+  extern template void launch_gemv_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int, int);
 DING_GEMV_MMA(ding::f16, ding::f16)
 DING_GEMV_MMA(ding::bf16, ding::bf16)
 DING_GEMV_MMA(ding::f16, int8_t)
@@ -64,10 +65,6 @@ DING_GEMV_MMA(ding::f16, ding::f8e4m3)
 DING_GEMV_MMA(ding::bf16, int8_t)
 DING_GEMV_MMA(ding::bf16, ding::f8e4m3)
 #undef DING_GEMV_MMA
-extern template void launch_gemv_mma_segments<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
-                                                         int, int);
-extern template void launch_gemv_mma_segments<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
-                                                          int, int);
 extern template void launch_gemm_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
 extern template void launch_gemm_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
 extern template void launch_gemm_mma_segments<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,

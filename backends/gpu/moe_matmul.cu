@@ -3,10 +3,10 @@
 // row tiles (row_tiles.cuh), so its weights are read once per tile of its rows (once in all at
 // decode, where an expert owns one row or a few), and an expert without rows is never read.
 //
-// Decode (P ≤ E) with 16-bit x and w of one type on NVIDIA sm_80+: the tensor-core GEMV core
-// (gemv_mma.cuh) takes the product, one of its batches per row tile: its weight stream through a
-// cp.async ring is what reaches the copy bandwidth on a decode step's few rows (the kernel below
-// stalls on the latency of the loads its registers can hold).
+// Decode (P ≤ E) with 16-bit x and w of x's type or 8 bits on NVIDIA sm_80+: the tensor-core GEMV
+// core (gemv_mma.cuh) takes the product, one of its batches per row tile: its weight stream
+// through a cp.async ring is what reaches the copy bandwidth on a decode step's few rows (the
+// kernel below stalls on the latency of the loads its registers can hold).
 //
 // Otherwise the kernel below: a weight stream in the manner of the FMA GEMV (gemv.cuh), a block
 // computing one row tile × one range of output columns.
@@ -19,6 +19,8 @@
 //    tile counts ⌈(offsets[e+1] − offsets[e]) / kTileRows⌉, warp_size() experts at a time; the
 //    first expert whose running count passes the tile index owns it. E + 1 ints, from L2 after
 //    the first blocks: nothing next to the weight rows the block then streams.
+//  - 8-bit w (i8, f8e4m3) widens in registers, each vector once for all the tile's rows; each
+//    row's finished sum is multiplied by the row's scale.
 //  - A warp owns kColsPerWarp output columns (swiglu: one, its gate row j and up row N + j, so the
 //    epilogue pairs the two sums with one shuffle) over a slice of K. Lanes read w in 16-byte
 //    vectors (element by element where rows of x or w do not allow them), kUnroll per row in
@@ -33,6 +35,9 @@
 //    out.
 // Prefill (thousands of rows) with 16-bit x and w of one type on NVIDIA sm_80+: the tensor-core
 // GEMM core (gemm_mma.cuh) in its segmented form, one block row per row tile of 64 or 128 rows.
+// 8-bit experts go the same way after widening to x's type (widen.cuh), a group of experts at a
+// time into kWidenedBytes of scratch (MatmulTuning::moe_widen_bytes), only the experts with rows;
+// the row scales are applied in the GEMM's epilogue.
 // Otherwise (f32, mixed dtypes, HIP, and between decode's P ≤ E and 8·E rows) the kernel below:
 // every w vector loaded feeds kTileRows rows, and the blocks of one expert's consecutive tiles are
 // scheduled together (tiles are grid x), so its columns come from L2 after the first; bounded by
@@ -51,6 +56,7 @@
 #include "row_tiles.cuh"
 #include "select.cuh"
 #include "stream.h"
+#include "widen.cuh"
 
 DING_GPU_BEGIN
 namespace {
@@ -62,6 +68,8 @@ constexpr int kUnroll = 4;       // vectors per row of w and lane loaded before 
 static_assert(kTileRows * kColsPerWarp <= 32, "a lane of the smallest warp holds each final sum");
 #if defined(DING_GPU_NVIDIA)
 constexpr int64_t kGemmRowsPerExpert = 8;  // from P = this · E rows on, the tensor-core GEMM core
+// Scratch for 8-bit experts widened for the GEMM core, unless MatmulTuning::moe_widen_bytes says.
+constexpr size_t kWidenedBytes = size_t(256) << 20;
 #endif
 
 struct Params {
@@ -69,6 +77,7 @@ struct Params {
   DType out_dtype;
   const void* x;            // [P, K]
   const void* w;            // [E, N, K]; swiglu: [E, 2N, K]
+  const float* w_scales;    // 8-bit w: [E·N] or [E·2N] row scales; else null
   const int32_t* offsets;   // [E + 1]
   int P, E;                 // P < 2^31: the offsets are i32
   int64_t N, K;
@@ -113,6 +122,10 @@ __global__ void __launch_bounds__(kThreads) moe_matmul_kernel(const Params a) {
       for (int r = 0; r < kColsPerWarp; ++r) row_ok[r] = (a.swiglu ? n0 : n0 + r) < a.N;
 
       float acc[kTileRows][kColsPerWarp] = {};
+      // The rows' scales (8-bit w): lane m · kColsPerWarp + r ends with row r's sum.
+      float scale = 1.0f;
+      if (a.w_scales && row_ok[lane % kColsPerWarp])
+        scale = a.w_scales[int64_t(rt.segment) * w_rows + n0 + (lane % kColsPerWarp) * row_step];
       for (int64_t k0 = k_begin + int64_t(lane) * Vec; k0 < k_end && row_ok[0]; k0 += kStep * kUnroll) {
         Pack<W, Vec> wv[kUnroll][kColsPerWarp];
 #pragma unroll
@@ -130,6 +143,9 @@ __global__ void __launch_bounds__(kThreads) moe_matmul_kernel(const Params a) {
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t k = k0 + u * kStep;
           if (k >= k_end) break;
+          float wf[kColsPerWarp][Vec];  // widened once, used by every row of the tile
+#pragma unroll
+          for (int r = 0; r < kColsPerWarp; ++r) widen(wv[u][r], wf[r]);
           // m < rt.rows as a guard, not a break: hipcc leaves a loop with two exits rolled, which
           // indexes acc at run time and so moves it to scratch memory.
 #pragma unroll
@@ -140,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) moe_matmul_kernel(const Params a) {
 #pragma unroll
               for (int r = 0; r < kColsPerWarp; ++r)
 #pragma unroll
-                for (int e = 0; e < Vec; ++e) acc[m][r] = fmaf(xv[e], to_float(wv[u][r].v[e]), acc[m][r]);
+                for (int e = 0; e < Vec; ++e) acc[m][r] = fmaf(xv[e], wf[r][e], acc[m][r]);
             }
           }
         }
@@ -170,6 +186,7 @@ __global__ void __launch_bounds__(kThreads) moe_matmul_kernel(const Params a) {
         }
         __syncthreads();  // partial is rewritten by the next tile
       }
+      mine *= scale;
       const int64_t out_row = int64_t(rt.begin) + m;
       if (a.swiglu) {
         // Lane 2m + 1 holds row m's up sum; every lane shuffles, lane 2m stores.
@@ -227,6 +244,7 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
   p.out_dtype = a.out.dtype;
   p.x = a.x.data;
   p.w = a.w.data;
+  p.w_scales = a.w.scales;
   p.offsets = a.offsets.ptr<int32_t>();
   p.P = int(P);
   p.E = int(E);
@@ -241,7 +259,8 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
   // (a prefill chunk: 1536 rows for 256 tokens of DeepSeek-V2's top-6 of 64) through the GEMM core
   // in row tiles of 64 or 128, so an expert's weights are read once per tile of that many rows.
   const bool decode = P <= E, prefill = P >= kGemmRowsPerExpert * E;
-  if ((decode || prefill) && a.x.dtype == a.w.dtype && (a.x.dtype == DType::bf16 || a.x.dtype == DType::f16)) {
+  const bool narrow = ops::quantized_weight(a.w.dtype);
+  if ((decode || prefill) && (a.x.dtype == a.w.dtype || narrow) && (a.x.dtype == DType::bf16 || a.x.dtype == DType::f16)) {
     GemmShape g;
     g.x = a.x.data;
     g.w = a.w.data;
@@ -250,27 +269,62 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
     g.K = K;
     g.batches = decode ? p.tiles : 1;
     g.w_batch = (p.swiglu ? 2 : 1) * N * K;
+    g.w_scales = a.w.scales;
     Epilogue ep;
     ep.swiglu = p.swiglu;
     ep.out = a.out.data;
     ep.out_dtype = a.out.dtype;
     ep.ld = N;
-    auto on_tensor_cores = [&](auto tag) {
-      using T = decltype(tag);
-      if (decode) {
-        if (!gemv_mma_segments_fit<T, T>(s.props(), g, p.swiglu)) return false;
-        launch_gemv_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
-      } else {
+    // At decode the GEMV core reads w as stored (8 bits widen in its registers).
+    auto decode_on_tensor_cores = [&](auto x_tag, auto w_tag) {
+      using T = decltype(x_tag);
+      using W = decltype(w_tag);
+      if (!gemv_mma_segments_fit<T, W>(s.props(), g, p.swiglu)) return false;
+      launch_gemv_mma_segments<T, W>(s, g, ep, p.offsets, p.E, p.P);
+      return true;
+    };
+    // In prefill, 8-bit experts are widened to T a group at a time; each group's segments are
+    // its experts' (offsets + e0: the rows stay where the whole offsets place them).
+    auto prefill_on_tensor_cores = [&](auto x_tag) {
+      using T = decltype(x_tag);
+      if (!narrow) {
         if (!gemm_mma_fits(s.props(), g)) return false;
         launch_gemm_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
+        return true;
       }
+      const int64_t expert = g.w_batch, rows = g.w_batch / K;
+      const size_t budget = s.matmul_tuning().moe_widen_bytes ? s.matmul_tuning().moe_widen_bytes : kWidenedBytes;
+      const int64_t group = std::clamp<int64_t>(int64_t(budget / (size_t(expert) * sizeof(T))), 1,
+                                                std::min<int64_t>(E, kMaxGridYZ));
+      T* const wide = static_cast<T*>(s.scratch(size_t(group * expert) * sizeof(T), GpuStream::ScratchSlot::intermediate));
+      g.w = wide;
+      g.w_scales = nullptr;
+      if (!gemm_mma_fits(s.props(), g) || expert % 16 != 0) return false;
+      with_quantized_type(a.w.dtype, [&](auto w_tag) {
+        using W = decltype(w_tag);
+        for (int64_t e0 = 0; e0 < E; e0 += group) {
+          const int count = int(std::min(group, E - e0));
+          widen_segments(s, wide, static_cast<const W*>(a.w.data) + e0 * expert, expert, count, p.offsets + e0);
+          ep.w_scales = a.w.scales + e0 * rows;
+          launch_gemm_mma_segments<T>(s, g, ep, p.offsets + e0, count, p.P);
+        }
+      });
       return true;
+    };
+    auto on_tensor_cores = [&](auto x_tag) {
+      if (!decode) return prefill_on_tensor_cores(x_tag);
+      if (!narrow) return decode_on_tensor_cores(x_tag, x_tag);
+      return with_quantized_type(a.w.dtype, [&](auto w_tag) { return decode_on_tensor_cores(x_tag, w_tag); });
     };
     if (a.x.dtype == DType::bf16 ? on_tensor_cores(ding::bf16{}) : on_tensor_cores(ding::f16{})) return;
   }
 #endif
   with_float_type(a.x.dtype, [&](auto x_tag) {
-    with_float_type(a.w.dtype, [&](auto w_tag) { launch_moe_matmul<decltype(x_tag), decltype(w_tag)>(s, p); });
+    using X = decltype(x_tag);
+    if (ops::quantized_weight(a.w.dtype))
+      with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_moe_matmul<X, decltype(w_tag)>(s, p); });
+    else
+      with_float_type(a.w.dtype, [&](auto w_tag) { launch_moe_matmul<X, decltype(w_tag)>(s, p); });
   });
 }
 

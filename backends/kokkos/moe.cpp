@@ -163,19 +163,25 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
 // x, w and out are contiguous (ops/moe.cpp checks).
 void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
   const int64_t P = a.x.dim(0), K = a.x.dim(1), N = a.out.dim(1), E = a.w.dim(0);
-  const int64_t w_expert = a.w.dim(1) * K, blocks = (N + kColumns - 1) / kColumns;
+  const int64_t rows = a.w.dim(1), w_expert = rows * K, blocks = (N + kColumns - 1) / kColumns;
   const Elements out = elements(a.out), x = elements(a.x), w = elements(a.w), offsets = elements(a.offsets);
   const int64_t o_step = a.offsets.strides[0];
   const bool swiglu = a.activation == ops::Activation::swiglu;
+  const float* const scales = a.w.scales;  // a quantized w's: expert e's rows from e·rows on
   Kokkos::parallel_for("ding::moe_matmul", TeamPolicy(int(P * blocks), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
     const int64_t p = team.league_rank() / blocks, n0 = team.league_rank() % blocks * kColumns;
     const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
     const int64_t e = expert_of_row(offsets, o_step, E, p);
     if (e < 0) return;  // no expert owns the row: nothing written (kernels.h)
+    // Row r of expert e applied to row p, scaled by the row's scale where w is quantized.
+    auto linear = [&](int64_t r) {
+      const float sum = dot(x, p * K, w, e * w_expert + r * K, 1, K);
+      return scales ? sum * scales[e * rows + r] : sum;
+    };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
-      float acc = dot(x, p * K, w, e * w_expert + n * K, 1, K);
+      float acc = linear(n);
       // [W_gate; W_up]: the up row N + n beside the gate row n; one rounding, after silu(g)·u.
-      if (swiglu) acc = silu(acc) * dot(x, p * K, w, e * w_expert + (N + n) * K, 1, K);
+      if (swiglu) acc = silu(acc) * linear(N + n);
       out.store(p * N + n, acc);
     });
   });

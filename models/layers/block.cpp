@@ -91,11 +91,11 @@ size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
   return mixer + std::max(dense, mixture_of_experts_scratch_bytes(c, dtype, rows));
 }
 
-std::vector<Tensor*> matmul_weights(LayerWeights& w) {
+std::vector<Tensor*> projection_weights(LayerWeights& w) {
   std::vector<Tensor*> out;
   for (Tensor* t : {&w.attention.qkv_w, &w.attention.out_w, &w.latent.in_w, &w.latent.q_b_w, &w.latent.out_w,
-                    &w.linear.in_w, &w.linear.z_w, &w.linear.out_w, &w.ffn.up_w, &w.ffn.down_w, &w.moe.shared_up_w,
-                    &w.moe.shared_down_w})
+                    &w.linear.in_w, &w.linear.z_w, &w.linear.out_w, &w.ffn.up_w, &w.ffn.down_w, &w.moe.up_w,
+                    &w.moe.down_w, &w.moe.shared_up_w, &w.moe.shared_down_w})
     out.push_back(t);
   return out;
 }

@@ -209,12 +209,13 @@ struct CacheSize {
 CacheSize model_cache_size(const ModelConfig& c, DType dtype);
 // Scratch one block needs for `rows` token rows in `dtype`.
 size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
-// The weights a layer hands to ops::matmul alone (as w), which LoadOptions::quantize may store as
-// 8-bit values with row scales: the projections of attention, latent attention, linear attention
-// and the dense or shared-expert MLPs. Not the router (its logits choose the experts: a near tie
-// should not flip on rounding), the experts (ops::moe_matmul reads them) or kv_b_proj (the latent
-// attention ops read it). Every such slot of the layer, also those its family leaves undefined:
-// the loader matches them against weight plans before any weight is uploaded.
-std::vector<Tensor*> matmul_weights(LayerWeights& w);
+// The weights a layer hands only to ops::matmul and ops::moe_matmul (as w), which
+// LoadOptions::quantize may store as 8-bit values with row scales: the projections of attention,
+// latent attention, linear attention, the dense MLP, the routed experts and the shared experts.
+// Not the router (its logits choose the experts: a near tie should not flip on rounding) or
+// kv_b_proj (the latent attention ops read it). Every such slot of the layer, also those its
+// family leaves undefined: the loader matches them against weight plans before any weight is
+// uploaded.
+std::vector<Tensor*> projection_weights(LayerWeights& w);
 
 }  // namespace ding

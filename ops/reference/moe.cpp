@@ -100,7 +100,7 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
   }
 }
 
-// out[p] = act(x[p] · W[e]ᵀ) over each expert's rows; swiglu as the reference matmul has it.
+// out[p] = act(x[p] · W[e]ᵀ) over each expert's rows; swiglu and row scales as the reference matmul has them.
 void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
   const int64_t P = a.x.dim(0), K = a.x.dim(1), E = a.w.dim(0), N = a.out.dim(1);
   const bool swiglu = a.activation == ops::Activation::swiglu;
@@ -112,14 +112,16 @@ void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
                               E, P));
     previous = int64_t(o);
   }
+  const int64_t rows = a.w.dim(1);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t first = int64_t(load(a.offsets, offset(a.offsets, {e})));
     const int64_t end = int64_t(load(a.offsets, offset(a.offsets, {e + 1})));
     for (int64_t p = first; p < end; ++p) {
+      // Row `row` of expert e applied to grouped row p; a quantized row scaled by its scale.
       const auto linear = [&](int64_t row) {
         double sum = 0;
         for (int64_t k = 0; k < K; ++k) sum += load(a.x, offset(a.x, {p, k})) * load(a.w, offset(a.w, {e, row, k}));
-        return sum;
+        return a.w.scales ? sum * double(a.w.scales[e * rows + row]) : sum;
       };
       for (int64_t n = 0; n < N; ++n) {
         double y = linear(n);

@@ -145,7 +145,7 @@ TEST_P(ModelParity, GreedyTokensMatchWhereTheMarginAllows) {
 // Quantized at load (LoadOptions::quantize), f32 activations: the logits of every prompt position
 // against the same float64 reference, within issue 22's bounds: 1e-3 for int8 (a row's values
 // rounded to 1/254 of its range) and 2e-2 for fp8 (E4M3's 3-bit mantissa: 2^-4 relative). Only
-// the projections turn 8-bit; the embeddings, LM head, routers, experts and norms stay f32.
+// the projections and experts turn 8-bit; the embeddings, LM head, routers and norms stay f32.
 // A fixture that records its own sensitivity (own_nmse, fixture_bound) is held to a multiple of
 // transformers' own bf16 error instead, where that is looser: on the other fixtures 8-bit
 // projections cost 1.5–7x (int8: 1.3e-4–7.1e-4) and 15–80x (fp8: 1.7e-3–9.9e-3) ding's bf16 error
@@ -175,6 +175,13 @@ TEST_P(QuantizedParity, LogitsWithEightBitProjectionsStayNearTransformers) {
     EXPECT_EQ(mixer_in.dtype, format);
     EXPECT_NE(mixer_in.scales, nullptr);
     EXPECT_EQ(model.weights().token_embedding.dtype, DType::f32) << "the embedding keeps the compute dtype";
+    for (const LayerWeights& layer : model.weights().layers)
+      if (layer.moe.up_w.defined()) {
+        EXPECT_EQ(layer.moe.up_w.dtype, format) << "the routed experts turn 8-bit";
+        EXPECT_EQ(layer.moe.down_w.dtype, format);
+        EXPECT_NE(layer.moe.down_w.scales, nullptr);
+        EXPECT_EQ(layer.moe.router_w.dtype, DType::f32) << "the router keeps the compute dtype";
+      }
     Session session(model, {.prefill_chunk = p.prefill_chunk});
     std::vector<float> logits;
     session.prefill(0, prompt, &logits);

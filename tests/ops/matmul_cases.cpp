@@ -72,14 +72,7 @@ OpCase make_case(const MatmulCase& c) {
     const int64_t w_rows = c.swiglu ? 2 * c.N : c.N;  // swiglu: [W_gate; W_up]
     Tensor w;
     if (ops::quantized_weight(c.w)) {
-      // i8: integers over the whole range; f8e4m3: normal values rounded to it. Row scales in
-      // [0.5, 1.5] × what brings the row to w_scale's spread.
-      const int64_t batches = c.batched_w ? c.B : 0, rows = std::max<int64_t>(batches, 1) * w_rows;
-      const bool i8 = c.w == DType::i8;
-      w = batches ? (i8 ? run.uniform(c.w, {batches, w_rows, c.K}, -127.0, 127.0) : run.normal(c.w, {batches, w_rows, c.K}, 1.0))
-                  : (i8 ? run.uniform(c.w, {w_rows, c.K}, -127.0, 127.0) : run.normal(c.w, {w_rows, c.K}, 1.0));
-      const double spread = i8 ? 127.0 / std::sqrt(3.0) : 1.0;
-      w.scales = run.uniform(DType::f32, {rows}, 0.5 * w_scale / spread, 1.5 * w_scale / spread).ptr<float>();
+      w = c.batched_w ? run.quantized(c.w, {c.B, w_rows, c.K}, w_scale) : run.quantized(c.w, {w_rows, c.K}, w_scale);
     } else {
       w = normal3(run, c.w, c.batched_w ? c.B : 0, w_rows, c.K, w_scale);
     }
@@ -380,8 +373,9 @@ std::vector<OpCase> matmul_cases() {
     }
   // Llama-3.1-8B's decode products with 8-bit weights (i8, E4M3 with row scales): half the bytes
   // of the bf16 ones above, so half their time at the same share of bandwidth.
+  // And its prefill products (M = 256) with them: on a GPU, w widened to bf16 for the tensor cores.
   for (DType w : {i8, f8})
-    for (int64_t M : {1, 8}) {
+    for (int64_t M : {1, 8, 256}) {
       const LlamaShape& l = llama[1];
       list.push_back({.M = M, .N = l.qkv, .K = l.C, .x = bf16, .w = w, .out = bf16, .norm = ops::NormKind::rms_norm,
                       .in_tests = false});

@@ -229,6 +229,39 @@ void add_expert_matmul_cases(std::vector<OpCase>& cases) {
         };
         cases.push_back(c);
       }
+
+  // 8-bit experts (i8, f8e4m3 with row scales, ops/moe.h): decode on a GPU's tensor-core GEMV
+  // (16-bit x, K a multiple of 16; one token's 8 experts, eight tokens' union), the FMA kernel
+  // between decode and prefill (odd K: element by element) and for f32 x, prefill through the
+  // 16-bit widening and the GEMM (60 experts, a quarter without rows).
+  const Shape narrow_shapes[] = {{1, 8, 64, 40, 256}, {8, 8, 64, 48, 64}, {17, 2, 8, 33, 70},
+                                 {520, 2, 8, 40, 96}, {300, 6, 60, 24, 48}};
+  const ExpertTypes narrow_types[] = {{DType::bf16, DType::i8, DType::bf16}, {DType::f16, DType::f8e4m3, DType::f16},
+                                      {DType::f32, DType::i8, DType::f32},   {DType::bf16, DType::f8e4m3, DType::f32}};
+  for (Shape s : narrow_shapes)
+    for (bool swiglu : {false, true})
+      for (int t = 0; t < 2; ++t) {
+        const ExpertTypes ty = narrow_types[size_t(variant++ % 4)];
+        const int64_t P = s.T * s.k, rows = swiglu ? 2 * s.N : s.N;
+        OpCase c;
+        c.op = "moe_matmul";
+        c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
+                             dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "");
+        // The 8-bit values and their scales are the weights (exact on both sides), so each output is
+        // again one matmul output.
+        c.tolerance = matmul_tolerance(ty.out, s.K, P * s.N, swiglu);
+        c.reason = matmul_reason(ty.out, s.K, swiglu) + "; 8-bit w with row scales, exact on both sides";
+        c.build = [=](CaseRun& run) {
+          Tensor offsets = routed_offsets(run, s.T, s.k, s.E);
+          Tensor x = run.normal(ty.x, {P, s.K});
+          Tensor w = run.quantized(ty.w, {s.E, rows, s.K}, 1.0 / std::sqrt(double(s.K)));
+          Tensor out = run.output("out", ty.out, {P, s.N});
+          const ops::Activation act = swiglu ? ops::Activation::swiglu : ops::Activation::none;
+          run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
+          run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act});
+        };
+        cases.push_back(c);
+      }
 }
 
 struct CombineTypes {
@@ -311,29 +344,34 @@ void add_bench_cases(std::vector<OpCase>& cases) {
 
   // OLMoE-1B-7B's experts (C = 2048, F = 1024) at decode: batch 1 reads 8 experts' weights, batch 8
   // the union of what its tokens chose; a prefill chunk of 256 tokens.
-  for (int64_t tokens : {1, 8, 256})
-    for (bool up : {true, false}) {
-      const int64_t F = 1024, N = up ? F : C, K = up ? C : F, P = tokens * k;
-      OpCase expert{.op = "moe_matmul",
-                    .name = fmt::format("moe_matmul/bench_olmoe_{}_T{}_k8_E64_bf16", up ? "gate_up" : "down", tokens),
-                    .tolerance = matmul_tolerance(DType::bf16, K, P * N, up),
-                    .reason = matmul_reason(DType::bf16, K, up)};
-      expert.build = [=](CaseRun& run) {
-        const std::vector<int32_t> values = routed_offset_values(run, tokens, k, E);
-        int64_t active = 0;  // the roofline's bytes: the experts the tokens chose, each once
-        for (int64_t e = 0; e < E; ++e) active += values[size_t(e) + 1] > values[size_t(e)];
-        Tensor offsets = run.ints({E + 1}, values);
-        Tensor x = run.normal(DType::bf16, {P, K});
-        Tensor w = run.normal(DType::bf16, {E, up ? 2 * N : N, K}, 1.0 / std::sqrt(double(K)));
-        Tensor out = run.output("out", DType::bf16, {P, N});
-        const ops::Activation act = up ? ops::Activation::swiglu : ops::Activation::none;
-        run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
-        run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act}, active);
-        run.note = fmt::format("{} experts chosen", active);
-      };
-      expert.in_tests = false;
-      cases.push_back(expert);
-    }
+  // The same with 8-bit experts (int8, fp8: i8 and E4M3 values with row scales).
+  for (DType wt : {DType::bf16, DType::i8, DType::f8e4m3})
+    for (int64_t tokens : {1, 8, 256})
+      for (bool up : {true, false}) {
+        const int64_t F = 1024, N = up ? F : C, K = up ? C : F, P = tokens * k;
+        const std::string w_tag = wt == DType::bf16 ? "" : wt == DType::i8 ? "_int8" : "_fp8";
+        OpCase expert{.op = "moe_matmul",
+                      .name = fmt::format("moe_matmul/bench_olmoe_{}_T{}_k8_E64_bf16{}", up ? "gate_up" : "down", tokens, w_tag),
+                      .tolerance = matmul_tolerance(DType::bf16, K, P * N, up),
+                      .reason = matmul_reason(DType::bf16, K, up)};
+        expert.build = [=](CaseRun& run) {
+          const std::vector<int32_t> values = routed_offset_values(run, tokens, k, E);
+          int64_t active = 0;  // the roofline's bytes: the experts the tokens chose, each once
+          for (int64_t e = 0; e < E; ++e) active += values[size_t(e) + 1] > values[size_t(e)];
+          Tensor offsets = run.ints({E + 1}, values);
+          Tensor x = run.normal(DType::bf16, {P, K});
+          const double w_scale = 1.0 / std::sqrt(double(K));
+          Tensor w = wt == DType::bf16 ? run.normal(wt, {E, up ? 2 * N : N, K}, w_scale)
+                                       : run.quantized(wt, {E, up ? 2 * N : N, K}, w_scale);
+          Tensor out = run.output("out", DType::bf16, {P, N});
+          const ops::Activation act = up ? ops::Activation::swiglu : ops::Activation::none;
+          run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
+          run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act}, active);
+          run.note = fmt::format("{} experts chosen", active);
+        };
+        expert.in_tests = false;
+        cases.push_back(expert);
+      }
 
   OpCase combine{.op = "moe_combine", .name = "moe_combine/bench_T256_k8_C2048_bf16", .tolerance = 0.05 * rounding_nmse(DType::bf16),
                  .reason = "as the small bf16 moe_combine cases"};

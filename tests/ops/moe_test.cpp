@@ -4,13 +4,16 @@
 
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "ding/ding.h"
+#include "ding/gpu.h"
+#include "ding/ops/moe.h"
 #include "expect_error.h"
 #include "tensors.h"
-#include "ding/ops/moe.h"
+#include "tools/gpu_tuning.h"
 
 namespace ding::testing {
 namespace {
@@ -221,6 +224,30 @@ TEST(MoeMatmul, EachRowUsesItsExpertAndAnEmptyExpertIsNotRead_P3_E3_K2) {
   }
 }
 
+// 8-bit experts: each row's sum times that expert row's scale (scales run over every expert's rows
+// in order). Expert 0 (rows 0, 1) serves grouped rows 0 and 1, expert 1 (rows 2, 3) row 2. With
+// swiglu the two rows of an expert are its gate and up row: out = silu(g·s_g)·(u·s_u).
+TEST(MoeMatmul, EightBitExpertsScaleEachRowsSum_P3_E2_K2) {
+  const std::vector<float> scales = {0.5f, 0.25f, 2.0f, 0.125f};
+  for (const char* backend : {"ref", "cpu", "kokkos"}) {
+    if (!registry::is_available(backend)) continue;
+    Tensors ts(Device::open(backend));
+    const Tensor x = ts.f32({3, 2}, {1, 2, 3, 4, 5, 6}), offsets = ts.i32({3}, {0, 2, 3}), scale = ts.f32({4}, scales);
+    Tensor w = ts.from(DType::i8, {2, 2, 2}, std::vector<int8_t>{1, -1, 2, 3, 127, 0, -4, 1});
+    w.scales = scale.ptr<float>();
+    Tensor out = ts.make(DType::f32, {3, 2});
+    ops::moe_matmul(ts.stream(), out, x, w, offsets);
+    // Row 0: (1 − 2)·0.5, (2 + 6)·0.25; row 1: (3 − 4)·0.5, (6 + 12)·0.25; row 2: 635·2, (−20 + 6)·0.125.
+    EXPECT_EQ(ts.read<float>(out), (std::vector<float>{-0.5f, 2.0f, -0.5f, 4.5f, 1270.0f, -1.75f})) << backend;
+    Tensor gated = ts.make(DType::f32, {3, 1});
+    ops::moe_matmul(ts.stream(), gated, x, w, offsets, ops::Activation::swiglu);
+    const auto silu = [](double g) { return g / (1.0 + std::exp(-g)); };
+    const std::vector<float> got = ts.read<float>(gated);
+    const double expected[] = {silu(-0.5) * 2.0, silu(-0.5) * 4.5, silu(1270.0) * -1.75};
+    for (int r = 0; r < 3; ++r) EXPECT_NEAR(got[size_t(r)], expected[r], 1e-5 * std::abs(expected[r])) << backend << " row " << r;
+  }
+}
+
 TEST(MoeMatmul, RejectsOffsetsThatAreNotABlockPerExpert_P3_E2) {
   const std::vector<std::pair<std::vector<int32_t>, std::string>> bad = {
       {{1, 2, 3}, "offsets[0] = 1"}, {{0, 2, 1}, "offsets[2] = 1"}, {{0, 4, 3}, "offsets[1] = 4"}, {{0, 1, 2}, "offsets[2] = 2"}};
@@ -255,6 +282,62 @@ TEST(MoeMatmul, RejectsBadShapesDtypesActivationsAndAliasing_P3_E2) {
                {"moe_matmul", "x", "ref"});
   expect_error([&] { ops::moe_matmul(s, x.reshape({15}).slice(0, 0, 12).reshape({3, 4}), x, w, offsets); },
                ErrorCode::aliasing, {"moe_matmul", "out", "x"});
+  // 8-bit experts carry their row scales, and only they do.
+  const Tensor scales = ts.make(DType::f32, {8});
+  expect_error([&] { ops::moe_matmul(s, out, x, ts.make(DType::i8, {2, 4, 5}), offsets); }, ErrorCode::invalid_argument,
+               {"moe_matmul", "w [2, 4, 5] i8", "no per-row scales"});
+  Tensor scaled = w;
+  scaled.scales = scales.ptr<float>();
+  expect_error([&] { ops::moe_matmul(s, out, x, scaled, offsets); }, ErrorCode::invalid_argument,
+               {"moe_matmul", "w [2, 4, 5] f32", "carries scales but is not quantized"});
+  expect_error([&] { ops::moe_matmul(s, out, ts.make(DType::i8, {3, 5}), w, offsets); }, ErrorCode::dtype_mismatch,
+               {"moe_matmul", "x", "i8"});
+}
+
+// A prefill-sized product of 8-bit experts on a GPU widens the experts to 16 bits a group at a
+// time (MatmulTuning::moe_widen_bytes): one expert per group gives bit for bit the product of
+// all experts in one group (the same GEMM tiles over the same rows), every expert's rows scaled by
+// its own scales (each expert's values the same, its scales and rows its own).
+TEST(MoeMatmulGpu, EightBitExpertsWidenedAGroupAtATimeGiveTheWholeProduct_P1040_E8) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& device = Device::open("cuda");
+  const int64_t E = 8, N = 40, K = 96, P = 1040;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<bf16> x_values(size_t(P * K));
+  for (bf16& v : x_values) v = f32_to_bf16(normal(rng));
+  std::vector<int8_t> w_values(size_t(E * 2 * N * K));
+  for (int8_t& v : w_values) v = int8_t(std::uniform_int_distribution<int>(-127, 127)(rng));
+  std::vector<float> scale_values(size_t(E * 2 * N));
+  for (float& v : scale_values) v = std::uniform_real_distribution<float>(0.001f, 0.002f)(rng);
+  // Rows per expert: 130 each, expert 5 none (never widened, never read).
+  std::vector<int32_t> offsets_values = {0, 130, 260, 390, 520, 650, 650, 845, 1040};
+  Tensors ts(device);
+  const Tensor x = ts.from(DType::bf16, {P, K}, x_values), offsets = ts.i32({E + 1}, offsets_values);
+  const Tensor scales = ts.f32({E * 2 * N}, scale_values);
+  Tensor w = ts.from(DType::i8, {E, 2 * N, K}, w_values);
+  w.scales = scales.ptr<float>();
+  const gpu::MatmulTuning tuning = tools::matmul_tuning_from_environment().value_or(gpu::MatmulTuning{});
+  auto product = [&](size_t widen_bytes) {
+    gpu::MatmulTuning t = tuning;
+    t.moe_widen_bytes = widen_bytes;
+    gpu::set_matmul_tuning(device, t);
+    Tensor out = ts.make(DType::f32, {P, N});
+    ops::moe_matmul(ts.stream(), out, x, w, offsets, ops::Activation::swiglu);
+    return ts.read<float>(out);
+  };
+  const std::vector<float> whole = product(0), expert_at_a_time = product(size_t(2 * N * K) * 2);
+  gpu::set_matmul_tuning(device, tuning);
+  EXPECT_EQ(whole, expert_at_a_time);
+  // And the product is the experts' own: row 0 by expert 0's first gate and up rows, scaled.
+  double gate = 0, up = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    gate += double(bf16_to_f32(x_values[size_t(k)])) * w_values[size_t(k)];
+    up += double(bf16_to_f32(x_values[size_t(k)])) * w_values[size_t(N * K + k)];
+  }
+  gate *= scale_values[0], up *= scale_values[size_t(N)];
+  const double expected = gate / (1.0 + std::exp(-gate)) * up;
+  EXPECT_NEAR(whole[0], expected, 1e-4 * std::abs(expected) + 1e-6);
 }
 
 TEST(MoeCombine, AddsTheResidualInPlace_T2_k2_C3) {

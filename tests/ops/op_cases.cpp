@@ -42,6 +42,15 @@ Tensor CaseRun::uniform(DType dtype, std::initializer_list<int64_t> shape, doubl
   return upload_values(dtype, shape, v);
 }
 
+Tensor CaseRun::quantized(DType dtype, std::initializer_list<int64_t> shape, double stddev) {
+  const bool i8 = dtype == DType::i8;
+  Tensor w = i8 ? uniform(dtype, shape, -127.0, 127.0) : normal(dtype, shape, 1.0);
+  const int64_t rows = w.numel() / w.dim(-1);
+  const double spread = i8 ? 127.0 / std::sqrt(3.0) : 1.0;  // the values' own standard deviation
+  w.scales = uniform(DType::f32, {rows}, 0.5 * stddev / spread, 1.5 * stddev / spread).ptr<float>();
+  return w;
+}
+
 Tensor CaseRun::normal(DType dtype, std::initializer_list<int64_t> shape, double stddev) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

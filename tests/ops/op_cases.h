@@ -40,6 +40,11 @@ class CaseRun {
   // Inputs. Values are generated on the host in double, rounded to `dtype` and uploaded.
   Tensor uniform(DType dtype, std::initializer_list<int64_t> shape, double lo = -1.0, double hi = 1.0);
   Tensor normal(DType dtype, std::initializer_list<int64_t> shape, double stddev = 1.0);
+  // A quantized matrix weight (i8, or f8e4m3: ops::quantized_weight) of `shape` [..., K] with one
+  // f32 scale per row (Tensor::scales, every row in order): i8 integers over the whole range,
+  // E4M3 normal values rounded to it, row scales in [0.5, 1.5] × what brings a row's values to a
+  // spread of `stddev`.
+  Tensor quantized(DType dtype, std::initializer_list<int64_t> shape, double stddev);
   Tensor values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<double>& v);
   Tensor ints(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v);
   Tensor random_ints(std::initializer_list<int64_t> shape, int32_t lo, int32_t hi_inclusive);

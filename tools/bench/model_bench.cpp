@@ -271,10 +271,16 @@ StepWeights weight_bytes_per_step(const Model& model, int64_t batch) {
   double bytes = double(model.weight_bytes()) - (tables - lookups) * row;
   const double E = double(c.moe.experts), k = double(c.moe.route.k);
   const double chosen = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, double(batch))) : 0.0;
-  const double expert_bytes = 3.0 * double(c.d_model) * double(c.moe.d_ff) * element;
+  // One routed expert's bytes as stored: its gate, up and down rows (8-bit ones with their f32 scales).
+  auto expert_bytes = [&](const MoeWeights& m) {
+    double b = 0;
+    for (const Tensor* t : {&m.up_w, &m.down_w})
+      b += double(t->nbytes()) + (ops::quantized_weight(t->dtype) ? 4.0 * double(t->dim(0)) : 0.0);
+    return b / E;
+  };
   bool any_moe = false;
-  for (const LayerSpec& l : c.layers)
-    if (l.moe) bytes -= (E - chosen) * expert_bytes, any_moe = true;
+  for (const LayerWeights& w : model.weights().layers)
+    if (w.moe.up_w.defined()) bytes -= (E - chosen) * expert_bytes(w.moe), any_moe = true;
   return {bytes, any_moe ? chosen : 0.0};
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 22's GPU check and speed table in one GPU call: builds everything (gpu_build.sh), runs the
-# matmul and quantized-weight tests on the GPU, the decode-sized matmul op benchmarks, then
+# matmul, moe and quantized-weight tests on the GPU, the matmul and moe_matmul op benchmarks, then
 # ding-bench model decode (bf16 activations,
 # 256-token prompt, 64 new, batch 1) for each shape with bf16, int8 and fp8 projections, and the
 # 8-bit ones with the LM head quantized too. Each
@@ -9,7 +9,8 @@
 #   DING_CUDA_ARCH=90 tools/bench/quantized_speed.sh [logs folder]
 # Environment: DING_QUANT_SHAPES (default "gpt2-xl olmoe-1b-7b llama-3.1-8b"), DING_QUANT_FORMATS
 # (default "none int8 fp8 int8:head fp8:head"; :head also quantizes the LM head), DING_QUANT_TESTS
-# (a gtest filter; empty: no tests), DING_GPU_BUILD / DING_DEPS as gpu_build.sh.
+# (a gtest filter; empty: no tests), DING_QUANT_ROWS (the matmul bench filters, default "M1_ M8_
+# M256_"), DING_GPU_BUILD / DING_DEPS as gpu_build.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 caller_libraries=${LD_LIBRARY_PATH:-}
@@ -19,7 +20,7 @@ start=$SECONDS
 note() { echo "[$((SECONDS - start))s] $*"; }
 gpu_build quantized_speed "$out/build.txt"
 note "built"
-tests=${DING_QUANT_TESTS-*matmul*:*Quantiz*:*quantiz*}
+tests=${DING_QUANT_TESTS-*matmul*:*Quantiz*:*quantiz*:*moe*:*Moe*}
 if [[ -n $tests ]]; then
   (cd "$build/tests" && OMP_NUM_THREADS=2 timeout 240 ./ding_tests --gtest_brief=1 --gtest_filter="$tests" >"$out/tests.txt" 2>&1)
   echo "tests exit status $?" >>"$out/tests.txt"
@@ -30,12 +31,16 @@ bench="$build/tools/ding-bench"
 LD_LIBRARY_PATH=${caller_libraries:-} timeout 120 python3 tools/bench/peer_scaled_mm.py >"$out/torch_scaled_mm.txt" 2>&1 ||
   echo "exit status $?" >>"$out/torch_scaled_mm.txt"
 note "torch 8-bit products"; cat "$out/torch_scaled_mm.txt"
-# The decode products alone (Llama-3.1-8B's with bf16, i8 and E4M3 weights among them).
-for rows in M1_ M8_; do
+# The products alone: Llama-3.1-8B's decode and prefill (M = 256) rows with bf16, i8 and E4M3
+# weights among them, and OLMoE's experts at 1, 8 and 256 tokens.
+for rows in ${DING_QUANT_ROWS-M1_ M8_ M256_}; do
   timeout 120 "$bench" ops --backend cuda --op matmul --filter "$rows" >"$out/ops_matmul_$rows.txt" 2>&1 ||
     echo "exit status $?" >>"$out/ops_matmul_$rows.txt"
-  note "ops matmul $rows"; grep -E "K4096|K14336|exit status" "$out/ops_matmul_$rows.txt" | head -24
+  note "ops matmul $rows"; grep -E "K4096|K14336|exit status" "$out/ops_matmul_$rows.txt" | head -36
 done
+timeout 120 "$bench" ops --backend cuda --op moe_matmul --filter bench_olmoe >"$out/ops_moe_matmul.txt" 2>&1 ||
+  echo "exit status $?" >>"$out/ops_moe_matmul.txt"
+note "ops moe_matmul"; grep -E "bench_olmoe|exit status" "$out/ops_moe_matmul.txt" | head -24
 for shape in ${DING_QUANT_SHAPES:-gpt2-xl olmoe-1b-7b llama-3.1-8b}; do
   for q in ${DING_QUANT_FORMATS:-none int8 fp8 int8:head fp8:head}; do
     name="ding_${shape}_${q/:/_}"
@@ -44,6 +49,6 @@ for shape in ${DING_QUANT_SHAPES:-gpt2-xl olmoe-1b-7b llama-3.1-8b}; do
     [[ $q == *:head ]] && args+=(--quantize-lm-head)
     timeout 300 "$bench" model --backend cuda --dtype bf16 --prompt 256 --new 64 --shape "$shape" --batch 1 "${args[@]}" \
       >"$out/$name.txt" 2>&1 || echo "exit status $?" >>"$out/$name.txt"
-    note "$name"; grep -E "^(weights|decode|roofline|exit status)" "$out/$name.txt"
+    note "$name"; grep -E "^(weights|prefill|decode|roofline|exit status)" "$out/$name.txt"
   done
 done

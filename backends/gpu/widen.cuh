@@ -1,0 +1,63 @@
+// 8-bit weight values (i8, f8e4m3) widened to a 16-bit float type in memory, for the tensor-core
+// GEMMs of prefill-sized products: every such value is exact in f16 and in bf16 (i8: integers of
+// magnitude ≤ 127; E4M3: 4 significant bits, exponents 2^-9 … 2^8), so the GEMM over the copy,
+// with each sum times its row's scale in the epilogue (Epilogue::w_scales), is the product the op
+// defines: the scales are applied to f32 sums, never folded into 16-bit values.
+// One segment (dense w) or several (moe_matmul's experts): segment e's values are skipped when
+// the segment owns no rows (offsets[e] = offsets[e+1]), so a prefill chunk widens only the
+// experts its tokens chose.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "check.h"
+#include "elements.cuh"
+#include "stream.h"
+
+DING_GPU_BEGIN
+
+namespace widening {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 16;  // values per thread-step: one 16-byte load, two 16-byte stores
+
+// Grid (chunks of a segment, segments): out[e·n + i] = T(q[e·n + i]).
+template <class T, class W>
+__global__ void __launch_bounds__(kThreads) widen_segments_kernel(T* out, const W* q, int64_t n, const int32_t* offsets) {
+  const int64_t e = blockIdx.y;
+  if (offsets && offsets[e] == offsets[e + 1]) return;  // an expert no row chose: never read
+  const W* const src = q + e * n;
+  T* const dst = out + e * n;
+  const int64_t step = int64_t(gridDim.x) * kThreads * kVec;
+  for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += step) {
+    if (i + kVec <= n) {  // n % 16 == 0 and 16-byte aligned bases: every vector whole (widen_segments)
+      float v[kVec];
+      widen(*reinterpret_cast<const Pack<W, kVec>*>(src + i), v);
+      Pack<T, kVec / 2> lo, hi;
+#pragma unroll
+      for (int j = 0; j < kVec / 2; ++j) lo.v[j] = from_float<T>(v[j]), hi.v[j] = from_float<T>(v[kVec / 2 + j]);
+      *reinterpret_cast<Pack<T, kVec / 2>*>(dst + i) = lo;
+      *reinterpret_cast<Pack<T, kVec / 2>*>(dst + i + kVec / 2) = hi;
+    } else {
+      for (int64_t j = i; j < n; ++j) dst[j] = from_float<T>(to_float(src[j]));
+    }
+  }
+}
+
+}  // namespace widening
+
+// out[e·n + i] = q[e·n + i] as T for the `segments` segments of n values each, skipping those
+// whose offsets[e] = offsets[e+1] (offsets null: every segment). out and q 16-byte aligned, n a
+// multiple of 16 (the 8-bit weights' rows are: K % 16 == 0 where the cores take them).
+template <class T, class W>
+void widen_segments(GpuStream& s, T* out, const W* q, int64_t n, int segments, const int32_t* offsets) {
+  using namespace widening;
+  if (n == 0 || segments == 0) return;
+  const int64_t chunks = std::min<int64_t>(ceil_div(n, int64_t(kThreads) * kVec),
+                                           std::max<int64_t>(1, int64_t(s.props().sm_count) * 8 / segments));
+  const dim3 grid(unsigned(std::max<int64_t>(chunks, 1)), unsigned(segments));
+  widen_segments_kernel<T, W><<<grid, kThreads, 0, s.handle()>>>(out, q, n, offsets);
+  DING_GPU_CHECK_LAUNCH("widen_segments_kernel");
+}
+
+DING_GPU_END
