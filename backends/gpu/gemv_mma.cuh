@@ -268,9 +268,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   constexpr bool kNarrow = sizeof(W) == 1;  // 8-bit w: widened to f16, x staged as scaled f16
   static_assert(StagedX || !kNarrow, "8-bit weights multiply the staged f16 rows of x");
   static_assert(kNarrow || std::is_same_v<T, W>, "16-bit x and w of one type");
+#if defined(DING_GPU_NVIDIA_MMA)
   using MmaT = std::conditional_t<kNarrow, ding::f16, T>;  // the mma's operand type
   constexpr int kLaneK = kNarrow ? 16 : 8;                 // elements of K per lane and unit
-#if defined(DING_GPU_NVIDIA_MMA)
   const GemmShape& p = a.p;
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, q = lane % 4;

@@ -31,13 +31,24 @@ __global__ void __launch_bounds__(kThreads) widen_segments_kernel(T* out, const 
   const int64_t step = int64_t(gridDim.x) * kThreads * kVec;
   for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += step) {
     if (i + kVec <= n) {  // n % 16 == 0 and 16-byte aligned bases: every vector whole (widen_segments)
+      // Through uint4 words: a Pack copied as a struct compiles to 4-byte loads and 2-byte stores.
+      Pack<W, kVec> q16;
+      *reinterpret_cast<uint4*>(q16.v) = *reinterpret_cast<const uint4*>(src + i);
       float v[kVec];
-      widen(*reinterpret_cast<const Pack<W, kVec>*>(src + i), v);
-      Pack<T, kVec / 2> lo, hi;
+      widen(q16, v);
+      uint32_t bits[kVec / 2];
 #pragma unroll
-      for (int j = 0; j < kVec / 2; ++j) lo.v[j] = from_float<T>(v[j]), hi.v[j] = from_float<T>(v[kVec / 2 + j]);
-      *reinterpret_cast<Pack<T, kVec / 2>*>(dst + i) = lo;
-      *reinterpret_cast<Pack<T, kVec / 2>*>(dst + i + kVec / 2) = hi;
+      for (int j = 0; j < kVec / 2; ++j)
+        bits[j] = uint32_t(from_float<T>(v[2 * j]).bits) | uint32_t(from_float<T>(v[2 * j + 1]).bits) << 16;
+      uint4* const out4 = reinterpret_cast<uint4*>(dst + i);
+      const uint4 lo = make_uint4(bits[0], bits[1], bits[2], bits[3]), hi = make_uint4(bits[4], bits[5], bits[6], bits[7]);
+#if defined(DING_GPU_NVIDIA)
+      __stcg(out4, lo);  // one 16-byte store each (plain assignments split the first into four)
+      __stcg(out4 + 1, hi);
+#else
+      out4[0] = lo;
+      out4[1] = hi;
+#endif
     } else {
       for (int64_t j = i; j < n; ++j) dst[j] = from_float<T>(to_float(src[j]));
     }

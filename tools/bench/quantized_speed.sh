@@ -10,7 +10,9 @@
 # Environment: DING_QUANT_SHAPES (default "gpt2-xl olmoe-1b-7b llama-3.1-8b"), DING_QUANT_FORMATS
 # (default "none int8 fp8 int8:head fp8:head"; :head also quantizes the LM head), DING_QUANT_TESTS
 # (a gtest filter; empty: no tests), DING_QUANT_ROWS (the matmul bench filters, default "M1_ M8_
-# M256_"), DING_GPU_BUILD / DING_DEPS as gpu_build.sh.
+# M256_"), DING_QUANT_MOE (the moe_matmul bench filter, default bench_olmoe), DING_QUANT_TORCH=0 (no
+# PyTorch products), DING_GPU_BUILD / DING_DEPS as gpu_build.sh. The op benches draw their
+# tensors on the host: the OLMoE expert cases take ~30 s each.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 caller_libraries=${LD_LIBRARY_PATH:-}
@@ -22,23 +24,25 @@ gpu_build quantized_speed "$out/build.txt"
 note "built"
 tests=${DING_QUANT_TESTS-*matmul*:*Quantiz*:*quantiz*:*moe*:*Moe*}
 if [[ -n $tests ]]; then
-  (cd "$build/tests" && OMP_NUM_THREADS=2 timeout 240 ./ding_tests --gtest_brief=1 --gtest_filter="$tests" >"$out/tests.txt" 2>&1)
+  (cd "$build/tests" && OMP_NUM_THREADS=2 timeout 300 ./ding_tests --gtest_brief=1 --gtest_filter="$tests" >"$out/tests.txt" 2>&1)
   echo "tests exit status $?" >>"$out/tests.txt"
   note "tests"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests exit" "$out/tests.txt" | head -20
 fi
 bench="$build/tools/ding-bench"
 # PyTorch's 8-bit products at the same shapes (the caller's libraries, not .deps).
-LD_LIBRARY_PATH=${caller_libraries:-} timeout 120 python3 tools/bench/peer_scaled_mm.py >"$out/torch_scaled_mm.txt" 2>&1 ||
-  echo "exit status $?" >>"$out/torch_scaled_mm.txt"
-note "torch 8-bit products"; cat "$out/torch_scaled_mm.txt"
+if [[ ${DING_QUANT_TORCH:-1} != 0 ]]; then
+  LD_LIBRARY_PATH=${caller_libraries:-} timeout 120 python3 tools/bench/peer_scaled_mm.py >"$out/torch_scaled_mm.txt" 2>&1 ||
+    echo "exit status $?" >>"$out/torch_scaled_mm.txt"
+  note "torch 8-bit products"; cat "$out/torch_scaled_mm.txt"
+fi
 # The products alone: Llama-3.1-8B's decode and prefill (M = 256) rows with bf16, i8 and E4M3
 # weights among them, and OLMoE's experts at 1, 8 and 256 tokens.
 for rows in ${DING_QUANT_ROWS-M1_ M8_ M256_}; do
-  timeout 120 "$bench" ops --backend cuda --op matmul --filter "$rows" >"$out/ops_matmul_$rows.txt" 2>&1 ||
-    echo "exit status $?" >>"$out/ops_matmul_$rows.txt"
-  note "ops matmul $rows"; grep -E "K4096|K14336|exit status" "$out/ops_matmul_$rows.txt" | head -36
+  log="$out/ops_matmul_${rows//[^A-Za-z0-9_]/_}.txt"
+  timeout 180 "$bench" ops --backend cuda --op matmul --filter "$rows" >"$log" 2>&1 || echo "exit status $?" >>"$log"
+  note "ops matmul $rows"; grep -E "K4096|K14336|exit status" "$log" | head -36
 done
-timeout 120 "$bench" ops --backend cuda --op moe_matmul --filter bench_olmoe >"$out/ops_moe_matmul.txt" 2>&1 ||
+timeout 240 "$bench" ops --backend cuda --op moe_matmul --filter "${DING_QUANT_MOE:-bench_olmoe}" >"$out/ops_moe_matmul.txt" 2>&1 ||
   echo "exit status $?" >>"$out/ops_moe_matmul.txt"
 note "ops moe_matmul"; grep -E "bench_olmoe|exit status" "$out/ops_moe_matmul.txt" | head -24
 for shape in ${DING_QUANT_SHAPES:-gpt2-xl olmoe-1b-7b llama-3.1-8b}; do
