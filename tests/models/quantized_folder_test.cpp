@@ -93,6 +93,14 @@ TEST_P(QuantizedFolder, LoadsToTheLogitsOfQuantizingTheOriginalAtLoad) {
     const Model stored = Model::load(out.path.string(), device, {.dtype = DType::f32});
     ASSERT_EQ(stored.quantized(), std::optional(format)) << "the folder's own format is the default";
     EXPECT_EQ(stored.weight_bytes(), at_load.weight_bytes());
+    // The routed experts are stored narrow (read from the files as they are), the routers wide.
+    const WeightFiles files = WeightFiles::open_folder(out.path.string());
+    for (const auto& [name, tensor] : files.tensors()) {
+      const bool routed_expert = name.find("experts.") != std::string::npos && name.find("shared") == std::string::npos &&
+                                 name.ends_with(".weight");
+      if (routed_expert) EXPECT_EQ(tensor->dtype, format) << name;
+      if (name.ends_with("mlp.gate.weight")) EXPECT_NE(tensor->dtype, format) << name;
+    }
     const std::vector<float> want = prompt_logits(at_load), got = prompt_logits(stored);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(got, want) << dtype_name(format) << ": logits NMSE " << nmse(got, want);
