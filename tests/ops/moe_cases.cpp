@@ -191,77 +191,63 @@ struct ExpertTypes {
   DType x, w, out;
 };
 
-void add_expert_matmul_cases(std::vector<OpCase>& cases) {
-  struct Shape {
-    int64_t T, k, E, N, K;
+struct ExpertShape {
+  int64_t T, k, E, N, K;
+};
+
+// One moe_matmul case: T tokens' k routed experts of E, [N(·2), K] each; w f32/f16/bf16, or 8-bit
+// (i8, f8e4m3) with row scales.
+OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu) {
+  const int64_t P = s.T * s.k, rows = swiglu ? 2 * s.N : s.N;
+  const bool narrow = ops::quantized_weight(ty.w);
+  OpCase c;
+  c.op = "moe_matmul";
+  c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
+                       dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "");
+  // Each output is one matmul output (f32 sums of K products), so matmul's budget holds; 8-bit
+  // values and their scales are the weights, exact on both sides.
+  c.tolerance = matmul_tolerance(ty.out, s.K, P * s.N, swiglu);
+  c.reason = matmul_reason(ty.out, s.K, swiglu) + (narrow ? "; 8-bit w with row scales, exact on both sides" : "");
+  c.build = [=](CaseRun& run) {
+    Tensor offsets = routed_offsets(run, s.T, s.k, s.E);
+    Tensor x = run.normal(ty.x, {P, s.K});
+    // w scaled by 1/√K keeps the sums near unit scale, where silu is not linear.
+    const double w_scale = 1.0 / std::sqrt(double(s.K));
+    Tensor w = narrow ? run.quantized(ty.w, {s.E, rows, s.K}, w_scale) : run.normal(ty.w, {s.E, rows, s.K}, w_scale);
+    Tensor out = run.output("out", ty.out, {P, s.N});
+    const ops::Activation act = swiglu ? ops::Activation::swiglu : ops::Activation::none;
+    run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
+    run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act});
   };
+  return c;
+}
+
+void add_expert_matmul_cases(std::vector<OpCase>& cases) {
   // Decode (one token, top-2 of 8 and top-8 of 64; eight tokens sharing experts), prefill with
   // hundreds of rows per popular expert (on a GPU the tensor-core GEMM's row tiles: 64 rows below
   // 128 per expert on average, 128 from there), and odd N and K around vector widths.
-  const Shape shapes[] = {{1, 1, 3, 1, 1},      {1, 2, 8, 64, 96},     {1, 8, 64, 40, 256},
-                          {8, 8, 64, 48, 64},   {17, 2, 8, 33, 70},    {300, 6, 60, 24, 40},
-                          {64, 4, 16, 130, 520}, {520, 2, 8, 40, 96}};
+  const ExpertShape shapes[] = {{1, 1, 3, 1, 1},      {1, 2, 8, 64, 96},     {1, 8, 64, 40, 256},
+                                {8, 8, 64, 48, 64},   {17, 2, 8, 33, 70},    {300, 6, 60, 24, 40},
+                                {64, 4, 16, 130, 520}, {520, 2, 8, 40, 96}};
   const ExpertTypes types[] = {{DType::bf16, DType::bf16, DType::bf16}, {DType::f32, DType::f32, DType::f32},
                                {DType::f16, DType::f16, DType::f16},    {DType::f32, DType::bf16, DType::f32},
                                {DType::bf16, DType::f32, DType::bf16}};
   int variant = 0;
-  for (Shape s : shapes)
+  for (ExpertShape s : shapes)
     for (bool swiglu : {false, true})
-      for (int t = 0; t < 2; ++t) {
-        const ExpertTypes ty = types[size_t(variant++ % 5)];
-        const int64_t P = s.T * s.k, rows = swiglu ? 2 * s.N : s.N;
-        OpCase c;
-        c.op = "moe_matmul";
-        c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
-                             dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "");
-        // Each output is one matmul output (f32 sums of K products), so matmul's budget holds.
-        c.tolerance = matmul_tolerance(ty.out, s.K, P * s.N, swiglu);
-        c.reason = matmul_reason(ty.out, s.K, swiglu);
-        c.build = [=](CaseRun& run) {
-          Tensor offsets = routed_offsets(run, s.T, s.k, s.E);
-          Tensor x = run.normal(ty.x, {P, s.K});
-          // w scaled by 1/√K keeps the sums near unit scale, where silu is not linear.
-          Tensor w = run.normal(ty.w, {s.E, rows, s.K}, 1.0 / std::sqrt(double(s.K)));
-          Tensor out = run.output("out", ty.out, {P, s.N});
-          const ops::Activation act = swiglu ? ops::Activation::swiglu : ops::Activation::none;
-          run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
-          run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act});
-        };
-        cases.push_back(c);
-      }
+      for (int t = 0; t < 2; ++t) cases.push_back(expert_matmul_case(s, types[size_t(variant++ % 5)], swiglu));
 
   // 8-bit experts (i8, f8e4m3 with row scales, ops/moe.h): decode on a GPU's tensor-core GEMV
   // (16-bit x, K a multiple of 16; one token's 8 experts, eight tokens' union), the FMA kernel
   // between decode and prefill (odd K: element by element) and for f32 x, prefill through the
   // 16-bit widening and the GEMM (60 experts, a quarter without rows).
-  const Shape narrow_shapes[] = {{1, 8, 64, 40, 256}, {8, 8, 64, 48, 64}, {17, 2, 8, 33, 70},
-                                 {520, 2, 8, 40, 96}, {300, 6, 60, 24, 48}};
+  const ExpertShape narrow_shapes[] = {{1, 8, 64, 40, 256}, {8, 8, 64, 48, 64}, {17, 2, 8, 33, 70},
+                                       {520, 2, 8, 40, 96}, {300, 6, 60, 24, 48}};
   const ExpertTypes narrow_types[] = {{DType::bf16, DType::i8, DType::bf16}, {DType::f16, DType::f8e4m3, DType::f16},
                                       {DType::f32, DType::i8, DType::f32},   {DType::bf16, DType::f8e4m3, DType::f32}};
-  for (Shape s : narrow_shapes)
+  for (ExpertShape s : narrow_shapes)
     for (bool swiglu : {false, true})
-      for (int t = 0; t < 2; ++t) {
-        const ExpertTypes ty = narrow_types[size_t(variant++ % 4)];
-        const int64_t P = s.T * s.k, rows = swiglu ? 2 * s.N : s.N;
-        OpCase c;
-        c.op = "moe_matmul";
-        c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
-                             dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "");
-        // The 8-bit values and their scales are the weights (exact on both sides), so each output is
-        // again one matmul output.
-        c.tolerance = matmul_tolerance(ty.out, s.K, P * s.N, swiglu);
-        c.reason = matmul_reason(ty.out, s.K, swiglu) + "; 8-bit w with row scales, exact on both sides";
-        c.build = [=](CaseRun& run) {
-          Tensor offsets = routed_offsets(run, s.T, s.k, s.E);
-          Tensor x = run.normal(ty.x, {P, s.K});
-          Tensor w = run.quantized(ty.w, {s.E, rows, s.K}, 1.0 / std::sqrt(double(s.K)));
-          Tensor out = run.output("out", ty.out, {P, s.N});
-          const ops::Activation act = swiglu ? ops::Activation::swiglu : ops::Activation::none;
-          run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
-          run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act});
-        };
-        cases.push_back(c);
-      }
+      for (int t = 0; t < 2; ++t) cases.push_back(expert_matmul_case(s, narrow_types[size_t(variant++ % 4)], swiglu));
 }
 
 struct CombineTypes {
