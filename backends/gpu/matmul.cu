@@ -133,6 +133,34 @@ void launch_tiled(GpuStream& s, const GemmShape& p, const Epilogue& ep) {
   launch_gemm_simt<X, W, false>(s, p, ep);
 }
 
+// The product with 8-bit w (row scales `scales`) on the 16-bit cores: w widened to X a run of
+// output columns at a time, as many as widen_budget holds (swiglu: their gate and their up rows),
+// each run's product writing its columns of out through an epilogue whose out, bias, residual and
+// scales start at the run's first column (their rows stay ld = N apart: the up rows' bias and
+// scales at N + column, as for the whole product).
+template <class X, class W>
+void launch_widened(GpuStream& s, const GemmShape& p, const Epilogue& ep, const W* w, const float* scales) {
+  const int64_t K = p.K, halves = ep.swiglu ? 2 : 1;
+  const int64_t fit = int64_t(widen_budget(s) / (size_t(halves * K) * sizeof(X)));
+  const int64_t run = std::min(p.N, std::max<int64_t>(64, fit / 64 * 64));
+  X* const wide = static_cast<X*>(s.scratch(size_t(halves * run * K) * sizeof(X), GpuStream::ScratchSlot::intermediate));
+  for (int64_t n0 = 0; n0 < p.N; n0 += run) {
+    const int64_t n = std::min(run, p.N - n0);
+    widen_segments(s, wide, w + n0 * K, n * K, 1, nullptr);
+    if (ep.swiglu) widen_segments(s, wide + n * K, w + (p.N + n0) * K, n * K, 1, nullptr);
+    GemmShape part = p;
+    part.w = wide;
+    part.N = n;
+    part.w_scales = nullptr;
+    Epilogue at = ep;
+    at.out = static_cast<char*>(ep.out) + n0 * int64_t(dtype_size(ep.out_dtype));
+    if (ep.bias) at.bias = static_cast<const char*>(ep.bias) + n0 * ep.bias_stride * int64_t(dtype_size(ep.bias_dtype));
+    if (ep.residual) at.residual = static_cast<const char*>(ep.residual) + n0 * int64_t(dtype_size(ep.residual_dtype));
+    at.w_scales = scales + n0;
+    launch_tiled<X, X>(s, part, at);
+  }
+}
+
 }  // namespace
 
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
@@ -175,16 +203,8 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   if (widened) {
     with_float_type(a.x.dtype, [&](auto x_tag) {
       using X = decltype(x_tag);
-      if constexpr (!std::is_same_v<X, float>) {
-        X* const w = static_cast<X*>(s.scratch(size_t(a.w.numel()) * sizeof(X), GpuStream::ScratchSlot::intermediate));
-        with_quantized_type(a.w.dtype, [&](auto w_tag) {
-          widen_segments(s, w, static_cast<const decltype(w_tag)*>(a.w.data), a.w.numel(), 1, nullptr);
-        });
-        p.w = w;
-        p.w_scales = nullptr;
-        ep.w_scales = a.w.scales;
-        launch_tiled<X, X>(s, p, ep);
-      }
+      if constexpr (!std::is_same_v<X, float>)
+        with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_widened<X>(s, p, ep, static_cast<const decltype(w_tag)*>(a.w.data), a.w.scales); });
     });
     return;
   }

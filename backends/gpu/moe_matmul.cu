@@ -36,8 +36,8 @@
 // Prefill (thousands of rows) with 16-bit x and w of one type on NVIDIA sm_80+: the tensor-core
 // GEMM core (gemm_mma.cuh) in its segmented form, one block row per row tile of 64 or 128 rows.
 // 8-bit experts go the same way after widening to x's type (widen.cuh), a group of experts at a
-// time into kWidenedBytes of scratch (MatmulTuning::moe_widen_bytes), only the experts with rows;
-// the row scales are applied in the GEMM's epilogue.
+// time into a bounded scratch (widen_budget), only the experts with rows; the row scales are
+// applied in the GEMM's epilogue.
 // Otherwise (f32, mixed dtypes, HIP, and between decode's P ≤ E and 8·E rows) the kernel below:
 // every w vector loaded feeds kTileRows rows, and the blocks of one expert's consecutive tiles are
 // scheduled together (tiles are grid x), so its columns come from L2 after the first; bounded by
@@ -68,8 +68,6 @@ constexpr int kUnroll = 4;       // vectors per row of w and lane loaded before 
 static_assert(kTileRows * kColsPerWarp <= 32, "a lane of the smallest warp holds each final sum");
 #if defined(DING_GPU_NVIDIA)
 constexpr int64_t kGemmRowsPerExpert = 8;  // from P = this · E rows on, the tensor-core GEMM core
-// Scratch for 8-bit experts widened for the GEMM core, unless MatmulTuning::moe_widen_bytes says.
-constexpr size_t kWidenedBytes = size_t(256) << 20;
 #endif
 
 struct Params {
@@ -293,13 +291,12 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
         return true;
       }
       const int64_t expert = g.w_batch, rows = g.w_batch / K;
-      const size_t budget = s.matmul_tuning().moe_widen_bytes ? s.matmul_tuning().moe_widen_bytes : kWidenedBytes;
-      const int64_t group = std::clamp<int64_t>(int64_t(budget / (size_t(expert) * sizeof(T))), 1,
+      const int64_t group = std::clamp<int64_t>(int64_t(widen_budget(s) / (size_t(expert) * sizeof(T))), 1,
                                                 std::min<int64_t>(E, kMaxGridYZ));
       T* const wide = static_cast<T*>(s.scratch(size_t(group * expert) * sizeof(T), GpuStream::ScratchSlot::intermediate));
       g.w = wide;
       g.w_scales = nullptr;
-      if (!gemm_mma_fits(s.props(), g) || expert % 16 != 0) return false;
+      if (!gemm_mma_fits(s.props(), g)) return false;
       with_quantized_type(a.w.dtype, [&](auto w_tag) {
         using W = decltype(w_tag);
         for (int64_t e0 = 0; e0 < E; e0 += group) {

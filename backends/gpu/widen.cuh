@@ -5,13 +5,15 @@
 // defines: the scales are applied to f32 sums, never folded into 16-bit values.
 // One segment (dense w) or several (moe_matmul's experts): segment e's values are skipped when
 // the segment owns no rows (offsets[e] = offsets[e+1]), so a prefill chunk widens only the
-// experts its tokens chose.
+// experts its tokens chose. The copy is bounded (widen_budget): a weight larger than the budget is
+// widened and multiplied a part at a time.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
 #include "check.h"
 #include "elements.cuh"
+#include "gemm.cuh"
 #include "stream.h"
 
 DING_GPU_BEGIN
@@ -21,8 +23,9 @@ namespace widening {
 constexpr int kThreads = 256;
 constexpr int kVec = 16;  // values per thread-step: one 16-byte load, two 16-byte stores
 
-// Grid (chunks of a segment, segments): out[e·n + i] = T(q[e·n + i]).
-template <class T, class W>
+// Grid (chunks of a segment, segments): out[e·n + i] = T(q[e·n + i]). Vec: 16 values per step
+// through 16-byte words (q and out 16-byte aligned, n a multiple of 16); else one at a time.
+template <class T, class W, bool Vec>
 __global__ void __launch_bounds__(kThreads) widen_segments_kernel(T* out, const W* q, int64_t n, const int32_t* offsets) {
   const int64_t e = blockIdx.y;
   if (offsets && offsets[e] == offsets[e + 1]) return;  // an expert no row chose: never read
@@ -30,7 +33,7 @@ __global__ void __launch_bounds__(kThreads) widen_segments_kernel(T* out, const 
   T* const dst = out + e * n;
   const int64_t step = int64_t(gridDim.x) * kThreads * kVec;
   for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += step) {
-    if (i + kVec <= n) {  // n % 16 == 0 and 16-byte aligned bases: every vector whole (widen_segments)
+    if constexpr (Vec) {
       // Through uint4 words: a Pack copied as a struct compiles to 4-byte loads and 2-byte stores.
       Pack<W, kVec> q16;
       *reinterpret_cast<uint4*>(q16.v) = *reinterpret_cast<const uint4*>(src + i);
@@ -50,16 +53,24 @@ __global__ void __launch_bounds__(kThreads) widen_segments_kernel(T* out, const 
       out4[1] = hi;
 #endif
     } else {
-      for (int64_t j = i; j < n; ++j) dst[j] = from_float<T>(to_float(src[j]));
+      for (int64_t j = i; j < i + kVec && j < n; ++j) dst[j] = from_float<T>(to_float(src[j]));
     }
   }
 }
 
+constexpr size_t kDefaultBudget = size_t(256) << 20;
+
 }  // namespace widening
 
-// out[e·n + i] = q[e·n + i] as T for the `segments` segments of n values each, skipping those
-// whose offsets[e] = offsets[e+1] (offsets null: every segment). out and q 16-byte aligned, n a
-// multiple of 16 (the 8-bit weights' rows are: K % 16 == 0 where the cores take them).
+// Bytes of scratch a prefill GEMM may widen 8-bit weights into: MatmulTuning::widen_bytes, else 256 MiB.
+inline size_t widen_budget(const GpuStream& s) {
+  return s.matmul_tuning().widen_bytes ? s.matmul_tuning().widen_bytes : widening::kDefaultBudget;
+}
+
+// out[e·n + i] = q[e·n + i] as T for the `segments` segments (at most 65535) of n values each,
+// skipping those whose offsets[e] = offsets[e+1] (offsets null: every segment). 16 values per
+// thread-step where q and out are 16-byte aligned and n a multiple of 16 (a weight's rows with
+// K % 16 == 0), else one value at a time.
 template <class T, class W>
 void widen_segments(GpuStream& s, T* out, const W* q, int64_t n, int segments, const int32_t* offsets) {
   using namespace widening;
@@ -67,7 +78,10 @@ void widen_segments(GpuStream& s, T* out, const W* q, int64_t n, int segments, c
   const int64_t chunks = std::min<int64_t>(ceil_div(n, int64_t(kThreads) * kVec),
                                            std::max<int64_t>(1, int64_t(s.props().sm_count) * 8 / segments));
   const dim3 grid(unsigned(std::max<int64_t>(chunks, 1)), unsigned(segments));
-  widen_segments_kernel<T, W><<<grid, kThreads, 0, s.handle()>>>(out, q, n, offsets);
+  if (aligned_to(q, 16) && aligned_to(out, 16) && n % kVec == 0)
+    widen_segments_kernel<T, W, true><<<grid, kThreads, 0, s.handle()>>>(out, q, n, offsets);
+  else
+    widen_segments_kernel<T, W, false><<<grid, kThreads, 0, s.handle()>>>(out, q, n, offsets);
   DING_GPU_CHECK_LAUNCH("widen_segments_kernel");
 }
 

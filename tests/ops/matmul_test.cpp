@@ -6,11 +6,14 @@
 
 #include <cmath>
 #include <numbers>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "ding/ding.h"
+#include "ding/gpu.h"
 #include "expect_error.h"
+#include "tools/gpu_tuning.h"
 
 namespace ding::testing {
 namespace {
@@ -165,6 +168,55 @@ TEST(MatmulQuantizedWeights, RowScalesMultiplyTheRowsSums_M1_N2_K2) {
     got = t.read(out);
     EXPECT_FLOAT_EQ(got[0], 0.5f) << backend;
     EXPECT_NEAR(got[1], 3.0 * f8e4m3_to_f32(f32_to_f8e4m3(127)) * 0.01, 1e-5) << backend;
+  }
+}
+
+// On a GPU, products of 8-bit w with more rows than a GEMV takes widen w to x's 16-bit type a run
+// of output columns at a time (MatmulTuning::widen_bytes: here the smallest, 64 columns): runs
+// of 64 and a last one of 5, the up half's rows off 16-byte alignment (N·K = 14184 ≡ 8 mod 16),
+// bias, residual and scales taken at each run's columns. The cpu computes the same product.
+TEST(MatmulGpu, EightBitWeightsWidenedARunOfColumnsAtATime_M40_N197_K72) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  const int64_t M = 40, N = 197, K = 72;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> x_bits(size_t(M * K));
+  for (uint16_t& v : x_bits) v = f32_to_bf16(normal(rng)).bits;
+  std::vector<uint8_t> w_bytes(size_t(2 * N * K));
+  for (uint8_t& v : w_bytes) v = uint8_t(int8_t(std::uniform_int_distribution<int>(-127, 127)(rng)));
+  std::vector<float> scales(size_t(2 * N)), bias(size_t(2 * N)), residual(size_t(M * N));
+  for (float& v : scales) v = std::uniform_real_distribution<float>(0.005f, 0.01f)(rng);
+  for (float& v : bias) v = normal(rng);
+  for (float& v : residual) v = normal(rng);
+  Device& cuda = Device::open("cuda");
+  const gpu::MatmulTuning tuning = tools::matmul_tuning_from_environment().value_or(gpu::MatmulTuning{});
+  gpu::MatmulTuning smallest = tuning;
+  smallest.widen_bytes = 1;
+  gpu::set_matmul_tuning(cuda, smallest);
+  struct Restore {  // the tuning of the rest of the run, also when an assertion leaves early
+    Device& device;
+    gpu::MatmulTuning tuning;
+    ~Restore() { gpu::set_matmul_tuning(device, tuning); }
+  } restore{cuda, tuning};
+  for (bool swiglu : {false, true}) {
+    const int64_t rows = swiglu ? 2 * N : N;
+    auto product = [&](Device& device) {
+      Tensors t(device);
+      Tensor x = t.make(DType::bf16, {M, K});
+      upload(t.stream, x, x_bits.data(), x_bits.size() * 2);
+      Tensor w = t.bytes(DType::i8, {rows, K}, std::vector<uint8_t>(w_bytes.begin(), w_bytes.begin() + rows * K));
+      const Tensor w_scales = t.f32({rows}, std::vector<float>(scales.begin(), scales.begin() + rows));
+      w.scales = w_scales.ptr<float>();
+      const Tensor out = t.f32({M, N});
+      ops::matmul(t.stream, out, x, w,
+                  {.bias = t.f32({rows}, std::vector<float>(bias.begin(), bias.begin() + rows)),
+                   .activation = swiglu ? ops::Activation::swiglu : ops::Activation::none,
+                   .residual = t.f32({M, N}, residual)});
+      return t.read(out);
+    };
+    const std::vector<float> want = product(Device::open("cpu")), got = product(cuda);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::fabs(want[i]))) << (swiglu ? "swiglu " : "") << "element " << i;
   }
 }
 

@@ -295,7 +295,7 @@ TEST(MoeMatmul, RejectsBadShapesDtypesActivationsAndAliasing_P3_E2) {
 }
 
 // A prefill-sized product of 8-bit experts on a GPU widens the experts to 16 bits a group at a
-// time (MatmulTuning::moe_widen_bytes): one expert per group gives bit for bit the product of
+// time (MatmulTuning::widen_bytes): one expert per group gives bit for bit the product of
 // all experts in one group (the same GEMM tiles over the same rows), every expert's rows scaled by
 // its own scales (each expert's values the same, its scales and rows its own).
 TEST(MoeMatmulGpu, EightBitExpertsWidenedAGroupAtATimeGiveTheWholeProduct_P1040_E8) {
@@ -318,16 +318,20 @@ TEST(MoeMatmulGpu, EightBitExpertsWidenedAGroupAtATimeGiveTheWholeProduct_P1040_
   Tensor w = ts.from(DType::i8, {E, 2 * N, K}, w_values);
   w.scales = scales.ptr<float>();
   const gpu::MatmulTuning tuning = tools::matmul_tuning_from_environment().value_or(gpu::MatmulTuning{});
+  struct Restore {  // the tuning of the rest of the run, also when an assertion leaves early
+    Device& device;
+    gpu::MatmulTuning tuning;
+    ~Restore() { gpu::set_matmul_tuning(device, tuning); }
+  } restore{device, tuning};
   auto product = [&](size_t widen_bytes) {
     gpu::MatmulTuning t = tuning;
-    t.moe_widen_bytes = widen_bytes;
+    t.widen_bytes = widen_bytes;
     gpu::set_matmul_tuning(device, t);
     Tensor out = ts.make(DType::f32, {P, N});
     ops::moe_matmul(ts.stream(), out, x, w, offsets, ops::Activation::swiglu);
     return ts.read<float>(out);
   };
   const std::vector<float> whole = product(0), expert_at_a_time = product(size_t(2 * N * K) * 2);
-  gpu::set_matmul_tuning(device, tuning);
   EXPECT_EQ(whole, expert_at_a_time);
   // And the product is the experts' own: row 0 by expert 0's first gate and up rows, scaled.
   double gate = 0, up = 0;

@@ -26,9 +26,10 @@ struct MatmulTuning {
                                // tensor-core GEMV's cp.async ring starts its loads there instead)
   int gemv_l2_fetch = -1;      // the tensor-core GEMV's L2 fetch size per copy of w, in bytes:
                                // 0, 128 or 256 (-1: its default)
-  size_t moe_widen_bytes = 0;  // scratch for 8-bit experts widened to 16 bits for moe_matmul's
-                               // prefill GEMM, which takes the experts a group of this many bytes
-                               // at a time (at least one expert; 0: 256 MiB)
+  size_t widen_bytes = 0;      // scratch for 8-bit weights widened to 16 bits for the prefill
+                               // GEMMs, which take a weight (matmul: a run of its rows; moe_matmul:
+                               // a group of experts) this many bytes at a time (at least 64 rows or
+                               // one expert; 0: 256 MiB)
 };
 
 // Applies to the calls enqueued after it on every stream of `device`.
