@@ -193,9 +193,22 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   const auto uploaded_end = std::stable_partition(plans.begin(), plans.end(), [&](const WeightPlan& p) {
     return !(m.quantized_ && stored_narrow(p, *m.quantized_) && std::find(narrow.begin(), narrow.end(), p.target) != narrow.end());
   });
-  upload_weights(device, std::span(plans.begin(), uploaded_end), m.arena_,
-                 {.dtype = m.dtype_, .progress = options.progress, .check_values = options.check_weights});
-  if (m.quantized_) quantize_weights(device, plans, narrow, m.arena_, *m.quantized_);
+  // Where every weight to store narrow comes from the files so (a ding folder, no LM head to
+  // quantize apart), they go into the arena's reserve: one allocation, and the wide weights are not
+  // copied into a second arena as quantize_weights does, which would need both at once.
+  const std::span<WeightPlan> wide(plans.begin(), uploaded_end), stored(uploaded_end, plans.end());
+  const bool only_stored = m.quantized_ && std::none_of(wide.begin(), wide.end(), [&](const WeightPlan& p) {
+    return std::find(narrow.begin(), narrow.end(), p.target) != narrow.end();
+  });
+  const UploadStats uploaded = upload_weights(device, wide, m.arena_,
+                                              {.dtype = m.dtype_,
+                                               .progress = options.progress,
+                                               .check_values = options.check_weights,
+                                               .reserve_bytes = only_stored ? stored_narrow_bytes(stored) : 0});
+  if (only_stored)
+    place_stored_narrow(device, stored, static_cast<char*>(m.arena_.data()) + uploaded.reserved_at, *m.quantized_);
+  else if (m.quantized_)
+    quantize_weights(device, plans, narrow, m.arena_, *m.quantized_);
   if (m.config_.tied_embeddings && !own_head) m.weights_.lm_head = m.weights_.token_embedding;
   upload_constants(m.config_, device, m.constants_, m.weights_);
   return m;

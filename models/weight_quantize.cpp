@@ -140,7 +140,45 @@ void move_into(Device& device, Stream& stream, const std::vector<Placement>& pla
   }
 }
 
+// move_into on the device's stream, finished before it returns (so the old arena may go); if
+// anything throws, every target is put back as it was.
+void move_or_restore(Device& device, const std::vector<Placement>& places, char* base, DType to) {
+  std::vector<Tensor> before;
+  for (const Placement& p : places) before.push_back(*p.target);
+  Stream& stream = device.default_stream();
+  try {
+    move_into(device, stream, places, base, to);
+  } catch (...) {
+    stream.synchronize();
+    for (size_t i = 0; i < places.size(); ++i) *places[i].target = before[i];
+    throw;
+  }
+  stream.synchronize();
+}
+
 }  // namespace
+
+size_t stored_narrow_bytes(std::span<const WeightPlan> plans) {
+  size_t bytes = 0;
+  for (const WeightPlan& plan : plans) bytes += aligned(size_t(plan.shape[0] * plan.shape[1])) + aligned(size_t(plan.shape[0]) * sizeof(float));
+  return bytes;
+}
+
+void place_stored_narrow(Device& device, std::span<WeightPlan> plans, char* at, DType to) {
+  std::vector<Placement> places;
+  size_t size = 0;
+  for (WeightPlan& plan : plans) {
+    if (!stored_narrow(plan, to))
+      throw Error(ErrorCode::invalid_argument, fmt::format("place_stored_narrow: weight {} is not stored in {} with row scales",
+                                                           plan.name, dtype_name(to)));
+    check_stored_narrow(plan);
+    const size_t rows = size_t(plan.shape[0]), offset = size;
+    size += aligned(rows * size_t(plan.shape[1]));
+    places.push_back({plan.target, true, offset, size, &plan.name, &plan});
+    size += aligned(rows * sizeof(float));
+  }
+  move_or_restore(device, places, at, to);
+}
 
 void attach_scales(std::span<WeightPlan> plans, const WeightFiles& files, const QuantizedCheckpoint& checkpoint,
                    const std::string& dir) {
@@ -241,19 +279,7 @@ QuantizeStats quantize_weights(Device& device, std::span<WeightPlan> plans, std:
     ++stats.weights;
   }
   Buffer fresh = device.alloc(std::max<size_t>(size, 1));
-  Stream& stream = device.default_stream();
-  char* const base = static_cast<char*>(fresh.data());
-  // The targets as they were, put back if anything below throws (`fresh` then goes, `arena` stays).
-  std::vector<Tensor> before;
-  for (const Placement& p : places) before.push_back(*p.target);
-  try {
-    move_into(device, stream, places, base, to);
-  } catch (...) {
-    stream.synchronize();
-    for (size_t i = 0; i < places.size(); ++i) *places[i].target = before[i];
-    throw;
-  }
-  stream.synchronize();  // every copy out of the old arena is done before it goes
+  move_or_restore(device, places, static_cast<char*>(fresh.data()), to);  // on error `fresh` goes, `arena` stays
   arena = std::move(fresh);
   stats.bytes_after = arena.size();
   return stats;

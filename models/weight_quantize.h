@@ -30,6 +30,17 @@ void attach_scales(std::span<WeightPlan> plans, const WeightFiles& files, const 
 // matmul weight): quantize_weights then reads it from the files as it is, and it is not uploaded.
 bool stored_narrow(const WeightPlan& plan, DType to);
 
+// The arena bytes place_stored_narrow lays `plans` out in: each plan's values, then its row scales,
+// each aligned to kWeightAlignment.
+size_t stored_narrow_bytes(std::span<const WeightPlan> plans);
+
+// A ding folder's 8-bit weights straight from the files into an arena that already holds the
+// others (UploadOptions::reserve_bytes): every plan must be stored_narrow in `to`; from `at` on
+// (stored_narrow_bytes of them, on `device`) each gets its values and scales and its target points
+// there. Error(parse) naming the tensor for parts that do not fit the plan's shape, an f8e4m3 NaN
+// code, or scales read_scales refuses; the targets are then left as they were.
+void place_stored_narrow(Device& device, std::span<WeightPlan> plans, char* at, DType to);
+
 struct QuantizeStats {
   int64_t weights = 0;      // weights quantized
   size_t bytes_before = 0;  // the arena's size before and after

@@ -478,7 +478,7 @@ UploadStats Upload::run(Buffer& arena) {
   const size_t capacity = std::max(std::min(options_.chunk_bytes, total_), largest_unit);
   const std::vector<Chunk> chunks = make_chunks(capacity);
 
-  Buffer weights = device_.alloc(total_);
+  Buffer weights = device_.alloc(total_ + options_.reserve_bytes);
   char* base = static_cast<char*>(weights.data());
   // In place where device memory is host memory; else two staging buffers, so that chunk c is
   // converted into one while chunk c - 1 is copied from the other.
@@ -523,6 +523,7 @@ UploadStats Upload::run(Buffer& arena) {
                               ? part.tensor->bytes
                               : part.tensor->bytes / size_t(part.tensor->shape[0]) * size_t(part.rows());
   }
+  stats.reserved_at = total_;
   arena = std::move(weights);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

@@ -64,12 +64,17 @@ struct UploadOptions {
   // compute dtype becomes ±Inf, for a folder that is trusted (the check shares the conversion's
   // pass over the data, so skipping it saves little). Generated weights are always checked.
   bool check_values = true;
+  // Bytes the arena keeps past the weights, from UploadStats::reserved_at on, for weights placed
+  // there afterwards (a ding folder's 8-bit weights: place_stored_narrow), so that the model's
+  // weights share one allocation.
+  size_t reserve_bytes = 0;
 };
 
 struct UploadStats {
   size_t bytes_read = 0;     // stored bytes converted
   size_t bytes_written = 0;  // device bytes written
   double seconds = 0;        // wall time of the whole upload, copies included
+  size_t reserved_at = 0;    // the arena offset where UploadOptions::reserve_bytes begin (aligned)
 };
 
 // Allocates `arena` on `device`, lays every weight out in it (each 256-byte aligned), points each
