@@ -1,5 +1,7 @@
 #include "ding/ops/check.h"
 
+#include "ding/ops/matmul.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -50,7 +52,7 @@ void Check::float_dtype(const char* name, const Tensor& t) const {
 
 void Check::weight_dtype(const char* name, const Tensor& t) const {
   dtype_in(name, t, {DType::f32, DType::f16, DType::bf16, DType::i8, DType::f8e4m3});
-  const bool quantized = t.dtype == DType::i8 || t.dtype == DType::f8e4m3;
+  const bool quantized = quantized_weight(t.dtype);
   if (quantized && t.scales == nullptr)
     fail(ErrorCode::invalid_argument, fmt::format("{} {} is quantized but carries no per-row scales ({}.scales)", name, shape_of(t), name));
   if (!quantized && t.scales != nullptr)

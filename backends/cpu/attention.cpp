@@ -162,6 +162,21 @@ void load_query(RowBlock& rows, int64_t r, const void* q_row, DType dtype, float
   scale_in_place(dst, scale, rows.D);
 }
 
+// Row r's online-softmax state takes the n scores of its current block (rows.score): the running
+// max moves up to theirs (rescaling what was summed under the old max, 0 on the first block), and
+// the scores become their weights e^(s − m), summed into l.
+void fold_scores(RowBlock& rows, int64_t r, int64_t n) {
+  float* s = rows.score + r * kKeyBlock;
+  const float m_new = std::max(rows.m[r], *std::max_element(s, s + n));
+  if (m_new > rows.m[r]) {
+    const float rescale = std::exp(rows.m[r] - m_new);
+    scale_in_place(rows.acc + r * rows.D, rescale, rows.D);
+    rows.l[r] *= rescale;
+    rows.m[r] = m_new;
+  }
+  rows.l[r] += exp_shifted_sum(s, m_new, n);
+}
+
 // Folds keys [begin, end) (clipped to each row's visible range) into every row's state.
 // k/v point at slot 0 of the kv head's cache of `slots` slots, key j at slot j mod slots (a rolling
 // cache; j itself below `slots`); k_step/v_step are the element strides between slots. A block of
@@ -191,17 +206,7 @@ void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64
       for (; j < n; ++j)
         for (int64_t r = 0; r < rows.count; ++r)
           rows.score[r * kKeyBlock + j] = dot(rows.q + r * D, k + rows.k_at[r] + (slot0 + j) * k_step, D);
-      for (int64_t r = 0; r < rows.count; ++r) {
-        float* s = rows.score + r * kKeyBlock;
-        const float m_new = std::max(rows.m[r], *std::max_element(s, s + n));
-        if (m_new > rows.m[r]) {
-          const float rescale = std::exp(rows.m[r] - m_new);
-          scale_in_place(rows.acc + r * D, rescale, D);
-          rows.l[r] *= rescale;
-          rows.m[r] = m_new;
-        }
-        rows.l[r] += exp_shifted_sum(s, m_new, n);
-      }
+      for (int64_t r = 0; r < rows.count; ++r) fold_scores(rows, r, n);
       for (j = 0; j + 4 <= n; j += 4)
         for (int64_t r = 0; r < rows.count; ++r)
           axpy4(rows.acc + r * D, rows.score + r * kKeyBlock + j, v + rows.v_at[r] + (slot0 + j) * v_step, v_step, D);
@@ -222,15 +227,7 @@ void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64
       int64_t j = 0;
       for (; j + 4 <= n; j += 4) dot4(q, kb + j * k_step, k_step, D, s + j);
       for (; j < n; ++j) s[j] = dot(q, kb + j * k_step, D);
-      const float m_new = std::max(rows.m[r], *std::max_element(s, s + n));
-      if (m_new > rows.m[r]) {
-        // e^(m_old - m_new) rescales what was summed under the old max (0 on the first block).
-        const float rescale = std::exp(rows.m[r] - m_new);
-        scale_in_place(acc, rescale, D);
-        rows.l[r] *= rescale;
-        rows.m[r] = m_new;
-      }
-      rows.l[r] += exp_shifted_sum(s, m_new, n);
+      fold_scores(rows, r, n);
       for (j = 0; j + 4 <= n; j += 4) axpy4(acc, s + j, vb + j * v_step, v_step, D);
       for (; j < n; ++j) axpy(acc, s[j], vb + j * v_step, D);
     }
