@@ -1,6 +1,7 @@
 // Asynchronous global → shared copies (cp.async, NVIDIA sm_80+): what the tensor-core GEMMs
-// (gemm_mma.cuh, sm90/gemm_wgmma.cu) fill their shared-memory stages with. Device code only,
-// inside DING_GPU_NVIDIA_MMA (vendor.h); a HIP build never sees it.
+// (gemm_mma.cuh, sm90/gemm_wgmma.cu) fill their shared-memory stages with; and the mbarriers that
+// producer and consumer warps hand stages over with (mla.cu, sm90/gemm_tma.cuh). Device code
+// only, inside DING_GPU_NVIDIA_MMA (vendor.h); a HIP build never sees it.
 #pragma once
 #include <cstdint>
 
@@ -32,6 +33,44 @@ __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\
 template <int N>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- mbarriers (shared-memory addresses of 8-byte words) ------------------------------------------
+// A phase completes once `arrivals` arrivals have come (and, under TMA, the expected bytes); a
+// waiter names the phase by its parity, 0 for the first.
+__device__ inline void mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// An arrival with release semantics: what this thread did to shared memory before it is visible
+// to whoever waits on the phase.
+__device__ inline void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// An arrival made once every cp.async this thread has issued so far has landed (one of the
+// arrivals the barrier was initialised with).
+__device__ inline void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Until the phase of parity `parity` has completed (acquire: the writes its arrivals released,
+// or the copies they tracked, are visible after). sm_90's try_wait suspends in hardware for a
+// while before it says no; earlier chips poll.
+__device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+#if __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+#else
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+#endif
+  } while (!done);
 }
 
 DING_GPU_END

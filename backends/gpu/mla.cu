@@ -17,20 +17,26 @@
 //   attend   A block takes up to 16 heads of one row over its split's keys, in tiles of 32 keys
 //            staged whole into shared memory, with an online softmax per head. Two kernels:
 //            tensor cores (NVIDIA sm_80+; a bf16 or f16 cache of 16-byte rows, L % 64 == 0, L ≤
-//            512, E % 16 == 0, E ≤ 640): grid (rows, head groups, splits), 256 threads. The heads
-//            are the 16 rows of m16n8k16 tiles (rows past the group's are zero, never stored); the
-//            tiles come through a cp.async ring of 2 to 4 stages (as many as the device's shared
-//            memory holds: 4 on an H100, 2 on an RTX 4090), the next ones copied while one is
-//            computed on (rows padded to 16 mod 128 bytes: the 8 rows of an ldmatrix matrix hit 8
-//            different bank groups):
+//            512, E % 16 == 0, E ≤ 640): grid (rows, head groups, splits), 8 consumer warps and 4
+//            producer warps. The heads are the 16 rows of m16n8k16 tiles (rows past the group's are
+//            zero, never stored). The producers copy the tiles into a ring of 2 to 4 stages (as
+//            many as the device's shared memory holds: 4 on an H100, 2 on an RTX 4090) by cp.async,
+//            handing each over through an mbarrier (full: its copies have landed; empty: every
+//            consumer warp is done with it). A cp.async waits for room in the memory system's
+//            queues, which at this kernel's bandwidth is most of a tile's time: issued by the
+//            consumers, that wait came before their arithmetic and the two never overlapped. Rows
+//            are padded to 16 mod 128 bytes, so the 8 rows of an ldmatrix matrix hit 8 different
+//            bank groups. Per tile, between two barriers of the consumers:
 //              scores: warp w takes the 16-element k-steps [w·E/128, (w + 1)·E/128) (4 or 5 at
 //                E = 576), its qa as A fragments in registers for the whole walk, and computes its
 //                partial S[16 heads, 32 keys] from the key rows as stored (ldmatrix); the 8
 //                partials are added in warp order through shared memory;
-//              softmax: a warp per two heads, a lane per key (accurate expf, attention.cuh),
-//                publishing the weights and the rescale e^(m_old − m_new) in shared memory;
+//              softmax: 16 threads per head, 2 keys each (accurate expf, attention.cuh), the max
+//                across the 16 by shuffles, publishing the weights and the rescale
+//                e^(m_old − m_new) in shared memory;
 //              values: warp w owns latents [w·L/8, (w + 1)·L/8): O = alpha·O + P·C over the tile,
-//                P's two 16-key k-steps as A fragments, C by ldmatrix.trans.
+//                P's two 16-key k-steps as A fragments, C by ldmatrix.trans; tile t's values and
+//                tile t + 1's scores share a barrier interval, so their mma chains interleave.
 //            qa and P are f32 and enter the 16-bit mmas as sums of 3 bf16 or 2 f16 parts
 //            (split_pair; kPParts, whose precision argument is in attention_prefill.cu), so the
 //            scores and weights keep f32 accuracy; a tile's P·C goes to fresh accumulators and
@@ -131,8 +137,10 @@ constexpr int kMaxSplits = 256;
 static_assert(kTileKeys <= 32 && kTileKeys % 4 == 0, "a tile's scores are one per lane of a warp, in float4s");
 
 // The tensor-core attend kernel: the group's heads are the 16 rows of m16n8k16 tiles.
-constexpr int kMmaThreads = 256;
+constexpr int kMmaThreads = 256;                                // the consumer warps
 constexpr int kMmaWarps = kMmaThreads / 32;
+constexpr int kMmaProducers = 4;                                // copying warps: one per SM sub-partition
+constexpr int kMmaBlockThreads = kMmaThreads + 32 * kMmaProducers;
 constexpr int kMmaHeads = 16;
 constexpr int kMmaKeys = 32;                                    // keys per tile: 4 score n-tiles, 2 P·C k-steps
 constexpr int kMmaMaxStages = 4;                                // tiles in shared memory: one computed, the rest landing
@@ -144,7 +152,7 @@ constexpr int kMmaMaxLatents = kMmaWarps * kMmaMaxLatentTiles * 8;  // L ≤ 512
 // float2 store or load start 8 banks apart, so 32 lanes take the minimum two wavefronts.
 constexpr int kMmaScoreLd = kMmaKeys + 8;
 constexpr int64_t kMmaMinSplitKeys = 2 * kMmaKeys;
-static_assert(kMmaHeads == 2 * kMmaWarps && kMmaKeys == 32, "the softmax: a warp per two heads, a lane per key");
+static_assert(kMmaHeads * kMmaKeys / 2 == kMmaThreads && kMmaKeys == 32, "the softmax: 16 threads per head, 2 keys each");
 
 constexpr int kMergeThreads = 256;
 constexpr int kMergeLatents = 32;
@@ -563,10 +571,16 @@ __global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThrea
   }
 }
 
+#if defined(DING_GPU_NVIDIA_MMA)
+// A barrier of the tensor-core attend kernel's consumer warps alone (barrier 1; the producer warp
+// never waits on it).
+__device__ inline void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kMmaThreads) : "memory"); }
+#endif
+
 // T: the cache's element type, bf16 or f16 (the mmas' operand type: qa and the weights enter as
 // sums of T parts, the cache rows as stored). Stages: tiles in the ring.
 template <class T, int Stages>
-__global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1))
+__global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockThreads, 1))
     mla_attend_mma_kernel(const float* qa, const T* cache, Strides3 cs, const int32_t* seq_lens, MlaShape sh,
                           int64_t r0, MlaPartials part, float* o_lat) {
 #if defined(DING_GPU_NVIDIA_MMA)
@@ -580,44 +594,58 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
   float* const p_s = partial + kMmaWarps * kMmaHeads * kLd;                    // [head][key]: the tile's weights
   float* const alpha_s = p_s + kMmaHeads * kLd;                                // [head]: the tile's rescale
   float* const sum_s = alpha_s + kMmaHeads;                                    // [head]: the final sums
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(sum_s + kMmaHeads);       // full[Stages], empty[Stages]
+  const uint32_t full = smem_address(bars), empty = smem_address(bars + Stages);  // stage s's: + 8·s
 
   const int64_t r = blockIdx.x, row = r0 + r;
   const int64_t h0 = int64_t(blockIdx.y) * sh.group_heads;
   const int heads = int(min(int64_t(sh.group_heads), sh.H - h0));
   const int split = int(blockIdx.z);
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int quad_row = lane / 4, quad_col = lane % 4;  // accumulator rows (heads) quad_row, quad_row + 8
   const int E = sh.E, L = sh.L;
   const int64_t first_state = (r * sh.H + h0) * sh.splits + split;  // head g's: first_state + g·splits
 
+  if (tid == 0)
+    for (int s = 0; s < Stages; ++s) {
+      mbar_init(full + 8 * s, 32 * kMmaProducers);  // the producers' lanes, each once its copies have landed
+      mbar_init(empty + 8 * s, kMmaWarps);          // the consumer warps, each once done with the tile
+    }
+  __syncthreads();
+
   const SplitKeys span = split_keys(sh, seq_lens, part, row, first_state, split, heads, true);
   if (span.begin >= span.end) return;  // uniform over the block
-  const int64_t begin = span.begin, end = span.end;
+  // Keys in 32 bits: a split is at most S (or prefill's Tk) keys.
+  const int n_keys = int(span.end - span.begin);
+  const int tiles = (n_keys + kMmaKeys - 1) / kMmaKeys;
 
-  // Tile t (the split's keys 32t …) goes to stage t mod Stages as one commit group (an empty one
-  // past the last tile), so when tile t is due the Stages − 2 younger groups may stay in flight;
-  // tile t + Stages − 1 is issued into tile t − 1's stage once every warp is done with it. Rows
-  // past the split's end are zero-filled, nothing read: past the row's keys the cache holds
-  // anything, NaN included, and a zero row times a zero weight adds nothing. Keys in 32 bits: a
-  // split is at most S (or prefill's Tk) keys.
-  const int split_keys = int(end - begin);
-  const int tiles = (split_keys + kMmaKeys - 1) / kMmaKeys;
-  const int pieces = E / 8;  // 16-byte pieces of a row
-  const T* const first_row = cache + (row / sh.Tq) * cs.b + begin * cs.t;
-  auto copy_tile = [&](int t) {
-    if (t < tiles) {
-      T* const stage = ring + (t % Stages) * kMmaKeys * pitch;
-      for (int i = int(threadIdx.x); i < kMmaKeys * pieces; i += kMmaThreads) {
-        const int k = i / pieces, u = i - k * pieces, key = t * kMmaKeys + k;
-        const bool in = key < split_keys;
-        cp_async_16(smem_address(stage + k * pitch + 8 * u), in ? first_row + int64_t(key) * cs.t + 8 * u : first_row,
+  // The producer warps: tile t (the split's keys 32t …) into stage t mod Stages once the
+  // consumers have released the tile before it there, producer p taking the 16-byte pieces
+  // p·32 + lane, + 128, … of the tile's rows laid end to end. Rows past the split's end are
+  // zero-filled, nothing read: past the row's keys the cache holds anything, NaN included, and a
+  // zero row times a zero weight adds nothing. A copy waits for room in the memory system's
+  // queues, which an SM sub-partition drains at about 512 bytes per 90 cycles (H100): copies from
+  // one warp per sub-partition keep up with the bandwidth, and their waits stall no arithmetic.
+  if (warp >= kMmaWarps) {
+    const int pieces = E / 8, first_piece = (warp - kMmaWarps) * 32 + lane;
+    const T* const first_row = cache + (row / sh.Tq) * cs.b + span.begin * cs.t;
+    for (int t = 0; t < tiles; ++t) {
+      const int stage = t % Stages;
+      if (t >= Stages) mbar_wait(empty + 8 * stage, (t / Stages + 1) & 1);
+      T* const dst = ring + stage * kMmaKeys * pitch;
+      int k = first_piece / pieces, u = first_piece - k * pieces;  // row and piece of the walk
+      while (k < kMmaKeys) {
+        const int key = t * kMmaKeys + k;
+        const bool in = key < n_keys;
+        cp_async_16(smem_address(dst + k * pitch + 8 * u), (in ? first_row + int64_t(key) * cs.t : first_row) + 8 * u,
                     in ? 16 : 0);
+        for (u += 32 * kMmaProducers; u >= pieces; u -= pieces) ++k;
       }
+      cp_async_arrive(full + 8 * stage);
     }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int t = 0; t < Stages - 1; ++t) copy_tile(t);
+    cp_async_wait<0>();
+    return;
+  }
 
   // The warp's k-steps of the scores, steps [step0, step0 + steps) of E/16 (4 or 5 at E = 576),
   // as A fragments of qa for the whole walk: rows quad_row and quad_row + 8, columns 2·quad_col,
@@ -648,6 +676,38 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
     }
   }
 
+  // The warp's share of S = qa·Cᵀ for the 32 keys of tile t, into `partial`: n-tile nt is keys
+  // 8·nt …; one ldmatrix.x4 brings both key halves × both column halves of 16 keys and a k-step.
+  // The four n-tiles are independent chains, issued in turn.
+  auto scores = [&](int t) {
+    mbar_wait(full + 8 * (t % Stages), (t / Stages) & 1);
+    const T* const tile = ring + (t % Stages) * kMmaKeys * pitch;
+    float s[4][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kMmaMaxSteps; ++kk) {
+      if (kk < steps) {  // uniform over the warp
+        uint32_t kb[2][4];
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          ldmatrix_x4(kb[half],
+                      tile + (16 * half + (lane / 16) * 8 + lane % 8) * pitch + 16 * (step0 + kk) + ((lane / 8) % 2) * 8);
+#pragma unroll
+        for (int p = 0; p < kParts; ++p)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            mma_16816<T>(s[2 * half], qf[kk][p], kb[half][0], kb[half][1]);
+            mma_16816<T>(s[2 * half + 1], qf[kk][p], kb[half][2], kb[half][3]);
+          }
+      }
+    }
+    float* const mine = partial + warp * kMmaHeads * kLd;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      *reinterpret_cast<float2*>(mine + quad_row * kLd + 8 * nt + 2 * quad_col) = make_float2(s[nt][0], s[nt][1]);
+      *reinterpret_cast<float2*>(mine + (quad_row + 8) * kLd + 8 * nt + 2 * quad_col) = make_float2(s[nt][2], s[nt][3]);
+    }
+  };
+
   // Warp w owns latents [w·L/8, (w + 1)·L/8): n-tile nt of o is latents lat0 + 8·nt …
   const int lat_tiles = L / (8 * kMmaWarps), lat0 = warp * (L / kMmaWarps);
   float o[kMmaMaxLatentTiles][4];
@@ -655,109 +715,110 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
   for (int nt = 0; nt < kMmaMaxLatentTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, sum_run[2] = {0.0f, 0.0f};  // heads 2·warp + i, on every lane
 
-  for (int t = 0; t < tiles; ++t) {
-    cp_async_wait<Stages - 2>();  // tile t has landed for this thread's copies ...
-    __syncthreads();              // ... and for every thread's; every warp is done with tile t − 1 and its weights
-    copy_tile(t + Stages - 1);    // into tile t − 1's stage, while this one is computed on
+  // O = alpha·O + P·C over tile t's keys and the warp's latents. P's two k-steps (keys 16j …) as
+  // A fragments, in kParts parts (attention_mma.cuh, kPParts); the 8 n-tiles are independent
+  // chains, issued in turn. The tile's product goes to fresh accumulators and joins O by an f32
+  // FMA: the tensor cores' accumulation truncates, so summing every tile in them would bias O by
+  // up to an ulp per mma; this way each tile's error is its own and does not grow with the
+  // split's length.
+  auto values = [&](int t) {
     const T* const tile = ring + (t % Stages) * kMmaKeys * pitch;
-    const int n = min(kMmaKeys, split_keys - t * kMmaKeys);  // the tile's keys, ≥ 1
-
-    // The warp's share of S = qa·Cᵀ for all 32 keys: n-tile nt is keys 8·nt …; one ldmatrix.x4
-    // brings both key halves × both column halves of 16 keys and a k-step.
-    {
-      float s[4][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < kMmaMaxSteps; ++kk) {
-        if (kk < steps) {  // uniform over the warp
-          uint32_t kb[2][4];
-#pragma unroll
-          for (int half = 0; half < 2; ++half)
-            ldmatrix_x4(kb[half], tile + (16 * half + (lane / 16) * 8 + lane % 8) * pitch + 16 * (step0 + kk) +
-                                      ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int p = 0; p < kParts; ++p)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              mma_16816<T>(s[2 * half], qf[kk][p], kb[half][0], kb[half][1]);
-              mma_16816<T>(s[2 * half + 1], qf[kk][p], kb[half][2], kb[half][3]);
-            }
-        }
-      }
-      float* const mine = partial + warp * kMmaHeads * kLd;
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        *reinterpret_cast<float2*>(mine + quad_row * kLd + 8 * nt + 2 * quad_col) = make_float2(s[nt][0], s[nt][1]);
-        *reinterpret_cast<float2*>(mine + (quad_row + 8) * kLd + 8 * nt + 2 * quad_col) =
-            make_float2(s[nt][2], s[nt][3]);
-      }
-    }
-    __syncthreads();
-
-    // Online softmax, a warp per two heads, lane k holding key k: the warps' partial scores added
-    // in warp order (deterministic), keys from n on masked.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int g = 2 * warp + i;
-      float x = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kMmaWarps; ++w) x += partial[(w * kMmaHeads + g) * kLd + lane];
-      x = lane < n ? x : -INFINITY;
-      const float m_new = fmaxf(m_run[i], warp_max(x));  // finite: key 0 of the tile is visible
-      const float p = attn::exp_from(x, m_new);
-      p_s[g * kLd + lane] = p;
-      const float alpha = attn::exp_from(m_run[i], m_new);
-      sum_run[i] = sum_run[i] * alpha + warp_sum(p);
-      m_run[i] = m_new;
-      if (lane == 0) alpha_s[g] = alpha;
-    }
-    __syncthreads();
-
-    // O = alpha·O + P·C over the warp's latents. P's two k-steps (keys 16j …) as A fragments, in
-    // kParts parts (attention_mma.cuh, kPParts). The tile's product goes to fresh accumulators and
-    // joins O by an f32 FMA: the tensor cores' accumulation truncates, so summing every tile in
-    // them would bias O by up to an ulp per mma; this way each tile's error is its own and does
-    // not grow with the split's length.
     const float alpha[2] = {alpha_s[quad_row], alpha_s[quad_row + 8]};
-    uint32_t pf[2][kParts][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int half = 0; half < 2; ++half) {  // n-tiles 4·half … + 3: fewer registers live at once
+      if (4 * half >= lat_tiles) break;     // uniform
+      float d[4][4] = {};
 #pragma unroll
-      for (int reg = 0; reg < 4; ++reg) {
-        const float2 x = *reinterpret_cast<const float2*>(p_s + (quad_row + 8 * (reg % 2)) * kLd + 16 * j +
-                                                          8 * (reg / 2) + 2 * quad_col);
-        split_pair<T, kParts>(x.x, x.y, pf[j], reg);
-      }
+      for (int j = 0; j < 2; ++j) {
+        uint32_t pf[kParts][4];
 #pragma unroll
-    for (int pair = 0; pair < kMmaMaxLatentTiles / 2; ++pair) {
-      if (2 * pair < lat_tiles) {  // uniform; at L = 64 the pair's second n-tile is computed and dropped
-        float d[2][4] = {};
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          // Transposed: matrices keys +0 … 7 and +8 … 15 × n-tiles 2·pair and 2·pair + 1.
-          uint32_t vb[4];
-          ldmatrix_x4_trans(vb, tile + (16 * j + ((lane / 8) % 2) * 8 + lane % 8) * pitch + lat0 + 16 * pair +
-                                    (lane / 16) * 8);
-#pragma unroll
-          for (int p = 0; p < kParts; ++p) {
-            mma_16816<T>(d[0], pf[j][p], vb[0], vb[1]);
-            mma_16816<T>(d[1], pf[j][p], vb[2], vb[3]);
-          }
+        for (int reg = 0; reg < 4; ++reg) {
+          const float2 x = *reinterpret_cast<const float2*>(p_s + (quad_row + 8 * (reg % 2)) * kLd + 16 * j +
+                                                            8 * (reg / 2) + 2 * quad_col);
+          split_pair<T, kParts>(x.x, x.y, pf, reg);
         }
+        // Transposed: matrices keys +0 … 7 and +8 … 15 × n-tiles 2·pair and 2·pair + 1; at L = 64
+        // a pair's second n-tile is computed and dropped.
+        uint32_t vb[2][4];
 #pragma unroll
-        for (int u = 0; u < 2; ++u)
-          if (2 * pair + u < lat_tiles)
+        for (int pair = 0; pair < 2; ++pair)
+          if (4 * half + 2 * pair < lat_tiles)  // uniform
+            ldmatrix_x4_trans(vb[pair], tile + (16 * j + ((lane / 8) % 2) * 8 + lane % 8) * pitch + lat0 +
+                                            32 * half + 16 * pair + (lane / 16) * 8);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) o[2 * pair + u][e] = fmaf(o[2 * pair + u][e], alpha[e / 2], d[u][e]);
+        for (int p = 0; p < kParts; ++p)
+#pragma unroll
+          for (int pair = 0; pair < 2; ++pair)
+            if (4 * half + 2 * pair < lat_tiles) {
+              mma_16816<T>(d[2 * pair], pf[p], vb[pair][0], vb[pair][1]);
+              mma_16816<T>(d[2 * pair + 1], pf[p], vb[pair][2], vb[pair][3]);
+            }
       }
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (4 * half + u < lat_tiles)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[4 * half + u][e] = fmaf(o[4 * half + u][e], alpha[e / 2], d[u][e]);
     }
+  };
+
+  // The online softmax: thread (g, c) = (tid / 16, tid % 16) takes head g's keys 2c and 2c + 1,
+  // their 8 warps' partial scores added in warp order (deterministic), keys past the tile's end
+  // masked; the head's max goes across its 16 threads. Each thread keeps the running max (the
+  // same on all 16) and the running sum of its own keys' weights, added across them at the end.
+  const int sm_head = tid / 16, sm_key = 2 * (tid % 16);
+  float m_run = -INFINITY, sum_run = 0.0f;
+  auto softmax = [&](int t) {
+    const int n = min(kMmaKeys, n_keys - t * kMmaKeys);  // the tile's keys, ≥ 1
+    float2 x = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) {
+      const float2 y = *reinterpret_cast<const float2*>(partial + (w * kMmaHeads + sm_head) * kLd + sm_key);
+      x.x += y.x, x.y += y.y;
+    }
+    x.x = sm_key < n ? x.x : -INFINITY;
+    x.y = sm_key + 1 < n ? x.y : -INFINITY;
+    float m = fmaxf(x.x, x.y);
+#pragma unroll
+    for (int k = 8; k >= 1; k /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    const float m_new = fmaxf(m_run, m);  // finite: key 0 of the tile is visible
+    const float2 p = make_float2(attn::exp_from(x.x, m_new), attn::exp_from(x.y, m_new));
+    const float alpha = attn::exp_from(m_run, m_new);
+    *reinterpret_cast<float2*>(p_s + sm_head * kLd + sm_key) = p;
+    if (sm_key == 0) alpha_s[sm_head] = alpha;
+    sum_run = sum_run * alpha + (p.x + p.y);
+    m_run = m_new;
+  };
+
+  // Per tile two barriers of the 8 consumer warps: after the scores (the partials are complete),
+  // after the softmax (the weights are). Tile t's values and tile t + 1's scores come between the
+  // same two barriers, so each warp has both tiles' independent mma chains to issue while the
+  // other's results are under way.
+  scores(0);
+  consumers_sync();
+  for (int t = 0; t < tiles; ++t) {
+    softmax(t);
+    consumers_sync();
+    values(t);
+    if (t + 1 < tiles) scores(t + 1);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * (t % Stages));  // the warp is done with tile t
+    consumers_sync();
   }
 
-  // The heads' sums, held by their softmax warps, for every warp.
-  if (lane == 0) sum_s[2 * warp] = sum_run[0], sum_s[2 * warp + 1] = sum_run[1];
-  __syncthreads();
+  // The heads' sums, from the 16 threads of each head, for every warp.
+#pragma unroll
+  for (int k = 8; k >= 1; k /= 2) sum_run += __shfl_xor_sync(0xffffffffu, sum_run, k);
   const bool one = sh.splits == 1;
+  if (sm_key == 0) {
+    sum_s[sm_head] = sum_run;
+    if (!one && sm_head < heads) {
+      part.m[first_state + int64_t(sm_head) * sh.splits] = m_run;
+      part.sum[first_state + int64_t(sm_head) * sh.splits] = sum_run;
+    }
+  }
+  consumers_sync();
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int g = quad_row + 8 * rr;
@@ -772,16 +833,6 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 1)
       for (int nt = 0; nt < kMmaMaxLatentTiles; ++nt)
         if (nt < lat_tiles)
           *reinterpret_cast<float2*>(dst + 8 * nt) = make_float2(o[nt][2 * rr] * f, o[nt][2 * rr + 1] * f);
-    }
-  }
-  if (!one && lane == 0) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int g = 2 * warp + i;
-      if (g < heads) {
-        part.m[first_state + int64_t(g) * sh.splits] = m_run[i];
-        part.sum[first_state + int64_t(g) * sh.splits] = sum_run[i];
-      }
     }
   }
 #endif  // DING_GPU_NVIDIA_MMA
@@ -987,7 +1038,8 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   const int mma_pitch = int((ceil_div(int64_t(sh.E) * 2, 128) * 128 + 16) / 2);
   auto mma_bytes_for = [&](int stages) {
     return sizeof(uint16_t) * size_t(stages * kMmaKeys) * size_t(mma_pitch) +
-           sizeof(float) * size_t((kMmaWarps + 1) * kMmaHeads * kMmaScoreLd + 2 * kMmaHeads);
+           sizeof(float) * size_t((kMmaWarps + 1) * kMmaHeads * kMmaScoreLd + 2 * kMmaHeads) +
+           sizeof(uint64_t) * size_t(2 * stages);
   };
   int mma_stages = kMmaMaxStages;
   while (mma_stages > 2 && mma_bytes_for(mma_stages) > optin) --mma_stages;
@@ -1015,7 +1067,7 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
       int per_sm = 0;
       with_attend_mma_kernel(cache.dtype, mma_stages, [&](auto kernel) {
         DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
-        DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kMmaThreads, mma_bytes));
+        DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kMmaBlockThreads, mma_bytes));
       });
       const int64_t resident = int64_t(std::max(per_sm, 1)) * props.sm_count;
       const int64_t most_splits = std::clamp<int64_t>(sh.Tk / kMmaMinSplitKeys, 1, kMaxSplits);
@@ -1092,7 +1144,7 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
       with_attend_mma_kernel(cache.dtype, mma_stages, [&](auto kernel) {
         DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
         DING_GPU_CHECK(launch_chained(chained, kernel, dim3(unsigned(n), unsigned(groups), unsigned(sh.splits)),
-                                      dim3(kMmaThreads), mma_bytes, s.handle(), static_cast<const float*>(qa),
+                                      dim3(kMmaBlockThreads), mma_bytes, s.handle(), static_cast<const float*>(qa),
                                       cache.data, cs, seq_lens, sh, r0, part, o_lat));
       });
     } else {

@@ -158,30 +158,12 @@ struct TileOrder {
 };
 
 #if defined(__CUDA_ARCH__)
-// ---- mbarriers (shared::cta addresses) -----------------------------------------------------------
-__device__ inline void mbar_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
+// ---- mbarriers (mbar_init, mbar_arrive, mbar_wait: cp_async.cuh) ------------------------------------
 // Makes the inits visible to the async proxy (the TMA's complete_tx) as well; a block launched
 // without a cluster is a cluster of one, so the cluster-scoped fence is the right one.
 __device__ inline void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ inline void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Until the phase of parity `parity` has completed (acquire: the stage's contents, or its
-// release, are visible after). try_wait suspends for a while in hardware before it says no.
-__device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
 }
 
 // ---- TMA ------------------------------------------------------------------------------------------
