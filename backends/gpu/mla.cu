@@ -10,8 +10,9 @@
 //            attention does with q). A thread owns one latent l of 8 rows, so each W element it
 //            loads (coalesced over l) feeds 8 FMAs; the block's 8 slices of 32 threads split the Dn
 //            terms (added in slice order) and load 16 rows of W at once, so a decode step's few rows
-//            still have all of W_uk in flight in about one round trip (into L2 already: the block
-//            prefetches its columns before it waits for the previous kernel).
+//            still have all of W_uk in flight in about one round trip (the block prefetches its
+//            columns into L2, and each thread its first 16 terms into registers, before it waits
+//            for the previous kernel).
 //            Decode with latent_new: the (l-chunk 0, head 0) blocks also store the token's row at
 //            cache[b, seq_lens[b] − 1], which the attend kernel, launched after, reads from there.
 //   attend   A block takes up to 16 heads of one row over its split's keys, in tiles of 32 keys
@@ -63,12 +64,14 @@
 //            writes only the neutral state m = −inf, sum = 0.
 //   merge    (several splits) grid (⌈L/32⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
 //            and sum* = Σ w_s·sum_s by the block (thread s loads split s's state), then 32 latents ×
-//            8 subsets of the splits, 16 splits' loads in flight per thread (an acc with w_s = 0 is
-//            never read), the subsets added in a fixed order: o_lat = Σ w_s·acc_s / sum*.
+//            8 subsets of the splits, 16 splits' loads in flight per thread (the first 16 issued
+//            with the states' loads; an acc with w_s = 0 is never used), the subsets added in a
+//            fixed order: o_lat = Σ w_s·acc_s / sum*.
 //   project  grid (value chunks, H, ⌈rows/4⌉), 256 threads: out[r, h, e] = W_uv[h, e] · o_lat[r, h]
 //            for 4 rows at once (o_lat in shared memory), a warp per 4 outputs e: each W row is
 //            read coalesced (16-byte pieces where L % 8 == 0) and feeds 4 rows, 4 rows in flight;
-//            the block's W_uv rows are prefetched into L2 before it waits for the previous kernel.
+//            the block's W_uv rows are prefetched into L2, and each warp's first pieces into
+//            registers, before it waits for the previous kernel.
 //
 // Why this shape: per key the absorbed form costs ≈ 2·H·(2L + Dr) FLOPs (scores and values) on
 // 2·(L + Dr) bytes of a bf16 cache, ~30 FLOP/byte at V2-Lite's H = 16: more than an H100's FP32
@@ -243,6 +246,15 @@ __global__ void __launch_bounds__(kAbsorbThreads)
     prefetch_to_l2(w + (h * int64_t(sh.Dn + sh.Dv) + tid) * L + l_first,
                    uint32_t(min(kAbsorbLatents, L - l_first)) * uint32_t(sizeof(W)));
 
+  // The thread's first batch of W (all of its terms where Dn ≤ 128, as in DeepSeek-V2) goes
+  // into registers now too, so the arithmetic waits on q alone.
+  const W* const w_col = w + h * int64_t(sh.Dn + sh.Dv) * L + min(l, L - 1);  // W[h, j, l] at w_col[j·L]
+  const int jn0 = min(kAbsorbChunk, sh.Dn), per0 = (jn0 + kAbsorbSlices - 1) / kAbsorbSlices;
+  const int jb0 = slice * per0, je0 = min(jn0, jb0 + per0);
+  float w_first[kAbsorbBatch];
+#pragma unroll
+  for (int k = 0; k < kAbsorbBatch; ++k) w_first[k] = jb0 + k < je0 ? to_float(w_col[int64_t(jb0 + k) * L]) : 0.0f;
+
   // q and the cache come from earlier kernels of the step.
   wait_for_prior_kernels();
   release_dependents();
@@ -250,7 +262,6 @@ __global__ void __launch_bounds__(kAbsorbThreads)
   float acc[kAbsorbRows];
 #pragma unroll
   for (int rr = 0; rr < kAbsorbRows; ++rr) acc[rr] = 0.0f;
-  const W* const w_col = w + h * int64_t(sh.Dn + sh.Dv) * L + l;  // W[h, j, l] at w_col[j·L]
   for (int j0 = 0; j0 < sh.Dn; j0 += kAbsorbChunk) {
     const int jn = min(kAbsorbChunk, sh.Dn - j0);
     if (j0 > 0) __syncthreads();  // every slice is done with the previous chunk
@@ -272,9 +283,11 @@ __global__ void __launch_bounds__(kAbsorbThreads)
       const int jb = slice * per, je = min(jn, jb + per);
       for (int jj = jb; jj < je; jj += kAbsorbBatch) {
         const W* const wp = w_col + int64_t(j0 + jj) * L;
+        const bool first = j0 == 0 && jj == jb;  // uniform
         float x[kAbsorbBatch];
 #pragma unroll
-        for (int k = 0; k < kAbsorbBatch; ++k) x[k] = jj + k < je ? to_float(wp[int64_t(k) * L]) : 0.0f;
+        for (int k = 0; k < kAbsorbBatch; ++k)
+          x[k] = first ? w_first[k] : jj + k < je ? to_float(wp[int64_t(k) * L]) : 0.0f;
 #pragma unroll
         for (int k = 0; k < kAbsorbBatch; ++k)
           if (jj + k < je) {
@@ -852,6 +865,17 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaPartials pa
   wait_for_prior_kernels();
   release_dependents();
 
+  // The thread's first batch of acc values is loaded with the states, before the weights that
+  // select them are known, so the block pays one round trip to memory rather than two. An empty
+  // split wrote no acc: its value is read (the scratch holds anything) and never used.
+  const float* const acc = part.acc + first * L + min(l, L - 1);
+  float a0[kMergeBatch];
+#pragma unroll
+  for (int k = 0; k < kMergeBatch; ++k) {
+    const int s = subset + k * kMergeSubsets;
+    a0[k] = l < L && s < splits ? acc[int64_t(s) * L] : 0.0f;
+  }
+
   // Thread s holds split s's state: one round of loads for m* and sum*.
   const bool holds = tid < splits;
   const float m = holds ? part.m[first + tid] : -INFINITY, split_sum = holds ? part.sum[first + tid] : 0.0f;
@@ -860,19 +884,25 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaPartials pa
   if (holds) weight[tid] = wt;
   const float sum = block_sum(wt * split_sum, reduce_space);  // its barriers also publish weight[]
 
+  // Weight zero (an empty split, or one far below the top): skipped, never multiplied.
   float v = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMergeBatch; ++k) {
+    const int s = subset + k * kMergeSubsets;
+    const float w = s < splits ? weight[s] : 0.0f;
+    if (w != 0.0f) v = fmaf(w, a0[k], v);
+  }
   if (l < L) {
-    const float* const acc = part.acc + first * L + l;
-    for (int s0 = subset; s0 < splits; s0 += kMergeSubsets * kMergeBatch) {
-      float a[kMergeBatch], wt[kMergeBatch];
+    for (int s0 = subset + kMergeSubsets * kMergeBatch; s0 < splits; s0 += kMergeSubsets * kMergeBatch) {
+      float a[kMergeBatch], w[kMergeBatch];
 #pragma unroll
       for (int k = 0; k < kMergeBatch; ++k) {
         const int s = s0 + k * kMergeSubsets;
-        wt[k] = s < splits ? weight[s] : 0.0f;
-        a[k] = wt[k] != 0.0f ? acc[int64_t(s) * L] : 0.0f;  // an empty split wrote no acc
+        w[k] = s < splits ? weight[s] : 0.0f;
+        a[k] = w[k] != 0.0f ? acc[int64_t(s) * L] : 0.0f;
       }
 #pragma unroll
-      for (int k = 0; k < kMergeBatch; ++k) v = fmaf(wt[k], a[k], v);
+      for (int k = 0; k < kMergeBatch; ++k) v = fmaf(w[k], a[k], v);
     }
   }
   if (subset > 0) subtotal[subset - 1][li] = v;
@@ -917,6 +947,13 @@ __global__ void __launch_bounds__(kProjectThreads)
   if (w_vec)
     for (int e = e_begin + tid; e < e_end; e += kProjectThreads)
       prefetch_to_l2(w_uv + int64_t(e) * L, uint32_t(L) * uint32_t(sizeof(W)));
+  // The warp's first 8 columns of its first rows go into registers now too (w_vec), so the
+  // first products wait on o_lat alone.
+  const int e_first = e_begin + warp * kValuesPerWarp;
+  float x_first[kValuesPerWarp][8];
+  if (w_vec && e_first < e_end && 8 * lane < L)
+#pragma unroll
+    for (int v = 0; v < kValuesPerWarp; ++v) load8(w_uv + int64_t(min(e_first + v, e_end - 1)) * L + 8 * lane, x_first[v]);
 
   // o_lat comes from the attend or merge kernel.
   wait_for_prior_kernels();
@@ -948,8 +985,15 @@ __global__ void __launch_bounds__(kProjectThreads)
     if (w_vec) {
       for (int l = 8 * lane; l < L; l += 8 * warp_size()) {
         float x[kValuesPerWarp][8];
+        if (e0 == e_first && l == 8 * lane) {
 #pragma unroll
-        for (int v = 0; v < kValuesPerWarp; ++v) load8(w_row[v] + l, x[v]);
+          for (int v = 0; v < kValuesPerWarp; ++v)
+#pragma unroll
+            for (int c = 0; c < 8; ++c) x[v][c] = x_first[v][c];
+        } else {
+#pragma unroll
+          for (int v = 0; v < kValuesPerWarp; ++v) load8(w_row[v] + l, x[v]);
+        }
 #pragma unroll
         for (int rr = 0; rr < kProjectRows; ++rr) {
           const float4 a0 = *reinterpret_cast<const float4*>(lat + rr * L + l);

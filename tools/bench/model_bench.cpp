@@ -285,9 +285,11 @@ StepWeights weight_bytes_per_step(const Model& model, int64_t batch) {
 }
 
 void check_fits(const ModelBenchOptions& o, int64_t positions) {
-  if (o.prompt < 1 || o.new_tokens < 1 || o.batch < 1 || o.prompt + o.new_tokens > positions)
-    throw Error(ErrorCode::invalid_argument, fmt::format("--prompt {} + --new {} must fit the {} positions (and be ≥ 1, batch ≥ 1)",
-                                                         o.prompt, o.new_tokens, positions));
+  // The run decodes one untimed warm-up token besides the --new ones.
+  if (o.prompt < 1 || o.new_tokens < 1 || o.batch < 1 || o.prompt + 1 + o.new_tokens > positions)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("--prompt {} + --new {} + 1 warm-up token must fit the {} positions (and be ≥ 1, batch ≥ 1)",
+                            o.prompt, o.new_tokens, positions));
 }
 
 Model make_model(const ModelBenchOptions& o, Device& device) {
@@ -339,9 +341,9 @@ int run_model(const ModelBenchOptions& o) {
   const Ceilings ceil = measure_ceilings(device);
   fmt::print("ceiling (measured now): bandwidth {:.1f} GB/s ({})\n", ceil.bandwidth_gbs, ceil.bandwidth_how);
 
-  // The cache holds the prompt and the new tokens only, never the model's whole context (131072
-  // positions for Llama 3).
-  Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + o.new_tokens,
+  // The cache holds the prompt, the warm-up step and the new tokens only, never the model's whole
+  // context (131072 positions for Llama 3).
+  Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + 1 + o.new_tokens,
                           .prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prompt, .graphs = o.graphs});
   std::mt19937 rng(7);
   std::uniform_int_distribution<Token> any_token(0, Token(c.vocab_size - 2));
@@ -359,6 +361,9 @@ int run_model(const ModelBenchOptions& o) {
   }
   Sampler greedy({.temperature = 0});
   std::vector<Token> next(static_cast<size_t>(o.batch), prompt.back());
+  // Decode: one warm-up step, untimed (on a GPU it records the step's graph, which every later
+  // step replays), then the timed ones.
+  next = greedy.sample(session.stream(), session.decode(next));
   const double t0 = now_seconds();
   for (int64_t step = 0; step < o.new_tokens; ++step) {
     const Tensor logits = session.decode(next);
@@ -374,7 +379,7 @@ int run_model(const ModelBenchOptions& o) {
   const double weights_per_step = step_weights.bytes;
   const CacheSize cache = model_cache_size(c, model.dtype());
   const double kv_per_position = cache.per_token;
-  const double mean_context = double(o.prompt) + double(o.new_tokens) / 2;
+  const double mean_context = double(o.prompt + 1) + double(o.new_tokens) / 2;
   const double bytes_per_step =
       weights_per_step + double(o.batch) * (mean_context * kv_per_position + 2.0 * cache.per_sequence);
   const double floor_seconds = bytes_per_step / (ceil.bandwidth_gbs * 1e9);
