@@ -24,10 +24,10 @@
 //            many as the device's shared memory holds: 4 on an H100, 2 on an RTX 4090) by cp.async,
 //            handing each over through an mbarrier (full: its copies have landed; empty: every
 //            consumer warp is done with it). A cp.async waits for room in the memory system's
-//            queues, which at this kernel's bandwidth is most of a tile's time: issued by the
-//            consumers, that wait came before their arithmetic and the two never overlapped. Rows
-//            are padded to 16 mod 128 bytes, so the 8 rows of an ldmatrix matrix hit 8 different
-//            bank groups. Per tile, between two barriers of the consumers:
+//            queues, at this kernel's bandwidth most of a tile's time; only the producers wait
+//            there, so the consumers' arithmetic overlaps the copies. Rows are padded to 16 mod
+//            128 bytes, so the 8 rows of an ldmatrix matrix hit 8 different bank groups. Per tile,
+//            between two barriers of the consumers:
 //              scores: warp w takes the 16-element k-steps [w·E/128, (w + 1)·E/128) (4 or 5 at
 //                E = 576), its qa as A fragments in registers for the whole walk, and computes its
 //                partial S[16 heads, 32 keys] from the key rows as stored (ldmatrix); the 8
@@ -585,8 +585,8 @@ __global__ void __launch_bounds__(kAttendThreads, launch_min_blocks(kAttendThrea
 }
 
 #if defined(DING_GPU_NVIDIA_MMA)
-// A barrier of the tensor-core attend kernel's consumer warps alone (barrier 1; the producer warp
-// never waits on it).
+// A barrier of the tensor-core attend kernel's consumer warps alone (barrier 1; the producer warps
+// never wait on it).
 __device__ inline void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kMmaThreads) : "memory"); }
 #endif
 
@@ -636,9 +636,9 @@ __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockT
   // consumers have released the tile before it there, producer p taking the 16-byte pieces
   // p·32 + lane, + 128, … of the tile's rows laid end to end. Rows past the split's end are
   // zero-filled, nothing read: past the row's keys the cache holds anything, NaN included, and a
-  // zero row times a zero weight adds nothing. A copy waits for room in the memory system's
-  // queues, which an SM sub-partition drains at about 512 bytes per 90 cycles (H100): copies from
-  // one warp per sub-partition keep up with the bandwidth, and their waits stall no arithmetic.
+  // zero row times a zero weight adds nothing. A copy waits for room in its SM sub-partition's
+  // queue; a producer on each of the four keeps up with the bandwidth where one alone does not
+  // (docs/PERFORMANCE.md, the attend kernel's third pass), and their waits stall no arithmetic.
   if (warp >= kMmaWarps) {
     const int pieces = E / 8, first_piece = (warp - kMmaWarps) * 32 + lane;
     const T* const first_row = cache + (row / sh.Tq) * cs.b + span.begin * cs.t;
