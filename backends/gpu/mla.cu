@@ -729,11 +729,11 @@ __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockT
     for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
 
   // O = alpha·O + P·C over tile t's keys and the warp's latents. P's two k-steps (keys 16j …) as
-  // A fragments, in kParts parts (attention_mma.cuh, kPParts); the 8 n-tiles are independent
-  // chains, issued in turn. The tile's product goes to fresh accumulators and joins O by an f32
-  // FMA: the tensor cores' accumulation truncates, so summing every tile in them would bias O by
-  // up to an ulp per mma; this way each tile's error is its own and does not grow with the
-  // split's length.
+  // A fragments, in kParts parts (attention_mma.cuh, kPParts); the n-tiles, 4 at a time, are
+  // independent chains, issued in turn. The tile's product goes to fresh accumulators and joins O
+  // by an f32 FMA: the tensor cores' accumulation truncates, so summing every tile in them would
+  // bias O by up to an ulp per mma; this way each tile's error is its own and does not grow with
+  // the split's length.
   auto values = [&](int t) {
     const T* const tile = ring + (t % Stages) * kMmaKeys * pitch;
     const float alpha[2] = {alpha_s[quad_row], alpha_s[quad_row + 8]};
