@@ -15,10 +15,11 @@
 //     o^h = W_uv^h · Σ_t p_t c_t
 //     so attention reads only the cache, L + Dr elements per key for all heads together: the form
 //     for decode, where the cache is what a step must read.
-// A backend may compute either form for either op; the tolerances allow for both. In mla_prefill's
-// expanded form, where q, the cache and W share a 16-bit dtype, a backend may round k^h and v^h to
-// that dtype (as transformers' 16-bit forward rounds kv_b_proj's output), and the softmax weights
-// that multiply v^h, to attend on 16-bit hardware paths.
+// A backend may compute either form for either op; the tolerances allow for both. Where q, the
+// cache and W share a 16-bit dtype and the output is 16-bit too (an f32 output asks for f32
+// accuracy), either op may round to that dtype, to attend on 16-bit hardware paths: in the expanded form k^h and v^h (as transformers' 16-bit forward rounds
+// kv_b_proj's output), in the absorbed form the scaled query [q_lat^h ; q_rope^h], and in either
+// the softmax weights that multiply the values (or latents).
 // mla_prefill: Tq queries (the last Tq of Tk positions, causal: query i sees keys j ≤ i + Tk − Tq).
 // mla_decode: one query per sequence; sequence b sees cache positions [0, seq_lens[b]). Given
 //   latent_new ([B, L + Dr], the token's [c ; k^R]) it first stores it at position seq_lens[b] − 1,

@@ -23,7 +23,9 @@
 //            zero, never stored). The producers copy the tiles into a ring of 2 to 4 stages (as
 //            many as the device's shared memory holds: 4 on an H100, 2 on an RTX 4090) by cp.async,
 //            handing each over through an mbarrier (full: its copies have landed; empty: every
-//            consumer warp is done with it). A cp.async waits for room in the memory system's
+//            consumer warp is done with it); the first ring's worth before waiting for the absorb
+//            kernel, whose run they overlap (rows but decode's newest were written two or more
+//            kernels back). A cp.async waits for room in the memory system's
 //            queues, at this kernel's bandwidth most of a tile's time; only the producers wait
 //            there, so the consumers' arithmetic overlaps the copies. Rows are padded to 16 mod
 //            128 bytes, so the 8 rows of an ldmatrix matrix hit 8 different bank groups. Per tile,
@@ -40,7 +42,9 @@
 //                tile t + 1's scores share a barrier interval, so their mma chains interleave.
 //            qa and P are f32 and enter the 16-bit mmas as sums of 3 bf16 or 2 f16 parts
 //            (split_pair; kPParts, whose precision argument is in attention_prefill.cu), so the
-//            scores and weights keep f32 accuracy; a tile's P·C goes to fresh accumulators and
+//            scores and weights keep f32 accuracy; where q, the cache and W share the cache's
+//            dtype, each is rounded to it once instead (ops/mla.h allows it: the same order of
+//            error as the inputs' own rounding), a third of the mmas; a tile's P·C goes to fresh accumulators and
 //            joins O by an f32 FMA, since the tensor cores' accumulation truncates (summed over
 //            every tile in them, O's error would grow with the split's length).
 //            SIMT (everything else): grid (rows, head groups, splits × ⌈L/512⌉), 128 threads. G ≤
@@ -79,7 +83,9 @@
 // at long context (~60 µs at 32k keys, where the cache's 37.7 MB take ~12.5 µs). On tensor cores
 // the same work, with qa and P in three bf16 parts, is ~90 FLOP/byte of mma at H = 16, a third to
 // a half of the tensor cores' peak per byte of bandwidth (H100: ~990 TFLOP/s against 3.35 TB/s; RTX
-// 4090, f32 accumulation: ~165 against 1 TB/s), so that kernel is bound by the cache's bytes.
+// 4090, f32 accumulation: ~165 against 1 TB/s); rounded once, ~30. In throughput the kernel is
+// bound by the cache's bytes either way; in latency each tile's chains of dependent mmas (a k-step
+// per part) sit between its barriers, so the parts cost time the copies do not hide.
 // A block serves 16 heads so that each key is read once per 16 heads. The score k-steps are split
 // over the warps because no warp could hold qa's A fragments for all of E (3 parts · E/16 · 4 =
 // 432 registers at E = 576), the latents because O is 16·L f32 accumulators: the split scores
@@ -591,13 +597,15 @@ __device__ inline void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"
 #endif
 
 // T: the cache's element type, bf16 or f16 (the mmas' operand type: qa and the weights enter as
-// sums of T parts, the cache rows as stored). Stages: tiles in the ring.
-template <class T, int Stages>
+// sums of Parts T parts, the cache rows as stored). Stages: tiles in the ring. Parts: kPParts<T>
+// keeps qa and the weights to f32 accuracy; 1 rounds each once to T, which ops/mla.h allows where
+// q, the cache and W share that dtype.
+template <class T, int Stages, int Parts>
 __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockThreads, 1))
     mla_attend_mma_kernel(const float* qa, const T* cache, Strides3 cs, const int32_t* seq_lens, MlaShape sh,
                           int64_t r0, MlaPartials part, float* o_lat) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  constexpr int kParts = attn::kPParts<T>;
+  constexpr int kParts = Parts;
   constexpr int kLd = kMmaScoreLd;
   const int pitch = sh.tile_pitch;
   extern __shared__ uint4 mla_attend_mma_shared[];
@@ -626,8 +634,15 @@ __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockT
     }
   __syncthreads();
 
-  const SplitKeys span = split_keys(sh, seq_lens, part, row, first_state, split, heads, true);
-  if (span.begin >= span.end) return;  // uniform over the block
+  // The split's keys, read before the wait: the lengths, and every cache row but decode's newest,
+  // were written two or more kernels back (vendor.h), so the first tiles' copies overlap the absorb
+  // kernel; the newest row may be the one it appends. The consumers wait for qa.
+  const int64_t row_end = row_keys(sh, seq_lens, row);
+  const SplitKeys span{int64_t(split) * sh.chunk, min(row_end, int64_t(split) * sh.chunk + sh.chunk)};
+  if (span.begin >= span.end) {  // uniform over the block
+    split_keys(sh, seq_lens, part, row, first_state, split, heads, true);  // the neutral state, after the wait
+    return;
+  }
   // Keys in 32 bits: a split is at most S (or prefill's Tk) keys.
   const int n_keys = int(span.end - span.begin);
   const int tiles = (n_keys + kMmaKeys - 1) / kMmaKeys;
@@ -642,8 +657,15 @@ __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockT
   if (warp >= kMmaWarps) {
     const int pieces = E / 8, first_piece = (warp - kMmaWarps) * 32 + lane;
     const T* const first_row = cache + (row / sh.Tq) * cs.b + span.begin * cs.t;
+    // Tiles [0, settled) hold only rows no kernel of this op writes.
+    const int64_t settled_keys = (seq_lens ? row_end - 1 : row_end) - span.begin;
+    const int settled = int(min(int64_t(Stages), max(settled_keys, int64_t(0)) / kMmaKeys));
     for (int t = 0; t < tiles; ++t) {
       const int stage = t % Stages;
+      if (t == settled) {
+        wait_for_prior_kernels();
+        release_dependents();
+      }
       if (t >= Stages) mbar_wait(empty + 8 * stage, (t / Stages + 1) & 1);
       T* const dst = ring + stage * kMmaKeys * pitch;
       int k = first_piece / pieces, u = first_piece - k * pieces;  // row and piece of the walk
@@ -658,6 +680,8 @@ __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockT
     }
     return;  // copies still in flight land before anyone reads them: the full barriers track each
   }
+  wait_for_prior_kernels();
+  release_dependents();
 
   // The warp's k-steps of the scores, steps [step0, step0 + steps) of E/16 (4 or 5 at E = 576),
   // as A fragments of qa for the whole walk: rows quad_row and quad_row + 8, columns 2·quad_col,
@@ -1034,26 +1058,35 @@ bool rows_16_bytes(const Tensor& x) {
   return true;
 }
 
-// Calls f(kernel) with the tensor-core attend kernel for a cache of dtype t (bf16 or f16) and a
-// ring of `stages` tiles; only where Props::has_mma_sync().
+// Calls f(kernel) with the tensor-core attend kernel for a cache of dtype t (bf16 or f16), a ring
+// of `stages` tiles, and qa and the weights rounded once to t (`rounded`) or in kPParts parts; only
+// where Props::has_mma_sync().
 template <class F>
-void with_attend_mma_kernel(DType t, int stages, F&& f) {
+void with_attend_mma_kernel(DType t, int stages, bool rounded, F&& f) {
 #if defined(DING_GPU_NVIDIA)
-  auto with_stages = [&](auto t_tag) {
+  auto with_stages = [&](auto t_tag, auto parts_tag) {
     using T = decltype(t_tag);
+    constexpr int P = decltype(parts_tag)::value;
     static_assert(kMmaMaxStages == 4, "a case per ring size");
     switch (stages) {
-      case 4: f(mla_attend_mma_kernel<T, 4>); break;
-      case 3: f(mla_attend_mma_kernel<T, 3>); break;
-      default: f(mla_attend_mma_kernel<T, 2>); break;
+      case 4: f(mla_attend_mma_kernel<T, 4, P>); break;
+      case 3: f(mla_attend_mma_kernel<T, 3, P>); break;
+      default: f(mla_attend_mma_kernel<T, 2, P>); break;
     }
   };
+  auto with_parts = [&](auto t_tag) {
+    using T = decltype(t_tag);
+    if (rounded)
+      with_stages(t_tag, std::integral_constant<int, 1>{});
+    else
+      with_stages(t_tag, std::integral_constant<int, attn::kPParts<T>>{});
+  };
   if (t == DType::bf16)
-    with_stages(ding::bf16{});
+    with_parts(ding::bf16{});
   else
-    with_stages(ding::f16{});
+    with_parts(ding::f16{});
 #else
-  (void)t, (void)stages, (void)f;
+  (void)t, (void)stages, (void)rounded, (void)f;
   throw Error(ErrorCode::not_implemented, "mla attend: no tensor-core kernel in this build");
 #endif
 }
@@ -1090,6 +1123,9 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   const bool mma = props.has_mma_sync() && (cache.dtype == DType::bf16 || cache.dtype == DType::f16) &&
                    sh.L % (8 * kMmaWarps) == 0 && sh.L <= kMmaMaxLatents && sh.E % 16 == 0 && sh.E <= kMmaMaxElems &&
                    rows16 && mma_bytes <= optin;
+  // q, the cache and W of the cache's 16-bit dtype and a 16-bit output: qa and the weights may be
+  // rounded to it once (ops/mla.h), a third of the mmas of f32 accuracy's bf16 parts.
+  const bool mma_rounded = q.dtype == cache.dtype && w_kv.dtype == cache.dtype && out.dtype != DType::f32;
 
   // The SIMT kernel's shared memory for blocks of g heads.
   auto attend_bytes = [&](int g) {
@@ -1108,7 +1144,7 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
     sh.latent_chunks = 1;
     if (seq_lens) {
       int per_sm = 0;
-      with_attend_mma_kernel(cache.dtype, mma_stages, [&](auto kernel) {
+      with_attend_mma_kernel(cache.dtype, mma_stages, mma_rounded, [&](auto kernel) {
         DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
         DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kMmaBlockThreads, mma_bytes));
       });
@@ -1184,7 +1220,7 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
                                     any_float(latent_new), latent_new_stride, seq_lens));
     });
     if (mma) {
-      with_attend_mma_kernel(cache.dtype, mma_stages, [&](auto kernel) {
+      with_attend_mma_kernel(cache.dtype, mma_stages, mma_rounded, [&](auto kernel) {
         DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
         DING_GPU_CHECK(launch_chained(chained, kernel, dim3(unsigned(n), unsigned(groups), unsigned(sh.splits)),
                                       dim3(kMmaBlockThreads), mma_bytes, s.handle(), static_cast<const float*>(qa),

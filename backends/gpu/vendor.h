@@ -357,10 +357,14 @@ __device__ inline uint16_t float_to_bf16_bits(float f) {
 // Programmatic dependent launch, device side (no-ops before sm_90 and on HIP, where kernels
 // never overlap). A kernel started by launch_chained() may run alongside its predecessor:
 //   wait_for_prior_kernels()  returns once every earlier kernel on the stream has finished and
-//                             its writes are visible. Before it, read only data no kernel of
-//                             the step writes (weights), write nothing.
+//                             its writes are visible. Before it, read only data the previous
+//                             kernel does not write (weights; or what kernels two or more back
+//                             wrote, see below), write nothing to global memory.
 //   release_dependents()      lets the next chained kernel start now rather than when this one
 //                             ends (it still waits for this one's writes where it reads them).
+// Every kernel here releases only after its own wait, so a kernel starts once all but the one
+// before it have finished: their writes are in memory (cp.async.cg and L2-coherent loads see
+// them; the non-coherent read-only path may not).
 __device__ inline void wait_for_prior_kernels() {
 #if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

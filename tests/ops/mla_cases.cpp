@@ -37,28 +37,30 @@ const char* tolerance_reason(DType out) {
   }
 }
 
-// mla_prefill with q, the cache and W of one 16-bit dtype may form k^h and v^h rounded to that
-// dtype and weigh the values by probabilities rounded to it (the expanded form, ops/mla.h). Each
-// rounding is a relative error of NMSE r = rounding_nmse(cache); through the scores (q·k^h at the
-// default scale, unit-scale inputs), the weights and the values each adds about r to the output
-// before its own rounding: an error ε ≈ √(3r)·|y|, against the output's ulp ≈ √(12·r_out)·|y|,
-// which moves the rounded output by one ulp with probability ε/ulp, so E[Δ²] ≈ ε·ulp =
-// √(36·r·r_out)·y² (6·r for a bf16 output of a bf16 cache). The bound is twice that, on top of
-// the f32 kernels' own.
-bool may_expand_rounded(DType q, DType cache, DType w) {
-  return q == cache && cache == w && (cache == DType::bf16 || cache == DType::f16);
+// Either op, with q, the cache and W of one 16-bit dtype and a 16-bit output, may round to that
+// dtype (ops/mla.h): the expanded form k^h and v^h, the absorbed form the scaled query, either the
+// weights that multiply the values. Each rounding is a relative error of NMSE r =
+// rounding_nmse(cache); through the scores (q·k^h, or q_lat·c, at the default scale, unit-scale
+// inputs), the weights and the values each adds about r to the output before its own rounding (the
+// absorbed form's two roundings 2r, the expanded form's three 3r): an error ε ≈ √(3r)·|y| at most,
+// against the output's ulp ≈ √(12·r_out)·|y|, which moves the rounded output by one ulp with
+// probability ε/ulp, so E[Δ²] ≈ ε·ulp = √(36·r·r_out)·y² (6·r for a bf16 output of a bf16 cache).
+// The bound is twice that, on top of the f32 kernels' own.
+bool may_round(DType q, DType cache, DType w, DType out) {
+  return q == cache && cache == w && (cache == DType::bf16 || cache == DType::f16) && out != DType::f32;
 }
 
-double prefill_tolerance(DType q, DType cache, DType w, DType out, int64_t elements) {
+double rounded_tolerance(DType q, DType cache, DType w, DType out, int64_t elements) {
   const double own = tolerance(out, elements);
-  if (!may_expand_rounded(q, cache, w) || out == DType::f32) return own;
+  if (!may_round(q, cache, w, out)) return own;
   return own + 2.0 * std::sqrt(36.0 * rounding_nmse(cache) * rounding_nmse(out));
 }
 
-std::string prefill_tolerance_reason(DType q, DType cache, DType w, DType out) {
-  if (!may_expand_rounded(q, cache, w) || out == DType::f32) return tolerance_reason(out);
-  return fmt::format("{} output of a {} cache: keys, values and weights of the expanded form rounded to {} (3r into the "
-                     "output, flipping its rounding with probability ε/ulp: 2·√(36·r·r_out)) plus the f32 kernels' 4 + 0.1% flips",
+std::string rounded_tolerance_reason(DType q, DType cache, DType w, DType out) {
+  if (!may_round(q, cache, w, out)) return tolerance_reason(out);
+  return fmt::format("{} output of a {} cache: the expanded form's keys, values and weights, or the absorbed form's query "
+                     "and weights, rounded to {} (≤ 3r into the output, flipping its rounding with probability ε/ulp: "
+                     "2·√(36·r·r_out)) plus the f32 kernels' 4 + 0.1% flips",
                      dtype_name(out), dtype_name(cache), dtype_name(cache));
 }
 
@@ -94,8 +96,8 @@ OpCase prefill_case(const Prefill& p) {
   if (p.scale > 0) name += fmt::format("_scale{}", p.scale);
   if (p.views) name += "_views";
   const Shape& s = p.shape;
-  OpCase c{"mla_prefill", name, prefill_tolerance(p.q, p.cache, p.w, p.out, p.B * p.Tq * s.H * s.Dv),
-           prefill_tolerance_reason(p.q, p.cache, p.w, p.out), nullptr, p.in_tests};
+  OpCase c{"mla_prefill", name, rounded_tolerance(p.q, p.cache, p.w, p.out, p.B * p.Tq * s.H * s.Dv),
+           rounded_tolerance_reason(p.q, p.cache, p.w, p.out), nullptr, p.in_tests};
   c.build = [p, s](CaseRun& run) {
     const int64_t E = s.Dn + s.Dr;
     const Tensor q = p.views ? run.normal(p.q, {p.B, p.Tq, s.H, E + 5}).slice(3, 2, E + 2) : run.normal(p.q, {p.B, p.Tq, s.H, E});
@@ -130,7 +132,8 @@ OpCase decode_case(const Decode& p) {
   if (p.full) name += "_full";
   if (p.append) name += fmt::format("_append{}", dtype_name(*p.append));
   const Shape& s = p.shape;
-  OpCase c{"mla_decode", name, tolerance(p.out, p.B * s.H * s.Dv), tolerance_reason(p.out), nullptr, p.in_tests};
+  OpCase c{"mla_decode", name, rounded_tolerance(p.q, p.cache, p.w, p.out, p.B * s.H * s.Dv),
+           rounded_tolerance_reason(p.q, p.cache, p.w, p.out), nullptr, p.in_tests};
   c.build = [p, s](CaseRun& run) {
     const int64_t E = s.Dn + s.Dr, row = s.L + s.Dr;
     const Tensor q = p.views ? run.normal(p.q, {p.B, s.H, E + 5}).slice(2, 3, E + 3) : run.normal(p.q, {p.B, s.H, E});
@@ -194,8 +197,10 @@ std::vector<OpCase> mla_cases() {
   decode({.B = 1, .S = 2100, .shape = {.H = 20, .L = 96, .Dr = 16, .Dn = 24, .Dv = 40}, .full = true});
   // The GPU's tensor-core attend kernel (16-bit caches, L % 64 == 0): one full head group of 16,
   // two groups of 10 with the m16 tiles' other rows empty; one split and several (empty ones
-  // behind the length-1 row), the token's row appended, prefill's causal band; an f32 output
-  // against its 2e-11 bound, where qa's and the weights' 16-bit parts must keep f32 accuracy.
+  // behind the length-1 row), the token's row appended, prefill's causal band. One 16-bit dtype
+  // throughout may round qa and the weights once (ops/mla.h); an f32 query or output asks for f32
+  // accuracy, which their 16-bit parts must keep: an f32 output against its 2e-11 bound (from an
+  // all-bf16 input too), a 16-bit one against the unrounded bound.
   const Shape mma16{.H = 16, .L = 128, .Dr = 32, .Dn = 32, .Dv = 48}, mma20{.H = 20, .L = 128, .Dr = 32, .Dn = 32, .Dv = 48};
   decode({.B = 1, .S = 1, .shape = mma16, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
   decode({.B = 1, .S = 1, .shape = mma20, .q = f16, .cache = f16, .w = f16, .out = f16});
@@ -203,6 +208,8 @@ std::vector<OpCase> mla_cases() {
   decode({.B = 3, .S = 1000, .shape = mma20, .q = f16, .cache = f16, .w = f16, .out = f16, .append = f32});
   decode({.B = 3, .S = 1000, .shape = mma20, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
   decode({.B = 2, .S = 1000, .shape = mma20, .q = f32, .cache = bf16, .w = f32, .out = f32});
+  decode({.B = 2, .S = 1000, .shape = mma16, .q = bf16, .cache = bf16, .w = bf16, .out = f32});
+  decode({.B = 2, .S = 1000, .shape = mma16, .q = f32, .cache = f16, .w = f16, .out = f16});
   prefill({.Tq = 40, .Tk = 70, .shape = mma20, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
   prefill({.Tq = 40, .Tk = 70, .shape = mma16, .q = f16, .cache = f16, .w = f16, .out = f16, .views = true});
 
@@ -221,6 +228,8 @@ std::vector<OpCase> mla_cases() {
   const Shape lite{.H = 16, .L = 512, .Dr = 64, .Dn = 128, .Dv = 128}, v2{.H = 128, .L = 512, .Dr = 64, .Dn = 128, .Dv = 128};
   for (int64_t S : {4096, 32768})
     decode({.B = 1, .S = S, .shape = lite, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .full = true, .in_tests = false});
+  // An f32 query: the same bytes at f32 accuracy (on tensor cores, qa and the weights in parts).
+  decode({.B = 1, .S = 32768, .shape = lite, .q = f32, .cache = bf16, .w = bf16, .out = bf16, .full = true, .in_tests = false});
   decode({.B = 1, .S = 4096, .shape = v2, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .full = true, .in_tests = false});
   decode({.B = 8, .S = 4096, .shape = lite, .q = bf16, .cache = bf16, .w = bf16, .out = bf16, .full = true, .in_tests = false});
   // Prefill chunks: 512 queries after 3.5k cached, the session's 256 at the end of a 32k prompt,
