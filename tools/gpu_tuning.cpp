@@ -62,10 +62,26 @@ std::optional<gpu::MatmulTuning> matmul_tuning_from_environment() {
   return t;
 }
 
-void apply_matmul_tuning_from_environment(Device& device) {
-  const auto tuning = matmul_tuning_from_environment();
+std::optional<gpu::AttentionTuning> attention_tuning_from_environment() {
+  gpu::AttentionTuning t;
+  bool any = false;
+  if (auto v = count("DING_MLA_STAGES")) {
+    if (*v != 0 && (*v < 2 || *v > 4)) unreadable("DING_MLA_STAGES", std::to_string(*v), "0 or 2 to 4");
+    t.mla_stages = *v;
+    any = true;
+  }
+  if (auto v = flag("DING_MLA_BULK")) t.mla_bulk_copies = *v, any = true;
+  if (!any) return std::nullopt;
+  return t;
+}
+
+void apply_gpu_tuning_from_environment(Device& device) {
+  const auto matmul = matmul_tuning_from_environment();
+  const auto attention = attention_tuning_from_environment();
   const std::string& backend = device.caps().backend;
-  if (tuning && (backend == "cuda" || backend == "hip")) gpu::set_matmul_tuning(device, *tuning);
+  if (backend != "cuda" && backend != "hip") return;
+  if (matmul) gpu::set_matmul_tuning(device, *matmul);
+  if (attention) gpu::set_attention_tuning(device, *attention);
 }
 
 }  // namespace ding::tools

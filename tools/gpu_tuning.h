@@ -1,6 +1,6 @@
-// The GPU matmul tuning (ding::gpu::MatmulTuning) from the environment, for ding's own programs
-// (ding-bench, ding-run, ding_tests): a benchmark sweeps the plans, and a bypass is tried, without
-// a rebuild. The library itself reads no environment.
+// The GPU matmul and attention tunings (ding::gpu::MatmulTuning, AttentionTuning) from the
+// environment, for ding's own programs (ding-bench, ding-run, ding_tests): a benchmark sweeps the
+// plans, and a bypass is tried, without a rebuild. The library itself reads no environment.
 //   DING_GEMM_TMA=1        the sm_90a TMA core where it fits
 //   DING_GEMM_WGMMA=0      not the sm_90a wgmma core
 //   DING_GEMM_TILE=MxN     force a tile, e.g. 64x128
@@ -8,6 +8,8 @@
 //   DING_GEMV_CHAINED=0    decode GEMVs as plain launches
 //   DING_GEMV_PREFETCH=0   no L2 prefetch of GEMV weights before the wait
 //   DING_GEMV_L2=B         the tensor-core GEMV's L2 fetch size: 0, 128 or 256
+//   DING_MLA_STAGES=N      the latent attend kernel's ring: at most N tiles, 2 to 4 (0: automatic)
+//   DING_MLA_BULK=0        its tiles by cp.async, not by sm_90's bulk copies
 #pragma once
 #include <optional>
 
@@ -20,7 +22,9 @@ namespace ding::tools {
 // one cannot be read.
 std::optional<gpu::MatmulTuning> matmul_tuning_from_environment();
 
-// Sets it on `device` when a variable is set and `device` is a GPU device.
-void apply_matmul_tuning_from_environment(Device& device);
+std::optional<gpu::AttentionTuning> attention_tuning_from_environment();
+
+// Sets each on `device` when one of its variables is set and `device` is a GPU device.
+void apply_gpu_tuning_from_environment(Device& device);
 
 }  // namespace ding::tools

@@ -1,7 +1,8 @@
 // Asynchronous global → shared copies (cp.async, NVIDIA sm_80+): what the tensor-core GEMMs
-// (gemm_mma.cuh, sm90/gemm_wgmma.cu) fill their shared-memory stages with; and the mbarriers that
-// producer and consumer warps hand stages over with (mla.cu, sm90/gemm_tma.cuh). Device code
-// only, inside DING_GPU_NVIDIA_MMA (vendor.h); a HIP build never sees it.
+// (gemm_mma.cuh, sm90/gemm_wgmma.cu) fill their shared-memory stages with; the mbarriers that
+// producer and consumer warps hand stages over with (mla.cu, sm90/gemm_tma.cuh); and sm_90's bulk
+// copies, which fill such stages by the copy engine. Device code only, inside DING_GPU_NVIDIA_MMA
+// (vendor.h); a HIP build never sees it.
 #pragma once
 #include <cstdint>
 
@@ -72,6 +73,25 @@ __device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
 #endif
   } while (!done);
 }
+
+// ---- the copy engine's bulk copies (sm_90+) ----------------------------------------------------------
+#if __CUDA_ARCH__ >= 900
+// Makes the inits visible to the async proxy (the copy engine's complete_tx) as well; a block
+// launched without a cluster is a cluster of one, so the cluster-scoped fence is the right one.
+__device__ inline void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// An arrival that also expects `bytes` more of the phase's copies to land.
+__device__ inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
+// copy engine, one instruction for the whole run, counted against `bar`'s expected bytes as they
+// land.
+__device__ inline void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+#endif
 
 DING_GPU_END
 #endif  // DING_GPU_NVIDIA_MMA

@@ -312,6 +312,12 @@ bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning) {
   return ours != nullptr;
 }
 
+bool apply_attention_tuning(Device& device, const AttentionTuning& tuning) {
+  auto* ours = dynamic_cast<GpuDevice*>(&device);
+  if (ours) ours->stream().set_attention_tuning(tuning);
+  return ours != nullptr;
+}
+
 bool apply_matmul_override(Device& device, std::shared_ptr<MatmulOverride> override) {
   auto* ours = dynamic_cast<GpuDevice*>(&device);
   if (ours) ours->stream().set_matmul_override(std::move(override));

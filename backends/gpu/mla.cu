@@ -108,6 +108,7 @@
 // records into a graph.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -148,8 +149,10 @@ static_assert(kTileKeys <= 32 && kTileKeys % 4 == 0, "a tile's scores are one pe
 // The tensor-core attend kernel: the group's heads are the 16 rows of m16n8k16 tiles.
 constexpr int kMmaThreads = 256;                                // the consumer warps
 constexpr int kMmaWarps = kMmaThreads / 32;
-constexpr int kMmaProducers = 4;                                // copying warps: one per SM sub-partition
-constexpr int kMmaBlockThreads = kMmaThreads + 32 * kMmaProducers;
+// Copying warps: by cp.async one per SM sub-partition; by the copy engine's bulk copies (sm_90+),
+// one, a lane per row of the tile.
+constexpr int mma_producers(bool bulk) { return bulk ? 1 : 4; }
+constexpr int mma_block_threads(bool bulk) { return kMmaThreads + 32 * mma_producers(bulk); }
 constexpr int kMmaHeads = 16;
 constexpr int kMmaKeys = 32;                                    // keys per tile: 4 score n-tiles, 2 P·C k-steps
 constexpr int kMmaMaxStages = 4;                                // tiles in shared memory: one computed, the rest landing
@@ -599,12 +602,19 @@ __device__ inline void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"
 // T: the cache's element type, bf16 or f16 (the mmas' operand type: qa and the weights enter as
 // sums of Parts T parts, the cache rows as stored). Stages: tiles in the ring. Parts: kPParts<T>
 // keeps qa and the weights to f32 accuracy; 1 rounds each once to T, which ops/mla.h allows where
-// q, the cache and W share that dtype.
-template <class T, int Stages, int Parts>
-__global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockThreads, 1))
+// q, the cache and W share that dtype. Bulk: the tiles come by the copy engine's bulk copies
+// (sm_90+), else by cp.async.
+template <class T, int Stages, int Parts, bool Bulk>
+__global__ void __launch_bounds__(mma_block_threads(Bulk), launch_min_blocks(mma_block_threads(Bulk), 1))
     mla_attend_mma_kernel(const float* qa, const T* cache, Strides3 cs, const int32_t* seq_lens, MlaShape sh,
                           int64_t r0, MlaPartials part, float* o_lat) {
 #if defined(DING_GPU_NVIDIA_MMA)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (Bulk) {
+    __trap();  // the host launches bulk copies only on sm_90+
+    return;
+  }
+#endif
   constexpr int kParts = Parts;
   constexpr int kLd = kMmaScoreLd;
   const int pitch = sh.tile_pitch;
@@ -627,11 +637,16 @@ __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockT
   const int E = sh.E, L = sh.L;
   const int64_t first_state = (r * sh.H + h0) * sh.splits + split;  // head g's: first_state + g·splits
 
-  if (tid == 0)
+  constexpr int kProducers = mma_producers(Bulk);
+  if (tid == 0) {
     for (int s = 0; s < Stages; ++s) {
-      mbar_init(full + 8 * s, 32 * kMmaProducers);  // the producers' lanes, each once its copies have landed
-      mbar_init(empty + 8 * s, kMmaWarps);          // the consumer warps, each once done with the tile
+      mbar_init(full + 8 * s, 32 * kProducers);  // the producers' lanes, each once its copies are under way or landed
+      mbar_init(empty + 8 * s, kMmaWarps);       // the consumer warps, each once done with the tile
     }
+#if __CUDA_ARCH__ >= 900
+    if constexpr (Bulk) fence_mbarrier_init();
+#endif
+  }
   __syncthreads();
 
   // The split's keys, read before the wait: the lengths, and every cache row but decode's newest,
@@ -648,35 +663,73 @@ __global__ void __launch_bounds__(kMmaBlockThreads, launch_min_blocks(kMmaBlockT
   const int tiles = (n_keys + kMmaKeys - 1) / kMmaKeys;
 
   // The producer warps: tile t (the split's keys 32t …) into stage t mod Stages once the
-  // consumers have released the tile before it there, producer p taking the 16-byte pieces
-  // p·32 + lane, + 128, … of the tile's rows laid end to end. Rows past the split's end are
-  // zero-filled, nothing read: past the row's keys the cache holds anything, NaN included, and a
-  // zero row times a zero weight adds nothing. A copy waits for room in its SM sub-partition's
-  // queue; a producer on each of the four keeps up with the bandwidth where one alone does not
-  // (docs/PERFORMANCE.md, the attend kernel's third pass), and their waits stall no arithmetic.
+  // consumers have released the tile before it there. Rows past the split's end are zeros, nothing
+  // read: past the row's keys the cache holds anything, NaN included, and a zero row times a zero
+  // weight adds nothing. Tiles [0, settled) hold only rows no kernel of this op writes.
   if (warp >= kMmaWarps) {
-    const int pieces = E / 8, first_piece = (warp - kMmaWarps) * 32 + lane;
     const T* const first_row = cache + (row / sh.Tq) * cs.b + span.begin * cs.t;
-    // Tiles [0, settled) hold only rows no kernel of this op writes.
     const int64_t settled_keys = (seq_lens ? row_end - 1 : row_end) - span.begin;
     const int settled = int(min(int64_t(Stages), max(settled_keys, int64_t(0)) / kMmaKeys));
-    for (int t = 0; t < tiles; ++t) {
-      const int stage = t % Stages;
+    const uint32_t ring_at = smem_address(ring);
+    // Before tile t: the wait for the kernels before (once, at the first unsettled tile) and for
+    // the stage's release.
+    auto claim = [&](int t) {
       if (t == settled) {
         wait_for_prior_kernels();
         release_dependents();
       }
-      if (t >= Stages) mbar_wait(empty + 8 * stage, (t / Stages + 1) & 1);
-      T* const dst = ring + stage * kMmaKeys * pitch;
-      int k = first_piece / pieces, u = first_piece - k * pieces;  // row and piece of the walk
-      while (k < kMmaKeys) {
-        const int key = t * kMmaKeys + k;
-        const bool in = key < n_keys;
-        cp_async_16(smem_address(dst + k * pitch + 8 * u), (in ? first_row + int64_t(key) * cs.t : first_row) + 8 * u,
-                    in ? 16 : 0);
-        for (u += 32 * kMmaProducers; u >= pieces; u -= pieces) ++k;
+      if (t >= Stages) mbar_wait(empty + 8 * (t % Stages), (t / Stages + 1) & 1);
+    };
+    if constexpr (Bulk) {
+#if __CUDA_ARCH__ >= 900
+      // Lane k copies row k of each tile, E elements in one bulk copy, and arrives expecting its
+      // bytes; a row past the end is zeroed by plain stores, which its arrival releases.
+      static_assert(kMmaKeys == 32, "a lane per row");
+      const uint32_t row_bytes = uint32_t(E) * uint32_t(sizeof(T));
+      for (int t = 0; t < tiles; ++t) {
+        claim(t);
+        const uint32_t bar = full + 8 * (t % Stages);
+        T* const dst = ring + ((t % Stages) * kMmaKeys + lane) * pitch;
+        const int key = t * kMmaKeys + lane;
+        if (key < n_keys) {
+          mbar_expect_tx(bar, row_bytes);
+          bulk_copy_to_shared(smem_address(dst), first_row + int64_t(key) * cs.t, row_bytes, bar);
+        } else {
+          for (int v = 0; v < E / 8; ++v) reinterpret_cast<uint4*>(dst)[v] = make_uint4(0, 0, 0, 0);
+          mbar_arrive(bar);
+        }
       }
-      cp_async_arrive(full + 8 * stage);
+#endif
+    } else {
+      // Producer p takes the 16-byte pieces p·32 + lane, + 128, … of a tile's rows laid end to end,
+      // the same in every tile: their offsets (source and stage, in elements) are worked out once.
+      // A copy waits for room in its SM sub-partition's queue; a producer on each of the four keeps
+      // up with the bandwidth where one alone does not (docs/PERFORMANCE.md, the attend kernel's
+      // third pass), and their waits stall no arithmetic.
+      constexpr int kThreads = 32 * kProducers;
+      constexpr int kMmaMaxPieces = (kMmaKeys * kMmaMaxElems / 8 + kThreads - 1) / kThreads;  // per thread, at most
+      const int pieces = E / 8, first_piece = (warp - kMmaWarps) * 32 + lane;
+      int src_at[kMmaMaxPieces], dst_at[kMmaMaxPieces];  // dst_at < (k + 1)·pitch for row k
+#pragma unroll
+      for (int i = 0; i < kMmaMaxPieces; ++i) {
+        const int piece = first_piece + i * kThreads, k = piece / pieces, u = piece - k * pieces;
+        src_at[i] = k * int(cs.t) + 8 * u;  // < 32·cs.t: the host keeps that within 32 bits
+        dst_at[i] = k * pitch + 8 * u;
+      }
+      const int my_pieces = (kMmaKeys * pieces - first_piece + kThreads - 1) / kThreads;
+      for (int t = 0; t < tiles; ++t) {
+        claim(t);
+        const T* const src = first_row + int64_t(t) * kMmaKeys * cs.t;
+        const uint32_t dst = ring_at + uint32_t((t % Stages) * kMmaKeys * pitch) * uint32_t(sizeof(T));
+        const int valid_at = min(kMmaKeys, n_keys - t * kMmaKeys) * pitch;  // rows below it are keys
+#pragma unroll
+        for (int i = 0; i < kMmaMaxPieces; ++i)
+          if (i < my_pieces) {
+            const bool in = dst_at[i] < valid_at;
+            cp_async_16(dst + uint32_t(dst_at[i]) * uint32_t(sizeof(T)), in ? src + src_at[i] : first_row, in ? 16 : 0);
+          }
+        cp_async_arrive(full + 8 * (t % Stages));
+      }
     }
     return;  // copies still in flight land before anyone reads them: the full barriers track each
   }
@@ -1059,34 +1112,41 @@ bool rows_16_bytes(const Tensor& x) {
 }
 
 // Calls f(kernel) with the tensor-core attend kernel for a cache of dtype t (bf16 or f16), a ring
-// of `stages` tiles, and qa and the weights rounded once to t (`rounded`) or in kPParts parts; only
-// where Props::has_mma_sync().
+// of `stages` tiles, qa and the weights rounded once to t (`rounded`) or in kPParts parts, and its
+// tiles by bulk copies (`bulk`, sm_90+) or cp.async; only where Props::has_mma_sync().
 template <class F>
-void with_attend_mma_kernel(DType t, int stages, bool rounded, F&& f) {
+void with_attend_mma_kernel(DType t, int stages, bool rounded, bool bulk, F&& f) {
 #if defined(DING_GPU_NVIDIA)
-  auto with_stages = [&](auto t_tag, auto parts_tag) {
+  auto with_stages = [&](auto t_tag, auto parts_tag, auto bulk_tag) {
     using T = decltype(t_tag);
     constexpr int P = decltype(parts_tag)::value;
+    constexpr bool B = decltype(bulk_tag)::value;
     static_assert(kMmaMaxStages == 4, "a case per ring size");
     switch (stages) {
-      case 4: f(mla_attend_mma_kernel<T, 4, P>); break;
-      case 3: f(mla_attend_mma_kernel<T, 3, P>); break;
-      default: f(mla_attend_mma_kernel<T, 2, P>); break;
+      case 4: f(mla_attend_mma_kernel<T, 4, P, B>); break;
+      case 3: f(mla_attend_mma_kernel<T, 3, P, B>); break;
+      default: f(mla_attend_mma_kernel<T, 2, P, B>); break;
     }
+  };
+  auto with_copies = [&](auto t_tag, auto parts_tag) {
+    if (bulk)
+      with_stages(t_tag, parts_tag, std::true_type{});
+    else
+      with_stages(t_tag, parts_tag, std::false_type{});
   };
   auto with_parts = [&](auto t_tag) {
     using T = decltype(t_tag);
     if (rounded)
-      with_stages(t_tag, std::integral_constant<int, 1>{});
+      with_copies(t_tag, std::integral_constant<int, 1>{});
     else
-      with_stages(t_tag, std::integral_constant<int, attn::kPParts<T>>{});
+      with_copies(t_tag, std::integral_constant<int, attn::kPParts<T>>{});
   };
   if (t == DType::bf16)
     with_parts(ding::bf16{});
   else
     with_parts(ding::f16{});
 #else
-  (void)t, (void)stages, (void)rounded, (void)f;
+  (void)t, (void)stages, (void)rounded, (void)bulk, (void)f;
   throw Error(ErrorCode::not_implemented, "mla attend: no tensor-core kernel in this build");
 #endif
 }
@@ -1110,19 +1170,23 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   // The tensor-core kernel: a 16-bit cache of 16-byte rows, L and E within what its warps hold in
   // registers, its shared memory within the device's. Rows padded to 16 mod 128 bytes, so the 8
   // rows of an ldmatrix matrix hit 8 different 16-byte bank groups.
-  // The ring takes as many stages as fit (more tiles in flight per block).
+  // The ring takes as many stages as fit (more tiles in flight per block), or fewer where the
+  // attention tuning asks.
+  const AttentionTuning& tuning = s.attention_tuning();
   const int mma_pitch = int((ceil_div(int64_t(sh.E) * 2, 128) * 128 + 16) / 2);
   auto mma_bytes_for = [&](int stages) {
     return sizeof(uint16_t) * size_t(stages * kMmaKeys) * size_t(mma_pitch) +
            sizeof(float) * size_t((kMmaWarps + 1) * kMmaHeads * kMmaScoreLd + 2 * kMmaHeads) +
            sizeof(uint64_t) * size_t(2 * stages);
   };
-  int mma_stages = kMmaMaxStages;
+  int mma_stages = tuning.mla_stages > 0 ? std::clamp(tuning.mla_stages, 2, kMmaMaxStages) : kMmaMaxStages;
   while (mma_stages > 2 && mma_bytes_for(mma_stages) > optin) --mma_stages;
   const size_t mma_bytes = mma_bytes_for(mma_stages);
   const bool mma = props.has_mma_sync() && (cache.dtype == DType::bf16 || cache.dtype == DType::f16) &&
                    sh.L % (8 * kMmaWarps) == 0 && sh.L <= kMmaMaxLatents && sh.E % 16 == 0 && sh.E <= kMmaMaxElems &&
-                   rows16 && mma_bytes <= optin;
+                   rows16 && mma_bytes <= optin && cache.strides[1] <= INT32_MAX / kMmaKeys;
+  const bool mma_bulk = props.has_bulk_copies() && tuning.mla_bulk_copies;
+  const unsigned mma_threads = unsigned(mma_block_threads(mma_bulk));
   // q, the cache and W of the cache's 16-bit dtype and a 16-bit output: qa and the weights may be
   // rounded to it once (ops/mla.h), a third of the mmas of f32 accuracy's bf16 parts.
   const bool mma_rounded = q.dtype == cache.dtype && w_kv.dtype == cache.dtype && out.dtype != DType::f32;
@@ -1144,9 +1208,9 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
     sh.latent_chunks = 1;
     if (seq_lens) {
       int per_sm = 0;
-      with_attend_mma_kernel(cache.dtype, mma_stages, mma_rounded, [&](auto kernel) {
+      with_attend_mma_kernel(cache.dtype, mma_stages, mma_rounded, mma_bulk, [&](auto kernel) {
         DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
-        DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kMmaBlockThreads, mma_bytes));
+        DING_GPU_CHECK(resident_blocks(&per_sm, kernel, int(mma_threads), mma_bytes));
       });
       const int64_t resident = int64_t(std::max(per_sm, 1)) * props.sm_count;
       const int64_t most_splits = std::clamp<int64_t>(sh.Tk / kMmaMinSplitKeys, 1, kMaxSplits);
@@ -1220,10 +1284,10 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
                                     any_float(latent_new), latent_new_stride, seq_lens));
     });
     if (mma) {
-      with_attend_mma_kernel(cache.dtype, mma_stages, mma_rounded, [&](auto kernel) {
+      with_attend_mma_kernel(cache.dtype, mma_stages, mma_rounded, mma_bulk, [&](auto kernel) {
         DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(mma_bytes)));
         DING_GPU_CHECK(launch_chained(chained, kernel, dim3(unsigned(n), unsigned(groups), unsigned(sh.splits)),
-                                      dim3(kMmaBlockThreads), mma_bytes, s.handle(), static_cast<const float*>(qa),
+                                      dim3(mma_threads), mma_bytes, s.handle(), static_cast<const float*>(qa),
                                       cache.data, cs, seq_lens, sh, r0, part, o_lat));
       });
     } else {

@@ -1,6 +1,6 @@
 // GpuStream: what the kernels of backends/gpu/ get from a stream of a GPU backend (cuda, hip):
 // the native queue, the device's properties, scratch memory for temporaries, and the matmul
-// tuning; Props: the device facts the kernels choose their paths by.
+// and attention tunings; Props: the device facts the kernels choose their paths by.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -29,6 +29,14 @@ struct Props {
     return false;
 #endif
   }
+  // The copy engine's bulk global → shared copies with mbarrier completion: NVIDIA sm_90+.
+  bool has_bulk_copies() const {
+#if defined(DING_GPU_NVIDIA)
+    return cc_major >= 9;
+#else
+    return false;
+#endif
+  }
   // Programmatic dependent launch (vendor.h launch_chained): NVIDIA sm_90+.
   bool has_chained_launch() const {
 #if defined(DING_GPU_NVIDIA)
@@ -43,7 +51,7 @@ class GpuDevice;
 
 // The stream of a GPU device (device.h): the native queue, scratch memory, graph capture, timers,
 // and what the kernels read to choose their path (the device's properties, the matmul tuning and
-// override). The kernels see only this header.
+// override, the attention tuning). The kernels see only this header.
 class GpuStream final : public Stream {
  public:
   GpuStream(GpuDevice& device, int index, const Props& props);
@@ -79,6 +87,8 @@ class GpuStream final : public Stream {
   void set_matmul_override(std::shared_ptr<MatmulOverride> override) { matmul_override_ = std::move(override); }
   const MatmulTuning& matmul_tuning() const { return matmul_tuning_; }
   void set_matmul_tuning(const MatmulTuning& tuning) { matmul_tuning_ = tuning; }
+  const AttentionTuning& attention_tuning() const { return attention_tuning_; }
+  void set_attention_tuning(const AttentionTuning& tuning) { attention_tuning_ = tuning; }
 
  private:
   GpuDevice& device_;
@@ -93,6 +103,7 @@ class GpuStream final : public Stream {
   std::array<Scratch, 3> scratch_;  // by ScratchSlot
   std::shared_ptr<MatmulOverride> matmul_override_;
   MatmulTuning matmul_tuning_;
+  AttentionTuning attention_tuning_;
 };
 
 // The GPU stream behind `stream`; throws Error(device_mismatch) if it is another backend's.

@@ -1,13 +1,17 @@
-// mla_prefill / mla_decode: the two reference forms against each other and a closed form, and
-// bad input through the public front end.
+// mla_prefill / mla_decode: the two reference forms against each other and a closed form, the
+// GPU kernel's configurations against each other, and bad input through the public front end.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "ding/gpu.h"
 #include "ding/ops/mla.h"
 #include "expect_error.h"
 #include "op_cases.h"
+#include "tools/gpu_tuning.h"
 
 namespace ding::testing {
 namespace {
@@ -72,6 +76,54 @@ TEST(MlaReference, DecodeAppendsTheTokensLatentFirst) {
         EXPECT_NEAR(o[size_t(h * kDv + e)], v, 1e-4 * (1 + std::abs(v))) << device->name() << " " << h << " " << e;
       }
   }
+}
+
+// ---- The GPU's configurations ----------------------------------------------------------------------
+
+// On a GPU the latent attend kernel's configurations are one computation: rings of 2, 3 and 4
+// tiles (an RTX 4090's shared memory holds 2, an H100's 4) and tiles by cp.async (sm_80/sm_89) or
+// by bulk copies (sm_90+) give the same bits for every mla case, each within its bound of the
+// reference. One GPU thereby runs what another chip would.
+TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const gpu::AttentionTuning tuning = tools::attention_tuning_from_environment().value_or(gpu::AttentionTuning{});
+  struct Restore {  // the tuning of the rest of the run, also when an assertion leaves early
+    Device& device;
+    gpu::AttentionTuning tuning;
+    ~Restore() { gpu::set_attention_tuning(device, tuning); }
+  } restore{cuda, tuning};
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  int cases = 0;
+  for (const OpCase& c : mla_cases()) {
+    if (!c.in_tests) continue;
+    SCOPED_TRACE(c.name);
+    CaseRun expected(ref(), seed);
+    c.build(expected);
+    expected.poison_outputs();
+    expected.run();
+    CaseRun actual(cuda, seed);
+    c.build(actual);
+    std::vector<std::vector<double>> first;  // the first configuration's outputs
+    for (int stages : {4, 3, 2})
+      for (bool bulk : {true, false}) {
+        SCOPED_TRACE(fmt::format("{} stages, bulk copies {}", stages, bulk));
+        gpu::set_attention_tuning(cuda, {.mla_stages = stages, .mla_bulk_copies = bulk});
+        actual.poison_outputs();
+        actual.run();
+        for (size_t i = 0; i < actual.outputs().size(); ++i) {
+          const std::vector<double> got = actual.read(actual.outputs()[i].tensor);
+          const std::vector<double> reference = expected.read(expected.outputs()[i].tensor);
+          if (actual.outputs()[i].compare.kind == Compare::nmse)
+            EXPECT_LE(nmse(got, reference), c.tolerance) << actual.outputs()[i].name << " (" << c.reason << ")";
+          if (first.size() <= i) first.push_back(got);
+          else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from 4 stages with bulk copies";
+        }
+      }
+    ++cases;
+  }
+  EXPECT_GT(cases, 20);
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------

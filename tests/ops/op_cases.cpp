@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace ding::testing {
@@ -133,6 +134,11 @@ std::vector<double> CaseRun::read(const Tensor& t) const {
   std::vector<double> v(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = load_element(bytes.data(), t.dtype, int64_t(i));
   return v;
+}
+
+uint64_t test_seed() {
+  if (const char* s = std::getenv("DING_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}();
 }
 
 double nmse(const std::vector<double>& actual, const std::vector<double>& reference) {

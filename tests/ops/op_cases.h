@@ -114,6 +114,10 @@ bool backend_must_be_complete(std::string_view backend);
 // comparison, but every case states one.
 inline constexpr double kExactTolerance = 1e-30;
 
+// The seed of a test's random inputs: fresh each run, or DING_TEST_SEED's to repeat one (the
+// tests print the seed they used).
+uint64_t test_seed();
+
 // Normalised mean squared error Σ(a-b)² / Σb², with b the reference (Σb² = 0 → Σ(a-b)²).
 double nmse(const std::vector<double>& actual, const std::vector<double>& reference);
 

@@ -8,18 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdlib>
-#include <random>
 
 #include "op_cases.h"
 
 namespace ding::testing {
 namespace {
-
-uint64_t test_seed() {
-  if (const char* s = std::getenv("DING_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
 
 struct ParityParam {
   const OpCase* op_case;

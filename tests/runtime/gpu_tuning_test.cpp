@@ -1,6 +1,7 @@
-// The GPU matmul tuning: its public setter (ding/gpu.h) and the tools' environment reader
-// (tools/gpu_tuning.h), which this file also applies to the GPU devices of the whole test run, so
-// that tools/gemm-check.sh runs the parity suite on each matmul core by DING_GEMM_* variables.
+// The GPU matmul and attention tunings: their public setters (ding/gpu.h) and the tools'
+// environment readers (tools/gpu_tuning.h), which this file also applies to the GPU devices of the
+// whole test run, so that tools/gemm-check.sh runs the parity suite on each matmul core by
+// DING_GEMM_* variables (and DING_MLA_* picks the latent attend kernel's configuration).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +27,7 @@ class GpuTuningFromEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     for (const char* backend : {"cuda", "hip"})
-      if (compiled_and_present(backend)) tools::apply_matmul_tuning_from_environment(Device::open(backend));
+      if (compiled_and_present(backend)) tools::apply_gpu_tuning_from_environment(Device::open(backend));
   }
 };
 [[maybe_unused]] const ::testing::Environment* const kGpuTuning =
@@ -54,6 +55,18 @@ TEST(GpuTuning, CpuDeviceIsNotAGpu) {
                         ErrorCode::invalid_argument, {"set_matmul_tuning", "'cpu' is not a GPU device"});
   testing::expect_error([] { gpu::set_matmul_override(Device::open("ref"), nullptr); }, ErrorCode::invalid_argument,
                         {"set_matmul_override", "'ref' is not a GPU device"});
+  testing::expect_error([] { gpu::set_attention_tuning(Device::open("cpu"), gpu::AttentionTuning{}); },
+                        ErrorCode::invalid_argument, {"set_attention_tuning", "'cpu' is not a GPU device"});
+}
+
+// A ring size the kernel has no instance for is refused before any device is asked.
+TEST(GpuTuning, AttentionRingOutsideTwoToFourIsRefused) {
+  for (int stages : {1, 5, -2}) {
+    gpu::AttentionTuning tuning;
+    tuning.mla_stages = stages;
+    testing::expect_error([&] { gpu::set_attention_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
+                          {"set_attention_tuning", "mla_stages = " + std::to_string(stages), "2 to 4"});
+  }
 }
 
 // A tuning that asks for the TMA core of a build without it is refused, naming the option that
@@ -81,6 +94,12 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(t->wgmma);
   EXPECT_EQ(t->gemv_l2_fetch, 256);
   EXPECT_FALSE(t->tma);  // unset: the default
+  EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
+  ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0");
+  const auto a = tools::attention_tuning_from_environment();
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->mla_stages, 2);
+  EXPECT_FALSE(a->mla_bulk_copies);
 }
 
 TEST(GpuTuning, UnreadableVariableIsNamed) {
@@ -89,6 +108,12 @@ TEST(GpuTuning, UnreadableVariableIsNamed) {
                                     std::pair{"DING_GEMM_WGMMA", "off"}, std::pair{"DING_GEMV_L2", "64"}}) {
     ScopedVariable v(name, value);
     testing::expect_error([] { (void)tools::matmul_tuning_from_environment(); }, ErrorCode::invalid_argument,
+                          {std::string(name) + "=" + value});
+  }
+  for (const auto& [name, value] : {std::pair{"DING_MLA_STAGES", "5"}, std::pair{"DING_MLA_STAGES", "1"},
+                                    std::pair{"DING_MLA_STAGES", "four"}, std::pair{"DING_MLA_BULK", "yes"}}) {
+    ScopedVariable v(name, value);
+    testing::expect_error([] { (void)tools::attention_tuning_from_environment(); }, ErrorCode::invalid_argument,
                           {std::string(name) + "=" + value});
   }
 }

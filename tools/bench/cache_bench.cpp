@@ -86,7 +86,7 @@ double decode_tokens_per_second(const Model& model, int64_t context, int64_t ste
 int run_cache(const CacheBenchOptions& o) {
   if (o.contexts.empty()) throw Error(ErrorCode::invalid_argument, "--contexts: give at least one context length");
   Device& device = Device::open(o.backend);
-  ding::tools::apply_matmul_tuning_from_environment(device);
+  ding::tools::apply_gpu_tuning_from_environment(device);
   const DType dtype = parse_dtype(o.dtype);
   const int64_t longest = *std::max_element(o.contexts.begin(), o.contexts.end()) + o.steps + 1;
   const std::vector<Variant> all = variants(o, longest);

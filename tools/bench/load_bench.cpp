@@ -135,7 +135,7 @@ int run_load(const LoadBenchOptions& o) {
   if (o.model_dir.empty()) throw Error(ErrorCode::invalid_argument, "ding-bench load: -m DIR is required");
   if (!o.write_gpt2.empty()) write_gpt2(o.model_dir, o.write_gpt2, parse_float_dtype(o.stored, "--stored"));
   Device& device = Device::open(o.backend);
-  ding::tools::apply_matmul_tuning_from_environment(device);
+  ding::tools::apply_gpu_tuning_from_environment(device);
   const DType dtype = parse_float_dtype(o.dtype, "--dtype");
   UploadOptions options{.dtype = dtype, .chunk_bytes = size_t(o.chunk_mib * double(1 << 20)), .check_values = !o.no_weight_check};
   fmt::print("load {} onto {} ({}) as {}, chunks of {} MiB{}\n", o.model_dir, device.caps().backend, device.caps().name,

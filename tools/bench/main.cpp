@@ -87,7 +87,7 @@ bool matches(const std::string& name, const std::vector<std::string>& filters) {
 
 int run_ops(const OpsOptions& o) {
   Device& device = Device::open(o.backend);
-  ding::tools::apply_matmul_tuning_from_environment(device);
+  ding::tools::apply_gpu_tuning_from_environment(device);
   const Caps& caps = device.caps();
   choose_matmul_path(device, o.matmul);
   fmt::print("ding-bench ops: backend {} — {}, last-level cache {}, {} CPU threads\n", caps.backend, caps.name,

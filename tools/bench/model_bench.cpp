@@ -327,7 +327,7 @@ std::string model_shape_names() {
 
 int run_model(const ModelBenchOptions& o) {
   Device& device = Device::open(o.backend);
-  ding::tools::apply_matmul_tuning_from_environment(device);
+  ding::tools::apply_gpu_tuning_from_environment(device);
   Model model = make_model(o, device);
   const ModelConfig& c = model.config();
   check_fits(o, c.n_positions);

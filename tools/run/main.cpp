@@ -227,7 +227,7 @@ int run(const Options& o, const SamplingFlags& sampling_flags) {
 
   const double t_open = now_seconds();
   ding::Device& device = ding::Device::open(o.backend);
-  ding::tools::apply_matmul_tuning_from_environment(device);
+  ding::tools::apply_gpu_tuning_from_environment(device);
   if (o.model_given && o.model_dir.empty()) throw ding::Error(ding::ErrorCode::invalid_argument, "-m: the folder path is empty");
   const std::string dir = o.model_given ? o.model_dir : default_model_dir();
   const bool show_progress = !o.json && isatty(STDERR_FILENO);

@@ -158,13 +158,7 @@ struct TileOrder {
 };
 
 #if defined(__CUDA_ARCH__)
-// ---- mbarriers (mbar_init, mbar_arrive, mbar_wait: cp_async.cuh) ------------------------------------
-// Makes the inits visible to the async proxy (the TMA's complete_tx) as well; a block launched
-// without a cluster is a cluster of one, so the cluster-scoped fence is the right one.
-__device__ inline void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
+// (mbarriers, fence_mbarrier_init and mbar_expect_tx: cp_async.cuh)
 
 // ---- TMA ------------------------------------------------------------------------------------------
 __device__ inline void prefetch_tensor_map(const CUtensorMap* map) {

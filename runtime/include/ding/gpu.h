@@ -1,4 +1,4 @@
-// Controls of a GPU device ("cuda" or "hip"), for benchmarks and experiments: neither is needed
+// Controls of a GPU device ("cuda" or "hip"), for benchmarks and experiments: none is needed
 // to run models. Both throw Error(invalid_argument) when `device` is not a GPU device, which
 // includes every device of a library built without a GPU backend (ding::cpu).
 #pragma once
@@ -34,6 +34,19 @@ struct MatmulTuning {
 
 // Applies to the calls enqueued after it on every stream of `device`.
 void set_matmul_tuning(Device& device, const MatmulTuning& tuning);
+
+// How the attention kernels are configured; the defaults are the production choice. ding's own
+// tools fill it from DING_MLA_* environment variables (tools/gpu_tuning.h). Lets one GPU run every
+// configuration another chip would get (an RTX 4090's smaller rings and cp.async copies on an H100).
+struct AttentionTuning {
+  int mla_stages = 0;           // the latent attend kernel's ring: at most this many tiles, 2 to 4
+                                // (0: as many as the device's shared memory holds)
+  bool mla_bulk_copies = true;  // its tiles by the copy engine's bulk copies where the device has
+                                // them (sm_90+); false: by cp.async, as on sm_80/sm_89
+};
+
+// Applies to the calls enqueued after it on every stream of `device`.
+void set_attention_tuning(Device& device, const AttentionTuning& tuning);
 
 // Who computes ops::matmul on the device: ding's own kernels (the default), or another library
 // for comparison (ding-bench --matmul cublas installs one). The library links no vendor BLAS
