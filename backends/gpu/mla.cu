@@ -10,9 +10,9 @@
 //            attention does with q). A thread owns one latent l of 8 rows, so each W element it
 //            loads (coalesced over l) feeds 8 FMAs; the block's 8 slices of 32 threads split the Dn
 //            terms (added in slice order) and load 16 rows of W at once, so a decode step's few rows
-//            still have all of W_uk in flight in about one round trip (the block prefetches its
-//            columns into L2, and each thread its first 16 terms into registers, before it waits
-//            for the previous kernel).
+//            still have all of W_uk in flight in about one round trip (each thread loads its first
+//            16 terms into registers, and the block prefetches its columns past the first 128 terms
+//            into L2, before it waits for the previous kernel).
 //            Decode with latent_new: the (l-chunk 0, head 0) blocks also store the token's row at
 //            cache[b, seq_lens[b] − 1], which the attend kernel, launched after, reads from there.
 //   attend   A block takes up to 16 heads of one row over its split's keys, in tiles of 32 keys
@@ -248,15 +248,16 @@ __global__ void __launch_bounds__(kAbsorbThreads)
   const int l = int(blockIdx.x) * kAbsorbLatents + li;
   const int L = sh.L;
 
-  // The block's W_uk columns are weights, written by no kernel of the step: into L2 while the
-  // previous kernel finishes (w_prefetch: whole 16-byte pieces, 16-byte aligned).
+  // The block's W_uk columns are weights, written by no kernel of the step: the first chunk's
+  // terms into registers now (all of them where Dn ≤ 128, as in DeepSeek-V2), the rest into L2
+  // (w_prefetch: whole 16-byte pieces, 16-byte aligned), while the previous kernel finishes, so
+  // the arithmetic waits on q alone.
+  static_assert(kAbsorbChunk == kAbsorbSlices * kAbsorbBatch, "the first chunk's terms are one batch per slice");
   const int l_first = int(blockIdx.x) * kAbsorbLatents;
-  if (w_prefetch && tid < sh.Dn)
-    prefetch_to_l2(w + (h * int64_t(sh.Dn + sh.Dv) + tid) * L + l_first,
-                   uint32_t(min(kAbsorbLatents, L - l_first)) * uint32_t(sizeof(W)));
-
-  // The thread's first batch of W (all of its terms where Dn ≤ 128, as in DeepSeek-V2) goes
-  // into registers now too, so the arithmetic waits on q alone.
+  if (w_prefetch)
+    for (int j = kAbsorbChunk + tid; j < sh.Dn; j += kAbsorbThreads)
+      prefetch_to_l2(w + (h * int64_t(sh.Dn + sh.Dv) + j) * L + l_first,
+                     uint32_t(min(kAbsorbLatents, L - l_first)) * uint32_t(sizeof(W)));
   const W* const w_col = w + h * int64_t(sh.Dn + sh.Dv) * L + min(l, L - 1);  // W[h, j, l] at w_col[j·L]
   const int jn0 = min(kAbsorbChunk, sh.Dn), per0 = (jn0 + kAbsorbSlices - 1) / kAbsorbSlices;
   const int jb0 = slice * per0, je0 = min(jn0, jb0 + per0);
