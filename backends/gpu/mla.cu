@@ -132,6 +132,7 @@ constexpr int kAbsorbSlices = kAbsorbThreads / kAbsorbLatents;  // slices splitt
 constexpr int kAbsorbRows = 8;                                  // rows per block: FMAs per W element
 constexpr int kAbsorbChunk = 128;                               // q elements per row staged at a time
 constexpr int kAbsorbBatch = 16;                                // W loads per thread in flight together
+constexpr int64_t kAbsorbFewRows = 2;                           // up to this many rows: blocks of one row
 
 constexpr int kAttendThreads = 128;
 constexpr int kKeyLanes = 8;                                    // lanes scoring one key
@@ -235,16 +236,19 @@ __device__ inline SplitKeys split_keys(const MlaShape& sh, const int32_t* seq_le
   return span;
 }
 
-template <class W>
-__global__ void __launch_bounds__(kAbsorbThreads)
+// Rows: query rows per block, each W element loaded feeding that many FMAs (kAbsorbRows; or 1 for
+// a decode step's one or two sequences, where a block of 8 would mostly add zeros and hold
+// registers the attend kernel's blocks need beside it).
+template <class W, int Rows>
+__global__ void __launch_bounds__(kAbsorbThreads, Rows == 1 ? 5 : 1)
     mla_absorb_kernel(float* qa, AnyFloat q, Strides3 qs, const W* w, bool w_prefetch, MlaShape sh, int64_t r0,
                       int64_t rows, AnyFloat cache, Strides3 cs, AnyFloat latent_new, int64_t latent_new_stride,
                       const int32_t* seq_lens) {
-  __shared__ __align__(16) float q_s[kAbsorbChunk][kAbsorbRows];  // [j][row]: a j's 8 rows are two float4s
-  __shared__ float partial[kAbsorbSlices - 1][kAbsorbRows][kAbsorbLatents];
+  __shared__ __align__(16) float q_s[kAbsorbChunk][Rows];  // [j][row]: a j's 8 rows are two float4s
+  __shared__ float partial[kAbsorbSlices - 1][Rows][kAbsorbLatents];
   const int tid = int(threadIdx.x), li = tid % kAbsorbLatents, slice = tid / kAbsorbLatents;
-  const int64_t h = blockIdx.y, rt0 = int64_t(blockIdx.z) * kAbsorbRows;
-  const int n = int(min(int64_t(kAbsorbRows), rows - rt0));
+  const int64_t h = blockIdx.y, rt0 = int64_t(blockIdx.z) * Rows;
+  const int n = int(min(int64_t(Rows), rows - rt0));
   const int l = int(blockIdx.x) * kAbsorbLatents + li;
   const int L = sh.L;
 
@@ -269,23 +273,23 @@ __global__ void __launch_bounds__(kAbsorbThreads)
   wait_for_prior_kernels();
   release_dependents();
 
-  float acc[kAbsorbRows];
+  float acc[Rows];
 #pragma unroll
-  for (int rr = 0; rr < kAbsorbRows; ++rr) acc[rr] = 0.0f;
+  for (int rr = 0; rr < Rows; ++rr) acc[rr] = 0.0f;
   for (int j0 = 0; j0 < sh.Dn; j0 += kAbsorbChunk) {
     const int jn = min(kAbsorbChunk, sh.Dn - j0);
     if (j0 > 0) __syncthreads();  // every slice is done with the previous chunk
-    static_assert(kAbsorbChunk * kAbsorbRows % kAbsorbThreads == 0, "whole rounds of the staging");
-    float x[kAbsorbChunk * kAbsorbRows / kAbsorbThreads];  // every load in flight before the stores
+    constexpr int kStaged = kAbsorbChunk * Rows, kRounds = (kStaged + kAbsorbThreads - 1) / kAbsorbThreads;
+    float x[kRounds];  // every load in flight before the stores
 #pragma unroll
-    for (int k = 0; k < kAbsorbChunk * kAbsorbRows / kAbsorbThreads; ++k) {
-      const int i = tid + k * kAbsorbThreads, jj = i / kAbsorbRows, rr = i % kAbsorbRows;
-      x[k] = jj < jn && rr < n ? q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + j0 + jj) : 0.0f;
+    for (int k = 0; k < kRounds; ++k) {
+      const int i = tid + k * kAbsorbThreads, jj = i / Rows, rr = i % Rows;
+      x[k] = i < kStaged && jj < jn && rr < n ? q.load(row_at(qs, r0 + rt0 + rr, sh.Tq, h) + j0 + jj) : 0.0f;
     }
 #pragma unroll
-    for (int k = 0; k < kAbsorbChunk * kAbsorbRows / kAbsorbThreads; ++k) {
+    for (int k = 0; k < kRounds; ++k) {
       const int i = tid + k * kAbsorbThreads;
-      q_s[i / kAbsorbRows][i % kAbsorbRows] = x[k];
+      if (i < kStaged) q_s[i / Rows][i % Rows] = x[k];
     }
     __syncthreads();
     if (l < L) {
@@ -302,7 +306,7 @@ __global__ void __launch_bounds__(kAbsorbThreads)
         for (int k = 0; k < kAbsorbBatch; ++k)
           if (jj + k < je) {
 #pragma unroll
-            for (int rr = 0; rr < kAbsorbRows; ++rr) acc[rr] = fmaf(q_s[jj + k][rr], x[k], acc[rr]);
+            for (int rr = 0; rr < Rows; ++rr) acc[rr] = fmaf(q_s[jj + k][rr], x[k], acc[rr]);
           }
       }
     }
@@ -310,12 +314,12 @@ __global__ void __launch_bounds__(kAbsorbThreads)
   // The slices' sums, added in slice order.
   if (slice > 0) {
 #pragma unroll
-    for (int rr = 0; rr < kAbsorbRows; ++rr) partial[slice - 1][rr][li] = acc[rr];
+    for (int rr = 0; rr < Rows; ++rr) partial[slice - 1][rr][li] = acc[rr];
   }
   __syncthreads();
   if (slice == 0 && l < L) {
 #pragma unroll
-    for (int rr = 0; rr < kAbsorbRows; ++rr) {
+    for (int rr = 0; rr < Rows; ++rr) {
       if (rr < n) {  // a guard, not the loop's bound: acc stays in registers
         float v = acc[rr];
 #pragma unroll
@@ -1277,9 +1281,10 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
     const int64_t n = std::min(pass_rows, rows - r0);
     with_float_type(w_kv.dtype, [&](auto w_tag) {
       using W = decltype(w_tag);
-      DING_GPU_CHECK(launch_chained(chained, mla_absorb_kernel<W>,
+      const int absorb_rows = n <= kAbsorbFewRows ? 1 : kAbsorbRows;
+      DING_GPU_CHECK(launch_chained(chained, absorb_rows == 1 ? mla_absorb_kernel<W, 1> : mla_absorb_kernel<W, kAbsorbRows>,
                                     dim3(unsigned(ceil_div(sh.L, kAbsorbLatents)), unsigned(sh.H),
-                                         unsigned(ceil_div(n, kAbsorbRows))),
+                                         unsigned(ceil_div(n, absorb_rows))),
                                     dim3(kAbsorbThreads), 0, s.handle(), qa, any_float(q), qs,
                                     static_cast<const W*>(w_kv.data), w_vec, sh, r0, n, any_float(cache), cs,
                                     any_float(latent_new), latent_new_stride, seq_lens));
