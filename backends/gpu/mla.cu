@@ -5,14 +5,18 @@
 // Query rows are decode's sequences (row b) or prefill's queries (row b·Tq + i). Per pass of rows,
 // three or four chained launches (vendor.h), each waiting for its predecessor before it reads:
 //
-//   absorb   grid (⌈L/32⌉, H, ⌈rows/8⌉), 256 threads. qa[r, h] = s · [W_ukᵀ q_nope ; q_rope] in f32
+//   absorb   grid (⌈L/32⌉, H, ⌈rows/R⌉), 256 threads. qa[r, h] = s · [W_ukᵀ q_nope ; q_rope] in f32
 //            scratch [rows, H, L + Dr, zero-padded to a multiple of 64] (the scale folded in, as
-//            attention does with q). A thread owns one latent l of 8 rows, so each W element it
-//            loads (coalesced over l) feeds 8 FMAs; the block's 8 slices of 32 threads split the Dn
+//            attention does with q). A thread owns one latent l of R rows, so each W element it
+//            loads (coalesced over l) feeds R FMAs; the block's 8 slices of 32 threads split the Dn
 //            terms (added in slice order) and load 16 rows of W at once, so a decode step's few rows
 //            still have all of W_uk in flight in about one round trip (each thread loads its first
 //            16 terms into registers, and the block prefetches its columns past the first 128 terms
-//            into L2, before it waits for the previous kernel).
+//            into L2, before it waits for the previous kernel). R = 8, or 1 for one or two rows (a
+//            decode step of one or two sequences): at 48 registers two such blocks leave room in an
+//            SM's register file for an attend block, which can then start its copies early; at R =
+//            8 (104 registers) not one does. Blocks of one row for 8 rows measured slower (8 times
+//            the loads of W), so only the smallest batches take them.
 //            Decode with latent_new: the (l-chunk 0, head 0) blocks also store the token's row at
 //            cache[b, seq_lens[b] − 1], which the attend kernel, launched after, reads from there.
 //   attend   A block takes up to 16 heads of one row over its split's keys, in tiles of 32 keys
