@@ -13,7 +13,7 @@
 #include "ding/ding.h"
 #include "ding/gpu.h"
 #include "expect_error.h"
-#include "tools/gpu_tuning.h"
+#include "gpu_tuning_scope.h"
 
 namespace ding::testing {
 namespace {
@@ -189,15 +189,10 @@ TEST(MatmulGpu, EightBitWeightsWidenedARunOfColumnsAtATime_M40_N197_K72) {
   for (float& v : bias) v = normal(rng);
   for (float& v : residual) v = normal(rng);
   Device& cuda = Device::open("cuda");
-  const gpu::MatmulTuning tuning = tools::matmul_tuning_from_environment().value_or(gpu::MatmulTuning{});
-  gpu::MatmulTuning smallest = tuning;
+  const ScopedGpuTuning<gpu::MatmulTuning> tuning(cuda);
+  gpu::MatmulTuning smallest = tuning.run_tuning();
   smallest.widen_bytes = 1;
-  gpu::set_matmul_tuning(cuda, smallest);
-  struct Restore {  // the tuning of the rest of the run, also when an assertion leaves early
-    Device& device;
-    gpu::MatmulTuning tuning;
-    ~Restore() { gpu::set_matmul_tuning(device, tuning); }
-  } restore{cuda, tuning};
+  tuning.set(smallest);
   for (bool swiglu : {false, true}) {
     const int64_t rows = swiglu ? 2 * N : N;
     auto product = [&](Device& device) {

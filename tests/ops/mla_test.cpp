@@ -10,8 +10,8 @@
 #include "ding/gpu.h"
 #include "ding/ops/mla.h"
 #include "expect_error.h"
+#include "gpu_tuning_scope.h"
 #include "op_cases.h"
-#include "tools/gpu_tuning.h"
 
 namespace ding::testing {
 namespace {
@@ -87,12 +87,7 @@ TEST(MlaReference, DecodeAppendsTheTokensLatentFirst) {
 TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
-  const gpu::AttentionTuning tuning = tools::attention_tuning_from_environment().value_or(gpu::AttentionTuning{});
-  struct Restore {  // the tuning of the rest of the run, also when an assertion leaves early
-    Device& device;
-    gpu::AttentionTuning tuning;
-    ~Restore() { gpu::set_attention_tuning(device, tuning); }
-  } restore{cuda, tuning};
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
   const uint64_t seed = test_seed();
   SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
   int cases = 0;
@@ -109,7 +104,7 @@ TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
     for (int stages : {4, 3, 2})
       for (bool bulk : {true, false}) {
         SCOPED_TRACE(fmt::format("{} stages, bulk copies {}", stages, bulk));
-        gpu::set_attention_tuning(cuda, {.mla_stages = stages, .mla_bulk_copies = bulk});
+        tuning.set({.mla_stages = stages, .mla_bulk_copies = bulk});
         actual.poison_outputs();
         actual.run();
         for (size_t i = 0; i < actual.outputs().size(); ++i) {

@@ -12,8 +12,8 @@
 #include "ding/gpu.h"
 #include "ding/ops/moe.h"
 #include "expect_error.h"
+#include "gpu_tuning_scope.h"
 #include "tensors.h"
-#include "tools/gpu_tuning.h"
 
 namespace ding::testing {
 namespace {
@@ -317,16 +317,11 @@ TEST(MoeMatmulGpu, EightBitExpertsWidenedAGroupAtATimeGiveTheWholeProduct_P1040_
   const Tensor scales = ts.f32({E * 2 * N}, scale_values);
   Tensor w = ts.from(DType::i8, {E, 2 * N, K}, w_values);
   w.scales = scales.ptr<float>();
-  const gpu::MatmulTuning tuning = tools::matmul_tuning_from_environment().value_or(gpu::MatmulTuning{});
-  struct Restore {  // the tuning of the rest of the run, also when an assertion leaves early
-    Device& device;
-    gpu::MatmulTuning tuning;
-    ~Restore() { gpu::set_matmul_tuning(device, tuning); }
-  } restore{device, tuning};
+  const ScopedGpuTuning<gpu::MatmulTuning> tuning(device);
   auto product = [&](size_t widen_bytes) {
-    gpu::MatmulTuning t = tuning;
+    gpu::MatmulTuning t = tuning.run_tuning();
     t.widen_bytes = widen_bytes;
-    gpu::set_matmul_tuning(device, t);
+    tuning.set(t);
     Tensor out = ts.make(DType::f32, {P, N});
     ops::moe_matmul(ts.stream(), out, x, w, offsets, ops::Activation::swiglu);
     return ts.read<float>(out);
