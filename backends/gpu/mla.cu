@@ -22,18 +22,21 @@
 //   attend   A block takes up to 16 heads of one row over its split's keys, in tiles of 32 keys
 //            staged whole into shared memory, with an online softmax per head. Two kernels:
 //            tensor cores (NVIDIA sm_80+; a bf16 or f16 cache of 16-byte rows, L % 64 == 0, L ≤
-//            512, E % 16 == 0, E ≤ 640): grid (rows, head groups, splits), 8 consumer warps and 4
-//            producer warps. The heads are the 16 rows of m16n8k16 tiles (rows past the group's are
-//            zero, never stored). The producers copy the tiles into a ring of 2 to 4 stages (as
-//            many as the device's shared memory holds: 4 on an H100, 2 on an RTX 4090) by cp.async,
-//            handing each over through an mbarrier (full: its copies have landed; empty: every
-//            consumer warp is done with it); the first ring's worth before waiting for the absorb
-//            kernel, whose run they overlap (rows but decode's newest were written two or more
-//            kernels back). A cp.async waits for room in the memory system's
-//            queues, at this kernel's bandwidth most of a tile's time; only the producers wait
-//            there, so the consumers' arithmetic overlaps the copies. Rows are padded to 16 mod
-//            128 bytes, so the 8 rows of an ldmatrix matrix hit 8 different bank groups. Per tile,
-//            between two barriers of the consumers:
+//            512, E % 16 == 0, E ≤ 640): grid (rows, head groups, splits), 8 consumer warps and
+//            the producer warps. The heads are the 16 rows of m16n8k16 tiles (rows past the group's
+//            are zero, never stored). The producers copy the tiles into a ring of 2 to 4 stages (as
+//            many as the device's shared memory holds: 4 on an H100, 2 on an RTX 4090; fewer where
+//            AttentionTuning asks), handing each over through an mbarrier (full: its copies have
+//            landed; empty: every consumer warp is done with it); the first ring's worth before
+//            waiting for the absorb kernel, whose run they overlap (rows but decode's newest were
+//            written two or more kernels back). On sm_90 one producer warp issues a bulk copy per
+//            row (the copy engine's, a lane per row); elsewhere, or where AttentionTuning asks, four
+//            issue cp.async, one per SM sub-partition, each with its pieces' offsets worked out
+//            once. A cp.async waits for room in the memory system's queues, at this kernel's
+//            bandwidth most of a tile's time; only the producers wait there, so the consumers'
+//            arithmetic overlaps the copies. Rows are padded to 16 mod 128 bytes, so the 8 rows of
+//            an ldmatrix matrix hit 8 different bank groups. Per tile, between two barriers of the
+//            consumers:
 //              scores: warp w takes the 16-element k-steps [w·E/128, (w + 1)·E/128) (4 or 5 at
 //                E = 576), its qa as A fragments in registers for the whole walk, and computes its
 //                partial S[16 heads, 32 keys] from the key rows as stored (ldmatrix); the 8
@@ -47,10 +50,11 @@
 //            qa and P are f32 and enter the 16-bit mmas as sums of 3 bf16 or 2 f16 parts
 //            (split_pair; kPParts, whose precision argument is in attention_prefill.cu), so the
 //            scores and weights keep f32 accuracy; where q, the cache and W share the cache's
-//            dtype, each is rounded to it once instead (ops/mla.h allows it: the same order of
-//            error as the inputs' own rounding), a third of the mmas; a tile's P·C goes to fresh accumulators and
-//            joins O by an f32 FMA, since the tensor cores' accumulation truncates (summed over
-//            every tile in them, O's error would grow with the split's length).
+//            dtype and the output is 16-bit, each is rounded to it once instead (ops/mla.h allows
+//            it: the same order of error as the inputs' own rounding), a third of the mmas. A
+//            tile's P·C goes to fresh accumulators and joins O by an f32 FMA, since the tensor
+//            cores' accumulation truncates (summed over every tile in them, O's error would grow
+//            with the split's length).
 //            SIMT (everything else): grid (rows, head groups, splits × ⌈L/512⌉), 128 threads. G ≤
 //            16 heads (their qa in shared memory, copied with the first tile), tiles staged by
 //            cp.async on NVIDIA sm_80+, batches of 16-byte loads elsewhere (a tile costs about one
@@ -242,13 +246,14 @@ __device__ inline SplitKeys split_keys(const MlaShape& sh, const int32_t* seq_le
 
 // Rows: query rows per block, each W element loaded feeding that many FMAs (kAbsorbRows; or 1 for
 // a decode step's one or two sequences, where a block of 8 would mostly add zeros and hold
-// registers the attend kernel's blocks need beside it).
+// registers the attend kernel's blocks need beside it: one-row blocks are held to 48 registers,
+// 5 blocks' worth of an SM's).
 template <class W, int Rows>
 __global__ void __launch_bounds__(kAbsorbThreads, Rows == 1 ? 5 : 1)
     mla_absorb_kernel(float* qa, AnyFloat q, Strides3 qs, const W* w, bool w_prefetch, MlaShape sh, int64_t r0,
                       int64_t rows, AnyFloat cache, Strides3 cs, AnyFloat latent_new, int64_t latent_new_stride,
                       const int32_t* seq_lens) {
-  __shared__ __align__(16) float q_s[kAbsorbChunk][Rows];  // [j][row]: a j's 8 rows are two float4s
+  __shared__ __align__(16) float q_s[kAbsorbChunk][Rows];  // [j][row]
   __shared__ float partial[kAbsorbSlices - 1][Rows][kAbsorbLatents];
   const int tid = int(threadIdx.x), li = tid % kAbsorbLatents, slice = tid / kAbsorbLatents;
   const int64_t h = blockIdx.y, rt0 = int64_t(blockIdx.z) * Rows;
