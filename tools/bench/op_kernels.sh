@@ -4,7 +4,7 @@
 # case alone under ncu (clocks as the run left them, caches flushed), its median over the timed
 # launches. Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD, default build-speed).
 #   DING_CUDA_ARCH=90 tools/bench/op_kernels.sh OP FILTER[,FILTER...]
-#   e.g. tools/bench/op_kernels.sh mla_decode bench_B1_S32768
+#   e.g. tools/bench/op_kernels.sh mla_decode bench_B1_S32768,Dv128_bf16_full
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 op=${1:?op}
