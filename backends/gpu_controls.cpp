@@ -3,6 +3,9 @@
 // Compiled into ding and ding_cpu alike, like builtin.cpp, with the DING_HAVE_* definitions of each.
 #include <fmt/format.h>
 
+#include <memory>
+#include <vector>
+
 #include "ding/error.h"
 #include "ding/gpu.h"
 
@@ -26,32 +29,41 @@ bool apply_attention_tuning(Device& device, const AttentionTuning& tuning);
 
 namespace {
 
-[[noreturn]] void not_a_gpu(const char* what, const Device& device) {
+// One GPU API's appliers, each false when `device` is not one of its devices.
+struct Api {
+  bool (*matmul_tuning)(Device&, const MatmulTuning&);
+  bool (*matmul_override)(Device&, std::shared_ptr<MatmulOverride>);
+  bool (*attention_tuning)(Device&, const AttentionTuning&);
+};
+
+const std::vector<Api>& compiled_apis() {
+  static const std::vector<Api> apis = {
+#ifdef DING_HAVE_CUDA
+      {cuda_api::apply_matmul_tuning, cuda_api::apply_matmul_override, cuda_api::apply_attention_tuning},
+#endif
+#ifdef DING_HAVE_HIP
+      {hip_api::apply_matmul_tuning, hip_api::apply_matmul_override, hip_api::apply_attention_tuning},
+#endif
+  };
+  return apis;
+}
+
+// Asks each compiled-in API in turn to take the call (`apply`); none does: `device` is not a GPU.
+template <class Apply>
+void on_gpu(const char* what, const Device& device, Apply&& apply) {
+  for (const Api& api : compiled_apis())
+    if (apply(api)) return;
   throw Error(ErrorCode::invalid_argument, fmt::format("ding::gpu::{}: device '{}' is not a GPU device", what, device.name()));
 }
 
 }  // namespace
 
 void set_matmul_tuning(Device& device, const MatmulTuning& tuning) {
-#ifdef DING_HAVE_CUDA
-  if (cuda_api::apply_matmul_tuning(device, tuning)) return;
-#endif
-#ifdef DING_HAVE_HIP
-  if (hip_api::apply_matmul_tuning(device, tuning)) return;
-#endif
-  (void)tuning;
-  not_a_gpu("set_matmul_tuning", device);
+  on_gpu("set_matmul_tuning", device, [&](const Api& api) { return api.matmul_tuning(device, tuning); });
 }
 
 void set_matmul_override(Device& device, std::shared_ptr<MatmulOverride> override) {
-#ifdef DING_HAVE_CUDA
-  if (cuda_api::apply_matmul_override(device, override)) return;
-#endif
-#ifdef DING_HAVE_HIP
-  if (hip_api::apply_matmul_override(device, override)) return;
-#endif
-  (void)override;
-  not_a_gpu("set_matmul_override", device);
+  on_gpu("set_matmul_override", device, [&](const Api& api) { return api.matmul_override(device, override); });
 }
 
 void set_attention_tuning(Device& device, const AttentionTuning& tuning) {
@@ -59,13 +71,7 @@ void set_attention_tuning(Device& device, const AttentionTuning& tuning) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("ding::gpu::set_attention_tuning: mla_stages = {}: expected 0 (automatic) or 2 to 4",
                             tuning.mla_stages));
-#ifdef DING_HAVE_CUDA
-  if (cuda_api::apply_attention_tuning(device, tuning)) return;
-#endif
-#ifdef DING_HAVE_HIP
-  if (hip_api::apply_attention_tuning(device, tuning)) return;
-#endif
-  not_a_gpu("set_attention_tuning", device);
+  on_gpu("set_attention_tuning", device, [&](const Api& api) { return api.attention_tuning(device, tuning); });
 }
 
 }  // namespace ding::gpu

@@ -684,7 +684,6 @@ __global__ void __launch_bounds__(mma_block_threads(Bulk), launch_min_blocks(mma
     const T* const first_row = cache + (row / sh.Tq) * cs.b + span.begin * cs.t;
     const int64_t settled_keys = (seq_lens ? row_end - 1 : row_end) - span.begin;
     const int settled = int(min(int64_t(Stages), max(settled_keys, int64_t(0)) / kMmaKeys));
-    const uint32_t ring_at = smem_address(ring);
     // Before tile t: the wait for the kernels before (once, at the first unsettled tile) and for
     // the stage's release.
     auto claim = [&](int t) {
@@ -731,6 +730,7 @@ __global__ void __launch_bounds__(mma_block_threads(Bulk), launch_min_blocks(mma
         dst_at[i] = k * pitch + 8 * u;
       }
       const int my_pieces = (kMmaKeys * pieces - first_piece + kThreads - 1) / kThreads;
+      const uint32_t ring_at = smem_address(ring);
       for (int t = 0; t < tiles; ++t) {
         claim(t);
         const T* const src = first_row + int64_t(t) * kMmaKeys * cs.t;
