@@ -9,19 +9,29 @@ namespace ding::ops {
 
 namespace {
 
+// weight (or bias) [..., C]: its dims are x's last ones.
+void norm_weight_shape(const Check& c, const char* name, const Tensor& weight, const Tensor& x) {
+  c.dim(name, weight, weight.rank - 1, x.dim(-1), "C (from x)");
+  for (int i = 2; i <= weight.rank; ++i)
+    if (weight.dim(-i) != x.dim(-i))
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("{} has shape {}: its leading dims must be x's last ones (x is {})", name,
+                         shape_of(weight), shape_of(x)));
+}
+
 // The checks layer_norm and rms_norm share: a row-wise op with optional residual stream.
 void validate_norm(const Check& c, const Tensor& out, const Tensor& x, const Tensor& weight, float eps,
                    const Tensor& residual, const Tensor& sum_out) {
   c.tensor("x", x, 1, kMaxRank);
   c.tensor("out", out, x.rank, x.rank);
-  c.tensor("weight", weight, 1, 1);
+  c.tensor("weight", weight, 1, x.rank);
   for (auto [name, t] : {std::pair{"x", &x}, {"out", &out}, {"weight", &weight}}) c.float_dtype(name, *t);
   // Rows may sit anywhere (strided views of fused products); within a row, kernels step by one.
   c.last_dim_contiguous("x", x);
   c.last_dim_contiguous("out", out);
   c.contiguous("weight", weight);
   c.same_shape("out", out, "x", x);
-  c.dim("weight", weight, 0, x.dim(-1), "C (from x)");
+  norm_weight_shape(c, "weight", weight, x);
   c.positive("eps", eps);
   c.disjoint("out", out, "x", x);
   if (residual.defined()) {
@@ -58,10 +68,10 @@ void validate(const Device& device, const LayerNormArgs& a) {
   Check c("layer_norm", device);
   validate_norm(c, a.out, a.x, a.weight, a.params.eps, a.params.residual, a.params.sum_out);
   if (a.params.bias.defined()) {
-    c.tensor("bias", a.params.bias, 1, 1);
+    c.tensor("bias", a.params.bias, 1, a.x.rank);
     c.float_dtype("bias", a.params.bias);
     c.contiguous("bias", a.params.bias);
-    c.dim("bias", a.params.bias, 0, a.x.dim(-1), "C (from x)");
+    c.same_shape("bias", a.params.bias, "weight", a.weight);
   }
 }
 

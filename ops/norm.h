@@ -5,7 +5,11 @@
 // The row tensors (x, out, residual, sum_out) are views with a contiguous last dimension C and
 // any strides in the leading ones, each its own: the q part of a fused q/k/v product
 // qkv [T, (H + 2Hkv)·D] is normalised as one row per token through qkv.slice(1, 0, H·D), or per
-// head through its [T, H, D] view (strides [(H + 2Hkv)·D, D, 1]). weight and bias are contiguous [C].
+// head through its [T, H, D] view (strides [(H + 2Hkv)·D, D, 1]). weight and bias are contiguous:
+// [C], or [..., C] with leading dims equal to x's last ones, each row then scaled by the weight row
+// at its place in those dims (weight_row). One call so normalises parts that share a length but
+// not their weights: OLMoE's q and k projections as x [T, 2, H·D] (a view of qkv) with weight
+// [2, H·D], the two norm weights stacked.
 #pragma once
 #include "ding/device.h"
 #include "ding/profile.h"
@@ -14,7 +18,7 @@ namespace ding::ops {
 
 struct LayerNormParams {
   float eps = 1e-5f;
-  Tensor bias;      // [C], optional
+  Tensor bias;      // shaped as weight, optional
   Tensor residual;  // like x, optional
   Tensor sum_out;   // like x, optional (needs residual); may be x or residual itself
 };
@@ -22,7 +26,7 @@ struct LayerNormParams {
 struct LayerNormArgs {
   Tensor out;     // [..., C], f32/f16/bf16, must not overlap x/residual
   Tensor x;       // [..., C]
-  Tensor weight;  // [C]
+  Tensor weight;  // [C] or [..., C] (above)
   LayerNormParams params;
 };
 
@@ -35,9 +39,13 @@ struct RmsNormParams {
 struct RmsNormArgs {
   Tensor out;     // [..., C], f32/f16/bf16, must not overlap x/residual
   Tensor x;       // [..., C]
-  Tensor weight;  // [C]
+  Tensor weight;  // [C] or [..., C] (above)
   RmsNormParams params;
 };
+
+// The weight row of row r (of x's rows flattened over its leading dims): r modulo the weight's
+// rows, since its leading dims are x's last ones.
+inline int64_t weight_row(const Tensor& weight, int64_t r) { return r % (weight.numel() / weight.dim(-1)); }
 
 void validate(const Device& device, const LayerNormArgs& a);
 void validate(const Device& device, const RmsNormArgs& a);

@@ -58,6 +58,7 @@ std::optional<gpu::MatmulTuning> matmul_tuning_from_environment() {
     t.gemv_l2_fetch = *v;
     any = true;
   }
+  if (auto v = count("DING_GEMV_MMA_MIN_KB")) t.gemv_mma_min_bytes = int64_t(*v) * 1024, any = true;
   if (!any) return std::nullopt;
   return t;
 }

@@ -61,7 +61,7 @@ void normalize_row(float* h, int64_t n, float mean, float rstd, const float* w, 
   for (; c < n; ++c) h[c] = (h[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
 }
 
-// The tensor as f32 in this thread's scratch `slot` (norm weights and biases are one row).
+// The tensor as f32 in this thread's scratch `slot` (norm weights and biases: a row, or a few).
 const float* widen(const Tensor& t, ScratchSlot slot) {
   float* v = thread_scratch(slot, size_t(t.numel()));
   load_row(v, t.data, t.dtype, t.numel());
@@ -84,7 +84,8 @@ void norm_rows(const Tensor& out, const Tensor& x, const Tensor& weight, const T
       if (residual.defined()) add_row(h, row_bytes(residual, r), residual.dtype, C);
       if (sum_out.defined()) store_row(row_bytes_out(sum_out, r), sum_out.dtype, h, C);
       const auto [mean, rstd] = stats(h, C);
-      normalize_row(h, C, mean, rstd, w, b);
+      const int64_t w_row = ops::weight_row(weight, r) * C;
+      normalize_row(h, C, mean, rstd, w + w_row, b ? b + w_row : nullptr);
       store_row(row_bytes_out(out, r), out.dtype, h, C);
     }
   }

@@ -91,13 +91,22 @@ ops::MatmulArgs dequantized(GpuStream& s, const ops::MatmulArgs& a) {
   return b;
 }
 
+// One row of x times weights below this many bytes takes the FMA GEMV (MatmulTuning::
+// gemv_mma_min_bytes overrides): a few hundred KB (a MoE router's) are a matter of latency, and
+// its blocks load, add and store in a shorter chain than the tensor-core core's ring, staged x and
+// tile sums. On an H200, OLMoE's router: 2.6 µs against 3.2, Mixtral's 2.5 against 4.9; at 8 rows
+// the FMA GEMV's per-row FMAs make it the slower one (6.1 µs against 3.5).
+inline constexpr int64_t kGemvMmaMinBytes = int64_t(1) << 20;
+
 // The few-rows product (M ≤ kGemvMaxRows): the tensor-core GEMV where it takes x and w (16-bit x,
-// w of x's type or 8-bit), else the FMA GEMV.
+// w of x's type or 8-bit) unless one row meets small weights, else the FMA GEMV.
 template <class X, class W>
 void launch_few_rows(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& prologue) {
 #if defined(DING_GPU_NVIDIA)
   if constexpr (!std::is_same_v<X, float> && (std::is_same_v<X, W> || sizeof(W) == 1)) {
-    if (gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
+    const int64_t min_bytes = s.matmul_tuning().gemv_mma_min_bytes;
+    const bool small = p.M == 1 && p.N * p.K * int64_t(sizeof(W)) < (min_bytes >= 0 ? min_bytes : kGemvMmaMinBytes);
+    if (!small && gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
       launch_gemv_mma<X, W>(s, p, ep, prologue);
       return;
     }

@@ -3,14 +3,16 @@
 //                round below the previous pick (select.cuh: ties to the lower expert), then the
 //                weights from f32 exps with double sums, as the CPU backend computes them. With
 //                groups, top_groups rounds over the groups' best pairs first find the kept ones.
+//                A token's (logit, expert) pairs are staged in shared memory once where they
+//                fit, so the k rounds wait on shared memory, not on L2.
 //   moe_group:   one block: a counting sort stable in the slot index, with no atomics (every
-//                run writes the same bits), its count columns in shared memory when they fit (a
-//                decode step's: its loops then wait on shared memory, not L2), then a row gather
-//                of x for the expert matmuls.
-//   moe_combine: one thread per 4 (or 1) columns of a token, an f32 FMA chain over j = 0..k−1
-//                from the residual (or 0) in the reference's order (the CPU's exact operations);
-//                kCombineBatch choices' rows are loaded before their FMAs, so a token's k rows
-//                cost ⌈k / kCombineBatch⌉ round trips, not k.
+//                run writes the same bits), its count columns in shared memory when they fit,
+//                then a row gather of x for the expert matmuls. A decode step's few slots are
+//                ranked directly instead, a block per token that also copies its token's row.
+//   moe_combine: one thread per 4 (or 1) columns of a token, a row over several blocks, an f32
+//                FMA chain over j = 0..k−1 from the residual (or 0) in the reference's order (the
+//                CPU's exact operations); kCombineBatch choices' rows are loaded before their
+//                FMAs, so a token's k rows cost ⌈k / kCombineBatch⌉ round trips, not k.
 // Every kernel here is chained (vendor.h): the step's tiny routing kernels start while their
 // predecessor finishes, and the expert matmul after them is launched early.
 // moe_matmul, between moe_group and moe_combine, is in moe_matmul.cu.
@@ -37,6 +39,8 @@ constexpr int kRouteThreads = 256;
 constexpr int kGroupThreads = 1024;  // at most; the block's threads are the counting sort's slot segments
 constexpr size_t kGroupSharedBytes = 48 * 1024;  // count columns up to this size live in shared memory
 constexpr int kCombineBatch = 8;     // a token's choices whose rows are in flight together
+constexpr int kCombineThreads = 128;  // per block: a token's columns over several blocks at decode
+constexpr size_t kRouteSharedBytes = 48 * 1024;  // the staged pairs of a block's tokens, up to this
 
 __device__ inline double warp_sum_double(double v) {
 #pragma unroll
@@ -47,75 +51,93 @@ __device__ inline double warp_sum_double(double v) {
 // The best (logit, expert) pair of group g, experts [g·size, (g+1)·size): the group's place in
 // the order of groups (a group's score is its best expert's; of equal ones, the lower group
 // holds the lower expert, so it ranks first).
-template <class T>
-__device__ uint64_t group_pair(const T* x, int64_t g, int64_t size) {
+template <class Pairs>
+__device__ uint64_t group_pair(const Pairs& pair_at, int g, int size) {
   uint64_t best = 0;
-  for (int64_t e = g * size; e < (g + 1) * size; ++e) {
-    const uint64_t pair = order_pair(to_float(x[e]), uint32_t(e));
+  for (int e = g * size; e < (g + 1) * size; ++e) {
+    const uint64_t pair = pair_at(e);
     best = pair > best ? pair : best;
   }
   return best;
 }
 
-constexpr int64_t kMaskedGroups = 64;  // up to this many groups, the kept ones are a bit mask
+constexpr int kMaskedGroups = 64;  // up to this many groups, the kept ones are a bit mask
 
 // Whole warps leave together at the end (tokens are per warp), so the shuffles and ballots see
-// every lane.
-template <class T>
+// every lane. Grouped: DeepSeek's group-limited routing, an instance of its own so that the plain
+// routing's code stays short (a kernel that runs once per layer pays for every instruction it
+// fetches: the instruction cache is cold each time). E < 2^31 (moe_route checks).
+template <class T, bool Grouped>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights, int32_t* experts, const T* logits,
-                                                                  int64_t tokens, int64_t E, int k,
-                                                                  ops::MoeRouteParams params) {
+                                                                  int64_t tokens, int E, int k,
+                                                                  ops::MoeRouteParams params, bool staged) {
   wait_for_prior_kernels();  // the logits come from the router's matmul
   release_dependents();
   const int64_t t = int64_t(blockIdx.x) * (blockDim.x / warp_size()) + threadIdx.x / warp_size();
-  if (t >= tokens) return;
   const int lane = lane_id();
   const T* x = logits + t * E;
   float* w = weights + t * k;
   int32_t* chosen = experts + t * k;
+  // The token's (logit, expert) pairs staged in shared memory where the launch gave room
+  // (`staged`): the k rounds then wait on shared memory, not on L2.
+  extern __shared__ uint64_t staged_pairs[];
+  uint64_t* const token_pairs = staged_pairs + (threadIdx.x / warp_size()) * E;
+  if (staged) {
+#pragma unroll 1
+    for (int e = lane; t < tokens && e < E; e += warp_size()) token_pairs[e] = order_pair(to_float(x[e]), uint32_t(e));
+    __syncthreads();
+  }
+  if (t >= tokens) return;
+  auto pair_at = [&](int e) { return staged ? token_pairs[e] : order_pair(to_float(x[e]), uint32_t(e)); };
   // Group-limited routing: round i of a warp max over the groups' best pairs (a lane per group)
   // finds the i-th best group; a group is kept when its pair is not below the last round's.
   // Up to kMaskedGroups groups, the kept ones become a bit mask; beyond, a kept test reads the
   // expert's group again (E/groups < E/64 logits).
-  const int64_t groups = params.groups, group_size = E / groups;
-  uint64_t last_kept = 0, kept_mask = 0;
-  if (groups > 1) {
+  [[maybe_unused]] const int groups = int(params.groups), group_size = E / groups;
+  [[maybe_unused]] uint64_t last_kept = 0, kept_mask = 0;
+  if constexpr (Grouped) {
     uint64_t previous = ~uint64_t(0);
+#pragma unroll 1
     for (int64_t i = 0; i < params.top_groups; ++i) {
       uint64_t best = 0;
-      for (int64_t g = lane; g < groups; g += warp_size()) {
-        const uint64_t pair = group_pair(x, g, group_size);
+#pragma unroll 1
+      for (int g = lane; g < groups; g += warp_size()) {
+        const uint64_t pair = group_pair(pair_at, g, group_size);
         if (pair < previous && pair > best) best = pair;
       }
       previous = warp_max_u64(best);
     }
     last_kept = previous;
-    if (groups <= kMaskedGroups)
-      for (int64_t g0 = 0; g0 < groups; g0 += warp_size()) {
-        const int64_t g = g0 + lane;
-        kept_mask |= ballot(g < groups && group_pair(x, g, group_size) >= last_kept) << g0;
+    if (groups <= kMaskedGroups) {
+#pragma unroll 1
+      for (int g0 = 0; g0 < groups; g0 += warp_size()) {
+        const int g = g0 + lane;
+        kept_mask |= ballot(g < groups && group_pair(pair_at, g, group_size) >= last_kept) << g0;
       }
+    }
   }
-  auto kept = [&](int64_t e) {
-    if (groups == 1) return true;
-    const int64_t g = e / group_size;
-    return groups <= kMaskedGroups ? ((kept_mask >> g) & 1) != 0 : group_pair(x, g, group_size) >= last_kept;
+  auto kept = [&](int e) {
+    if constexpr (!Grouped) return true;
+    const int g = e / group_size;
+    return groups <= kMaskedGroups ? ((kept_mask >> g) & 1) != 0 : group_pair(pair_at, g, group_size) >= last_kept;
   };
   // Round j: the best pair below round j−1's, i.e. the j-th in the order. Lane j % warp_size()
   // keeps it, parking the logit in w[j], which only that lane reads back below.
   uint64_t previous = ~uint64_t(0);
   float best_logit = 0;
+#pragma unroll 1
   for (int j = 0; j < k; ++j) {
     uint64_t best = 0;
-    for (int64_t e = lane; e < E; e += warp_size()) {
-      const uint64_t pair = order_pair(to_float(x[e]), uint32_t(e));
+#pragma unroll 1
+    for (int e = lane; e < E; e += warp_size()) {
+      const uint64_t pair = pair_at(e);
       if (pair < previous && pair > best && kept(e)) best = pair;
     }
     best = warp_max_u64(best);  // > 0: k ≤ the kept experts leaves a pair for every round
     previous = best;
     if (j == 0) best_logit = pair_value(best);
     if (lane == j % warp_size()) {
-      chosen[j] = int32_t(pair_index(best) < E ? pair_index(best) : E - 1);
+      chosen[j] = int32_t(pair_index(best) < uint32_t(E) ? pair_index(best) : uint32_t(E - 1));
       w[j] = pair_value(best);
     }
   }
@@ -123,6 +145,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights
   // (tied logits) would drift by ~√E ulp.
   const bool softmax = params.scoring == ops::MoeScoring::softmax;
   double chosen_sum = 0;
+#pragma unroll 1
   for (int j = lane; j < k; j += warp_size()) {
     const float score = softmax ? expf(w[j] - best_logit) : 1.0f / (1.0f + expf(-w[j]));
     w[j] = score;
@@ -132,11 +155,14 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights
   double scale = params.routed_scaling;
   if (softmax && !params.renormalize) {
     double denominator = 0;  // exp(logit − max) over all E; with renormalisation it cancels
-    for (int64_t e = lane; e < E; e += warp_size()) denominator += expf(to_float(x[e]) - best_logit);
+    // A pair's value is its logit (order_pair keeps every float but -0's sign and NaN's payload).
+#pragma unroll 1
+    for (int e = lane; e < E; e += warp_size()) denominator += expf(pair_value(pair_at(e)) - best_logit);
     scale /= warp_sum_double(denominator);
   } else if (params.renormalize) {
     scale /= chosen_sum;
   }
+#pragma unroll 1
   for (int j = lane; j < k; j += warp_size()) w[j] = float(double(w[j]) * scale);
 }
 
@@ -187,12 +213,17 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* offse
 // rank in (bucket, slot) order, #{s' : (bucket(s'), s') < (bucket(s), s)}, and expert e's first row
 // #{s' : bucket(s') < e}: S² + (E + 1)·S compares spread over the block. The counting sort above
 // gives each thread E + 1 counts to walk in series, which at 512 experts is most of a decode step's
-// grouping time.
+// grouping time. Block 0 writes the offsets, slots and positions. With x (x_units > 0: its rows
+// in `Unit`s), block t also copies token t's row to its k grouped rows, ranking those slots
+// itself: one launch for the whole op, every block a few dependent loads deep.
 constexpr int kSmallGroupSlots = 64, kSmallGroupThreads = 256;
+template <class Unit>
 __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int32_t* offsets, int32_t* slots,
                                                                              int32_t* positions, const int32_t* experts,
-                                                                             int S, int E) {
+                                                                             int S, int E, int k, const Unit* x,
+                                                                             Unit* x_grouped, int64_t x_units) {
   __shared__ int buckets[kSmallGroupSlots];
+  __shared__ int token_rows[kSmallGroupSlots];
   wait_for_prior_kernels();  // the experts come from moe_route
   release_dependents();
   const int tid = int(threadIdx.x), threads = int(blockDim.x);
@@ -201,17 +232,32 @@ __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int
     buckets[s] = e >= 0 && e < E ? e : E;
   }
   __syncthreads();
-  for (int s = tid; s < S; s += threads) {
+  auto rank = [&](int s) {
     const int b = buckets[s];
     int row = 0;
     for (int o = 0; o < S; ++o) row += buckets[o] < b || (buckets[o] == b && o < s);
-    slots[row] = s;
-    positions[s] = row;
+    return row;
+  };
+  if (blockIdx.x == 0) {
+    for (int s = tid; s < S; s += threads) {
+      const int row = rank(s);
+      slots[row] = s;
+      positions[s] = row;
+    }
+    for (int e = tid; e <= E; e += threads) {
+      int before = 0;
+      for (int o = 0; o < S; ++o) before += buckets[o] < e;
+      offsets[e] = before;
+    }
   }
-  for (int e = tid; e <= E; e += threads) {
-    int before = 0;
-    for (int o = 0; o < S; ++o) before += buckets[o] < e;
-    offsets[e] = before;
+  if (x_units == 0) return;
+  const int t = int(blockIdx.x);
+  for (int j = tid; j < k; j += threads) token_rows[j] = rank(t * k + j);
+  __syncthreads();
+  const Unit* src = x + int64_t(t) * x_units;
+  for (int64_t i = tid; i < x_units; i += threads) {
+    const Unit v = src[i];
+    for (int j = 0; j < k; ++j) x_grouped[int64_t(token_rows[j]) * x_units + i] = v;
   }
 }
 
@@ -247,43 +293,46 @@ __global__ void moe_gather_convert_kernel(Out* x_grouped, const In* x, const int
 // out[t, c..c+N) = residual[t, c..c+N) + Σ_j weights[t, j] · y_grouped[positions[t·k + j], c..c+N),
 // j ascending. residual (null: none) is read at run time in its own dtype; it may be out itself,
 // since each element's residual is read by the thread that writes that element, before it does.
+// Thread x of block (bx, by) owns columns [N·(bx·blockDim.x + x), +N) of tokens by, by + gridDim.y,
+// ...: a decode token's row spreads over several blocks, each thread a single pack, so the
+// kernel is a few dependent loads deep (choices, then their rows) however wide the row is.
 template <class Out, class Y, int N>
 __global__ void moe_combine_kernel(Out* out, const Y* y_grouped, const float* weights, const int32_t* positions,
                                    const void* residual, DType residual_dtype, int64_t tokens, int k, int64_t C) {
   wait_for_prior_kernels();  // the experts' rows from moe_matmul, weights and positions before it
   release_dependents();
   const int64_t S = tokens * k;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; t < tokens; t += int64_t(gridDim.x) * blockDim.y) {
+  const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * N;
+  if (c >= C) return;
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
     const float* w = weights + t * k;
     const int32_t* position = positions + t * k;
-    for (int64_t c = int64_t(threadIdx.x) * N; c < C; c += int64_t(blockDim.x) * N) {
-      float sum[N] = {};
-      if (residual)
+    float sum[N] = {};
+    if (residual)
 #pragma unroll
-        for (int n = 0; n < N; ++n) sum[n] = load_as_float(residual, residual_dtype, t * C + c + n);
-      for (int j0 = 0; j0 < k; j0 += kCombineBatch) {
-        bool in[kCombineBatch];
-        float wj[kCombineBatch];
-        Pack<Y, N> y[kCombineBatch];
+      for (int n = 0; n < N; ++n) sum[n] = load_as_float(residual, residual_dtype, t * C + c + n);
+    for (int j0 = 0; j0 < k; j0 += kCombineBatch) {
+      bool in[kCombineBatch];
+      float wj[kCombineBatch];
+      Pack<Y, N> y[kCombineBatch];
 #pragma unroll
-        for (int u = 0; u < kCombineBatch; ++u) {
-          const int64_t row = j0 + u < k ? position[j0 + u] : -1;
-          in[u] = row >= 0 && row < S;
-          wj[u] = in[u] ? w[j0 + u] : 0.0f;
-          y[u] = in[u] ? *reinterpret_cast<const Pack<Y, N>*>(y_grouped + row * C + c) : Pack<Y, N>{};
-        }
-#pragma unroll
-        for (int u = 0; u < kCombineBatch; ++u)
-          if (in[u]) {
-#pragma unroll
-            for (int n = 0; n < N; ++n) sum[n] = fmaf(wj[u], to_float(y[u].v[n]), sum[n]);
-          }
+      for (int u = 0; u < kCombineBatch; ++u) {
+        const int64_t row = j0 + u < k ? position[j0 + u] : -1;
+        in[u] = row >= 0 && row < S;
+        wj[u] = in[u] ? w[j0 + u] : 0.0f;
+        y[u] = in[u] ? *reinterpret_cast<const Pack<Y, N>*>(y_grouped + row * C + c) : Pack<Y, N>{};
       }
-      Pack<Out, N> o;
 #pragma unroll
-      for (int n = 0; n < N; ++n) o.v[n] = from_float<Out>(sum[n]);
-      *reinterpret_cast<Pack<Out, N>*>(out + t * C + c) = o;
+      for (int u = 0; u < kCombineBatch; ++u)
+        if (in[u]) {
+#pragma unroll
+          for (int n = 0; n < N; ++n) sum[n] = fmaf(wj[u], to_float(y[u].v[n]), sum[n]);
+        }
     }
+    Pack<Out, N> o;
+#pragma unroll
+    for (int n = 0; n < N; ++n) o.v[n] = from_float<Out>(sum[n]);
+    *reinterpret_cast<Pack<Out, N>*>(out + t * C + c) = o;
   }
 }
 
@@ -326,14 +375,25 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
 
 void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1);
+  if (E >= (int64_t(1) << 31))
+    throw Error(ErrorCode::invalid_argument, "moe_route on the GPU: E = " + std::to_string(E) +
+                                                 " experts exceed the i32 index range");
   GpuStream& s = gpu_stream(stream);
   const int64_t tokens_per_block = kRouteThreads / s.props().warp_size;
+  const size_t staged_bytes = size_t(tokens_per_block * E) * sizeof(uint64_t);
+  const bool staged = staged_bytes <= kRouteSharedBytes;
   with_float_type(a.logits.dtype, [&](auto tag) {
     using L = decltype(tag);
-    DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_route_kernel<L>,
-                                  dim3(unsigned(ceil_div(T, tokens_per_block))), dim3(kRouteThreads), 0, s.handle(),
-                                  a.weights.ptr<float>(), a.experts.ptr<int32_t>(), static_cast<const L*>(a.logits.data),
-                                  T, E, int(a.params.k), a.params));
+    auto launch = [&](auto kernel) {
+      DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, dim3(unsigned(ceil_div(T, tokens_per_block))),
+                                    dim3(kRouteThreads), staged ? staged_bytes : 0, s.handle(), a.weights.ptr<float>(),
+                                    a.experts.ptr<int32_t>(), static_cast<const L*>(a.logits.data), T, int(E),
+                                    int(a.params.k), a.params, staged));
+    };
+    if (a.params.groups > 1)
+      launch(moe_route_kernel<L, true>);
+    else
+      launch(moe_route_kernel<L, false>);
   });
   DING_GPU_CHECK_LAUNCH("moe_route_kernel");
 }
@@ -345,11 +405,21 @@ void moe_group(Stream& stream, const ops::MoeGroupArgs& a) {
                                                  std::to_string(E) + " experts exceed the i32 index range");
   GpuStream& s = gpu_stream(stream);
   if (S <= kSmallGroupSlots) {
-    DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_group_small_kernel, dim3(1), dim3(kSmallGroupThreads),
-                                  0, s.handle(), a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(),
-                                  a.positions.ptr<int32_t>(), a.experts.ptr<int32_t>(), int(S), int(E)));
+    // The gather in the same launch where x's rows move as whole 16-byte units (else a second
+    // kernel converts them).
+    const int64_t T = a.experts.dim(0);
+    const int64_t row_bytes = a.x.defined() ? a.x.dim(1) * int64_t(dtype_size(a.x.dtype)) : 0;
+    const bool gathers = a.x.defined() && a.x.dtype == a.x_grouped.dtype && row_bytes % 16 == 0 &&
+                         aligned(a.x.data, 16) && aligned(a.x_grouped.data, 16);
+    DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_group_small_kernel<uint4>,
+                                  dim3(gathers ? unsigned(T) : 1u), dim3(kSmallGroupThreads), 0, s.handle(),
+                                  a.offsets.ptr<int32_t>(), a.slots.ptr<int32_t>(), a.positions.ptr<int32_t>(),
+                                  a.experts.ptr<int32_t>(), int(S), int(E), int(k),
+                                  gathers ? static_cast<const uint4*>(a.x.data) : nullptr,
+                                  gathers ? static_cast<uint4*>(a.x_grouped.data) : nullptr,
+                                  gathers ? row_bytes / 16 : int64_t(0)));
     DING_GPU_CHECK_LAUNCH("moe_group_small_kernel");
-    if (a.x.defined()) moe_gather(s, a, int(S), int(k));
+    if (a.x.defined() && !gathers) moe_gather(s, a, int(S), int(k));
     return;
   }
   // One slot per thread up to kGroupThreads: a prefill's slots split into segments, one per thread.
@@ -374,9 +444,10 @@ void moe_combine(Stream& stream, const ops::MoeCombineArgs& a) {
       using Y = decltype(y_tag);
       auto launch = [&](auto width) {
         constexpr int N = decltype(width)::value;
-        const dim3 block = row_block(ceil_div(C, N));
-        DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_combine_kernel<Out, Y, N>,
-                                      dim3(row_grid(s, T, block)), block, 0, s.handle(), static_cast<Out*>(a.out.data),
+        const int64_t packs = ceil_div(C, N);
+        const dim3 grid(unsigned(ceil_div(packs, kCombineThreads)), unsigned(std::min<int64_t>(T, kMaxGridYZ)));
+        DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), moe_combine_kernel<Out, Y, N>, grid,
+                                      dim3(kCombineThreads), 0, s.handle(), static_cast<Out*>(a.out.data),
                                       static_cast<const Y*>(a.y_grouped.data), a.weights.ptr<float>(),
                                       a.positions.ptr<int32_t>(), a.residual.data, a.residual.dtype, T, int(k), C));
       };

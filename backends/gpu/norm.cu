@@ -22,23 +22,25 @@ DING_GPU_BEGIN
 namespace {
 
 // X: access to the row tensors (x, residual, sum_out, out: [..., C], the last dim contiguous,
-// rows where their layouts put them); W: to weight and bias ([C], contiguous).
+// rows where their layouts put them); W: to weight and bias ([weight_rows, C], contiguous; row r
+// of x takes weight row r mod weight_rows, ops::weight_row).
 template <class X, class W>
 struct NormTensors {
   X out, x, residual, sum_out;  // residual.p, sum_out.p null when absent
   RowLayout out_rows, x_rows, residual_rows, sum_out_rows;
   W weight, bias;               // bias.p null when absent
+  int64_t weight_rows;
 };
 
-// Where row r starts in each row tensor.
+// Where row r starts in each row tensor, and its weight row.
 struct RowStarts {
-  int64_t out, x, residual, sum_out;
+  int64_t out, x, residual, sum_out, weight;
 };
 
 template <class X, class W>
-__device__ RowStarts row_starts(const NormTensors<X, W>& t, int64_t r) {
+__device__ RowStarts row_starts(const NormTensors<X, W>& t, int64_t r, int64_t C) {
   return {row_offset(t.out_rows, r), row_offset(t.x_rows, r), row_offset(t.residual_rows, r),
-          row_offset(t.sum_out_rows, r)};
+          row_offset(t.sum_out_rows, r), r % t.weight_rows * C};
 }
 
 // h[0..V) ← x (+ residual) at column c of the row.
@@ -59,8 +61,8 @@ __device__ void store_normalized(const NormTensors<X, W>& t, const RowStarts& ro
                                  float mean, float rstd) {
   if (t.sum_out.p) t.sum_out.template store<V>(row.sum_out + c, h);
   float w[V], b[V] = {};
-  t.weight.template load<V>(c, w);
-  if (t.bias.p) t.bias.template load<V>(c, b);
+  t.weight.template load<V>(row.weight + c, w);
+  if (t.bias.p) t.bias.template load<V>(row.weight + c, b);
   float y[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) y[j] = (h[j] - mean) * rstd * w[j] + b[j];
@@ -82,7 +84,7 @@ __global__ void __launch_bounds__(kRowMaxThreads)
   release_dependents();
   const int64_t tid = threadIdx.x, threads = blockDim.x;
   for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
-    const RowStarts row = row_starts(t, r);
+    const RowStarts row = row_starts(t, r, C);
     if (cache_rows && C <= kRowCached * threads) {
       // Vector k of this thread starts at column (k·threads + tid)·V; C is a multiple of V, so
       // a vector that starts inside the row ends inside it.
@@ -174,7 +176,7 @@ void norm(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& weig
         using WT = decltype(w_tag);
         const NormTensors<Typed<XT>, Typed<WT>> t{
             typed<XT>(out), typed<XT>(x), typed<XT>(residual), typed<XT>(sum_out), out_rows, x_rows, residual_rows,
-            sum_out_rows, typed<WT>(weight), typed<WT>(bias)};
+            sum_out_rows, typed<WT>(weight), typed<WT>(bias), weight.numel() / C};
         // Vectors start at multiples of V within a row (C % V == 0); with aligned bases and rows
         // that start at multiples of V, every vector is aligned.
         constexpr int V = kPack16<XT>;
@@ -191,7 +193,7 @@ void norm(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& weig
   }
   const NormTensors<AnyFloat, AnyFloat> t{
       any_float(out), any_float(x), any_float(residual), any_float(sum_out), out_rows, x_rows, residual_rows,
-      sum_out_rows, any_float(weight), any_float(bias)};
+      sum_out_rows, any_float(weight), any_float(bias), weight.numel() / C};
   launch_norm<1>(s, t, rows, C, eps, center);
 }
 

@@ -44,9 +44,11 @@ void layer_norm(Stream&, const ops::LayerNormArgs& a) {
   const int64_t C = a.x.dim(-1);
   const NormRows t = norm_rows(a.x, a.params.residual, a.out, a.params.sum_out);
   const Elements weight = elements(a.weight), bias = elements(a.params.bias);
+  const int64_t weight_rows = a.weight.numel() / C;  // row r takes weight row r mod weight_rows
   const float eps = a.params.eps;
   Kokkos::parallel_for("ding::layer_norm", TeamPolicy(rows_of(a.x), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
     const RowAt at = row_at(t, team.league_rank());
+    const int64_t w_row = team.league_rank() % weight_rows * C;
     double sum = 0;
     Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, C), [&](const int64_t c, double& s) { s += h_at(t, at, c); }, sum);
     const float mean = float(sum / double(C));
@@ -62,7 +64,7 @@ void layer_norm(Stream&, const ops::LayerNormArgs& a) {
     const float rstd = float(1.0 / sqrt(squares / double(C) + double(eps)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int64_t c) {
       const float v = h_at(t, at, c);
-      t.out.store(at.out + c, (v - mean) * rstd * weight.load(c) + (bias.defined() ? bias.load(c) : 0.0f));
+      t.out.store(at.out + c, (v - mean) * rstd * weight.load(w_row + c) + (bias.defined() ? bias.load(w_row + c) : 0.0f));
       if (t.sum_out.defined()) t.sum_out.store(at.sum_out + c, v);
     });
   });
@@ -72,9 +74,11 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
   const int64_t C = a.x.dim(-1);
   const NormRows t = norm_rows(a.x, a.params.residual, a.out, a.params.sum_out);
   const Elements weight = elements(a.weight);
+  const int64_t weight_rows = a.weight.numel() / C;  // row r takes weight row r mod weight_rows
   const float eps = a.params.eps;
   Kokkos::parallel_for("ding::rms_norm", TeamPolicy(rows_of(a.x), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
     const RowAt at = row_at(t, team.league_rank());
+    const int64_t w_row = team.league_rank() % weight_rows * C;
     double squares = 0;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, C),
@@ -86,7 +90,7 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
     const float rstd = float(1.0 / sqrt(squares / double(C) + double(eps)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int64_t c) {
       const float v = h_at(t, at, c);
-      t.out.store(at.out + c, v * rstd * weight.load(c));
+      t.out.store(at.out + c, v * rstd * weight.load(w_row + c));
       if (t.sum_out.defined()) t.sum_out.store(at.sum_out + c, v);
     });
   });

@@ -108,10 +108,10 @@ void WeightMap::gathered(Tensor* target, const std::string& label, std::span<con
 }
 
 void WeightMap::stacked_vector(Tensor* target, const std::string& fused_name, std::span<const std::string> names,
-                               std::span<const int64_t> sizes) {
+                               std::span<const int64_t> sizes, WeightInit generated) {
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
-  WeightPlan p{.name = prefix_ + fused_name, .shape = {total}, .init = files_ ? WeightInit::stored : WeightInit::zeros, .target = target};
+  WeightPlan p{.name = prefix_ + fused_name, .shape = {total}, .init = files_ ? WeightInit::stored : generated, .target = target};
   if (files_)
     for (size_t i = 0; i < names.size(); ++i) p.parts.push_back({stored(names[i], {sizes[i]}), false});
   plans_.push_back(std::move(p));

@@ -66,8 +66,10 @@ class WeightMap {
   // An untied LM head [V, C]: "lm_head.weight", outside the decoder's prefix in every family's
   // *ForCausalLM checkpoints (tied ones omit it or repeat the embedding).
   void lm_head(Tensor* target, int64_t rows, int64_t cols);
+  // Vectors stacked into one [Σ sizes], in the order given; generated as `generated` (biases:
+  // zeros, norm weights: ones).
   void stacked_vector(Tensor* target, const std::string& fused_name, std::span<const std::string> names,
-                      std::span<const int64_t> sizes);
+                      std::span<const int64_t> sizes, WeightInit generated = WeightInit::zeros);
   std::vector<WeightPlan> take() { return std::move(plans_); }
 
  private:

@@ -51,8 +51,10 @@ class Olmoe final : public Family {
       AttentionWeights& a = w.layers[size_t(l)].attention;
       llama_attention_weights(map, c, l, a);
       const std::string p = fmt::format("layers.{}.", l);
-      map.vector(&a.q_norm_w, p + "self_attn.q_norm.weight", c.n_head * c.d_head, WeightInit::ones);
-      map.vector(&a.k_norm_w, p + "self_attn.k_norm.weight", c.n_kv_head * c.d_head, WeightInit::ones);
+      // q_norm and k_norm stacked: one norm launch takes both where they are as wide (H = Hkv).
+      const std::string norms[] = {p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"};
+      const int64_t widths[] = {c.n_head * c.d_head, c.n_kv_head * c.d_head};
+      map.stacked_vector(&a.qk_norm_w, p + "self_attn.qk_norm.weight", norms, widths, WeightInit::ones);
       moe_layer_weights(map, c, l, "mlp.", "gate_proj.weight", "up_proj.weight", "down_proj.weight", w.layers[size_t(l)].moe);
     }
     map.vector(&w.final_norm_w, "norm.weight", C, WeightInit::ones);

@@ -68,10 +68,15 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
     // launch below): over their whole projections (OLMoE, then q, k and v clipped) or per head.
     const Tensor qk = s.scratch->take(dt, {n, H + Hkv, D});
     const ops::RmsNormParams eps{.eps = c.norm_eps};
-    if (c.qk_norm == QkNorm::whole_projection) {
+    if (c.qk_norm == QkNorm::whole_projection && H == Hkv) {
+      // q and k as two rows of H·D per token, each with its own weight row: one launch.
+      ops::rms_norm(*s.stream, qk.reshape({n, 2, H * D}), qkv.slice(1, 0, 2 * H * D).unflatten(1, 2),
+                    w.qk_norm_w.reshape({2, H * D}), eps);
+    } else if (c.qk_norm == QkNorm::whole_projection) {
       const Tensor flat = qk.reshape({n, (H + Hkv) * D});
-      ops::rms_norm(*s.stream, flat.slice(1, 0, H * D), qkv.slice(1, 0, H * D), w.q_norm_w, eps);
-      ops::rms_norm(*s.stream, flat.slice(1, H * D, (H + Hkv) * D), qkv.slice(1, H * D, (H + Hkv) * D), w.k_norm_w, eps);
+      ops::rms_norm(*s.stream, flat.slice(1, 0, H * D), qkv.slice(1, 0, H * D), w.qk_norm_w.slice(0, 0, H * D), eps);
+      ops::rms_norm(*s.stream, flat.slice(1, H * D, (H + Hkv) * D), qkv.slice(1, H * D, (H + Hkv) * D),
+                    w.qk_norm_w.slice(0, H * D, (H + Hkv) * D), eps);
     } else {
       ops::rms_norm(*s.stream, qk.slice(1, 0, H), q_heads, w.q_norm_w, eps);
       ops::rms_norm(*s.stream, qk.slice(1, H, H + Hkv), k_heads, w.k_norm_w, eps);

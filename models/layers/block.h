@@ -24,8 +24,9 @@ struct AttentionWeights {
   Tensor qkv_w;           // [(H + 2·Hkv)·D, C]: rows of q, then k, then v; with ModelConfig::attention_gate
                           // q's rows are [q_h ; gate_h] per head h, [(2H + 2·Hkv)·D, C] in all
   Tensor qkv_b;           // [(H + 2·Hkv)·D], optional
-  Tensor q_norm_w;        // [H·D] (QkNorm::whole_projection) or [D] (per_head)
-  Tensor k_norm_w;        // [Hkv·D] or [D]
+  Tensor q_norm_w;        // [D] (QkNorm::per_head)
+  Tensor k_norm_w;        // [D]
+  Tensor qk_norm_w;       // [(H + Hkv)·D] (QkNorm::whole_projection): q's weights, then k's
   Tensor out_w;           // [C, H·D]
   Tensor out_b;           // [C], optional
   Tensor rope_inv_freq;   // f32 [R/2], rope positions only: θ_i with the config's scaling applied

@@ -7,6 +7,7 @@
 // rounded to its dtype. sum_out may be x or residual itself, so each row is read whole before
 // anything of it is written. Every row tensor has a contiguous last dimension (checked by the
 // front end) and its own strides in the others: row r, column c is element row_offset(t, r) + c.
+// Row r takes weight (and bias) row ops::weight_row(weight, r).
 #include <cmath>
 #include <vector>
 
@@ -42,10 +43,10 @@ void layer_norm(Stream&, const ops::LayerNormArgs& a) {
     for (double v : h) var += (v - mean) * (v - mean);
     var /= double(C);
     const double rstd = 1.0 / std::sqrt(var + double(p.eps));
-    const int64_t out_row = row_offset(a.out, r);
+    const int64_t out_row = row_offset(a.out, r), w_row = ops::weight_row(a.weight, r) * C;
     for (int64_t c = 0; c < C; ++c) {
-      const double bias = p.bias.defined() ? load(p.bias, c) : 0.0;
-      store(a.out, out_row + c, (h[c] - mean) * rstd * load(a.weight, c) + bias);
+      const double bias = p.bias.defined() ? load(p.bias, w_row + c) : 0.0;
+      store(a.out, out_row + c, (h[c] - mean) * rstd * load(a.weight, w_row + c) + bias);
     }
   }
 }
@@ -60,8 +61,8 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
     for (double v : h) mean_square += v * v;
     mean_square /= double(C);
     const double rstd = 1.0 / std::sqrt(mean_square + double(p.eps));
-    const int64_t out_row = row_offset(a.out, r);
-    for (int64_t c = 0; c < C; ++c) store(a.out, out_row + c, h[c] * rstd * load(a.weight, c));
+    const int64_t out_row = row_offset(a.out, r), w_row = ops::weight_row(a.weight, r) * C;
+    for (int64_t c = 0; c < C; ++c) store(a.out, out_row + c, h[c] * rstd * load(a.weight, w_row + c));
   }
 }
 

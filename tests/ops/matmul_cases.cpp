@@ -384,6 +384,12 @@ std::vector<OpCase> matmul_cases() {
                       .norm = ops::NormKind::rms_norm, .in_tests = false});
       list.push_back({.M = M, .N = l.C, .K = l.F, .x = bf16, .w = w, .out = bf16, .residual = inplace, .in_tests = false});
     }
+  // Mixture-of-experts routers at decode rows, logits in f32 as the MoE layer asks: OLMoE's and
+  // DeepSeek-V2-Lite's (64 experts over C = 2048), Mixtral's (8 over 4096), Qwen3-Next's (512 over
+  // 2048). A few hundred KB of weights: what bounds them is a launch's latency, not bandwidth.
+  for (auto [E, C] : {std::pair<int64_t, int64_t>{64, 2048}, {8, 4096}, {512, 2048}})
+    for (int64_t M : {1, 8})
+      list.push_back({.M = M, .N = E, .K = C, .x = bf16, .w = bf16, .out = f32, .in_tests = false});
   // The same prefill products without their fused prologue and epilogues: what `--matmul cublas`
   // can run too (it falls back to ding's kernels for a fused one), so the two compare like for like.
   for (const LlamaShape& l : llama)

@@ -4,9 +4,13 @@
 // through the public front end.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -14,6 +18,7 @@
 #include "ding/gpu.h"
 #include "expect_error.h"
 #include "gpu_tuning_scope.h"
+#include "op_cases.h"
 
 namespace ding::testing {
 namespace {
@@ -169,6 +174,45 @@ TEST(MatmulQuantizedWeights, RowScalesMultiplyTheRowsSums_M1_N2_K2) {
     EXPECT_FLOAT_EQ(got[0], 0.5f) << backend;
     EXPECT_NEAR(got[1], 3.0 * f8e4m3_to_f32(f32_to_f8e4m3(127)) * 0.01, 1e-5) << backend;
   }
+}
+
+// The GPU's few-rows products go to the tensor-core GEMV or, for small weights, the FMA GEMV
+// at one row (MatmulTuning::gemv_mma_min_bytes): every decode-sized parity case (M ≤ 8) through each core
+// alone stays within its bound of the reference, so neither core's edges depend on where the size
+// rule draws the line.
+TEST(MatmulGpu, BothFewRowsCoresTakeEveryDecodeCase) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::MatmulTuning> tuning(cuda);
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  const std::regex rows_of_x("[/_]M([0-9]+)_");
+  int cases = 0;
+  for (const OpCase& c : matmul_cases()) {
+    std::smatch m;
+    if (!c.in_tests || c.op != "matmul" || !std::regex_search(c.name, m, rows_of_x) || std::stoi(m[1]) > 8) continue;
+    SCOPED_TRACE(c.name);
+    CaseRun expected(Device::open("ref"), seed);
+    c.build(expected);
+    expected.poison_outputs();
+    expected.run();
+    CaseRun actual(cuda, seed);
+    c.build(actual);
+    for (int64_t min_bytes : {int64_t(0), std::numeric_limits<int64_t>::max()}) {
+      SCOPED_TRACE(min_bytes == 0 ? "tensor-core GEMV wherever it fits" : "FMA GEMV");
+      gpu::MatmulTuning t = tuning.run_tuning();
+      t.gemv_mma_min_bytes = min_bytes;
+      tuning.set(t);
+      actual.poison_outputs();
+      actual.run();
+      for (size_t i = 0; i < actual.outputs().size(); ++i)
+        if (actual.outputs()[i].compare.kind == Compare::nmse)
+          EXPECT_LE(nmse(actual.read(actual.outputs()[i].tensor), expected.read(expected.outputs()[i].tensor)), c.tolerance)
+              << actual.outputs()[i].name << " (" << c.reason << ")";
+    }
+    ++cases;
+  }
+  EXPECT_GT(cases, 20);
 }
 
 // On a GPU, products of 8-bit w with more rows than a GEMV takes widen w to x's 16-bit type a run

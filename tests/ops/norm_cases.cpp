@@ -4,7 +4,8 @@
 // residual + separate sum_out, sum_out == x and sum_out == residual (both in place), a
 // residual stream in another dtype than x, and strided row tensors: the q part of a fused q/k/v
 // product as one row per token (a column slice) or one per head (a rank-3 view), with out,
-// residual and sum_out views of buffers of other widths, so each tensor has its own strides.
+// residual and sum_out views of buffers of other widths, so each tensor has its own strides; and a
+// weight row per head (weight [heads, C]), two projections normalised in one call.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -67,6 +68,7 @@ struct NormShape {
   Layout layout = Layout::contiguous;
   int64_t heads = 1;    // Layout::heads only
   bool ragged = false;  // strided layouts: rows one element wider, so they start at odd offsets
+  bool weight_per_head = false;  // Layout::heads only: weight (and bias) [heads, C], a row per head
 };
 
 std::string layout_name(const NormShape& s) {
@@ -74,7 +76,7 @@ std::string layout_name(const NormShape& s) {
   switch (s.layout) {
     case Layout::contiguous: return "";
     case Layout::columns: return std::string("_columns") + ragged;
-    case Layout::heads: return std::string("_heads") + ragged;
+    case Layout::heads: return std::string("_heads") + ragged + (s.weight_per_head ? "_weight_per_head" : "");
   }
   return "";
 }
@@ -121,7 +123,10 @@ OpCase norm_case(const std::string& op, NormShape s) {
     // x: the q part of a fused q/k/v product (k and v as wide as q, or half as wide per head).
     const int64_t kv = s.layout == Layout::heads ? s.heads : 2;
     Tensor x = row_tensor(run, s, s.residual == Residual::sum_into_x ? Kind::inout : Kind::input, "x", s.x, kv, 0);
-    Tensor weight = run.uniform(s.weight, {C}, 0.5, 1.5);
+    // Per head: a [heads · C] tensor viewed as [heads, C].
+    const int64_t weight_rows = s.weight_per_head ? s.heads : 1;
+    auto per_head = [&](Tensor t) { return s.weight_per_head ? t.reshape({s.heads, C}) : t; };
+    Tensor weight = per_head(run.uniform(s.weight, {weight_rows * C}, 0.5, 1.5));
     Tensor residual, sum_out;
     switch (s.residual) {
       case Residual::none: break;
@@ -141,7 +146,7 @@ OpCase norm_case(const std::string& op, NormShape s) {
     }
     Tensor out = row_tensor(run, s, Kind::output, "out", s.x, 1, 1);
     if (op == "layer_norm") {
-      ops::LayerNormParams p{.bias = s.bias ? run.normal(s.weight, {C}, 0.1) : Tensor{}, .residual = residual,
+      ops::LayerNormParams p{.bias = s.bias ? per_head(run.normal(s.weight, {weight_rows * C}, 0.1)) : Tensor{}, .residual = residual,
                              .sum_out = sum_out};
       run.launch = [=](Stream& st) { ops::layer_norm(st, out, x, weight, p); };
       run.cost = ops::cost(ops::LayerNormArgs{out, x, weight, p});
@@ -208,6 +213,15 @@ std::vector<OpCase> norm_cases() {
     cases.push_back(norm_case(op, {.rows = 3, .C = 64, .x = DType::bf16, .weight = DType::f32,
                                    .residual = Residual::sum_into_residual, .stream = DType::f32, .layout = heads,
                                    .heads = 2}));
+    // A weight row per head (weight [heads, C]): OLMoE's q and k projections normalised in one call,
+    // each over H·D with its own weights, at a decode token and a few prefill rows; and small heads
+    // of a warp each, with a residual and (layer_norm) a bias of the same shape.
+    cases.push_back(norm_case(op, {.rows = 1, .C = 2048, .x = DType::bf16, .weight = DType::bf16, .layout = heads,
+                                   .heads = 2, .weight_per_head = true}));
+    cases.push_back(norm_case(op, {.rows = 3, .C = 256, .x = DType::f32, .weight = DType::f32, .layout = heads,
+                                   .heads = 2, .weight_per_head = true}));
+    cases.push_back(norm_case(op, {.rows = 5, .C = 17, .x = DType::f16, .weight = DType::f32, .residual = Residual::sum_out,
+                                   .bias = ln, .layout = heads, .heads = 3, .ragged = true, .weight_per_head = true}));
     // Bench: gpt2-xl prefill (256 tokens) and decode (1 token), the fused residual form blocks use.
     for (int64_t rows : {256, 1})
       for (DType d : {DType::f32, DType::bf16})

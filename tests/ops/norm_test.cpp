@@ -128,6 +128,22 @@ TEST_F(NormBadInput, WeightLength_C8_weight7) {
   expect_error([&] { ops::layer_norm(run.stream, y, x, w7); }, ErrorCode::shape_mismatch, {"layer_norm", "weight", "7", "8"});
 }
 
+// A weight with leading dims must have x's last ones: [2, 8] over x [3, 2, 8], not [3, 8] or [4, 8].
+TEST_F(NormBadInput, WeightRowsNotXsLastDims_x3x2x8) {
+  Tensor x3 = run.normal(DType::f32, {3, 2, 8}), y3 = run.output("y3", DType::f32, {3, 2, 8});
+  for (int64_t rows : {3, 4}) {
+    Tensor w_rows = run.normal(DType::f32, {rows, 8});
+    expect_error([&] { ops::rms_norm(run.stream, y3, x3, w_rows); }, ErrorCode::shape_mismatch,
+                 {"rms_norm", "weight", "[" + std::to_string(rows) + ", 8]", "x's last ones"});
+  }
+  Tensor w_too_deep = run.normal(DType::f32, {1, 3, 2, 8});
+  expect_error([&] { ops::rms_norm(run.stream, y3, x3, w_too_deep); }, ErrorCode::shape_mismatch,
+               {"rms_norm", "weight", "rank 1 to 3"});
+  Tensor b = run.normal(DType::f32, {8});
+  expect_error([&] { ops::layer_norm(run.stream, y3, x3, run.normal(DType::f32, {2, 8}), {.bias = b}); },
+               ErrorCode::shape_mismatch, {"layer_norm", "bias", "weight"});
+}
+
 TEST_F(NormBadInput, OutShape_out3x9) {
   Tensor y9 = run.output("y9", DType::f32, {3, 9});
   expect_error([&] { ops::rms_norm(run.stream, y9, x, w); }, ErrorCode::shape_mismatch, {"rms_norm", "out", "[3, 9]", "[3, 8]"});

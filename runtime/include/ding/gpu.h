@@ -26,6 +26,8 @@ struct MatmulTuning {
                                // tensor-core GEMV's cp.async ring starts its loads there instead)
   int gemv_l2_fetch = -1;      // the tensor-core GEMV's L2 fetch size per copy of w, in bytes:
                                // 0, 128 or 256 (-1: its default)
+  int64_t gemv_mma_min_bytes = -1;  // one row of x times weights below this many bytes takes the
+                                    // FMA GEMV, not the tensor-core one (-1: its default, 1 MiB; 0: never)
   size_t widen_bytes = 0;      // scratch for 8-bit weights widened to 16 bits for the prefill
                                // GEMMs, which take a weight (matmul: a run of its rows; moe_matmul:
                                // a group of experts) this many bytes at a time (at least 64 rows or
