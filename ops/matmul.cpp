@@ -48,7 +48,23 @@ void validate(const Device& device, const MatmulArgs& a) {
     c.same_shape("residual", a.params.residual, "out", a.out);
     c.same_or_disjoint("out", a.out, "residual", a.params.residual);
   }
-  validate_norm_prologue(c, a.params.norm, K, a.out);
+  const MatmulNorm& norm = a.params.norm;
+  if (norm.kind != NormKind::none) {
+    c.tensor("norm.weight", norm.weight, 1, 1);
+    c.float_dtype("norm.weight", norm.weight);
+    c.contiguous("norm.weight", norm.weight);
+    c.dim("norm.weight", norm.weight, 0, K, "K (from x)");
+    c.disjoint("out", a.out, "norm.weight", norm.weight);
+    if (norm.bias.defined()) {
+      if (norm.kind != NormKind::layer_norm) c.fail(ErrorCode::invalid_argument, "norm.bias is given but rms_norm has no bias");
+      c.tensor("norm.bias", norm.bias, 1, 1);
+      c.float_dtype("norm.bias", norm.bias);
+      c.contiguous("norm.bias", norm.bias);
+      c.dim("norm.bias", norm.bias, 0, K, "K (from x)");
+      c.disjoint("out", a.out, "norm.bias", norm.bias);
+    }
+    if (!(norm.eps > 0.0f)) c.fail(ErrorCode::invalid_argument, fmt::format("norm.eps must be > 0, got {}", norm.eps));
+  }
   c.disjoint("out", a.out, "x", a.x);
   c.disjoint("out", a.out, "w", a.w);
 }
@@ -74,47 +90,23 @@ Cost cost(const MatmulArgs& a) {
   return c;
 }
 
-void validate_norm_prologue(const Check& c, const MatmulNorm& norm, int64_t K, const Tensor& out) {
-  if (norm.kind == NormKind::none) return;
-  c.tensor("norm.weight", norm.weight, 1, 1);
-  c.float_dtype("norm.weight", norm.weight);
-  c.contiguous("norm.weight", norm.weight);
-  c.dim("norm.weight", norm.weight, 0, K, "K (from x)");
-  c.disjoint("out", out, "norm.weight", norm.weight);
-  if (norm.bias.defined()) {
-    if (norm.kind != NormKind::layer_norm) c.fail(ErrorCode::invalid_argument, "norm.bias is given but rms_norm has no bias");
-    c.tensor("norm.bias", norm.bias, 1, 1);
-    c.float_dtype("norm.bias", norm.bias);
-    c.contiguous("norm.bias", norm.bias);
-    c.dim("norm.bias", norm.bias, 0, K, "K (from x)");
-    c.disjoint("out", out, "norm.bias", norm.bias);
-  }
-  if (!(norm.eps > 0.0f)) c.fail(ErrorCode::invalid_argument, fmt::format("norm.eps must be > 0, got {}", norm.eps));
+LayerNormArgs prologue_layer_norm(const MatmulArgs& a, const Tensor& h) {
+  return {h, a.x, a.params.norm.weight, {.eps = a.params.norm.eps, .bias = a.params.norm.bias}};
 }
 
-LayerNormArgs prologue_layer_norm(const MatmulNorm& norm, const Tensor& x, const Tensor& h) {
-  return {h, x, norm.weight, {.eps = norm.eps, .bias = norm.bias}};
-}
-
-RmsNormArgs prologue_rms_norm(const MatmulNorm& norm, const Tensor& x, const Tensor& h) {
-  return {h, x, norm.weight, {.eps = norm.eps}};
-}
-
-Tensor staged_norm(Stream& stream, const MatmulNorm& norm, const Tensor& x, std::vector<unsigned char>& storage,
-                   const NormKernels& kernels) {
-  storage.resize(x.nbytes());
-  const Tensor h = Tensor::view(storage.data(), x.device, x.dtype, x.shape.data(), x.rank);
-  if (norm.kind == NormKind::layer_norm)
-    kernels.layer_norm(stream, prologue_layer_norm(norm, x, h));
-  else
-    kernels.rms_norm(stream, prologue_rms_norm(norm, x, h));
-  return h;
+RmsNormArgs prologue_rms_norm(const MatmulArgs& a, const Tensor& h) {
+  return {h, a.x, a.params.norm.weight, {.eps = a.params.norm.eps}};
 }
 
 void matmul_with_staged_prologue(Stream& stream, const MatmulArgs& a, const HostKernels& kernels) {
-  std::vector<unsigned char> staged;
+  std::vector<unsigned char> staged(a.x.nbytes());
+  const Tensor h = Tensor::view(staged.data(), a.x.device, a.x.dtype, a.x.shape.data(), a.x.rank);
+  if (a.params.norm.kind == NormKind::layer_norm)
+    kernels.layer_norm(stream, prologue_layer_norm(a, h));
+  else
+    kernels.rms_norm(stream, prologue_rms_norm(a, h));
   MatmulArgs plain = a;
-  plain.x = staged_norm(stream, a.params.norm, a.x, staged, {kernels.layer_norm, kernels.rms_norm});
+  plain.x = h;
   plain.params.norm = {};
   kernels.matmul(stream, plain);
 }

@@ -19,7 +19,6 @@
 #pragma once
 #include <array>
 #include <cstdint>
-#include <vector>
 
 #include "ding/device.h"
 #include "ding/ops/norm.h"
@@ -67,25 +66,12 @@ inline bool quantized_weight(DType d) { return d == DType::i8 || d == DType::f8e
 
 void validate(const Device& device, const MatmulArgs& a);
 Cost cost(const MatmulArgs& a);
-// A norm prologue's checks, for the ops that take one (matmul, moe_matmul): over rows of K, its
-// parameters disjoint from the op's `out`.
-class Check;
-void validate_norm_prologue(const Check& c, const MatmulNorm& norm, int64_t K, const Tensor& out);
-// The prologue as the norm op it stands for, h ← norm(x), for a backend that runs it unfused: then
-// the product of h without the prologue is the same product.
-LayerNormArgs prologue_layer_norm(const MatmulNorm& norm, const Tensor& x, const Tensor& h);
-RmsNormArgs prologue_rms_norm(const MatmulNorm& norm, const Tensor& x, const Tensor& h);
-inline LayerNormArgs prologue_layer_norm(const MatmulArgs& a, const Tensor& h) { return prologue_layer_norm(a.params.norm, a.x, h); }
-inline RmsNormArgs prologue_rms_norm(const MatmulArgs& a, const Tensor& h) { return prologue_rms_norm(a.params.norm, a.x, h); }
-// For host-memory backends: h ← norm(x) into `storage` (a host copy shaped as x) through the
-// backend's own norm kernels.
-struct NormKernels {
-  void (*layer_norm)(Stream&, const LayerNormArgs&);
-  void (*rms_norm)(Stream&, const RmsNormArgs&);
-};
-Tensor staged_norm(Stream& stream, const MatmulNorm& norm, const Tensor& x, std::vector<unsigned char>& storage,
-                   const NormKernels& kernels);
-// ... then the backend's matmul of h with the prologue removed.
+// The prologue as the norm op it stands for, h ← norm(x) (x, weight, bias, eps from a), for a
+// backend that runs it unfused: then matmul(h) without the prologue is the same product.
+LayerNormArgs prologue_layer_norm(const MatmulArgs& a, const Tensor& h);
+RmsNormArgs prologue_rms_norm(const MatmulArgs& a, const Tensor& h);
+// For host-memory backends: h ← norm(x) into a host copy through the backend's own norm kernels,
+// then the backend's matmul of h with the prologue removed.
 struct HostKernels {
   void (*layer_norm)(Stream&, const LayerNormArgs&);
   void (*rms_norm)(Stream&, const RmsNormArgs&);

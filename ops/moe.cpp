@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "ding/ops/check.h"
 #include "ding/ops/dispatch.h"
@@ -96,7 +95,6 @@ void validate(const Device& device, const MoeMatmulArgs& a) {
   c.dim("w", a.w, 2, K, "K (from x)");
   c.dim("offsets", a.offsets, 0, E + 1, "E + 1 (E from w)");
   for (auto [name, t] : {std::pair{"x", &a.x}, {"w", &a.w}, {"offsets", &a.offsets}}) c.disjoint("out", a.out, name, *t);
-  validate_norm_prologue(c, a.norm, K, a.out);
 }
 
 void validate(const Device& device, const MoeCombineArgs& a) {
@@ -142,14 +140,9 @@ Cost cost(const MoeMatmulArgs& a, int64_t active_experts) {
   const double active = double(active_experts >= 0 ? active_experts : std::min(E, P));
   // A quantized expert's f32 row scales are read with its rows.
   const double scale_bytes = quantized_weight(a.w.dtype) ? 4.0 : 0.0;
-  Cost c{2.0 * double(P) * double(rows) * double(K),
-         active * double(rows) * (double(K) * double(dtype_size(a.w.dtype)) + scale_bytes) +
-             double(a.x.nbytes() + a.out.nbytes() + a.offsets.nbytes())};
-  if (a.norm.kind != NormKind::none) {  // as matmul's prologue: ~8 FLOPs per element, the parameters once
-    c.flops += 8.0 * double(a.x.numel());
-    c.bytes += double(a.norm.weight.nbytes()) + (a.norm.bias.defined() ? double(a.norm.bias.nbytes()) : 0.0);
-  }
-  return c;
+  return {2.0 * double(P) * double(rows) * double(K),
+          active * double(rows) * (double(K) * double(dtype_size(a.w.dtype)) + scale_bytes) +
+              double(a.x.nbytes() + a.out.nbytes() + a.offsets.nbytes())};
 }
 
 Cost cost(const MoeCombineArgs& a) {
@@ -167,17 +160,8 @@ void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, T
   dispatch(stream, MoeGroupArgs{offsets, slots, positions, experts, x, x_grouped});
 }
 
-void moe_matmul_with_staged_prologue(Stream& stream, const MoeMatmulArgs& a, const MoeHostKernels& kernels) {
-  std::vector<unsigned char> staged;
-  MoeMatmulArgs plain = a;
-  plain.x = staged_norm(stream, a.norm, a.x, staged, kernels.norm);
-  plain.norm = {};
-  kernels.moe_matmul(stream, plain);
-}
-
-void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets, Activation activation,
-                const MatmulNorm& norm) {
-  dispatch(stream, MoeMatmulArgs{out, x, w, offsets, activation, norm});
+void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets, Activation activation) {
+  dispatch(stream, MoeMatmulArgs{out, x, w, offsets, activation});
 }
 
 void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions, Tensor residual) {

@@ -14,9 +14,7 @@
 //                out[p] = act(x[p] · W[e]ᵀ) for offsets[e] ≤ p < offsets[e+1], act none or swiglu
 //                exactly as matmul defines them (swiglu: W[e] = [W_gate; W_up], 2N rows, and
 //                out[p, j] = silu(g)·u). Only experts that own rows are read, so a decode step at
-//                one token reads k experts' weights, and the offsets stay on the device. With a
-//                norm prologue, x[p] is normalised first, as matmul's prologue does: a decode
-//                step gathers the residual stream's rows and needs no norm launch of its own.
+//                one token reads k experts' weights, and the offsets stay on the device.
 //   moe_combine: out[t] = residual[t] + Σ_j weights[t, j] · y_grouped[positions[t·k + j]]
 //                (residual optional; it may be out itself, the layer's residual stream).
 #pragma once
@@ -65,7 +63,6 @@ struct MoeMatmulArgs {
   Tensor w;        // [E, N, K]; swiglu: [E, 2N, K]; f32/f16/bf16, or i8/f8e4m3 with row scales
   Tensor offsets;  // i32 [E + 1], from moe_group: 0 = offsets[0] ≤ … ≤ offsets[E] = P (host backends check)
   Activation activation = Activation::none;  // none or swiglu
-  MatmulNorm norm;  // applied to each row of x first, as matmul's prologue; kind none: x as given
 };
 
 struct MoeCombineArgs {
@@ -89,15 +86,8 @@ Cost cost(const MoeCombineArgs& a);
 void moe_route(Stream& stream, Tensor weights, Tensor experts, Tensor logits, const MoeRouteParams& params);
 void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, Tensor experts,
                Tensor x = {}, Tensor x_grouped = {});
-// For host-memory backends: moe_matmul with its norm prologue as the norm op into a host copy of
-// x, then the backend's moe_matmul without it.
-struct MoeHostKernels {
-  NormKernels norm;
-  void (*moe_matmul)(Stream&, const MoeMatmulArgs&);
-};
-void moe_matmul_with_staged_prologue(Stream& stream, const MoeMatmulArgs& a, const MoeHostKernels& kernels);
 void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets,
-                Activation activation = Activation::none, const MatmulNorm& norm = {});
+                Activation activation = Activation::none);
 void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions,
                  Tensor residual = {});
 

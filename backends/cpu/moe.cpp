@@ -136,9 +136,7 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
   }
 }
 
-void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
-  if (a.norm.kind != ops::NormKind::none)
-    return ops::moe_matmul_with_staged_prologue(stream, a, {{layer_norm, rms_norm}, moe_matmul});
+void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
   const int64_t P = a.x.dim(0), K = a.x.dim(1), E = a.w.dim(0), N = a.out.dim(1), rows = a.w.dim(1);
   const int32_t* offsets = a.offsets.ptr<int32_t>();
   for (int64_t e = 0, previous = 0; e <= E; previous = offsets[e++]) {

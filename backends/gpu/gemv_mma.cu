@@ -8,10 +8,10 @@ DING_GPU_BEGIN
 #if defined(DING_GPU_NVIDIA)
 template void launch_gemv_mma<ding::f16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv_mma<ding::bf16, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
-template void launch_gemv_mma_segments<ding::f16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&,
-                                                              const ops::MatmulNorm&, const int32_t*, int, int);
+template void launch_gemv_mma_segments<ding::f16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
+                                                              int, int);
 template void launch_gemv_mma_segments<ding::bf16, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&,
-                                                                const ops::MatmulNorm&, const int32_t*, int, int);
+                                                                const int32_t*, int, int);
 #endif
 
 DING_GPU_END

@@ -623,25 +623,21 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
   gemv::launch_mma<T, W>(s, a);
 }
 
-// Whether the tensor-core GEMV takes a segmented product (launch_gemv_mma_segments): gemv_mma_fits,
-// with p.M = min(P, kSegmentTileRows), the most rows a tile has.
+// Whether the tensor-core GEMV takes a segmented product (launch_gemv_mma_segments): as for
+// gemv_mma_fits, with p.M = min(P, kSegmentTileRows), the most rows a tile has.
 template <class X, class W>
-bool gemv_mma_segments_fit(const Props& props, const GemmShape& p, bool swiglu, const ops::MatmulNorm& norm = {}) {
-  Epilogue ep;
-  ep.swiglu = swiglu;
-  return gemv_mma_fits<X, W>(props, p, ep, norm);
+bool gemv_mma_segments_fit(const Props& props, const GemmShape& p, bool swiglu) {
+  return gemv_mma_operands_fit<X, W>(props, p) && gemv::mma_plan(props, p, false, swiglu, sizeof(W) == 1).depth > 0;
 }
 
-// out[rows of tile b] = epilogue(norm(x)[rows of tile b] · w[segment of tile b]ᵀ) for the row tiles of
+// out[rows of tile b] = epilogue(x[rows of tile b] · w[segment of tile b]ᵀ) for the row tiles of
 // the segments (row_tiles.cuh): p.batches = max_row_tiles(P, E), p.M = min(P, kSegmentTileRows),
 // p.w_batch the elements between segments' w; x and out rows as the offsets place them. W: T, or
 // 8 bits with p.w_scales, every segment's rows in order.
 template <class T, class W>
-void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm,
-                              const int32_t* offsets, int E, int P) {
+void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
+                              int P) {
   gemv::Params a{p, ep, {}, 1, p.K, 0};
-  if (norm.kind != ops::NormKind::none)
-    a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
   a.segment_offsets = offsets;
   a.segments = E;
   a.segment_rows = P;

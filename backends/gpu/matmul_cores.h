@@ -23,8 +23,8 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
 template <class T, class W>
 void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
 template <class T, class W>
-void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm,
-                              const int32_t* offsets, int E, int P);
+void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
+                              int P);
 template <class T>
 void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep);
 template <class T, class Tl>
@@ -57,7 +57,7 @@ DING_FOR_W(DING_GEMM_SIMT, ding::bf16)
 #if defined(DING_GPU_NVIDIA)
 #define DING_GEMV_MMA(X, W)                                                                                   \
   extern template void launch_gemv_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&); \
-  extern template void launch_gemv_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&, const int32_t*, int, int);
+  extern template void launch_gemv_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int, int);
 DING_GEMV_MMA(ding::f16, ding::f16)
 DING_GEMV_MMA(ding::bf16, ding::bf16)
 DING_GEMV_MMA(ding::f16, int8_t)

@@ -38,8 +38,6 @@
 // 8-bit experts go the same way after widening to x's type (widen.cuh), a group of experts at a
 // time into a bounded scratch (widen_budget), only the experts with rows; the row scales are
 // applied in the GEMM's epilogue.
-// The norm prologue (ops/moe.h) rides in the decode GEMV (its Normed form: each batch's rows
-// normalised as they are staged); every other path stages norm(x) with the norm kernel first.
 // Otherwise (f32, mixed dtypes, HIP, and between decode's P ≤ E and 8·E rows) the kernel below:
 // every w vector loaded feeds kTileRows rows, and the blocks of one expert's consecutive tiles are
 // scheduled together (tiles are grid x), so its columns come from L2 after the first; bounded by
@@ -253,18 +251,6 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
   p.swiglu = a.activation == ops::Activation::swiglu;
   p.tiles = max_row_tiles(P, E);
   GpuStream& s = gpu_stream(stream);
-  // The norm prologue: fused into the decode GEMV where it takes it, else this backend's norm
-  // kernel stages norm(x) first and the product reads that.
-  const bool normed = a.norm.kind != ops::NormKind::none;
-  auto stage_norm = [&] {
-    const Tensor h = Tensor::view(s.scratch(a.x.nbytes(), GpuStream::ScratchSlot::staged_input), a.x.device, a.x.dtype,
-                                  a.x.shape.data(), a.x.rank);
-    if (a.norm.kind == ops::NormKind::layer_norm)
-      layer_norm(stream, ops::prologue_layer_norm(a.norm, a.x, h));
-    else
-      rms_norm(stream, ops::prologue_rms_norm(a.norm, a.x, h));
-    p.x = h.data;
-  };
 #if defined(DING_GPU_NVIDIA)
   // 16-bit x and w of one type go to tensor cores: at decode (P ≤ E, row tiles at most one per
   // expert on average) through the GEMV core, a batch per row tile of ≤ 8 rows; from 8·E rows on
@@ -291,19 +277,14 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
     auto decode_on_tensor_cores = [&](auto x_tag, auto w_tag) {
       using T = decltype(x_tag);
       using W = decltype(w_tag);
-      const bool fused = normed && a.norm.weight.dtype == a.x.dtype &&
-                         (!a.norm.bias.defined() || a.norm.bias.dtype == a.x.dtype) &&
-                         gemv_mma_segments_fit<T, W>(s.props(), g, p.swiglu, a.norm);
-      if (!fused && !gemv_mma_segments_fit<T, W>(s.props(), g, p.swiglu)) return false;
-      if (normed && !fused) stage_norm(), g.x = p.x;
-      launch_gemv_mma_segments<T, W>(s, g, ep, fused ? a.norm : ops::MatmulNorm{}, p.offsets, p.E, p.P);
+      if (!gemv_mma_segments_fit<T, W>(s.props(), g, p.swiglu)) return false;
+      launch_gemv_mma_segments<T, W>(s, g, ep, p.offsets, p.E, p.P);
       return true;
     };
     // In prefill, 8-bit experts are widened to T a group at a time; each group's segments are
     // its experts' (offsets + e0: the rows stay where the whole offsets place them).
     auto prefill_on_tensor_cores = [&](auto x_tag) {
       using T = decltype(x_tag);
-      if (normed) stage_norm(), g.x = p.x;
       if (!narrow) {
         if (!gemm_mma_fits(s.props(), g)) return false;
         launch_gemm_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
@@ -335,7 +316,6 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
     if (a.x.dtype == DType::bf16 ? on_tensor_cores(ding::bf16{}) : on_tensor_cores(ding::f16{})) return;
   }
 #endif
-  if (normed && p.x == a.x.data) stage_norm();
   with_float_type(a.x.dtype, [&](auto x_tag) {
     using X = decltype(x_tag);
     if (ops::quantized_weight(a.w.dtype))

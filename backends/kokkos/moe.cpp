@@ -161,22 +161,7 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
 }
 
 // x, w and out are contiguous (ops/moe.cpp checks).
-void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
-  if (a.norm.kind != ops::NormKind::none) {
-    // The prologue unfused: this backend's norm kernel into a temporary, then the plain product.
-    const Buffer staged = temporary(stream, a.x.nbytes());
-    const Tensor h = Tensor::view(staged.data(), a.x.device, a.x.dtype, a.x.shape.data(), a.x.rank);
-    if (a.norm.kind == ops::NormKind::layer_norm)
-      layer_norm(stream, ops::prologue_layer_norm(a.norm, a.x, h));
-    else
-      rms_norm(stream, ops::prologue_rms_norm(a.norm, a.x, h));
-    ops::MoeMatmulArgs plain = a;
-    plain.x = h;
-    plain.norm = {};
-    moe_matmul(stream, plain);
-    stream.synchronize();  // before `staged` is freed
-    return;
-  }
+void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
   const int64_t P = a.x.dim(0), K = a.x.dim(1), N = a.out.dim(1), E = a.w.dim(0);
   const int64_t rows = a.w.dim(1), w_expert = rows * K, blocks = (N + kColumns - 1) / kColumns;
   const Elements out = elements(a.out), x = elements(a.x), w = elements(a.w), offsets = elements(a.offsets);

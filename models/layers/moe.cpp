@@ -1,7 +1,6 @@
 // The mixture-of-experts feed-forward: x ← x + Σ_j weight_j · expert_j(h) + shared(h), h = norm(x),
 // expert(h) = W_down · (silu(W_gate h) ⊙ W_up h). Every step is a device op, so routing results
-// never visit the host and a decode step records into a graph like any other (at decode, h is
-// never stored: the products that read it take norm(x) as their prologue):
+// never visit the host and a decode step records into a graph like any other:
 //   logits = W_router h                      matmul, f32 (the choice of experts needs no rounding)
 //   weights, experts = top-k of the scores   moe_route
 //   h_grouped = h's rows sorted by expert    moe_group (offsets: each expert's block of rows)
@@ -50,16 +49,10 @@ void mixture_of_experts(const Step& s, const MoeWeights& w) {
   Workspace& scratch = *s.scratch;
   Stream& stream = *s.stream;
 
-  // A decode step's few rows are normalised inside each product that reads them (the router's,
-  // the experts', the shared experts'), as their norm prologue: no launch of its own. A prefill
-  // chunk's are normalised once (the experts read each row k times).
-  const ops::MatmulNorm norm{.kind = ops::NormKind::rms_norm, .weight = w.norm_w, .eps = c.norm_eps};
-  const bool prologue = s.kind == StepKind::decode;
-  const Tensor h = prologue ? s.x : scratch.take(dt, {n, C});
-  if (!prologue) ops::rms_norm(stream, h, s.x, w.norm_w, {.eps = c.norm_eps});
-  const ops::MatmulNorm h_norm = prologue ? norm : ops::MatmulNorm{};  // what makes norm(x) of h
+  const Tensor h = scratch.take(dt, {n, C});
+  ops::rms_norm(stream, h, s.x, w.norm_w, {.eps = c.norm_eps});
   const Tensor logits = scratch.take(DType::f32, {n, E});
-  ops::matmul(stream, logits, h, w.router_w, {.norm = h_norm});
+  ops::matmul(stream, logits, h, w.router_w);
   const Tensor weights = scratch.take(DType::f32, {n, k});
   const Tensor experts = scratch.take(DType::i32, {n, k});
   ops::moe_route(stream, weights, experts, logits, c.moe.route);
@@ -70,16 +63,16 @@ void mixture_of_experts(const Step& s, const MoeWeights& w) {
   const Tensor h_grouped = scratch.take(dt, {slots, C});
   ops::moe_group(stream, offsets, slot_of, positions, experts, h, h_grouped);
   const Tensor hidden = scratch.take(dt, {slots, F});
-  ops::moe_matmul(stream, hidden, h_grouped, w.up_w.reshape({E, 2 * F, C}), offsets, ops::Activation::swiglu, h_norm);
+  ops::moe_matmul(stream, hidden, h_grouped, w.up_w.reshape({E, 2 * F, C}), offsets, ops::Activation::swiglu);
   const Tensor y = scratch.take(dt, {slots, C});
   ops::moe_matmul(stream, y, hidden, w.down_w.reshape({E, C, F}), offsets);
 
   if (c.moe.shared_d_ff > 0) {
     const Tensor shared = scratch.take(dt, {n, c.moe.shared_d_ff});
-    ops::matmul(stream, shared, h, w.shared_up_w, {.activation = ops::Activation::swiglu, .norm = h_norm});
+    ops::matmul(stream, shared, h, w.shared_up_w, {.activation = ops::Activation::swiglu});
     if (c.moe.shared_gate) {
       const Tensor gate = scratch.take(DType::f32, {n, 1});
-      ops::matmul(stream, gate, h, w.shared_gate_w, {.norm = h_norm});
+      ops::matmul(stream, gate, h, w.shared_gate_w);
       ops::sigmoid_gate(stream, shared, shared, gate);
     }
     ops::matmul(stream, s.x, shared, w.shared_down_w, {.residual = s.x});

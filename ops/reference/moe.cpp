@@ -100,11 +100,8 @@ void moe_group(Stream&, const ops::MoeGroupArgs& a) {
   }
 }
 
-// out[p] = act(x[p] · W[e]ᵀ) over each expert's rows; swiglu, row scales and the norm prologue (the
-// reference norm into a copy of x) as the reference matmul has them.
-void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
-  if (a.norm.kind != ops::NormKind::none)
-    return ops::moe_matmul_with_staged_prologue(stream, a, {{layer_norm, rms_norm}, moe_matmul});
+// out[p] = act(x[p] · W[e]ᵀ) over each expert's rows; swiglu and row scales as the reference matmul has them.
+void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
   const int64_t P = a.x.dim(0), K = a.x.dim(1), E = a.w.dim(0), N = a.out.dim(1);
   const bool swiglu = a.activation == ops::Activation::swiglu;
   for (int64_t e = 0, previous = 0; e <= E; ++e) {

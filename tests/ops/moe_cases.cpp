@@ -5,7 +5,6 @@
 #include <array>
 #include <cmath>
 #include <numeric>
-#include <optional>
 
 #include "op_cases.h"
 
@@ -198,26 +197,17 @@ struct ExpertShape {
 
 // One moe_matmul case: T tokens' k routed experts of E, [N(·2), K] each; w f32/f16/bf16, or 8-bit
 // (i8, f8e4m3) with row scales.
-// norm: the prologue over x's rows, its weight (and layer_norm's bias) in `norm_dtype`.
-OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu, ops::NormKind norm = ops::NormKind::none,
-                          std::optional<DType> norm_dtype = std::nullopt) {
+OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu) {
   const int64_t P = s.T * s.k, rows = swiglu ? 2 * s.N : s.N;
   const bool narrow = ops::quantized_weight(ty.w);
-  const DType norm_type = norm_dtype.value_or(ty.x);
   OpCase c;
   c.op = "moe_matmul";
-  c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
-                       dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "",
-                       norm == ops::NormKind::rms_norm     ? "_rmsnorm"
-                       : norm == ops::NormKind::layer_norm ? "_layernorm"
-                                                           : "",
-                       norm_type != ty.x ? fmt::format("_norm{}", dtype_name(norm_type)) : "");
+  c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
+                       dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "");
   // Each output is one matmul output (f32 sums of K products), so matmul's budget holds; 8-bit
-  // values and their scales are the weights, exact on both sides. The prologue as matmul's: both
-  // sides round norm(x) to x's dtype.
+  // values and their scales are the weights, exact on both sides.
   c.tolerance = matmul_tolerance(ty.out, s.K, P * s.N, swiglu);
-  c.reason = matmul_reason(ty.out, s.K, swiglu) + (narrow ? "; 8-bit w with row scales, exact on both sides" : "") +
-             (norm != ops::NormKind::none ? "; norm(x) rounded to x's dtype on both sides" : "");
+  c.reason = matmul_reason(ty.out, s.K, swiglu) + (narrow ? "; 8-bit w with row scales, exact on both sides" : "");
   c.build = [=](CaseRun& run) {
     Tensor offsets = routed_offsets(run, s.T, s.k, s.E);
     Tensor x = run.normal(ty.x, {P, s.K});
@@ -226,13 +216,8 @@ OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu, ops::NormK
     Tensor w = narrow ? run.quantized(ty.w, {s.E, rows, s.K}, w_scale) : run.normal(ty.w, {s.E, rows, s.K}, w_scale);
     Tensor out = run.output("out", ty.out, {P, s.N});
     const ops::Activation act = swiglu ? ops::Activation::swiglu : ops::Activation::none;
-    ops::MatmulNorm prologue;
-    if (norm != ops::NormKind::none) {
-      prologue = {.kind = norm, .weight = run.normal(norm_type, {s.K}, 1.0), .eps = 1e-5f};
-      if (norm == ops::NormKind::layer_norm) prologue.bias = run.normal(norm_type, {s.K}, 0.5);
-    }
-    run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act, prologue); };
-    run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act, prologue});
+    run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
+    run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act});
   };
   return c;
 }
@@ -263,20 +248,6 @@ void add_expert_matmul_cases(std::vector<OpCase>& cases) {
   for (ExpertShape s : narrow_shapes)
     for (bool swiglu : {false, true})
       for (int t = 0; t < 2; ++t) cases.push_back(expert_matmul_case(s, narrow_types[size_t(variant++ % 4)], swiglu));
-
-  // The norm prologue (a decode step gathers the residual stream's rows and normalises them in
-  // the product): on a GPU fused into the decode GEMV (one token's 8 experts, eight tokens' union;
-  // 16- and 8-bit w), else staged by the norm kernel first: a norm weight in another dtype than
-  // x, the FMA kernel between decode and prefill (layer_norm with its bias), prefill's GEMM.
-  const ExpertTypes bf16s = types[0], f16s = types[2], f32s = types[1];
-  const auto rms = ops::NormKind::rms_norm, ln = ops::NormKind::layer_norm;
-  cases.push_back(expert_matmul_case({1, 8, 64, 40, 256}, bf16s, true, rms));
-  cases.push_back(expert_matmul_case({8, 8, 64, 48, 64}, f16s, true, ln));
-  cases.push_back(expert_matmul_case({1, 8, 64, 40, 256}, narrow_types[0], true, rms));
-  cases.push_back(expert_matmul_case({8, 8, 64, 48, 64}, narrow_types[1], false, rms));
-  cases.push_back(expert_matmul_case({1, 8, 64, 40, 256}, bf16s, false, rms, DType::f32));
-  cases.push_back(expert_matmul_case({17, 2, 8, 33, 70}, f32s, true, ln));
-  cases.push_back(expert_matmul_case({520, 2, 8, 40, 96}, bf16s, true, rms));
 }
 
 struct CombineTypes {
