@@ -64,9 +64,10 @@ __device__ uint64_t group_pair(const Pairs& pair_at, int g, int size) {
 constexpr int kMaskedGroups = 64;  // up to this many groups, the kept ones are a bit mask
 
 // Whole warps leave together at the end (tokens are per warp), so the shuffles and ballots see
-// every lane. Grouped: DeepSeek's group-limited routing, an instance of its own so that the plain
-// routing's code stays short (a kernel that runs once per layer pays for every instruction it
-// fetches: the instruction cache is cold each time). E < 2^31 (moe_route checks).
+// every lane. Grouped: DeepSeek's group-limited routing, an instance of its own, and every loop
+// rolled, so that the plain routing's code stays short: a kernel that runs once per layer pays for
+// every instruction it fetches, the instruction cache cold each time (under ncu a fully unrolled
+// form executed 1.4 K warp instructions in 20 K cycles). E < 2^31 (moe_route checks).
 template <class T, bool Grouped>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights, int32_t* experts, const T* logits,
                                                                   int64_t tokens, int E, int k,
