@@ -3,7 +3,9 @@
 # times every kernel of a short ding-bench model run (each alone), and step_kernels.py sums one
 # decode step's kernels by name. Builds ding-bench first (DING_GPU_BUILD, default build-speed).
 #   DING_CUDA_ARCH=90 tools/bench/step_kernels.sh SHAPE [BATCH]      e.g. olmoe-1b-7b 1
-# DING_STEP_ARGS adds ding-bench arguments (e.g. --no-graphs: the step op by op, not a replayed graph).
+# DING_STEP_ARGS: ding-bench's extra arguments, by default --no-graphs: the step op by op, since ncu's
+# replay of a recorded step's kernels failed with LaunchFailed on the MoE shapes (OLMoE, Qwen3-Next);
+# each kernel is timed alone either way.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 shape=${1:?shape}
@@ -23,7 +25,7 @@ csv="$out/ncu_${shape}_b$batch.csv"
 # --cache-control none and --clock-control none: the clocks and caches as a real step sees them.
 timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
   "$build/tools/ding-bench" model --backend cuda --dtype bf16 --prompt 8 --new 3 --shape "$shape" --batch "$batch" \
-  ${DING_STEP_ARGS:-} \
+  ${DING_STEP_ARGS---no-graphs} \
   >"$csv" 2>"$out/ncu_${shape}_b$batch.err"
 status=$?
 # ncu's own messages go to stdout beside the CSV: on failure they are the CSV file's non-CSV lines.
