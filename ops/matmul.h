@@ -54,12 +54,19 @@ struct MatmulParams {
 // kernels read the narrow values and widen them in registers, and apply the scale to each row's
 // sum (exact in the reference's double, one f32 rounding in kernels). Accumulation is f32 in
 // kernels, f64 in the reference. All tensors contiguous.
+// E4M3 w beside 16-bit x over more than kMatmulDecodeRows rows of x (a prefill, not a decode
+// step's batch) lets a backend round each row of x to E4M3 as well, with a scale of its own
+// (max |x_row| / 448), so the product runs on E4M3 tensor cores (W8A8, as fp8 serving engines do):
+// each element of x then carries up to 2^-4 relative error. The reference never rounds.
 struct MatmulArgs {
   Tensor out;  // [M, N] or [B, M, N], f32/f16/bf16
   Tensor x;    // [M, K] or [B, M, K]
   Tensor w;    // [N, K] shared by every batch, or [B, N, K]; swiglu: [2N, K] or [B, 2N, K]
   MatmulParams params;
 };
+
+// Rows of x up to which a matmul is a decode step's: computed from x as given (above, see MatmulArgs).
+inline constexpr int64_t kMatmulDecodeRows = 8;
 
 // Whether a weight is stored quantized: i8 or f8e4m3 values with per-row scales.
 inline bool quantized_weight(DType d) { return d == DType::i8 || d == DType::f8e4m3; }

@@ -65,11 +65,15 @@ struct Epilogue {
   // sum times its w row's scale before anything else, w row = col (swiglu's up rows: ld + col, as
   // out is [M, N] with ld = N). Null: the sums are final (the GEMV cores scale their own sums).
   const float* w_scales = nullptr;
+  // The row scales of an x rounded to E4M3 for the E4M3 tensor cores (matmul.cu): each sum also
+  // times its x row's scale, x row = the flattened output row. Null: x as given.
+  const float* x_scales = nullptr;
 
   // In place (residual == out) is safe: each element's residual is read by the thread that
   // writes that element, before it writes it.
   __device__ float value(int64_t row, int64_t col, float acc) const {
     if (w_scales) acc *= w_scales[col];
+    if (x_scales) acc *= x_scales[row];
     if (bias) acc += load_as_float(bias, bias_dtype, col * bias_stride);
     if (gelu) acc = gelu_tanh(acc);
     return plus_residual(row, col, acc);
@@ -79,6 +83,10 @@ struct Epilogue {
     if (w_scales) {
       gate *= w_scales[col];
       up *= w_scales[ld + col];
+    }
+    if (x_scales) {
+      gate *= x_scales[row];
+      up *= x_scales[row];
     }
     if (bias) {
       gate += load_as_float(bias, bias_dtype, col * bias_stride);

@@ -7,7 +7,7 @@
 DING_GPU_BEGIN
 
 #if defined(DING_GPU_NVIDIA)
-template void launch_gemm_mma_tile<ding::f16, mma::TileSmall>(GpuStream&, const GemmShape&, const Epilogue&, const SplitK&,
+template void launch_gemm_mma_tile<ding::f16, ding::f16, mma::TileSmall>(GpuStream&, const GemmShape&, const Epilogue&, const SplitK&,
                                                          const RowSegments&);
 #endif
 

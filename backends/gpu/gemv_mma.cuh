@@ -70,6 +70,7 @@
 
 #include "gemm_mma.cuh"
 #include "gemv.cuh"
+#include "narrow_operands.cuh"
 #include "row_tiles.cuh"
 
 DING_GPU_BEGIN
@@ -182,24 +183,6 @@ __device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta
 }
 
 #if defined(DING_GPU_NVIDIA_MMA)
-// Four i8 values of a word as two f16x2 words (values 0, 1 and 2, 3), exact: each byte biased to
-// q + 128 becomes the low mantissa byte of the half 1024 + q + 128, from which 1152 is taken.
-__device__ inline void widen_i8x4(uint32_t word, uint32_t& lo, uint32_t& hi) {
-  const uint32_t biased = word ^ 0x80808080u, exponent = 0x64646464u;
-  const uint32_t a = __byte_perm(biased, exponent, 0x5140), b = __byte_perm(biased, exponent, 0x7362);
-  asm("sub.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(a), "r"(0x64806480u));
-  asm("sub.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(b), "r"(0x64806480u));
-}
-
-// Four E4M3 values of a word as two f16x2 words, each its value times 2^-8, exact: a byte moved to
-// its half's high byte keeps its sign there, and its 7 magnitude bits one place right are an f16
-// exponent (E4M3's, biased 7 where f16's is 15) and mantissa; E4M3's subnormals land on f16's.
-__device__ inline void widen_e4m3x4(uint32_t word, uint32_t& lo, uint32_t& hi) {
-  const uint32_t a = __byte_perm(word, 0, 0x1404), b = __byte_perm(word, 0, 0x3424);
-  lo = (a & 0x80008000u) | ((a >> 1) & 0x3F803F80u);
-  hi = (b & 0x80008000u) | ((b >> 1) & 0x3F803F80u);
-}
-
 // A lane's 16 bytes of an 8-bit row as 8 f16x2 words, elements 2i and 2i + 1 in word i.
 template <class W>
 __device__ inline void widen_row16(const uint4& v, uint32_t (&out)[8]) {

@@ -12,9 +12,11 @@
 //   gemm_simt.cuh  everything else (f32 or mixed operands, odd K, HIP): f32 FMA tiles
 // A quantized w (i8 or f8e4m3 with row scales) at M ≤ 8 goes to the tensor-core GEMV with 16-bit
 // x (gemv_mma.cuh widens the 8-bit values to f16 in registers), else to the FMA GEMV, which widens
-// them to f32. Larger products with 16-bit x widen w to x's type in scratch (widen.cuh: exact) and
-// run on the 16-bit cores with the row scales in their epilogue; with f32 x, w is dequantized to
-// f32 in scratch for the f32 cores.
+// them to f32. Larger products with 16-bit x: E4M3 w on E4M3 tensor cores with x rounded per row
+// (sm_89+, gemm_mma_e4m3.cu), else the 16-bit tensor-core GEMM widening w in registers
+// (gemm_mma.cuh), each with the row scales in the epilogue; where K is not whole 16-byte chunks
+// of w, w widened to x's type in scratch (widen.cuh: exact) for the 16-bit cores. With f32 x, w is
+// dequantized to f32 in scratch for the f32 cores.
 // matmul_chain, built on the same cores, is in matmul_chain.cu. The cores' kernels are compiled
 // in units of their own (matmul_cores.h), not here.
 #include <algorithm>
@@ -170,6 +172,35 @@ void launch_widened(GpuStream& s, const GemmShape& p, const Epilogue& ep, const 
   }
 }
 
+// The product of 16-bit x and 8-bit w (row scales p.w_scales) over more rows than a GEMV takes:
+// on E4M3 tensor cores where w is E4M3 and the GPU has them (x rounded per row), else on the
+// 16-bit tensor cores widening w in registers, else (K not whole 16-byte chunks of w, or no
+// tensor cores) on the 16-bit cores over a widened copy of w. Where an H100's wgmma core takes the
+// product, the widened copy goes there instead: wgmma outruns mma.sync by more than the copy costs,
+// and mma.sync with E4M3 operands runs no faster than with 16-bit ones on that chip
+// (docs/PERFORMANCE.md). An RTX 4090 has no wgmma, and E4M3 mma at twice the 16-bit rate.
+static_assert(kGemvMaxRows >= ops::kMatmulDecodeRows, "x is rounded to E4M3 only where ops/matmul.h allows it");
+template <class X, class W>
+void launch_prefill_narrow(GpuStream& s, const GemmShape& p, Epilogue ep) {
+  ep.w_scales = p.w_scales;
+  GemmShape narrow = p;
+  narrow.w_scales = nullptr;
+#if defined(DING_GPU_WGMMA)
+  if (s.matmul_tuning().wgmma && gemm_wgmma_takes(s.props(), product_shape(p, ep)))
+    return launch_widened<X>(s, p, ep, static_cast<const W*>(p.w), p.w_scales);
+#endif
+#if defined(DING_GPU_NVIDIA)
+  if (gemm_mma_fits(s.props(), p, true)) {
+    if (std::is_same_v<W, ding::f8e4m3> && gemm_mma_e4m3_available(s))
+      launch_gemm_mma_e4m3<X>(s, narrow, ep);
+    else
+      launch_gemm_mma<X, W>(s, narrow, ep);
+    return;
+  }
+#endif
+  launch_widened<X>(s, p, ep, static_cast<const W*>(p.w), p.w_scales);
+}
+
 }  // namespace
 
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
@@ -213,7 +244,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     with_float_type(a.x.dtype, [&](auto x_tag) {
       using X = decltype(x_tag);
       if constexpr (!std::is_same_v<X, float>)
-        with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_widened<X>(s, p, ep, static_cast<const decltype(w_tag)*>(a.w.data), a.w.scales); });
+        with_quantized_type(a.w.dtype, [&](auto w_tag) { launch_prefill_narrow<X, decltype(w_tag)>(s, p, ep); });
     });
     return;
   }

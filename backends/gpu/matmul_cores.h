@@ -7,6 +7,8 @@
 //                                                      tile's kernel for each dtype is in
 //   gemm_mma_<tile>_<f16|bf16>.cu                      launch_gemm_mma_tile (tile: large4, large3,
 //                                                      tall, wide, small)
+//   gemm_mma_narrow_<f16|bf16>.cu                      its large4 and wide tiles for 8-bit w
+//   gemm_mma_e4m3.cu                                   x rounded to E4M3 and the E4M3 × E4M3 tiles
 //   gemm_simt_f32.cu, gemm_simt_f16.cu, gemm_simt_bf16.cu  launch_gemm_simt, by x's type
 // matmul.cu and matmul_chain.cu include this after the cores' headers, so they compile none of
 // the kernels themselves: the units build in parallel, and none is the whole of matmul's code.
@@ -25,14 +27,17 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
 template <class T, class W>
 void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
                               int P);
-template <class T>
-void launch_gemm_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep);
-template <class T, class Tl>
-void launch_gemm_mma_tile(GpuStream& s, const GemmShape& p, const Epilogue& ep, const SplitK& split,
-                          const RowSegments& segments);
-template <class T>
-void launch_gemm_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
-                              int P);
+// launch_gemm_mma, launch_gemm_mma_segments and launch_gemm_mma_tile: gemm_mma.cuh.
+#if defined(DING_GPU_NVIDIA)
+// Whether 16-bit x times E4M3 w over many rows takes the E4M3 tensor cores here: an sm_89+ GPU,
+// kernels compiled for it, and MatmulTuning::e4m3_mma.
+bool gemm_mma_e4m3_available(const GpuStream& s);
+// That product: x's rows rounded to E4M3 (scratch), then the E4M3 GEMM (segmented where offsets is
+// set: E segments over p.M rows, as launch_gemm_mma_segments).
+template <class X>
+void launch_gemm_mma_e4m3(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets = nullptr,
+                          int E = 0);
+#endif
 template <class X, class W, bool WKn>
 void launch_gemm_simt(GpuStream& s, const GemmShape& p, const Epilogue& ep);
 
@@ -65,16 +70,23 @@ DING_GEMV_MMA(ding::f16, ding::f8e4m3)
 DING_GEMV_MMA(ding::bf16, int8_t)
 DING_GEMV_MMA(ding::bf16, ding::f8e4m3)
 #undef DING_GEMV_MMA
-extern template void launch_gemm_mma<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&);
-extern template void launch_gemm_mma<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&);
-extern template void launch_gemm_mma_segments<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
-                                                         int, int);
-extern template void launch_gemm_mma_segments<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
-                                                          int, int);
+#define DING_GEMM_MMA(X, W)                                                                                     \
+  extern template void launch_gemm_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&);                        \
+  extern template void launch_gemm_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, \
+                                                      int, int);
+DING_GEMM_MMA(ding::f16, ding::f16)
+DING_GEMM_MMA(ding::bf16, ding::bf16)
+DING_GEMM_MMA(ding::f16, int8_t)
+DING_GEMM_MMA(ding::bf16, int8_t)
+DING_GEMM_MMA(ding::f16, ding::f8e4m3)
+DING_GEMM_MMA(ding::bf16, ding::f8e4m3)
+#undef DING_GEMM_MMA
+extern template void launch_gemm_mma_e4m3<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int);
+extern template void launch_gemm_mma_e4m3<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int);
 #define DING_GEMM_MMA_TILE(Tl)                                                                                   \
-  extern template void launch_gemm_mma_tile<ding::f16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&,  \
+  extern template void launch_gemm_mma_tile<ding::f16, ding::f16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&,  \
                                                                  const SplitK&, const RowSegments&);            \
-  extern template void launch_gemm_mma_tile<ding::bf16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&, \
+  extern template void launch_gemm_mma_tile<ding::bf16, ding::bf16, mma::Tl>(GpuStream&, const GemmShape&, const Epilogue&, \
                                                                   const SplitK&, const RowSegments&);
 DING_GEMM_MMA_TILE(TileLarge4)
 DING_GEMM_MMA_TILE(TileLarge3)
@@ -82,6 +94,17 @@ DING_GEMM_MMA_TILE(TileTall)
 DING_GEMM_MMA_TILE(TileWide)
 DING_GEMM_MMA_TILE(TileSmall)
 #undef DING_GEMM_MMA_TILE
+#define DING_GEMM_MMA_NARROW_TILE(X, W)                                                                          \
+  extern template void launch_gemm_mma_tile<X, W, mma::TileLarge4>(GpuStream&, const GemmShape&, const Epilogue&, \
+                                                                    const SplitK&, const RowSegments&);            \
+  extern template void launch_gemm_mma_tile<X, W, mma::TileWide>(GpuStream&, const GemmShape&, const Epilogue&,   \
+                                                                  const SplitK&, const RowSegments&);
+DING_GEMM_MMA_NARROW_TILE(ding::f16, int8_t)
+DING_GEMM_MMA_NARROW_TILE(ding::bf16, int8_t)
+DING_GEMM_MMA_NARROW_TILE(ding::f16, ding::f8e4m3)
+DING_GEMM_MMA_NARROW_TILE(ding::bf16, ding::f8e4m3)
+DING_GEMM_MMA_NARROW_TILE(ding::f8e4m3, ding::f8e4m3)
+#undef DING_GEMM_MMA_NARROW_TILE
 #endif
 
 DING_GPU_END

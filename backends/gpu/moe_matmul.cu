@@ -35,9 +35,11 @@
 //    out.
 // Prefill (thousands of rows) with 16-bit x and w of one type on NVIDIA sm_80+: the tensor-core
 // GEMM core (gemm_mma.cuh) in its segmented form, one block row per row tile of 64 or 128 rows.
-// 8-bit experts go the same way after widening to x's type (widen.cuh), a group of experts at a
-// time into a bounded scratch (widen_budget), only the experts with rows; the row scales are
-// applied in the GEMM's epilogue.
+// 8-bit experts go the same way, read as stored: E4M3 on E4M3 tensor cores with x rounded per row
+// (sm_89+, gemm_mma_e4m3.cu), else widened in the GEMM's registers; the row scales are applied in
+// its epilogue. Where K is not whole 16-byte chunks of a row, they are widened to x's type first
+// (widen.cuh), a group of experts at a time into a bounded scratch (widen_budget), only the experts
+// with rows.
 // Otherwise (f32, mixed dtypes, HIP, and between decode's P ≤ E and 8·E rows) the kernel below:
 // every w vector loaded feeds kTileRows rows, and the blocks of one expert's consecutive tiles are
 // scheduled together (tiles are grid x), so its columns come from L2 after the first; bounded by
@@ -281,13 +283,27 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
       launch_gemv_mma_segments<T, W>(s, g, ep, p.offsets, p.E, p.P);
       return true;
     };
-    // In prefill, 8-bit experts are widened to T a group at a time; each group's segments are
-    // its experts' (offsets + e0: the rows stay where the whole offsets place them).
+    // In prefill, 8-bit experts are read as stored: E4M3 on E4M3 tensor cores (x rounded per
+    // row) where the GPU has them, else widened in the 16-bit GEMM's registers; where K is not
+    // whole 16-byte chunks of a row, widened to T a group of experts at a time, each group's
+    // segments its experts' (offsets + e0: the rows stay where the whole offsets place them).
     auto prefill_on_tensor_cores = [&](auto x_tag) {
       using T = decltype(x_tag);
       if (!narrow) {
         if (!gemm_mma_fits(s.props(), g)) return false;
         launch_gemm_mma_segments<T>(s, g, ep, p.offsets, p.E, p.P);
+        return true;
+      }
+      if (gemm_mma_fits(s.props(), g, true)) {
+        ep.w_scales = a.w.scales;
+        g.w_scales = nullptr;
+        with_quantized_type(a.w.dtype, [&](auto w_tag) {
+          using W = decltype(w_tag);
+          if (std::is_same_v<W, ding::f8e4m3> && gemm_mma_e4m3_available(s))
+            launch_gemm_mma_e4m3<T>(s, g, ep, p.offsets, p.E);
+          else
+            launch_gemm_mma_segments<T, W>(s, g, ep, p.offsets, p.E, p.P);
+        });
         return true;
       }
       const int64_t expert = g.w_batch, rows = g.w_batch / K;

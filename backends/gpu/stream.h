@@ -29,6 +29,15 @@ struct Props {
     return false;
 #endif
   }
+  // mma.sync with E4M3 operands: NVIDIA sm_89+ (the kernels must also have been compiled for it:
+  // gemm_mma_e4m3.cu checks).
+  bool has_e4m3_mma() const {
+#if defined(DING_GPU_NVIDIA)
+    return cc_major > 8 || (cc_major == 8 && cc_minor >= 9);
+#else
+    return false;
+#endif
+  }
   // The copy engine's bulk global → shared copies with mbarrier completion: NVIDIA sm_90+.
   bool has_bulk_copies() const {
 #if defined(DING_GPU_NVIDIA)

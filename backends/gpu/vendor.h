@@ -74,6 +74,13 @@ inline error_t get_last_error() { return hipGetLastError(); }
 inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
   return hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
+// The virtual architecture a kernel's loaded code was compiled for (major · 10 + minor).
+inline error_t func_ptx_version(const void* kernel, int& version) {
+  hipFuncAttributes attributes{};
+  const error_t e = hipFuncGetAttributes(&attributes, kernel);
+  version = attributes.ptxVersion;
+  return e;
+}
 #else
 using stream_t = cudaStream_t;
 using event_t = cudaEvent_t;
@@ -85,6 +92,14 @@ inline const char* error_string(error_t e) { return cudaGetErrorString(e); }
 inline error_t get_last_error() { return cudaGetLastError(); }
 inline error_t func_set_max_dynamic_shared(const void* kernel, int bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+// The virtual architecture a kernel's loaded code was compiled for (major · 10 + minor): a PTX-only
+// build for compute_80 runs on an sm_89 GPU through the JIT, without what sm_89 added.
+inline error_t func_ptx_version(const void* kernel, int& version) {
+  cudaFuncAttributes attributes{};
+  const error_t e = cudaFuncGetAttributes(&attributes, kernel);
+  version = attributes.ptxVersion;
+  return e;
 }
 #endif
 

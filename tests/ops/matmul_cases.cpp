@@ -64,6 +64,13 @@ OpCase make_case(const MatmulCase& c) {
   // the reference; an element differs by one step of x's dtype only where the two straddle a
   // rounding boundary (a few per row), far inside the bounds above.
   if (c.norm != ops::NormKind::none) oc.reason += "; norm(x) rounded to x's dtype on both sides";
+  // E4M3 w beside 16-bit x over more rows than decode's: a backend may round x to E4M3 too.
+  const int64_t rows = c.batched_w ? c.M : std::max<int64_t>(c.B, 1) * c.M;
+  if (c.w == DType::f8e4m3 && (c.x == DType::bf16 || c.x == DType::f16) && rows > ops::kMatmulDecodeRows) {
+    oc.tight_tolerance = oc.tolerance;
+    oc.tolerance += e4m3_x_nmse(c.swiglu);
+    oc.reason += e4m3_x_reason(c.swiglu);
+  }
   oc.in_tests = c.in_tests;
   oc.build = [c](CaseRun& run) {
     const Tensor x = normal3(run, c.x, c.B, c.M, c.K, 1.0);
@@ -262,6 +269,16 @@ std::vector<OpCase> matmul_cases() {
       {.M = 40, .N = 72, .K = 259, .w = i8, .bias = true, .gelu = true},
       {.M = 33, .N = 257, .K = 520, .x = bf16, .w = f8, .out = bf16, .swiglu = true, .residual = sep},
       {.B = 2, .M = 12, .N = 40, .K = 72, .x = f16, .w = i8, .out = f16, .batched_w = true, .bias = true},
+      // Prefill rows on the GPU's tensor-core GEMM reading 8-bit w (16-bit x, K a multiple of 16):
+      // i8 and E4M3 widened in registers, or E4M3 × E4M3 with x rounded per row (sm_89+): tiles of
+      // 128 and 64 rows with M, N off them, swiglu, a K split whose reduce applies both row scales
+      // (few tiles over K = 4096), batched x over a shared w.
+      {.M = 40, .N = 264, .K = 512, .x = bf16, .w = i8, .out = bf16, .bias = true, .residual = inplace},
+      {.M = 130, .N = 200, .K = 1040, .x = f16, .w = i8, .out = f16, .swiglu = true},
+      {.M = 300, .N = 1000, .K = 2048, .x = bf16, .w = f8, .out = bf16, .bias = true, .gelu = true},
+      {.M = 65, .N = 136, .K = 4096, .x = f16, .w = f8, .out = f32, .residual = sep},
+      {.M = 200, .N = 72, .K = 256, .x = bf16, .w = i8, .out = f32, .swiglu = true, .residual = sep},
+      {.B = 2, .M = 40, .N = 72, .K = 256, .x = bf16, .w = f8, .out = bf16, .swiglu = true},
       // The tensor-core GEMV's 8-bit path (16-bit x, K a multiple of 16): a swiglu pair of scaled
       // rows, batched w, the layer_norm prologue, 8 rows of x staged as scaled f16.
       {.M = 4, .N = 72, .K = 256, .x = bf16, .w = i8, .out = bf16, .swiglu = true},
@@ -363,7 +380,7 @@ std::vector<OpCase> matmul_cases() {
   };
   const LlamaShape llama[] = {{2048, 8192, 3072}, {4096, 14336, 6144}};
   for (const LlamaShape& l : llama)
-    for (int64_t M : {1, 8, 256, 512}) {
+    for (int64_t M : {1, 8, 256, 512, 2048}) {
       list.push_back({.M = M, .N = l.qkv, .K = l.C, .x = bf16, .w = bf16, .out = bf16, .norm = ops::NormKind::rms_norm,
                       .in_tests = false});
       list.push_back({.M = M, .N = l.C, .K = l.C, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .in_tests = false});
@@ -373,9 +390,10 @@ std::vector<OpCase> matmul_cases() {
     }
   // Llama-3.1-8B's decode products with 8-bit weights (i8, E4M3 with row scales): half the bytes
   // of the bf16 ones above, so half their time at the same share of bandwidth.
-  // And its prefill products (M = 256) with them: on a GPU, w widened to bf16 for the tensor cores.
+  // And its prefill products (M = 256, 2048) with them: on a GPU, the tensor-core GEMM reading the
+  // 8-bit rows (E4M3 on E4M3 tensor cores where the GPU has them).
   for (DType w : {i8, f8})
-    for (int64_t M : {1, 8, 256}) {
+    for (int64_t M : {1, 8, 256, 2048}) {
       const LlamaShape& l = llama[1];
       list.push_back({.M = M, .N = l.qkv, .K = l.C, .x = bf16, .w = w, .out = bf16, .norm = ops::NormKind::rms_norm,
                       .in_tests = false});

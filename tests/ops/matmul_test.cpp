@@ -259,6 +259,107 @@ TEST(MatmulGpu, EightBitWeightsWidenedARunOfColumnsAtATime_M40_N197_K72) {
   }
 }
 
+// On a GPU, prefill products of 8-bit w read the 8-bit rows: E4M3 w on E4M3 tensor cores with x
+// rounded per row where the GPU has them (MatmulTuning::e4m3_mma), else on the 16-bit tensor cores
+// widening w in registers; an H100's wgmma core takes a widened copy instead where it fits
+// (MatmulTuning::wgmma). Every 8-bit matmul and moe_matmul parity case through each path: x as
+// given keeps the tight bound (nothing but f32 sums differ), x rounded the case's bound.
+TEST(MatmulGpu, EightBitCasesOnEveryPrefillPath) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::MatmulTuning> tuning(cuda);
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  std::vector<OpCase> cases = matmul_cases();
+  for (OpCase& c : moe_cases()) cases.push_back(std::move(c));
+  int count = 0;
+  for (const OpCase& c : cases) {
+    const bool narrow = c.name.find("_wi8_") != std::string::npos || c.name.find("_wf8e4m3_") != std::string::npos;
+    if (!c.in_tests || !narrow) continue;
+    SCOPED_TRACE(c.name);
+    CaseRun expected(Device::open("ref"), seed);
+    c.build(expected);
+    expected.poison_outputs();
+    expected.run();
+    CaseRun actual(cuda, seed);
+    c.build(actual);
+    for (auto [e4m3, wgmma] : {std::pair{true, true}, {false, false}, {true, false}}) {
+      SCOPED_TRACE(fmt::format("{}{}", e4m3 ? "E4M3 tensor cores where they fit" : "x as given",
+                               wgmma ? "" : ", no wgmma core (an H100 then runs the RTX 4090's kernels)"));
+      gpu::MatmulTuning t = tuning.run_tuning();
+      t.e4m3_mma = e4m3;
+      t.wgmma = wgmma && t.wgmma;
+      tuning.set(t);
+      const double bound = !e4m3 && c.tight_tolerance > 0 ? c.tight_tolerance : c.tolerance;
+      actual.poison_outputs();
+      actual.run();
+      for (size_t i = 0; i < actual.outputs().size(); ++i)
+        if (actual.outputs()[i].compare.kind == Compare::nmse)
+          EXPECT_LE(nmse(actual.read(actual.outputs()[i].tensor), expected.read(expected.outputs()[i].tensor)), bound)
+              << actual.outputs()[i].name << " (" << c.reason << ")";
+    }
+    ++count;
+  }
+  EXPECT_GT(count, 30);
+}
+
+// Every i8 and E4M3 value through the GPU's prefill GEMM, widened in registers to bf16 and to f16:
+// x one-hot (row m picks column m of w), w's rows holding every byte (E4M3's two NaN codes as 0),
+// scales 1, so out[m, n] = w[n, m] exactly (decoded here on the host). With x rounded to E4M3 (one
+// becomes 448 times a scale of 1/448) the same values come back within f32 rounding.
+TEST(MatmulGpu, PrefillWidensEveryEightBitValue_M256_N16_K256) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  const int64_t M = 256, N = 16, K = 256;
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::MatmulTuning> tuning(cuda);
+  for (DType w_type : {DType::i8, DType::f8e4m3})
+    for (DType x_type : {DType::bf16, DType::f16}) {
+      std::vector<uint8_t> w_bytes(size_t(N * K));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) {
+          const uint8_t code = uint8_t((k + 16 * n) % 256);
+          w_bytes[size_t(n * K + k)] = w_type == DType::f8e4m3 && (code & 0x7F) == 0x7F ? 0 : code;
+        }
+      std::vector<uint16_t> x_bits(size_t(M * K), 0);
+      const uint16_t one = x_type == DType::bf16 ? 0x3F80 : 0x3C00;
+      for (int64_t m = 0; m < M; ++m) x_bits[size_t(m * K + m)] = one;
+      auto product = [&](Device& device) {
+        Tensors t(device);
+        Tensor x = t.make(x_type, {M, K});
+        upload(t.stream, x, x_bits.data(), x_bits.size() * 2);
+        Tensor w = t.bytes(w_type, {N, K}, w_bytes);
+        const Tensor scales = t.f32({N}, std::vector<float>(size_t(N), 1.0f));
+        w.scales = scales.ptr<float>();
+        const Tensor out = t.f32({M, N});
+        ops::matmul(t.stream, out, x, w);
+        return t.read(out);
+      };
+      std::vector<float> want(size_t(M * N));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const uint8_t code = w_bytes[size_t(n * K + m)];
+          want[size_t(m * N + n)] = w_type == DType::i8 ? float(int8_t(code)) : f8e4m3_to_f32(f8e4m3{code});
+        }
+      for (bool e4m3 : {false, true}) {
+        if (e4m3 && w_type != DType::f8e4m3) continue;
+        gpu::MatmulTuning t = tuning.run_tuning();
+        t.e4m3_mma = e4m3;
+        t.wgmma = false;  // an H100's wgmma core would take a widened copy of w instead
+        tuning.set(t);
+        const std::vector<float> got = product(cuda);
+        for (size_t i = 0; i < want.size(); ++i) {
+          const std::string where = fmt::format("{} x, {} w, element {} (byte {:#04x}){}", dtype_name(x_type),
+                                                dtype_name(w_type), i, w_bytes[(i % N) * K + i / N],
+                                                e4m3 ? ", x rounded to E4M3" : "");
+          if (e4m3)
+            ASSERT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i])) << where;
+          else
+            ASSERT_EQ(got[i], want[i]) << where;
+        }
+      }
+    }
+}
+
 TEST(MatmulChainReference, IdentityFactorsLeaveA0_R4_D3_Chunk1) {
   Tensors t(Device::open("ref"));
   const std::vector<float> a = counting(12);

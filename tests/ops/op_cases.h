@@ -87,6 +87,9 @@ struct OpCase {
   std::function<void(CaseRun&)> build;  // make tensors on run.device, set run.launch and run.cost
   bool in_tests = true;                 // small enough for the parity suite on the reference
   bool in_bench = true;                 // worth timing in ding-bench
+  // Where the op lets a backend round an input further (ops/matmul.h: x to E4M3 beside E4M3
+  // weights), the bound for a run that takes no such rounding; 0: `tolerance` either way.
+  double tight_tolerance = 0;
 };
 
 // Per-family case lists (tests/ops/<family>_cases.cpp) and all of them in op_list order.
@@ -142,5 +145,9 @@ double flip_nmse(DType out, int64_t elements, double peak, int flips = 1);
 // (matmul_tolerance.cpp derives both).
 double matmul_tolerance(DType out, int64_t K, int64_t elements, bool swiglu = false);
 std::string matmul_reason(DType out, int64_t K, bool swiglu = false);
+// What rounding x's rows to E4M3 may add (16-bit x beside E4M3 weights over many rows, ops/matmul.h),
+// and why.
+double e4m3_x_nmse(bool swiglu = false);
+std::string e4m3_x_reason(bool swiglu = false);
 
 }  // namespace ding::testing

@@ -28,6 +28,9 @@ struct MatmulTuning {
                                // 0, 128 or 256 (-1: its default)
   int64_t gemv_mma_min_bytes = -1;  // one row of x times weights below this many bytes takes the
                                     // FMA GEMV, not the tensor-core one (-1: its default, 1 MiB; 0: never)
+  bool e4m3_mma = true;        // prefill products of 16-bit x and E4M3 w on E4M3 tensor cores, x
+                               // rounded per row (ops/matmul.h allows it), where the GPU has them
+                               // (sm_89+); false: w widened to x's type in registers, x as given
   size_t widen_bytes = 0;      // scratch for 8-bit weights widened to 16 bits for the prefill
                                // GEMMs, which take a weight (matmul: a run of its rows; moe_matmul:
                                // a group of experts) this many bytes at a time (at least 64 rows or
