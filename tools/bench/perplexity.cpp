@@ -8,6 +8,7 @@
 #include "ding/ding.h"
 #include "ding/models/input_files.h"
 #include "ding/models/session.h"
+#include "../gpu_tuning.h"
 #include "model_bench.h"
 
 namespace ding::bench {
@@ -30,6 +31,7 @@ int run_perplexity(const PerplexityOptions& o) {
     throw Error(ErrorCode::invalid_argument, fmt::format("--tail {} is not in (0, 1]", o.tail));
   if (o.window < 2) throw Error(ErrorCode::invalid_argument, fmt::format("--window {} must be ≥ 2", o.window));
   Device& device = Device::open(o.backend);
+  ding::tools::apply_gpu_tuning_from_environment(device);  // DING_GEMM_* etc., as the other subcommands
   const Model model = Model::load(o.model_dir, device,
                                   {.dtype = parse_dtype(o.dtype), .quantize = parse_quantize(o.quantize),
                                    .quantize_lm_head = o.quantize_lm_head});
