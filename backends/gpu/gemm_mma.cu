@@ -7,17 +7,9 @@
 DING_GPU_BEGIN
 
 #if defined(DING_GPU_NVIDIA)
-#define DING_GEMM_MMA(X, W)                                                                                   \
-  template void launch_gemm_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&);                          \
-  template void launch_gemm_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int, \
-                                               int);
-DING_GEMM_MMA(ding::f16, ding::f16)
-DING_GEMM_MMA(ding::bf16, ding::bf16)
-DING_GEMM_MMA(ding::f16, int8_t)
-DING_GEMM_MMA(ding::bf16, int8_t)
-DING_GEMM_MMA(ding::f16, ding::f8e4m3)
-DING_GEMM_MMA(ding::bf16, ding::f8e4m3)
-#undef DING_GEMM_MMA
+#define DING_GEMM_MMA_DEFINE(X, W) DING_GEMM_MMA_LAUNCHES(, X, W)
+DING_GEMM_MMA_OPERANDS(DING_GEMM_MMA_DEFINE)
+#undef DING_GEMM_MMA_DEFINE
 #endif
 
 DING_GPU_END

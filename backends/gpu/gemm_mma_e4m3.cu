@@ -97,12 +97,7 @@ void launch_gemm_mma_e4m3(GpuStream& s, const GemmShape& p, const Epilogue& ep, 
 
 template void launch_gemm_mma_e4m3<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int);
 template void launch_gemm_mma_e4m3<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int);
-template void launch_gemm_mma_tile<ding::f8e4m3, ding::f8e4m3, mma::TileLarge4>(GpuStream&, const GemmShape&,
-                                                                                const Epilogue&, const SplitK&,
-                                                                                const RowSegments&);
-template void launch_gemm_mma_tile<ding::f8e4m3, ding::f8e4m3, mma::TileWide>(GpuStream&, const GemmShape&,
-                                                                              const Epilogue&, const SplitK&,
-                                                                              const RowSegments&);
+DING_GEMM_MMA_NARROW_TILES(, ding::f8e4m3, ding::f8e4m3)
 #endif
 
 DING_GPU_END

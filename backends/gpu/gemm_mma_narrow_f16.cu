@@ -7,16 +7,8 @@
 DING_GPU_BEGIN
 
 #if defined(DING_GPU_NVIDIA)
-template void launch_gemm_mma_tile<ding::f16, int8_t, mma::TileLarge4>(GpuStream&, const GemmShape&, const Epilogue&,
-                                                                      const SplitK&, const RowSegments&);
-template void launch_gemm_mma_tile<ding::f16, int8_t, mma::TileWide>(GpuStream&, const GemmShape&, const Epilogue&,
-                                                                    const SplitK&, const RowSegments&);
-template void launch_gemm_mma_tile<ding::f16, ding::f8e4m3, mma::TileLarge4>(GpuStream&, const GemmShape&,
-                                                                            const Epilogue&, const SplitK&,
-                                                                            const RowSegments&);
-template void launch_gemm_mma_tile<ding::f16, ding::f8e4m3, mma::TileWide>(GpuStream&, const GemmShape&,
-                                                                          const Epilogue&, const SplitK&,
-                                                                          const RowSegments&);
+DING_GEMM_MMA_NARROW_TILES(, ding::f16, int8_t)
+DING_GEMM_MMA_NARROW_TILES(, ding::f16, ding::f8e4m3)
 #endif
 
 DING_GPU_END

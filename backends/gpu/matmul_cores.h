@@ -70,17 +70,24 @@ DING_GEMV_MMA(ding::f16, ding::f8e4m3)
 DING_GEMV_MMA(ding::bf16, int8_t)
 DING_GEMV_MMA(ding::bf16, ding::f8e4m3)
 #undef DING_GEMV_MMA
-#define DING_GEMM_MMA(X, W)                                                                                     \
-  extern template void launch_gemm_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&);                        \
-  extern template void launch_gemm_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, \
+// The tensor-core GEMM's operand pairs (16-bit x with w of its type or 8 bits) and, for the 8-bit
+// ones, its two tiles: declared here, instantiated by gemm_mma.cu and gemm_mma_narrow_<x>.cu with
+// the same lists (EXTERN empty there).
+#define DING_GEMM_MMA_OPERANDS(F) \
+  F(ding::f16, ding::f16) F(ding::bf16, ding::bf16) F(ding::f16, int8_t) F(ding::bf16, int8_t) \
+  F(ding::f16, ding::f8e4m3) F(ding::bf16, ding::f8e4m3)
+#define DING_GEMM_MMA_LAUNCHES(EXTERN, X, W)                                                                         \
+  EXTERN template void launch_gemm_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&);                          \
+  EXTERN template void launch_gemm_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, \
                                                       int, int);
-DING_GEMM_MMA(ding::f16, ding::f16)
-DING_GEMM_MMA(ding::bf16, ding::bf16)
-DING_GEMM_MMA(ding::f16, int8_t)
-DING_GEMM_MMA(ding::bf16, int8_t)
-DING_GEMM_MMA(ding::f16, ding::f8e4m3)
-DING_GEMM_MMA(ding::bf16, ding::f8e4m3)
-#undef DING_GEMM_MMA
+#define DING_GEMM_MMA_NARROW_TILES(EXTERN, X, W)                                                                  \
+  EXTERN template void launch_gemm_mma_tile<X, W, mma::TileLarge4>(GpuStream&, const GemmShape&, const Epilogue&, \
+                                                                    const SplitK&, const RowSegments&);            \
+  EXTERN template void launch_gemm_mma_tile<X, W, mma::TileWide>(GpuStream&, const GemmShape&, const Epilogue&,   \
+                                                                  const SplitK&, const RowSegments&);
+#define DING_GEMM_MMA_EXTERN(X, W) DING_GEMM_MMA_LAUNCHES(extern, X, W)
+DING_GEMM_MMA_OPERANDS(DING_GEMM_MMA_EXTERN)
+#undef DING_GEMM_MMA_EXTERN
 extern template void launch_gemm_mma_e4m3<ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int);
 extern template void launch_gemm_mma_e4m3<ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int);
 #define DING_GEMM_MMA_TILE(Tl)                                                                                   \
@@ -94,17 +101,11 @@ DING_GEMM_MMA_TILE(TileTall)
 DING_GEMM_MMA_TILE(TileWide)
 DING_GEMM_MMA_TILE(TileSmall)
 #undef DING_GEMM_MMA_TILE
-#define DING_GEMM_MMA_NARROW_TILE(X, W)                                                                          \
-  extern template void launch_gemm_mma_tile<X, W, mma::TileLarge4>(GpuStream&, const GemmShape&, const Epilogue&, \
-                                                                    const SplitK&, const RowSegments&);            \
-  extern template void launch_gemm_mma_tile<X, W, mma::TileWide>(GpuStream&, const GemmShape&, const Epilogue&,   \
-                                                                  const SplitK&, const RowSegments&);
-DING_GEMM_MMA_NARROW_TILE(ding::f16, int8_t)
-DING_GEMM_MMA_NARROW_TILE(ding::bf16, int8_t)
-DING_GEMM_MMA_NARROW_TILE(ding::f16, ding::f8e4m3)
-DING_GEMM_MMA_NARROW_TILE(ding::bf16, ding::f8e4m3)
-DING_GEMM_MMA_NARROW_TILE(ding::f8e4m3, ding::f8e4m3)
-#undef DING_GEMM_MMA_NARROW_TILE
+DING_GEMM_MMA_NARROW_TILES(extern, ding::f16, int8_t)
+DING_GEMM_MMA_NARROW_TILES(extern, ding::bf16, int8_t)
+DING_GEMM_MMA_NARROW_TILES(extern, ding::f16, ding::f8e4m3)
+DING_GEMM_MMA_NARROW_TILES(extern, ding::bf16, ding::f8e4m3)
+DING_GEMM_MMA_NARROW_TILES(extern, ding::f8e4m3, ding::f8e4m3)
 #endif
 
 DING_GPU_END

@@ -176,6 +176,36 @@ TEST(MatmulQuantizedWeights, RowScalesMultiplyTheRowsSums_M1_N2_K2) {
   }
 }
 
+// One run of a case on the GPU: the tuning it runs under and the NMSE bound it is held to.
+struct TunedRun {
+  std::string name;  // for the failure trace
+  gpu::MatmulTuning tuning;
+  double bound;
+};
+
+// `c` on the reference once, then on `cuda` under each of `runs`: every output compared by NMSE
+// within that run's bound.
+void expect_case_under_tunings(const OpCase& c, Device& cuda, const ScopedGpuTuning<gpu::MatmulTuning>& scope,
+                               uint64_t seed, const std::vector<TunedRun>& runs) {
+  SCOPED_TRACE(c.name);
+  CaseRun expected(Device::open("ref"), seed);
+  c.build(expected);
+  expected.poison_outputs();
+  expected.run();
+  CaseRun actual(cuda, seed);
+  c.build(actual);
+  for (const TunedRun& run : runs) {
+    SCOPED_TRACE(run.name);
+    scope.set(run.tuning);
+    actual.poison_outputs();
+    actual.run();
+    for (size_t i = 0; i < actual.outputs().size(); ++i)
+      if (actual.outputs()[i].compare.kind == Compare::nmse)
+        EXPECT_LE(nmse(actual.read(actual.outputs()[i].tensor), expected.read(expected.outputs()[i].tensor)), run.bound)
+            << actual.outputs()[i].name << " (" << c.reason << ")";
+  }
+}
+
 // The GPU's few-rows products go to the tensor-core GEMV or, for small weights, the FMA GEMV
 // at one row (MatmulTuning::gemv_mma_min_bytes): every decode-sized parity case (M ≤ 8) through each core
 // alone stays within its bound of the reference, so neither core's edges depend on where the size
@@ -191,25 +221,11 @@ TEST(MatmulGpu, BothFewRowsCoresTakeEveryDecodeCase) {
   for (const OpCase& c : matmul_cases()) {
     std::smatch m;
     if (!c.in_tests || c.op != "matmul" || !std::regex_search(c.name, m, rows_of_x) || std::stoi(m[1]) > 8) continue;
-    SCOPED_TRACE(c.name);
-    CaseRun expected(Device::open("ref"), seed);
-    c.build(expected);
-    expected.poison_outputs();
-    expected.run();
-    CaseRun actual(cuda, seed);
-    c.build(actual);
-    for (int64_t min_bytes : {int64_t(0), std::numeric_limits<int64_t>::max()}) {
-      SCOPED_TRACE(min_bytes == 0 ? "tensor-core GEMV wherever it fits" : "FMA GEMV");
-      gpu::MatmulTuning t = tuning.run_tuning();
-      t.gemv_mma_min_bytes = min_bytes;
-      tuning.set(t);
-      actual.poison_outputs();
-      actual.run();
-      for (size_t i = 0; i < actual.outputs().size(); ++i)
-        if (actual.outputs()[i].compare.kind == Compare::nmse)
-          EXPECT_LE(nmse(actual.read(actual.outputs()[i].tensor), expected.read(expected.outputs()[i].tensor)), c.tolerance)
-              << actual.outputs()[i].name << " (" << c.reason << ")";
-    }
+    gpu::MatmulTuning tensor_cores = tuning.run_tuning(), fma = tuning.run_tuning();
+    tensor_cores.gemv_mma_min_bytes = 0;
+    fma.gemv_mma_min_bytes = std::numeric_limits<int64_t>::max();
+    expect_case_under_tunings(c, cuda, tuning, seed,
+                              {{"tensor-core GEMV wherever it fits", tensor_cores, c.tolerance}, {"FMA GEMV", fma, c.tolerance}});
     ++cases;
   }
   EXPECT_GT(cases, 20);
@@ -276,28 +292,16 @@ TEST(MatmulGpu, EightBitCasesOnEveryPrefillPath) {
   for (const OpCase& c : cases) {
     const bool narrow = c.name.find("_wi8_") != std::string::npos || c.name.find("_wf8e4m3_") != std::string::npos;
     if (!c.in_tests || !narrow) continue;
-    SCOPED_TRACE(c.name);
-    CaseRun expected(Device::open("ref"), seed);
-    c.build(expected);
-    expected.poison_outputs();
-    expected.run();
-    CaseRun actual(cuda, seed);
-    c.build(actual);
+    std::vector<TunedRun> runs;
     for (auto [e4m3, wgmma] : {std::pair{true, true}, {false, false}, {true, false}}) {
-      SCOPED_TRACE(fmt::format("{}{}", e4m3 ? "E4M3 tensor cores where they fit" : "x as given",
-                               wgmma ? "" : ", no wgmma core (an H100 then runs the RTX 4090's kernels)"));
       gpu::MatmulTuning t = tuning.run_tuning();
       t.e4m3_mma = e4m3;
       t.wgmma = wgmma && t.wgmma;
-      tuning.set(t);
-      const double bound = !e4m3 && c.tight_tolerance > 0 ? c.tight_tolerance : c.tolerance;
-      actual.poison_outputs();
-      actual.run();
-      for (size_t i = 0; i < actual.outputs().size(); ++i)
-        if (actual.outputs()[i].compare.kind == Compare::nmse)
-          EXPECT_LE(nmse(actual.read(actual.outputs()[i].tensor), expected.read(expected.outputs()[i].tensor)), bound)
-              << actual.outputs()[i].name << " (" << c.reason << ")";
+      runs.push_back({fmt::format("{}{}", e4m3 ? "E4M3 tensor cores where they fit" : "x as given",
+                                  wgmma ? "" : ", no wgmma core (an H100 then runs the RTX 4090's kernels)"),
+                      t, !e4m3 && c.tight_tolerance > 0 ? c.tight_tolerance : c.tolerance});
     }
+    expect_case_under_tunings(c, cuda, tuning, seed, runs);
     ++count;
   }
   EXPECT_GT(count, 30);
