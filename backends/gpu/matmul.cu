@@ -15,7 +15,8 @@
 // them to f32. Larger products with 16-bit x: E4M3 w on E4M3 tensor cores with x rounded per row
 // (sm_89+, gemm_mma_e4m3.cu), else the 16-bit tensor-core GEMM widening w in registers
 // (gemm_mma.cuh), each with the row scales in the epilogue; where K is not whole 16-byte chunks
-// of w, w widened to x's type in scratch (widen.cuh: exact) for the 16-bit cores. With f32 x, w is
+// of w, or where an H100's wgmma core takes the product, w widened to x's type in scratch
+// (widen.cuh: exact) for the 16-bit cores (launch_prefill_narrow says why). With f32 x, w is
 // dequantized to f32 in scratch for the f32 cores.
 // matmul_chain, built on the same cores, is in matmul_chain.cu. The cores' kernels are compiled
 // in units of their own (matmul_cores.h), not here.
