@@ -150,245 +150,240 @@ __global__ void __launch_bounds__(Tl::kThreads, (kBlocksPerSm<X, W, Tl>))
     gemm_mma_kernel(const GemmShape shape, const Epilogue segment_ep, const SplitK split, const RowSegments segments) {
 #if defined(DING_GPU_NVIDIA_MMA)
   using Ops = Operands<X, W>;
-#if !defined(DING_GPU_E4M3_MMA)
-  if constexpr (sizeof(X) == 1) {
-    __trap();  // the host launches E4M3 × E4M3 only where this kernel was compiled for sm_89+
-  } else
-#endif
-  {
-    extern __shared__ uint4 smem_chunks[];  // dynamic: Stages × (A: BM rows, B: BN rows) × kBK
-    const int tid = int(threadIdx.x), lane = tid % kLanes, warp = tid / kLanes;
-    const int warp_m = (warp / Tl::WarpsN) * Tl::kWarpM, warp_n = (warp % Tl::WarpsN) * Tl::kWarpN;
-    int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
-    GemmShape p = shape;
-    Epilogue ep = segment_ep;
-    if (segments.offsets) {  // one row tile of one segment: rows [m0, p.M) of the one batch
-      const RowTile tile = find_row_tile(segments.offsets, segments.count, segments.rows, blockIdx.x, Tl::BM);
-      if (tile.rows == 0) return;
-      m0 = tile.begin;
-      p.M = tile.begin + tile.rows;
-      p.w = static_cast<const W*>(shape.w) + int64_t(tile.segment) * shape.w_batch;
-      p.batches = 1;
-      // 8-bit experts (moe_matmul.cu): the segment's row scales follow its rows of w.
-      if (ep.w_scales) ep.w_scales += int64_t(tile.segment) * (shape.w_batch / shape.K);
-    }
-    const int64_t k_tiles_all = (p.K + kBK - 1) / kBK;
+  extern __shared__ uint4 smem_chunks[];  // dynamic: Stages × (A: BM rows, B: BN rows) × kBK
+  const int tid = int(threadIdx.x), lane = tid % kLanes, warp = tid / kLanes;
+  const int warp_m = (warp / Tl::WarpsN) * Tl::kWarpM, warp_n = (warp % Tl::WarpsN) * Tl::kWarpN;
+  int64_t m0 = int64_t(blockIdx.x) * Tl::BM;
+  GemmShape p = shape;
+  Epilogue ep = segment_ep;
+  if (segments.offsets) {  // one row tile of one segment: rows [m0, p.M) of the one batch
+    const RowTile tile = find_row_tile(segments.offsets, segments.count, segments.rows, blockIdx.x, Tl::BM);
+    if (tile.rows == 0) return;
+    m0 = tile.begin;
+    p.M = tile.begin + tile.rows;
+    p.w = static_cast<const W*>(shape.w) + int64_t(tile.segment) * shape.w_batch;
+    p.batches = 1;
+    // 8-bit experts (moe_matmul.cu): the segment's row scales follow its rows of w.
+    if (ep.w_scales) ep.w_scales += int64_t(tile.segment) * (shape.w_batch / shape.K);
+  }
+  const int64_t k_tiles_all = (p.K + kBK - 1) / kBK;
 
-    // n0: the tile's first column of the product (for swiglu, of its 2N-wide form: gemm.cuh).
-    for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < split.product_n; n0 += int64_t(gridDim.y) * Tl::BN)
-      for (int64_t z = blockIdx.z; z < p.batches * split.splits; z += gridDim.z) {
-        const int64_t b = z / split.splits, s = z % split.splits;
-        // This block's K slices: [k_first, k_first + k_tiles).
-        const int64_t k_first = split.first_tile(s), k_tiles = split.tile_count(s, k_tiles_all);
-        const X* const x = static_cast<const X*>(p.x) + b * p.x_batch;
-        const W* const w = static_cast<const W*>(p.w) + b * p.w_batch;
+  // n0: the tile's first column of the product (for swiglu, of its 2N-wide form: gemm.cuh).
+  for (int64_t n0 = int64_t(blockIdx.y) * Tl::BN; n0 < split.product_n; n0 += int64_t(gridDim.y) * Tl::BN)
+    for (int64_t z = blockIdx.z; z < p.batches * split.splits; z += gridDim.z) {
+      const int64_t b = z / split.splits, s = z % split.splits;
+      // This block's K slices: [k_first, k_first + k_tiles).
+      const int64_t k_first = split.first_tile(s), k_tiles = split.tile_count(s, k_tiles_all);
+      const X* const x = static_cast<const X*>(p.x) + b * p.x_batch;
+      const W* const w = static_cast<const W*>(p.w) + b * p.w_batch;
 
-        // Copies: thread t moves chunk t % chunks of rows t / chunks + it · step of x and of w, every
-        // slice. K is a multiple of a chunk's elements, so a chunk is all in range or all out;
-        // out-of-range chunks name the (valid) base pointer and copy 0 bytes.
-        constexpr int kRowStepA = Tl::kThreads / Ops::kAChunks, kRowStepB = Tl::kThreads / Ops::kBChunks;
-        constexpr int kCopiesA = Tl::BM / kRowStepA, kCopiesB = Tl::BN / kRowStepB;
-        static_assert(Tl::BM % kRowStepA == 0 && Tl::BN % kRowStepB == 0, "whole chunks per thread");
-        const int a_chunk = tid % Ops::kAChunks, b_chunk = tid % Ops::kBChunks;
-        const uint32_t smem_base = smem_address(smem_chunks);
-        const X* a_src[kCopiesA];
-        const W* b_src[kCopiesB];
-        bool a_ok[kCopiesA], b_ok[kCopiesB];
-        uint32_t a_dst[kCopiesA], b_dst[kCopiesB];
+      // Copies: thread t moves chunk t % chunks of rows t / chunks + it · step of x and of w, every
+      // slice. K is a multiple of a chunk's elements, so a chunk is all in range or all out;
+      // out-of-range chunks name the (valid) base pointer and copy 0 bytes.
+      constexpr int kRowStepA = Tl::kThreads / Ops::kAChunks, kRowStepB = Tl::kThreads / Ops::kBChunks;
+      constexpr int kCopiesA = Tl::BM / kRowStepA, kCopiesB = Tl::BN / kRowStepB;
+      static_assert(Tl::BM % kRowStepA == 0 && Tl::BN % kRowStepB == 0, "whole chunks per thread");
+      const int a_chunk = tid % Ops::kAChunks, b_chunk = tid % Ops::kBChunks;
+      const uint32_t smem_base = smem_address(smem_chunks);
+      const X* a_src[kCopiesA];
+      const W* b_src[kCopiesB];
+      bool a_ok[kCopiesA], b_ok[kCopiesB];
+      uint32_t a_dst[kCopiesA], b_dst[kCopiesB];
+#pragma unroll
+      for (int it = 0; it < kCopiesA; ++it) {
+        const int r = tid / Ops::kAChunks + it * kRowStepA;
+        a_ok[it] = m0 + r < p.M;
+        a_src[it] = x + (a_ok[it] ? (m0 + r) * p.K : 0) + a_chunk * Ops::kAChunkElems;
+        a_dst[it] = smem_base + uint32_t(Ops::a_offset(r, a_chunk));
+      }
+#pragma unroll
+      for (int it = 0; it < kCopiesB; ++it) {
+        const int r = tid / Ops::kBChunks + it * kRowStepB;
+        const int64_t w_row = product_w_row(n0 + r, p.N, ep.swiglu);
+        b_ok[it] = w_row >= 0;
+        b_src[it] = w + (b_ok[it] ? w_row * p.K : 0) + b_chunk * Ops::kBChunkElems;
+        b_dst[it] = smem_base + uint32_t(Tl::BM * Ops::kARowBytes + Ops::b_offset(r, b_chunk));
+      }
+      auto load_stage = [&](int stage, int64_t local_kt) {
+        const int64_t kt = k_first + local_kt;
+        const uint32_t stage_bytes = uint32_t(stage * Ops::template kStageBytes<Tl>);
+        const bool a_k_ok = kt * kBK + a_chunk * Ops::kAChunkElems < p.K;
+        const bool b_k_ok = kt * kBK + b_chunk * Ops::kBChunkElems < p.K;
 #pragma unroll
         for (int it = 0; it < kCopiesA; ++it) {
-          const int r = tid / Ops::kAChunks + it * kRowStepA;
-          a_ok[it] = m0 + r < p.M;
-          a_src[it] = x + (a_ok[it] ? (m0 + r) * p.K : 0) + a_chunk * Ops::kAChunkElems;
-          a_dst[it] = smem_base + uint32_t(Ops::a_offset(r, a_chunk));
+          const bool ok = a_ok[it] && a_k_ok;
+          cp_async_16(a_dst[it] + stage_bytes, ok ? a_src[it] + kt * kBK : x, ok ? 16 : 0);
         }
 #pragma unroll
         for (int it = 0; it < kCopiesB; ++it) {
-          const int r = tid / Ops::kBChunks + it * kRowStepB;
-          const int64_t w_row = product_w_row(n0 + r, p.N, ep.swiglu);
-          b_ok[it] = w_row >= 0;
-          b_src[it] = w + (b_ok[it] ? w_row * p.K : 0) + b_chunk * Ops::kBChunkElems;
-          b_dst[it] = smem_base + uint32_t(Tl::BM * Ops::kARowBytes + Ops::b_offset(r, b_chunk));
+          const bool ok = b_ok[it] && b_k_ok;
+          cp_async_16(b_dst[it] + stage_bytes, ok ? b_src[it] + kt * kBK : w, ok ? 16 : 0);
         }
-        auto load_stage = [&](int stage, int64_t local_kt) {
-          const int64_t kt = k_first + local_kt;
-          const uint32_t stage_bytes = uint32_t(stage * Ops::template kStageBytes<Tl>);
-          const bool a_k_ok = kt * kBK + a_chunk * Ops::kAChunkElems < p.K;
-          const bool b_k_ok = kt * kBK + b_chunk * Ops::kBChunkElems < p.K;
+      };
+
+      // ldmatrix addresses of this lane in stage 0, per 16-deep step kk. A (16 × 16 per piece):
+      // lanes 0-15 give rows 0-15 at k 0-7, lanes 16-31 the same rows at k 8-15; the four 8×8
+      // matrices come back as a0 … a3 of the m16n8k16 A fragment. B, two n8 pieces per x4:
+      // matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) = b0, b1 of
+      // piece 2j and b0, b1 of piece 2j + 1. Piece i (j) is 16 rows further: the swizzle term
+      // (r / 2) % 4 is the same there, so its address is a constant offset.
+      const int a_row = warp_m + lane % 16, b_row = warp_n + (lane / 16) * 8 + lane % 8;
+      uint32_t a_addr[kBK / 16], b_addr[kBK / 16];
 #pragma unroll
-          for (int it = 0; it < kCopiesA; ++it) {
-            const bool ok = a_ok[it] && a_k_ok;
-            cp_async_16(a_dst[it] + stage_bytes, ok ? a_src[it] + kt * kBK : x, ok ? 16 : 0);
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        a_addr[kk] = smem_base + uint32_t(swizzle(a_row, kk * 2 + lane / 16)) * 2;
+        b_addr[kk] = smem_base + uint32_t(Tl::BM * kBK + swizzle(b_row, kk * 2 + (lane / 8) % 2)) * 2;
+      }
+      constexpr uint32_t kPieceBytes = 16 * kBK * 2;
+      // The 8-bit maps' addresses of lane (g, q) in stage 0: its 8 elements of row g of the warp's
+      // first m16 piece of x, and of row g of its first n8 piece of w. Row g + 8 and piece i (j)
+      // are constant offsets: rows g, g + 8 and g + 16i share the swizzle term (r / 2) % 4.
+      const int g = lane / 4, q = lane % 4;
+      // (16-bit x: its 8 elements are chunk q of the row; E4M3 x: bytes 8q … 8q + 7.)
+      const int x_offset = sizeof(X) == 2 ? Ops::a_offset(warp_m + g, q) : Ops::a_offset(warp_m + g, 0) + 8 * q;
+      const uint32_t x_lane = smem_base + uint32_t(x_offset);
+      const uint32_t w_lane = smem_base + uint32_t(Tl::BM * Ops::kARowBytes + (warp_n + g) * Ops::kBRowBytes + 8 * q);
+
+      float acc[Tl::kFragsM][Tl::kFragsN][4] = {};
+      // Prologue: slices 0 … Stages-2 in flight. One commit per slice even when there is no
+      // slice to load, so "group g holds slice g" holds for the waits below.
+#pragma unroll
+      for (int st = 0; st < Tl::Stages - 1; ++st) {
+        if (st < k_tiles) load_stage(st, st);
+        cp_async_commit();
+      }
+      int read_stage = 0;  // slice kt's stage; slice kt + Stages-1 goes where slice kt-1 was
+      for (int64_t kt = 0; kt < k_tiles; ++kt) {
+        // Groups 0 … kt + Stages-2 are committed; leaving Stages-2 in flight means slice kt has
+        // landed (for this thread's copies; the barrier publishes everyone's). The barrier also
+        // means every warp has finished computing on slice kt-1, whose stage is refilled next.
+        cp_async_wait<Tl::Stages - 2>();
+        __syncthreads();
+        if (kt + Tl::Stages - 1 < k_tiles)
+          load_stage(read_stage == 0 ? Tl::Stages - 1 : read_stage - 1, kt + Tl::Stages - 1);
+        cp_async_commit();
+
+        const uint32_t stage_bytes = uint32_t(read_stage * Ops::template kStageBytes<Tl>);
+        if constexpr (Ops::kLdmatrix) {
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk) {
+            uint32_t a[Tl::kFragsM][4];
+#pragma unroll
+            for (int i = 0; i < Tl::kFragsM; ++i) ldmatrix_x4(a[i], a_addr[kk] + stage_bytes + i * kPieceBytes);
+            uint32_t bfrag[Tl::kFragsN][2];
+#pragma unroll
+            for (int j = 0; j < Tl::kFragsN / 2; ++j) {
+              uint32_t r[4];
+              ldmatrix_x4(r, b_addr[kk] + stage_bytes + j * kPieceBytes);
+              bfrag[2 * j][0] = r[0];
+              bfrag[2 * j][1] = r[1];
+              bfrag[2 * j + 1][0] = r[2];
+              bfrag[2 * j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < Tl::kFragsM; ++i)
+#pragma unroll
+              for (int j = 0; j < Tl::kFragsN; ++j) mma_16816<X>(acc[i][j], a[i], bfrag[j]);
           }
+        } else {
+          constexpr uint32_t kXPiece = 16 * Ops::kARowBytes, kWPiece = 8 * Ops::kBRowBytes;
+          constexpr int kWWords = Ops::kWidenW ? 4 : 2, kXWords = Ops::kWidenW ? 8 : 4;
+          // Lane's operands: of n8 piece j of w, widened pairs (0, 1) … (6, 7), or E4M3 bytes 0–3
+          // and 4–7; of m16 piece i of x, rows g and g + 8 in the mma's order (first mma's a0–a3,
+          // then the second's for 16-bit x).
+          auto load_w = [&](int j, uint32_t (&wv)[kWWords]) {
+            const uint2 v = load_shared8(w_lane + stage_bytes + j * kWPiece);
+            if constexpr (Ops::kWidenW) {
+              widen8x4<X, W>(v.x, wv[0], wv[1]);
+              widen8x4<X, W>(v.y, wv[2], wv[3]);
+            } else {
+              wv[0] = v.x;
+              wv[1] = v.y;
+            }
+          };
+          auto load_x = [&](int i, uint32_t (&xv)[kXWords]) {
+            const uint32_t row_g = x_lane + stage_bytes + i * kXPiece, row_g8 = row_g + kXPiece / 2;
+            if constexpr (Ops::kWidenW) {
+              const uint4 lo = load_shared16(row_g), hi = load_shared16(row_g8);
+              const uint32_t v[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
 #pragma unroll
-          for (int it = 0; it < kCopiesB; ++it) {
-            const bool ok = b_ok[it] && b_k_ok;
-            cp_async_16(b_dst[it] + stage_bytes, ok ? b_src[it] + kt * kBK : w, ok ? 16 : 0);
-          }
-        };
-
-        // ldmatrix addresses of this lane in stage 0, per 16-deep step kk. A (16 × 16 per piece):
-        // lanes 0-15 give rows 0-15 at k 0-7, lanes 16-31 the same rows at k 8-15; the four 8×8
-        // matrices come back as a0 … a3 of the m16n8k16 A fragment. B, two n8 pieces per x4:
-        // matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) = b0, b1 of
-        // piece 2j and b0, b1 of piece 2j + 1. Piece i (j) is 16 rows further: the swizzle term
-        // (r / 2) % 4 is the same there, so its address is a constant offset.
-        const int a_row = warp_m + lane % 16, b_row = warp_n + (lane / 16) * 8 + lane % 8;
-        uint32_t a_addr[kBK / 16], b_addr[kBK / 16];
+              for (int e = 0; e < 8; ++e) xv[e] = v[e];
+            } else {
+              const uint2 lo = load_shared8(row_g), hi = load_shared8(row_g8);
+              xv[0] = lo.x, xv[1] = hi.x, xv[2] = lo.y, xv[3] = hi.y;
+            }
+          };
+          auto multiply = [&](float (&d)[4], const uint32_t (&xv)[kXWords], const uint32_t (&wv)[kWWords]) {
+            if constexpr (Ops::kWidenW) {
+              const uint32_t first[4] = {xv[0], xv[1], xv[2], xv[3]}, second[4] = {xv[4], xv[5], xv[6], xv[7]};
+              mma_16816<X>(d, first, wv[0], wv[1]);
+              mma_16816<X>(d, second, wv[2], wv[3]);
+            } else {
+#if defined(DING_GPU_E4M3_MMA)
+              mma_16832_e4m3(d, xv, wv[0], wv[1]);
+#else
+              __trap();  // the host launches E4M3 × E4M3 only where it was compiled for sm_89+
+#endif
+            }
+          };
+          // The side with fewer registers per warp tile is loaded whole, the other a piece at a
+          // time (128 registers per thread: the 64 × 32 warp tile keeps w, the 32 × 64 one x).
+          if constexpr (Tl::kFragsN * kWWords <= Tl::kFragsM * kXWords) {
+            uint32_t wv[Tl::kFragsN][kWWords];
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          a_addr[kk] = smem_base + uint32_t(swizzle(a_row, kk * 2 + lane / 16)) * 2;
-          b_addr[kk] = smem_base + uint32_t(Tl::BM * kBK + swizzle(b_row, kk * 2 + (lane / 8) % 2)) * 2;
-        }
-        constexpr uint32_t kPieceBytes = 16 * kBK * 2;
-        // The 8-bit maps' addresses of lane (g, q) in stage 0: its 8 elements of row g of the warp's
-        // first m16 piece of x, and of row g of its first n8 piece of w. Row g + 8 and piece i (j)
-        // are constant offsets: rows g, g + 8 and g + 16i share the swizzle term (r / 2) % 4.
-        const int g = lane / 4, q = lane % 4;
-        // (16-bit x: its 8 elements are chunk q of the row; E4M3 x: bytes 8q … 8q + 7.)
-        const int x_offset = sizeof(X) == 2 ? Ops::a_offset(warp_m + g, q) : Ops::a_offset(warp_m + g, 0) + 8 * q;
-        const uint32_t x_lane = smem_base + uint32_t(x_offset);
-        const uint32_t w_lane = smem_base + uint32_t(Tl::BM * Ops::kARowBytes + (warp_n + g) * Ops::kBRowBytes + 8 * q);
-
-        float acc[Tl::kFragsM][Tl::kFragsN][4] = {};
-        // Prologue: slices 0 … Stages-2 in flight. One commit per slice even when there is no
-        // slice to load, so "group g holds slice g" holds for the waits below.
+            for (int j = 0; j < Tl::kFragsN; ++j) load_w(j, wv[j]);
 #pragma unroll
-        for (int st = 0; st < Tl::Stages - 1; ++st) {
-          if (st < k_tiles) load_stage(st, st);
-          cp_async_commit();
-        }
-        int read_stage = 0;  // slice kt's stage; slice kt + Stages-1 goes where slice kt-1 was
-        for (int64_t kt = 0; kt < k_tiles; ++kt) {
-          // Groups 0 … kt + Stages-2 are committed; leaving Stages-2 in flight means slice kt has
-          // landed (for this thread's copies; the barrier publishes everyone's). The barrier also
-          // means every warp has finished computing on slice kt-1, whose stage is refilled next.
-          cp_async_wait<Tl::Stages - 2>();
-          __syncthreads();
-          if (kt + Tl::Stages - 1 < k_tiles)
-            load_stage(read_stage == 0 ? Tl::Stages - 1 : read_stage - 1, kt + Tl::Stages - 1);
-          cp_async_commit();
-
-          const uint32_t stage_bytes = uint32_t(read_stage * Ops::template kStageBytes<Tl>);
-          if constexpr (Ops::kLdmatrix) {
+            for (int i = 0; i < Tl::kFragsM; ++i) {
+              uint32_t xv[kXWords];
+              load_x(i, xv);
 #pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk) {
-              uint32_t a[Tl::kFragsM][4];
-#pragma unroll
-              for (int i = 0; i < Tl::kFragsM; ++i) ldmatrix_x4(a[i], a_addr[kk] + stage_bytes + i * kPieceBytes);
-              uint32_t bfrag[Tl::kFragsN][2];
-#pragma unroll
-              for (int j = 0; j < Tl::kFragsN / 2; ++j) {
-                uint32_t r[4];
-                ldmatrix_x4(r, b_addr[kk] + stage_bytes + j * kPieceBytes);
-                bfrag[2 * j][0] = r[0];
-                bfrag[2 * j][1] = r[1];
-                bfrag[2 * j + 1][0] = r[2];
-                bfrag[2 * j + 1][1] = r[3];
-              }
-#pragma unroll
-              for (int i = 0; i < Tl::kFragsM; ++i)
-#pragma unroll
-                for (int j = 0; j < Tl::kFragsN; ++j) mma_16816<X>(acc[i][j], a[i], bfrag[j]);
+              for (int j = 0; j < Tl::kFragsN; ++j) multiply(acc[i][j], xv, wv[j]);
             }
           } else {
-            constexpr uint32_t kXPiece = 16 * Ops::kARowBytes, kWPiece = 8 * Ops::kBRowBytes;
-            constexpr int kWWords = Ops::kWidenW ? 4 : 2, kXWords = Ops::kWidenW ? 8 : 4;
-            // Lane's operands: of n8 piece j of w, widened pairs (0, 1) … (6, 7), or E4M3 bytes 0–3
-            // and 4–7; of m16 piece i of x, rows g and g + 8 in the mma's order (first mma's a0–a3,
-            // then the second's for 16-bit x).
-            auto load_w = [&](int j, uint32_t (&wv)[kWWords]) {
-              const uint2 v = load_shared8(w_lane + stage_bytes + j * kWPiece);
-              if constexpr (Ops::kWidenW) {
-                widen8x4<X, W>(v.x, wv[0], wv[1]);
-                widen8x4<X, W>(v.y, wv[2], wv[3]);
-              } else {
-                wv[0] = v.x;
-                wv[1] = v.y;
-              }
-            };
-            auto load_x = [&](int i, uint32_t (&xv)[kXWords]) {
-              const uint32_t row_g = x_lane + stage_bytes + i * kXPiece, row_g8 = row_g + kXPiece / 2;
-              if constexpr (Ops::kWidenW) {
-                const uint4 lo = load_shared16(row_g), hi = load_shared16(row_g8);
-                const uint32_t v[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+            uint32_t xv[Tl::kFragsM][kXWords];
 #pragma unroll
-                for (int e = 0; e < 8; ++e) xv[e] = v[e];
-              } else {
-                const uint2 lo = load_shared8(row_g), hi = load_shared8(row_g8);
-                xv[0] = lo.x, xv[1] = hi.x, xv[2] = lo.y, xv[3] = hi.y;
-              }
-            };
-            auto multiply = [&](float (&d)[4], const uint32_t (&xv)[kXWords], const uint32_t (&wv)[kWWords]) {
-              if constexpr (Ops::kWidenW) {
-                const uint32_t first[4] = {xv[0], xv[1], xv[2], xv[3]}, second[4] = {xv[4], xv[5], xv[6], xv[7]};
-                mma_16816<X>(d, first, wv[0], wv[1]);
-                mma_16816<X>(d, second, wv[2], wv[3]);
-              } else {
-#if defined(DING_GPU_E4M3_MMA)
-                mma_16832_e4m3(d, xv, wv[0], wv[1]);
-#endif
-              }
-            };
-            // The side with fewer registers per warp tile is loaded whole, the other a piece at a
-            // time (128 registers per thread: the 64 × 32 warp tile keeps w, the 32 × 64 one x).
-            if constexpr (Tl::kFragsN * kWWords <= Tl::kFragsM * kXWords) {
-              uint32_t wv[Tl::kFragsN][kWWords];
+            for (int i = 0; i < Tl::kFragsM; ++i) load_x(i, xv[i]);
 #pragma unroll
-              for (int j = 0; j < Tl::kFragsN; ++j) load_w(j, wv[j]);
+            for (int j = 0; j < Tl::kFragsN; ++j) {
+              uint32_t wv[kWWords];
+              load_w(j, wv);
 #pragma unroll
-              for (int i = 0; i < Tl::kFragsM; ++i) {
-                uint32_t xv[kXWords];
-                load_x(i, xv);
-#pragma unroll
-                for (int j = 0; j < Tl::kFragsN; ++j) multiply(acc[i][j], xv, wv[j]);
-              }
-            } else {
-              uint32_t xv[Tl::kFragsM][kXWords];
-#pragma unroll
-              for (int i = 0; i < Tl::kFragsM; ++i) load_x(i, xv[i]);
-#pragma unroll
-              for (int j = 0; j < Tl::kFragsN; ++j) {
-                uint32_t wv[kWWords];
-                load_w(j, wv);
-#pragma unroll
-                for (int i = 0; i < Tl::kFragsM; ++i) multiply(acc[i][j], xv[i], wv);
-              }
+              for (int i = 0; i < Tl::kFragsM; ++i) multiply(acc[i][j], xv[i], wv);
             }
           }
-          read_stage = read_stage + 1 == Tl::Stages ? 0 : read_stage + 1;
         }
-        cp_async_wait<0>();  // only empty groups remain; nothing may land after the stages are reused
-        __syncthreads();     // every warp is done with the stages: they become the epilogue's staging
-
-        // Out goes through shared memory one m16 piece at a time: each warp writes its 16 × kWarpN
-        // f32 piece, then stores it by rows (SplitK::store_piece: 8 consecutive columns per lane,
-        // where the fragments alone would scatter 8 rows × 8 bytes), one rolled loop for the
-        // epilogue. Accumulator piece (i, j): d0, d1 at row lane / 4, columns 2 · (lane % 4) +
-        // {0, 1}; d2, d3 eight rows further down.
-        static_assert(Tl::WarpsM * Tl::WarpsN * 16 * Tl::kPieceLd * 4 <= Ops::template kSmemBytes<Tl>,
-                      "epilogue pieces fit in the stages");
-        // The pieces one after another, unrolled by the template (acc indexed by constants only:
-        // where the compiler kept `#pragma unroll` rolled here, acc went to local memory), so each
-        // piece's accumulators are dead once it is stored.
-        float* const piece = reinterpret_cast<float*>(smem_chunks) + warp * 16 * Tl::kPieceLd;
-        unrolled<Tl::kFragsM>([&](auto piece_index) {
-          constexpr int i = decltype(piece_index)::value;
-#pragma unroll
-          for (int j = 0; j < Tl::kFragsN; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float* const at = piece + (lane / 4 + h * 8) * Tl::kPieceLd + j * 8 + (lane % 4) * 2;
-              at[0] = acc[i][j][2 * h];
-              at[1] = acc[i][j][2 * h + 1];
-            }
-          __syncwarp();
-          split.store_piece(ep, p, s, b, piece, Tl::kPieceLd, 16, Tl::kWarpN, m0 + warp_m + i * 16, n0 + warp_n, lane);
-          __syncwarp();  // read before the next piece overwrites it
-        });
-        __syncthreads();  // the staging is the next tile's first stage
+        read_stage = read_stage + 1 == Tl::Stages ? 0 : read_stage + 1;
       }
-  }
+      cp_async_wait<0>();  // only empty groups remain; nothing may land after the stages are reused
+      __syncthreads();     // every warp is done with the stages: they become the epilogue's staging
+
+      // Out goes through shared memory one m16 piece at a time: each warp writes its 16 × kWarpN
+      // f32 piece, then stores it by rows (SplitK::store_piece: 8 consecutive columns per lane,
+      // where the fragments alone would scatter 8 rows × 8 bytes), one rolled loop for the
+      // epilogue. Accumulator piece (i, j): d0, d1 at row lane / 4, columns 2 · (lane % 4) +
+      // {0, 1}; d2, d3 eight rows further down.
+      static_assert(Tl::WarpsM * Tl::WarpsN * 16 * Tl::kPieceLd * 4 <= Ops::template kSmemBytes<Tl>,
+                    "epilogue pieces fit in the stages");
+      // The pieces one after another, unrolled by the template (acc indexed by constants only:
+      // where the compiler kept `#pragma unroll` rolled here, acc went to local memory), so each
+      // piece's accumulators are dead once it is stored.
+      float* const piece = reinterpret_cast<float*>(smem_chunks) + warp * 16 * Tl::kPieceLd;
+      unrolled<Tl::kFragsM>([&](auto piece_index) {
+        constexpr int i = decltype(piece_index)::value;
+#pragma unroll
+        for (int j = 0; j < Tl::kFragsN; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float* const at = piece + (lane / 4 + h * 8) * Tl::kPieceLd + j * 8 + (lane % 4) * 2;
+            at[0] = acc[i][j][2 * h];
+            at[1] = acc[i][j][2 * h + 1];
+          }
+        __syncwarp();
+        split.store_piece(ep, p, s, b, piece, Tl::kPieceLd, 16, Tl::kWarpN, m0 + warp_m + i * 16, n0 + warp_n, lane);
+        __syncwarp();  // read before the next piece overwrites it
+      });
+      __syncthreads();  // the staging is the next tile's first stage
+    }
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
