@@ -390,8 +390,8 @@ std::vector<OpCase> matmul_cases() {
     }
   // Llama-3.1-8B's decode products with 8-bit weights (i8, E4M3 with row scales): half the bytes
   // of the bf16 ones above, so half their time at the same share of bandwidth.
-  // And its prefill products (M = 256, 2048) with them: on a GPU, the tensor-core GEMM reading the
-  // 8-bit rows (E4M3 on E4M3 tensor cores where the GPU has them).
+  // And its prefill products (M = 256, 2048) with them: on an H100 a widened copy for wgmma, on
+  // other GPUs the tensor-core GEMM reading the 8-bit rows (E4M3 × E4M3 on sm_89+).
   for (DType w : {i8, f8})
     for (int64_t M : {1, 8, 256, 2048}) {
       const LlamaShape& l = llama[1];
