@@ -57,7 +57,11 @@ struct MatmulParams {
 // E4M3 w beside 16-bit x over more than kMatmulDecodeRows rows of x (a prefill, not a decode
 // step's batch) lets a backend round each row of x to E4M3 as well, with a scale of its own
 // (max |x_row| / 448), so the product runs on E4M3 tensor cores (W8A8, as fp8 serving engines do):
-// each element of x then carries up to 2^-4 relative error. The reference never rounds.
+// each element of x then carries up to 2^-4 relative error.
+// i8 w beside 16-bit x (any rows) lets a backend round each row of x to integers on a grid of its
+// own, a step of at most 2^-14 of the row's largest magnitude (|x·2^s| < 2^15: int16), so the
+// products run in integers, exact (the CPU's madd over int16, the GPU's 8-bit integer mma over
+// x's high and low bytes). The reference never rounds.
 struct MatmulArgs {
   Tensor out;  // [M, N] or [B, M, N], f32/f16/bf16
   Tensor x;    // [M, K] or [B, M, K]

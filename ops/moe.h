@@ -58,7 +58,8 @@ struct MoeGroupArgs {
 // E·2N of them), so that W[e][r, k] = q[e, r, k]·scale[e·rows + r]. Accumulation is f32 in
 // kernels, f64 in the reference; swiglu combines g and u before the one rounding to out's dtype.
 // As for matmul, f8e4m3 experts beside 16-bit x over more rows than experts (P > E: a prefill's
-// rows, not a decode step's) let a backend round each row of x to E4M3 with a scale of its own.
+// rows, not a decode step's) let a backend round each row of x to E4M3 with a scale of its own,
+// and i8 experts beside 16-bit x let it round each row of x to integers (any P).
 struct MoeMatmulArgs {
   Tensor out;      // [P, N], f32/f16/bf16
   Tensor x;        // [P, K]: the grouped rows (moe_group's x_grouped)

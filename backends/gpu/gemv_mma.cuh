@@ -53,14 +53,19 @@
 // (docs/PERFORMANCE.md); 256 bytes measured the same or slightly slower.
 //
 // 8-bit weights (i8, E4M3 with row scales; ops/matmul.h): the same stream, each lane's 16 bytes then
-// 16 elements of its row (a unit is 64 of K, four mmas), widened in registers to f16, which holds
-// every i8 and E4M3 value exactly: i8 through a biased byte under 1024's exponent (byte_perm, then
-// one f16x2 subtraction per pair), E4M3 by moving its bits into an f16's (its value times 2^-8).
-// The mma is then f16 × f16, so x is staged as f16: each row times a power of two 2^s that puts its
-// largest magnitude in [2^14, 2^15), exact for a bf16 x (8 significant bits, f16's 11) down to
-// 2^-31 of that row's largest value. The epilogue multiplies each sum by its row's scale, 2^-s of
-// its x row and E4M3's 2^8. On the FMA path the same weights cost a widening and an FMA per
-// element and row of x (H100, Llama-8B shape: 37 % of the int8 roofline, docs/PERFORMANCE.md).
+// 16 elements of its row (a unit is 64 of K). Each row of x is staged times a power of two 2^s that
+// puts its largest magnitude in [2^14, 2^15) (to_scaled_f16, to_int16_planes), and the epilogue
+// multiplies each sum by its row's scale and 2^-s of its x row.
+//   E4M3: widened in registers to f16, which holds every E4M3 value exactly (the conversion
+//     instruction on sm_89+; elsewhere its bits moved into an f16's, the value times 2^-8, undone in
+//     the epilogue), then four f16 × f16 mmas against x staged as f16 (exact for a bf16 x).
+//   i8: no widening at all. x is rounded to integers (|·| < 2^15; within 2^-15 of the row's largest
+//     magnitude, as the CPU rounds it to int16), split into a signed high and an unsigned low byte,
+//     and four integer mmas (m16n8k32) multiply the bytes of w as loaded by both: exact int32 sums,
+//     256 · high + low. Widening i8 to f16 cost 2.5 instructions per weight byte in the loop
+//     (ncu: ~150 instructions per 1 KB unit of w, the SMs issue-bound at 76 % of copy bandwidth).
+// On the FMA path the same weights cost a widening and an FMA per element and row of x (H100,
+// Llama-8B shape: 37 % of the int8 roofline, docs/PERFORMANCE.md).
 //
 // The prologue: weights (and the norm's parameters) are never written by a kernel of the step, so
 // before waiting for the previous kernel (chained launch, vendor.h) each thread fills its ring; the
@@ -101,7 +106,9 @@ struct MmaRows {
   int chunks = 0;      // per tile: ceil(K / unit_k)
   int unit_k = kMmaChunk;  // elements of K per unit: 32 (16-bit w), 64 (8-bit w): 16 bytes per lane
   int x_pairs = 0;     // ceil(M / 2): the lanes (q < x_pairs) whose sums hold rows of x
-  size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory
+  size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory, rows x_stride apart
+  int x_stride = 0;         // elements from a staged row of x to the next: K rounded up to unit_k,
+                            // the rest zero, so a unit's loads of x need no bounds check
   size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
   size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
   bool staged_x = true;     // false: x read from global memory (L2) at each unit, staged_bytes 0
@@ -122,10 +129,10 @@ struct MmaPlan {
 // ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
 // f32, two passes over the staged row (no cancellation); each thread reads back only vectors it
 // wrote, and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are
-// in shared memory already; `red` holds kMmaWarps floats.
+// in shared memory already; `red` holds kMmaWarps floats. Rows of `out` are out_stride apart.
 template <class T>
-__device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta, int M, int K, const Norm& norm,
-                               float* red) {
+__device__ void normalize_rows(const T* x, T* out, int out_stride, const T* gamma, const T* beta, int M, int K,
+                               const Norm& norm, float* red) {
   using Vec = Pack<T, 8>;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int wpr = M == 1 ? 8 : M == 2 ? 4 : M <= 4 ? 2 : 1;
@@ -133,7 +140,7 @@ __device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta
   const bool mine = m < M;
   const int vectors = K / 8, stride = 32 * wpr, first = (warp % wpr) * 32 + lane;
   const Vec* row = reinterpret_cast<const Vec*>(x + int64_t(m) * K);
-  Vec* staged = reinterpret_cast<Vec*>(out + int64_t(m) * K);
+  Vec* staged = reinterpret_cast<Vec*>(out + int64_t(m) * out_stride);
   // Over the row's warps, the same total in every lane; uniform over the block (two barriers).
   auto row_total = [&](float part) {
     part = warp_sum(part);
@@ -183,64 +190,118 @@ __device__ void normalize_rows(const T* x, T* out, const T* gamma, const T* beta
 }
 
 #if defined(DING_GPU_NVIDIA_MMA)
-// A lane's 16 bytes of an 8-bit row as 8 f16x2 words, elements 2i and 2i + 1 in word i.
-template <class W>
-__device__ inline void widen_row16(const uint4& v, uint32_t (&out)[8]) {
+// A lane's 16 bytes of an E4M3 row as 8 f16x2 words, elements 2i and 2i + 1 in word i, each the
+// value over kWidenedE4m3Unit.
+__device__ inline void widen_e4m3_row16(const uint4& v, uint32_t (&out)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<W, int8_t>)
-      widen_i8x4(words[i], out[2 * i], out[2 * i + 1]);
-    else
-      widen_e4m3x4(words[i], out[2 * i], out[2 * i + 1]);
-  }
+  for (int i = 0; i < 4; ++i) widen_e4m3x4(words[i], out[2 * i], out[2 * i + 1]);
 }
 #endif
 
-// The staged rows [M, K] of x, rounded as X, rewritten in place as f16 times 2^s per row, s chosen
-// so the row's largest magnitude lands in [2^14, 2^15) (nothing for an f16 x, already exact); 2^-s
-// into x_scale[m]. By the whole block, between barriers the caller places: peak_bits[m] is zeroed
-// before the rows are staged, find_peaks runs after, then (a barrier later) rescale.
-// The peaks are bf16 bit patterns with the sign cleared, which order as the magnitudes do, so one
-// integer max per element and one shared atomic per thread and row find them.
+// With 8-bit w the staged rows [M, K] of x (`stride` elements apart, rounded as X) are rewritten in
+// place as the mma takes them, each row times a power of two 2^s that puts its largest magnitude
+// in [2^14, 2^15), and 2^-s goes to x_scale[m] for the epilogue:
+//   E4M3 w: f16 (to_scaled_f16; an f16 row is taken as it is, s = 0), exact for a bf16 x (8
+//     significant bits, f16's 11) down to 2^-31 of the row's largest value;
+//   i8 w: the integers round(x · 2^s), |·| ≤ 2^15 − 16, each split as 256 · hi + lo with hi a signed
+//     and lo an unsigned byte (to_int16_planes), for the integer mma: each element within 2^-15 of
+//     its row's largest magnitude, as the CPU backend rounds x to int16 (ops/matmul.h).
+// A row holding Inf or NaN gets a NaN x_scale, so its sums are NaN as the products would make them.
+// By the whole block, between barriers the caller places: peak_bits[m] is zeroed before the rows
+// are staged, find_peaks runs after, then (a barrier later) the rewrite.
+// The peaks are 16-bit patterns with the sign cleared, which order as the magnitudes do (bf16 and
+// f16 alike), so one integer max per element and one shared atomic per thread and row find them.
 template <class X>
-__device__ void find_peaks(const void* staged, int M, int K, unsigned* peak_bits) {
-  if constexpr (!std::is_same_v<X, ding::f16>) {
-    const uint4* rows = static_cast<const uint4*>(staged);
-    const int vectors = K / 8;  // K % 16 == 0 for 8-bit w
-    for (int m = 0; m < M; ++m) {
-      unsigned peak = 0;
-      for (int v = int(threadIdx.x); v < vectors; v += kMmaThreads) {
-        const uint4 q = rows[m * vectors + v];
-        const auto magnitudes = [](uint32_t word) { return max(word & 0x7FFFu, (word >> 16) & 0x7FFFu); };
-        peak = max(max(peak, max(magnitudes(q.x), magnitudes(q.y))), max(magnitudes(q.z), magnitudes(q.w)));
-      }
-      if (peak) atomicMax(peak_bits + m, peak);
+__device__ void find_peaks(const void* staged, int stride, int M, int K, unsigned* peak_bits) {
+  const uint4* rows = static_cast<const uint4*>(staged);
+  const int vectors = K / 8;  // K % 16 == 0 for 8-bit w
+  for (int m = 0; m < M; ++m) {
+    unsigned peak = 0;
+    for (int v = int(threadIdx.x); v < vectors; v += kMmaThreads) {
+      const uint4 q = rows[m * (stride / 8) + v];
+      const auto magnitudes = [](uint32_t word) { return max(word & 0x7FFFu, (word >> 16) & 0x7FFFu); };
+      peak = max(max(peak, max(magnitudes(q.x), magnitudes(q.y))), max(magnitudes(q.z), magnitudes(q.w)));
     }
+    if (peak) atomicMax(peak_bits + m, peak);
   }
 }
+
+// s for a row whose largest magnitude has the bits `peak` (find_peaks): from its exponent field e,
+// the peak is below 2^(e − 126) in bf16 and 2^(e − 14) in f16, so 2^(141 − e), or 2^(29 − e),
+// takes it to [2^14, 2^15). 0 for a row of zeros.
 template <class X>
-__device__ void rescale(void* staged, int M, int K, const unsigned* peak_bits, float* x_scale) {
+__device__ inline int peak_shift(unsigned peak) {
+  const int shift = std::is_same_v<X, ding::f16> ? 29 - int(peak >> 10) : 141 - int(peak >> 7);
+  return peak ? max(-126, min(126, shift)) : 0;
+}
+template <class X>
+__device__ inline bool peak_finite(unsigned peak) {
+  return peak < (std::is_same_v<X, ding::f16> ? 0x7C00u : 0x7F80u);
+}
+__device__ inline float power_of_two(int e) { return __uint_as_float(unsigned(127 + e) << 23); }
+
+// A word's two X values (the low one first) as floats.
+template <class X>
+__device__ inline float2 pair_to_float2(uint32_t word) {
+  if constexpr (std::is_same_v<X, ding::f16>)
+    return __half22float2(*reinterpret_cast<const __half2*>(&word));
+  else
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xFFFF0000u));
+}
+
+template <class X>
+__device__ void to_scaled_f16(void* staged, int stride, int M, int K, const unsigned* peak_bits, float* x_scale) {
   if constexpr (std::is_same_v<X, ding::f16>) {
     if (threadIdx.x < 8) x_scale[threadIdx.x] = 1.0f;
   } else {
     uint4* rows = static_cast<uint4*>(staged);
     const int vectors = K / 8;
     for (int m = 0; m < M; ++m) {
-      // bf16 exponent field e: the peak is below 2^(e − 126), so 2^(141 − e) takes it to [2^14, 2^15).
-      const unsigned bits = peak_bits[m];
-      const int shift = bits ? max(-126, min(126, 141 - int(bits >> 7))) : 0;
-      const float factor = __uint_as_float(unsigned(127 + shift) << 23);
-      if (threadIdx.x == 0) x_scale[m] = __uint_as_float(unsigned(127 - shift) << 23);
+      const int shift = peak_shift<X>(peak_bits[m]);
+      const float factor = power_of_two(shift);
+      if (threadIdx.x == 0) x_scale[m] = peak_finite<X>(peak_bits[m]) ? power_of_two(-shift) : __int_as_float(0x7FC00000);
       for (int v = int(threadIdx.x); v < vectors; v += kMmaThreads) {
-        const uint4 q = rows[m * vectors + v];
-        // A word's two bf16 (the low one first) as two scaled f16.
+        const uint4 q = rows[m * (stride / 8) + v];
         const auto scaled = [factor](uint32_t word) {
-          const __half2 h = __floats2half2_rn(__uint_as_float(word << 16) * factor, __uint_as_float(word & 0xFFFF0000u) * factor);
+          const float2 f = pair_to_float2<X>(word);
+          const __half2 h = __floats2half2_rn(f.x * factor, f.y * factor);
           return *reinterpret_cast<const uint32_t*>(&h);
         };
-        rows[m * vectors + v] = make_uint4(scaled(q.x), scaled(q.y), scaled(q.z), scaled(q.w));
+        rows[m * (stride / 8) + v] = make_uint4(scaled(q.x), scaled(q.y), scaled(q.z), scaled(q.w));
       }
+    }
+  }
+}
+
+// Each group of 16 elements (32 bytes) becomes its 16 high bytes, then its 16 low bytes.
+template <class X>
+__device__ void to_int16_planes(void* staged, int stride, int M, int K, const unsigned* peak_bits, float* x_scale) {
+  uint4* rows = static_cast<uint4*>(staged);
+  const int groups = K / 16;  // K % 16 == 0 for 8-bit w
+  for (int m = 0; m < M; ++m) {
+    const int shift = peak_shift<X>(peak_bits[m]);
+    const float factor = power_of_two(shift);
+    if (threadIdx.x == 0) x_scale[m] = peak_finite<X>(peak_bits[m]) ? power_of_two(-shift) : __int_as_float(0x7FC00000);
+    for (int j = int(threadIdx.x); j < groups; j += kMmaThreads) {
+      uint4* group = rows + m * (stride / 8) + 2 * j;
+      const uint4 a = group[0], b = group[1];
+      const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      // round(v · 2^s) in the low 16 bits of the float v · 2^s + 1.5 · 2^23, two's complement (one
+      // rounding: v · 2^s is exact); then the low bytes of 4 elements gathered into one word and
+      // their high bytes into another.
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const float2 f0 = pair_to_float2<X>(words[2 * t]), f1 = pair_to_float2<X>(words[2 * t + 1]);
+        const uint32_t e0 = __float_as_uint(fmaf(f0.x, factor, 12582912.0f)), e1 = __float_as_uint(fmaf(f0.y, factor, 12582912.0f));
+        const uint32_t e2 = __float_as_uint(fmaf(f1.x, factor, 12582912.0f)), e3 = __float_as_uint(fmaf(f1.y, factor, 12582912.0f));
+        const uint32_t p01 = __byte_perm(e0, e1, 0x5140), p23 = __byte_perm(e2, e3, 0x5140);  // lo0 lo1 hi0 hi1
+        lo[t] = __byte_perm(p01, p23, 0x5410);
+        hi[t] = __byte_perm(p01, p23, 0x7632);
+      }
+      group[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      group[1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
   }
 }
@@ -248,11 +309,14 @@ __device__ void rescale(void* staged, int M, int K, const unsigned* peak_bits, f
 template <class T, class W, bool Normed, int Depth, bool StagedX>
 __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kernel(const Params a, const MmaRows rs) {
   static_assert(StagedX || !Normed, "the norm prologue writes the staged rows");
-  constexpr bool kNarrow = sizeof(W) == 1;  // 8-bit w: widened to f16, x staged as scaled f16
-  static_assert(StagedX || !kNarrow, "8-bit weights multiply the staged f16 rows of x");
+  // 8-bit w: x staged as scaled f16 (E4M3 w, widened to f16) or as int16 byte planes (i8 w, an
+  // integer mma).
+  constexpr bool kNarrow = sizeof(W) == 1;
+  static_assert(StagedX || !kNarrow, "8-bit weights multiply the staged rows of x");
   static_assert(kNarrow || std::is_same_v<T, W>, "16-bit x and w of one type");
 #if defined(DING_GPU_NVIDIA_MMA)
-  using MmaT = std::conditional_t<kNarrow, ding::f16, T>;  // the mma's operand type
+  constexpr bool kIntegerMma = std::is_same_v<W, int8_t>;
+  using MmaT = std::conditional_t<kNarrow, ding::f16, T>;  // the staged x's elements (i8 w: 2 bytes each)
   constexpr int kLaneK = kNarrow ? 16 : 8;                 // elements of K per lane and unit
   const GemmShape& p = a.p;
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -270,15 +334,16 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.params_bytes + rs.sums_bytes);
   __shared__ float red[kMmaWarps];
   __shared__ float x_scale[8];        // 8-bit w: 2^-s of each staged row of x
-  __shared__ unsigned peak_bits[8];  // 8-bit w: each staged row's largest magnitude, as bf16 bits
+  __shared__ unsigned peak_bits[8];  // 8-bit w: each staged row's largest magnitude, as 16-bit bits (find_peaks)
   auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * rs.x_pairs + q; };
   // Slot s of this thread: rows g and g + 8 of a unit, each array lane-contiguous (no bank conflicts).
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
   auto slot_hi = [&](int s) { return ring + (Depth + s) * kMmaThreads + tid; };
 
-  // This warp's units in order: w, w + 8, ... of the block's (tile, chunk) sequence. The lane's
-  // element of K and row of the block travel with the cursor, so a unit costs no division and no
-  // 64-bit product (mma_plan keeps a block's run of w below 2^31 elements).
+  // This warp's units in order: w, w + 8, ... of the block's (tile, chunk) sequence. The copies
+  // run Depth units ahead of the mmas, so their cursor carries the lane's element of K and row of
+  // the block with it: a unit costs no division and no 64-bit product (mma_plan keeps a block's
+  // run of w below 2^31 elements), and moving on costs two additions and a comparison.
   const int K = int(p.K);
   struct Cursor {
     int tile, chunk;
@@ -291,14 +356,15 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   };
   // The unit's rows g and g + 8 of the block's run `w`, into slot s: one commit group per unit,
   // empty past the block's last tile so that the group count stays in step with the units.
-  auto issue = [&](int s, const Cursor& c, const W* w) {
+  // l2_fetch: rs.l2_fetch, a compile-time constant in the main loop (cp_async_16's choice folds).
+  auto issue = [&](int s, const Cursor& c, const W* w, int l2_fetch) {
     if (c.tile < tiles) {
       const bool in = c.k < K;  // K % kLaneK == 0: a lane's elements are all in or all out
       const bool lo = in && c.row < rows, hi = in && c.row + rs.hi_rows < rows;
       const W* src = w + (c.row * K + c.k);
       // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
-      cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0, rs.l2_fetch);
-      cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0, rs.l2_fetch);
+      cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0, l2_fetch);
+      cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0, l2_fetch);
     }
     cp_async_commit();
   };
@@ -320,20 +386,24 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     return Batch{x + int64_t(t.begin) * p.K, w + int64_t(t.segment) * p.w_batch, t.begin, t.rows, t.segment * w_rows};
   };
   Batch batch{};
-  // Row g of x (staged, or this batch's in global memory) at the unit's chunk: 8 elements (one
-  // uint4), or 16 (two) for 8-bit w.
-  const MmaT* x_row = reinterpret_cast<const MmaT*>(staged) + g * K;
-  auto x_at = [&](const Cursor& c, int part) {
-    return c.k < K && g < batch.M ? *reinterpret_cast<const uint4*>(x_row + c.k + 8 * part) : make_uint4(0, 0, 0, 0);
+  // Row g of x (staged, or this batch's in global memory) from element k: 8 elements (one uint4),
+  // or 16 (two) for 8-bit w. Lanes g ≥ M read row M − 1: they fill the mma's columns ≥ M, which
+  // are never stored.
+  const MmaT* x_row = nullptr;
+  auto x_at = [&](int k, int part) {
+    const uint4* at = reinterpret_cast<const uint4*>(x_row + k + 8 * part);
+    if constexpr (StagedX) return *at;  // past K: the staged row's zero tail
+    return k < K ? *at : make_uint4(0, 0, 0, 0);
   };
 
-  const int first_tile = warp / rs.chunks, first_chunk = warp % rs.chunks;
-  const Cursor first{first_tile, first_chunk, first_chunk * rs.unit_k + q * kLaneK, first_tile * rs.tile_cols + g};
+  // Unit `warp` of the sequence: tile 0's chunk `warp`, moved on to a later tile if chunks < 8.
+  Cursor first{0, warp - kMmaWarps, (warp - kMmaWarps) * rs.unit_k + q * kLaneK, g};
+  advance(first);
   // The first Depth units of the run into the ring; returns the cursor of the next to issue.
   auto fill = [&](const W* w) {
     Cursor c = first;
 #pragma unroll
-    for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, w);
+    for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, w, rs.l2_fetch);
     return c;
   };
   // The norm's parameters (constants of the model) as the first group, before the ring's.
@@ -370,60 +440,88 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     if constexpr (Normed) {
       cp_async_wait<Depth>();  // the parameters' group: older than the ring's Depth
       __syncthreads();         // ... and every thread's part of it
-      normalize_rows(x, staged, gamma, beta, batch.M, K, a.norm, red);
+      normalize_rows(x, staged, rs.x_stride, gamma, beta, batch.M, K, a.norm, red);
     } else if constexpr (StagedX) {
-      const int vectors = batch.M * K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
-      for (int i = tid; i < vectors; i += kMmaThreads)
-        reinterpret_cast<uint4*>(staged)[i] = reinterpret_cast<const uint4*>(x)[i];
-    } else {
-      x_row = reinterpret_cast<const MmaT*>(x) + int64_t(min(g, batch.M - 1)) * K;
+      const int vectors = K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
+      for (int m = 0; m < batch.M; ++m)
+        for (int v = tid; v < vectors; v += kMmaThreads)
+          reinterpret_cast<uint4*>(staged + m * rs.x_stride)[v] = reinterpret_cast<const uint4*>(x + int64_t(m) * K)[v];
     }
+    if constexpr (StagedX) {
+      const int tail = (rs.x_stride - K) / 8;  // vectors of zeros after each row
+      if (tid < batch.M * tail)
+        reinterpret_cast<uint4*>(staged + (tid / tail) * rs.x_stride + K)[tid % tail] = make_uint4(0, 0, 0, 0);
+    }
+    x_row = StagedX ? reinterpret_cast<const MmaT*>(staged) + min(g, batch.M - 1) * rs.x_stride
+                    : reinterpret_cast<const MmaT*>(x) + int64_t(min(g, batch.M - 1)) * K;
     __syncthreads();
     if constexpr (kNarrow) {
-      find_peaks<T>(staged, batch.M, K, peak_bits);
+      if constexpr (kIntegerMma || !std::is_same_v<T, ding::f16>) find_peaks<T>(staged, rs.x_stride, batch.M, K, peak_bits);
       __syncthreads();
-      rescale<T>(staged, batch.M, K, peak_bits, x_scale);
+      if constexpr (kIntegerMma)
+        to_int16_planes<T>(staged, rs.x_stride, batch.M, K, peak_bits, x_scale);
+      else
+        to_scaled_f16<T>(staged, rs.x_stride, batch.M, K, peak_bits, x_scale);
       __syncthreads();
     }
 
-    // Every warp leaves a sum for every tile of the block (zero where it had no unit in it). The
-    // two mmas of a unit accumulate apart (d0, d1), halving the chain of dependent mmas.
-    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int tile = 0;
-    auto leave_sums_before = [&](int end) {
-      for (; tile < end; ++tile) {
-        if (q < rs.x_pairs) *sum_at(tile, warp) = make_float4(d0[0] + d1[0], d0[1] + d1[1], d0[2] + d1[2], d0[3] + d1[3]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) d0[i] = d1[i] = 0.0f;
-      }
-    };
+    // The units in order, tile by tile: the warp's chunks of a tile are chunk, chunk + 8, ... below
+    // `chunks`, and what is left past the end starts the next tile. Every warp leaves a sum for
+    // every tile of the block (zero where it had no unit in it). The mmas of a unit accumulate in
+    // two chains (d0, d1; i8 w: the high and the low plane's exact int32 sums, hi and lo), halving
+    // the chain of dependent mmas.
     // Unit u sits in slot u % Depth; Depth - 1 younger groups may still be in flight when it is
     // used. A thread reads back only what it copied itself, so no barrier; its refill of the slot
     // is issued after the mmas that consumed the slot.
-    int s = 0;
-    for (Cursor at = first; at.tile < tiles; advance(at)) {
-      cp_async_wait<Depth - 1>();
-      leave_sums_before(at.tile);
-      const uint4 lo = *slot_lo(s), hi = *slot_hi(s);
-      const uint4 xv = x_at(at, 0);
-      if constexpr (kNarrow) {
-        uint32_t wl[8], wh[8];
-        widen_row16<W>(lo, wl);
-        widen_row16<W>(hi, wh);
-        const uint4 xw = x_at(at, 1);
-        mma_16816<MmaT>(d0, {wl[0], wh[0], wl[1], wh[1]}, {xv.x, xv.y});
-        mma_16816<MmaT>(d1, {wl[2], wh[2], wl[3], wh[3]}, {xv.z, xv.w});
-        mma_16816<MmaT>(d0, {wl[4], wh[4], wl[5], wh[5]}, {xw.x, xw.y});
-        mma_16816<MmaT>(d1, {wl[6], wh[6], wl[7], wh[7]}, {xw.z, xw.w});
-      } else {
-        mma_16816<MmaT>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
-        mma_16816<MmaT>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
+    auto stream = [&](auto l2_fetch) {
+      int s = 0, chunk = warp;
+      for (int tile = 0; tile < tiles; ++tile, chunk -= rs.chunks) {
+        float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        [[maybe_unused]] int hi_sums[4] = {0, 0, 0, 0}, lo_sums[4] = {0, 0, 0, 0};  // i8 w
+        for (; chunk < rs.chunks; chunk += kMmaWarps) {
+          cp_async_wait<Depth - 1>();
+          const int k = chunk * rs.unit_k + q * kLaneK;
+          const uint4 lo = *slot_lo(s), hi = *slot_hi(s);  // w rows g and g + 8
+          const uint4 xv = x_at(k, 0);
+          if constexpr (kIntegerMma) {
+            // xv: the 16 elements' high bytes, xw: their low bytes; word i of w and of x hold the
+            // same 4 elements of K.
+            const uint4 xw = x_at(k, 1);
+            mma_16832_s8<int8_t>(hi_sums, {lo.x, hi.x, lo.y, hi.y}, xv.x, xv.y);
+            mma_16832_s8<uint8_t>(lo_sums, {lo.x, hi.x, lo.y, hi.y}, xw.x, xw.y);
+            mma_16832_s8<int8_t>(hi_sums, {lo.z, hi.z, lo.w, hi.w}, xv.z, xv.w);
+            mma_16832_s8<uint8_t>(lo_sums, {lo.z, hi.z, lo.w, hi.w}, xw.z, xw.w);
+          } else if constexpr (kNarrow) {
+            uint32_t wl[8], wh[8];
+            widen_e4m3_row16(lo, wl);
+            widen_e4m3_row16(hi, wh);
+            const uint4 xw = x_at(k, 1);
+            mma_16816<MmaT>(d0, {wl[0], wh[0], wl[1], wh[1]}, {xv.x, xv.y});
+            mma_16816<MmaT>(d1, {wl[2], wh[2], wl[3], wh[3]}, {xv.z, xv.w});
+            mma_16816<MmaT>(d0, {wl[4], wh[4], wl[5], wh[5]}, {xw.x, xw.y});
+            mma_16816<MmaT>(d1, {wl[6], wh[6], wl[7], wh[7]}, {xw.z, xw.w});
+          } else {
+            mma_16816<MmaT>(d0, {lo.x, hi.x, lo.y, hi.y}, {xv.x, xv.y});
+            mma_16816<MmaT>(d1, {lo.z, hi.z, lo.w, hi.w}, {xv.z, xv.w});
+          }
+          issue(s, ahead, w, l2_fetch);
+          advance(ahead);
+          s = s + 1 == Depth ? 0 : s + 1;
+        }
+        if constexpr (kIntegerMma) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) d0[i] = 256.0f * float(hi_sums[i]) + float(lo_sums[i]);
+        }
+        if (q < rs.x_pairs) *sum_at(tile, warp) = make_float4(d0[0] + d1[0], d0[1] + d1[1], d0[2] + d1[2], d0[3] + d1[3]);
       }
-      issue(s, ahead, w);
-      advance(ahead);
-      s = s + 1 == Depth ? 0 : s + 1;
-    }
-    leave_sums_before(tiles);
+    };
+    // The fetch size is uniform over the launch: one loop per size, no choice per copy.
+    if (rs.l2_fetch == 128)
+      stream(std::integral_constant<int, 128>{});
+    else if (rs.l2_fetch == 256)
+      stream(std::integral_constant<int, 256>{});
+    else
+      stream(std::integral_constant<int, 0>{});
     cp_async_wait<0>();  // only empty groups remain: nothing lands in the ring after this batch
     __syncthreads();
 
@@ -440,8 +538,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       const int row = t * rs.tile_cols + g, m = 2 * q, M = batch.M;
       const int64_t out_row = batch.out_row, n = r0 + row;
       if constexpr (kNarrow) {
-        // Each row's scale (E4M3's 2^8 with it), each x row's 2^-s; rows past the block's are not stored.
-        const float unit = std::is_same_v<W, ding::f8e4m3> ? 256.0f : 1.0f;
+        // Each row's scale (and the widened E4M3 values' unit), each x row's 2^-s; rows past the
+        // block's are not stored.
+        const float unit = std::is_same_v<W, ding::f8e4m3> ? kWidenedE4m3Unit : 1.0f;
         const float* const scale = p.w_scales + batch.w_row;
         const float lo = row < rows ? scale[n] * unit : 0.0f;
         const float hi = row < rows ? scale[a.ep.swiglu ? p.N + n : n + 8 < p.N ? n + 8 : n] * unit : 0.0f;
@@ -481,7 +580,8 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, boo
   r.unit_k = narrow ? 2 * kMmaChunk : kMmaChunk;
   r.chunks = int(ceil_div(p.K, r.unit_k));
   r.x_pairs = int(ceil_div(p.M, 2));
-  r.staged_bytes = staged_x ? (size_t(p.M * p.K) * 2 + 15) / 16 * 16 : 0;  // 16-bit x
+  r.x_stride = int(r.chunks) * r.unit_k;
+  r.staged_bytes = staged_x ? size_t(p.M) * size_t(r.x_stride) * 2 : 0;  // 16-bit x
   r.params_bytes = normed ? size_t(p.K) * 2 * 2 : 0;  // K % 8 == 0: 16-byte multiples
   const size_t fixed_bytes = r.staged_bytes + r.params_bytes;
   const size_t per_tile = size_t(kMmaWarps) * 8 * size_t(r.x_pairs) * sizeof(float4);
@@ -535,13 +635,14 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, boo
 }  // namespace gemv
 
 // The operands the core reads: 16-bit x, and w of x's type or 8 bits (with row scales; K a
-// multiple of 16), 16-byte rows, mma.sync on the device.
+// multiple of 16), 16-byte rows, mma.sync on the device. i8 w: K ≤ 2^19, so that a warp's int32
+// sum over its part of a tile (≤ K/8 + 64 products, each |i8 · u8| ≤ 128 · 255) cannot overflow.
 template <class X, class W>
 bool gemv_mma_operands_fit(const Props& props, const GemmShape& p) {
   constexpr bool narrow = sizeof(W) == 1;
   return (std::is_same_v<X, W> || narrow) && !std::is_same_v<X, float> && props.has_mma_sync() &&
          p.K % (narrow ? 16 : 8) == 0 && aligned_to(p.x, 16) && aligned_to(p.w, 16) && p.N < (int64_t(1) << 31) &&
-         (!narrow || p.w_scales != nullptr);
+         (!narrow || p.w_scales != nullptr) && (!std::is_same_v<W, int8_t> || p.K <= (int64_t(1) << 19));
 }
 
 // Whether the tensor-core GEMV takes the product: its operands, and the staged rows of x (and the

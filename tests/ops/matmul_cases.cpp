@@ -71,6 +71,10 @@ OpCase make_case(const MatmulCase& c) {
     oc.tolerance += e4m3_x_nmse(c.swiglu);
     oc.reason += e4m3_x_reason(c.swiglu);
   }
+  if (c.w == DType::i8 && (c.x == DType::bf16 || c.x == DType::f16)) {
+    oc.tolerance += int16_x_nmse(c.K, c.swiglu);
+    oc.reason += int16_x_reason(c.K, c.swiglu);
+  }
   oc.in_tests = c.in_tests;
   oc.build = [c](CaseRun& run) {
     const Tensor x = normal3(run, c.x, c.B, c.M, c.K, 1.0);
@@ -280,10 +284,15 @@ std::vector<OpCase> matmul_cases() {
       {.M = 200, .N = 72, .K = 256, .x = bf16, .w = i8, .out = f32, .swiglu = true, .residual = sep},
       {.B = 2, .M = 40, .N = 72, .K = 256, .x = bf16, .w = f8, .out = bf16, .swiglu = true},
       // The tensor-core GEMV's 8-bit path (16-bit x, K a multiple of 16): a swiglu pair of scaled
-      // rows, batched w, the layer_norm prologue, 8 rows of x staged as scaled f16.
+      // rows, batched w, the layer_norm prologue, 8 rows of x staged as scaled f16; rows of x
+      // staged with a zero tail past K (K off the 64-element unit), normed and copied.
       {.M = 4, .N = 72, .K = 256, .x = bf16, .w = i8, .out = bf16, .swiglu = true},
       {.B = 2, .M = 3, .N = 40, .K = 128, .x = f16, .w = f8, .out = f16, .batched_w = true, .bias = true},
       {.M = 8, .N = 136, .K = 512, .x = bf16, .w = f8, .out = bf16, .bias = true, .norm = ops::NormKind::layer_norm},
+      {.M = 5, .N = 40, .K = 208, .x = bf16, .w = i8, .out = bf16, .norm = ops::NormKind::rms_norm},
+      {.M = 7, .N = 33, .K = 80, .x = f16, .w = f8, .out = f32, .residual = sep},
+      // The 16-bit GEMV with K off its 32-element unit over several rows of x, normed.
+      {.M = 6, .N = 24, .K = 40, .x = f16, .w = f16, .out = f16, .norm = ops::NormKind::layer_norm},
       // Plans of the tensor-core cores as an H100 (132 SMs) picks them; other GPUs pick others,
       // and tools/gemm-check.sh runs the matmul cases again with each plan forced
       // (DING_GEMM_WGMMA=0, DING_GEMM_TILE, DING_GEMM_SPLIT). K split into f32 partials and an

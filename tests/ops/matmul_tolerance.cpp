@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "op_cases.h"
 
@@ -74,6 +75,17 @@ double e4m3_x_nmse(bool swiglu) { return (swiglu ? 2.0 : 1.0) / 256.0; }
 std::string e4m3_x_reason(bool swiglu) {
   return fmt::format("; x may be rounded to E4M3 per row (ops/matmul.h): |δ| ≤ 2^-4 per element, + {}",
                      swiglu ? "2·2^-8 (both swiglu sums)" : "2^-8");
+}
+
+// x rounded to integers row by row (i8 w beside 16-bit x): each element to a grid of step h ≤
+// 2^-14 of the row's largest magnitude (the GPU's power of two; the CPU's 1/32767 is finer), an
+// error uniform in ±h/2, so E[δ²] ≤ 2^-28·peak²/12. An output y = Σ x_k w_k then errs by
+// e = Σ δ_k w_k with E[e²]/E[y²] = Σδ_k²/Σx_k² ≤ K·2^-30/3, since peak² ≤ Σx_k². swiglu: twice.
+double int16_x_nmse(int64_t K, bool swiglu) { return (swiglu ? 2.0 : 1.0) * double(K) * std::ldexp(1.0, -30) / 3.0; }
+
+std::string int16_x_reason(int64_t K, bool swiglu) {
+  return fmt::format("; x may be rounded to integers per row for i8 w (ops/matmul.h): step ≤ 2^-14 of the row's "
+                     "largest, + {}K·2^-30/3 (K = {})", swiglu ? "2·" : "", K);
 }
 
 double matmul_tolerance(DType out, int64_t K, int64_t elements, bool swiglu) {

@@ -213,6 +213,10 @@ OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu) {
     c.tolerance += e4m3_x_nmse(swiglu);
     c.reason += e4m3_x_reason(swiglu);
   }
+  if (ty.w == DType::i8 && (ty.x == DType::bf16 || ty.x == DType::f16)) {
+    c.tolerance += int16_x_nmse(s.K, swiglu);
+    c.reason += int16_x_reason(s.K, swiglu);
+  }
   c.build = [=](CaseRun& run) {
     Tensor offsets = routed_offsets(run, s.T, s.k, s.E);
     Tensor x = run.normal(ty.x, {P, s.K});
@@ -351,6 +355,10 @@ void add_bench_cases(std::vector<OpCase>& cases) {
           expert.tight_tolerance = expert.tolerance;
           expert.tolerance += e4m3_x_nmse(up);
           expert.reason += e4m3_x_reason(up);
+        }
+        if (wt == DType::i8) {
+          expert.tolerance += int16_x_nmse(K, up);
+          expert.reason += int16_x_reason(K, up);
         }
         expert.build = [=](CaseRun& run) {
           const std::vector<int32_t> values = routed_offset_values(run, tokens, k, E);

@@ -149,5 +149,8 @@ std::string matmul_reason(DType out, int64_t K, bool swiglu = false);
 // and why.
 double e4m3_x_nmse(bool swiglu = false);
 std::string e4m3_x_reason(bool swiglu = false);
+// What rounding x's rows to integers may add (16-bit x beside i8 weights, ops/matmul.h), and why.
+double int16_x_nmse(int64_t K, bool swiglu = false);
+std::string int16_x_reason(int64_t K, bool swiglu = false);
 
 }  // namespace ding::testing
