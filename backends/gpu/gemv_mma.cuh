@@ -62,8 +62,8 @@
 //   i8: no widening at all. x is rounded to integers (|·| < 2^15; within 2^-15 of the row's largest
 //     magnitude, as the CPU rounds it to int16), split into a signed high and an unsigned low byte,
 //     and four integer mmas (m16n8k32) multiply the bytes of w as loaded by both: exact int32 sums,
-//     256 · high + low. Widening i8 to f16 cost 2.5 instructions per weight byte in the loop
-//     (ncu: ~150 instructions per 1 KB unit of w, the SMs issue-bound at 76 % of copy bandwidth).
+//     256 · high + low. Widening i8 to f16 took 40 of the loop's ~118 instructions per unit (SASS),
+//     with the SMs issue-bound at 76 % of copy bandwidth (docs/PERFORMANCE.md).
 // On the FMA path the same weights cost a widening and an FMA per element and row of x (H100,
 // Llama-8B shape: 37 % of the int8 roofline, docs/PERFORMANCE.md).
 //
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.params_bytes + rs.sums_bytes);
   __shared__ float red[kMmaWarps];
   __shared__ float x_scale[8];        // 8-bit w: 2^-s of each staged row of x
-  __shared__ unsigned peak_bits[8];  // 8-bit w: each staged row's largest magnitude, as 16-bit bits (find_peaks)
+  __shared__ unsigned peak_bits[8];  // 8-bit w: each staged row's largest magnitude, as 16-bit patterns (find_peaks)
   auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * rs.x_pairs + q; };
   // Slot s of this thread: rows g and g + 8 of a unit, each array lane-contiguous (no bank conflicts).
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     // The units in order, tile by tile: the warp's chunks of a tile are chunk, chunk + 8, ... below
     // `chunks`, and what is left past the end starts the next tile. Every warp leaves a sum for
     // every tile of the block (zero where it had no unit in it). The mmas of a unit accumulate in
-    // two chains (d0, d1; i8 w: the high and the low plane's exact int32 sums, hi and lo), halving
+    // two chains (d0, d1; i8 w: the high and the low plane's exact int32 sums, hi_sums and lo_sums), halving
     // the chain of dependent mmas.
     // Unit u sits in slot u % Depth; Depth - 1 younger groups may still be in flight when it is
     // used. A thread reads back only what it copied itself, so no barrier; its refill of the slot
