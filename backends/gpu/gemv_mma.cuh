@@ -62,8 +62,9 @@
 //   i8: no widening at all. x is rounded to integers (|·| < 2^15; within 2^-15 of the row's largest
 //     magnitude, as the CPU rounds it to int16), split into a signed high and an unsigned low byte,
 //     and four integer mmas (m16n8k32) multiply the bytes of w as loaded by both: exact int32 sums,
-//     256 · high + low. Widening i8 to f16 took 40 of the loop's ~118 instructions per unit (SASS),
-//     with the SMs issue-bound at 76 % of copy bandwidth (docs/PERFORMANCE.md).
+//     256 · high + low. Widening i8 to f16 took 40 of the loop's ~118 instructions per unit (counted
+//     in the SASS), while the SMs issued 0.62 instructions per scheduler-cycle at 76 % of copy
+//     bandwidth (ncu; docs/PERFORMANCE.md).
 // On the FMA path the same weights cost a widening and an FMA per element and row of x (H100,
 // Llama-8B shape: 37 % of the int8 roofline, docs/PERFORMANCE.md).
 //
