@@ -8,6 +8,7 @@
 //   DING_GEMV_CHAINED=0    decode GEMVs as plain launches
 //   DING_GEMV_PREFETCH=0   no L2 prefetch of GEMV weights before the wait
 //   DING_GEMV_L2=B         the tensor-core GEMV's L2 fetch size: 0, 128 or 256
+//   DING_GEMV_EARLY=N      units of the tensor-core GEMV's ring copied before the chained-launch wait
 //   DING_GEMV_MMA_MIN_KB=N one row times weights below N KiB takes the FMA GEMV (0: never)
 //   DING_GEMM_E4M3=0       prefill products of E4M3 weights not on E4M3 tensor cores (x kept 16-bit)
 //   DING_MLA_STAGES=N      the latent attend kernel's ring: at most N tiles, 2 to 4 (0: automatic)

@@ -35,6 +35,15 @@ template <int N>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// The same for a count known only at run time (the instruction takes an immediate): n in
+// [0, Max], larger n waits as for Max.
+template <int Max>
+__device__ inline void cp_async_wait_for(int n) {
+  if constexpr (Max > 0) {
+    if (n < Max) return cp_async_wait_for<Max - 1>(n);
+  }
+  cp_async_wait<Max>();
+}
 
 // ---- mbarriers (shared-memory addresses of 8-byte words) ------------------------------------------
 // A phase completes once `arrivals` arrivals have come (and, under TMA, the expected bytes); a

@@ -84,4 +84,8 @@ decltype(auto) with_quantized_type(DType t, F&& f) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Grid dimensions y and z stop at 65535: kernels loop over what lies beyond (block-uniform
+// loops, so barriers inside them stay safe).
+inline constexpr int64_t kMaxGridYZ = 65535;
+
 DING_GPU_END

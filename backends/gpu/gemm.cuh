@@ -179,10 +179,6 @@ inline GemmShape product_shape(const GemmShape& p, const Epilogue& ep) {
   return product;
 }
 
-// Grid dimensions y and z stop at 65535: kernels loop over what lies beyond (block-uniform
-// loops, so barriers inside them stay safe).
-inline constexpr int64_t kMaxGridYZ = 65535;
-
 inline bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 DING_GPU_END

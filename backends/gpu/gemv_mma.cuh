@@ -69,8 +69,14 @@
 // Llama-8B shape: 37 % of the int8 roofline, docs/PERFORMANCE.md).
 //
 // The prologue: weights (and the norm's parameters) are never written by a kernel of the step, so
-// before waiting for the previous kernel (chained launch, vendor.h) each thread fills its ring; the
-// block then stages x (normalize_rows for Normed) while those loads are in flight.
+// before waiting for the previous kernel (chained launch, vendor.h) each thread copies the first
+// units of its ring (MmaRows::early_units, half the ring by default). After the wait the block's
+// copies of x go out, then the rest of the ring's, and x is normalised in place (normalize_rows)
+// once its copies have landed. x's copies ahead of the rest: issued after the whole ring they
+// queued behind it (ncu, an earlier layout: 23 % of the stall samples on staging x), and the
+// prologue started late. H200, Llama-8B's decode products (ding-bench ops): the o and down
+// products 2–7 % faster, 8-bit and bf16; the decode step the same within its noise for 2 to 8
+// units before the wait, 6 % slower for none (docs/PERFORMANCE.md).
 #pragma once
 #include <iterator>
 
@@ -113,6 +119,8 @@ struct MmaRows {
   size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
   size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
   bool staged_x = true;     // false: x read from global memory (L2) at each unit, staged_bytes 0
+  int early_units = 0;      // ring slots filled before the chained-launch wait; the rest after x's
+                            // copies are issued (launch_mma)
   int l2_fetch = 128;       // bytes L2 fetches around each copy of w: 0 (the copy's own), 128 or 256
 };
 
@@ -124,24 +132,23 @@ struct MmaPlan {
   size_t shared_bytes = 0;
 };
 
-// norm(x) [M, K] into `out` (shared memory) by the whole block: row m by the warps
-// [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all 8 for one row), in 16-byte
-// vectors (one warp per row with 2-byte parameter loads cost ~1 µs per normed GEMV at batch 1 under
-// ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
-// f32, two passes over the staged row (no cancellation); each thread reads back only vectors it
-// wrote, and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are
-// in shared memory already; `red` holds kMmaWarps floats. Rows of `out` are out_stride apart.
+// norm(x) in place over the staged rows [M, K] of x (`stride` elements apart) by the whole block:
+// row m by the warps [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all 8 for
+// one row), in 16-byte vectors (one warp per row with 2-byte parameter loads cost ~1 µs per normed
+// GEMV at batch 1 under ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
+// f32, two passes over the row (no cancellation); each thread reads back only vectors it reads
+// first, and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are in
+// shared memory already; `red` holds kMmaWarps floats.
 template <class T>
-__device__ void normalize_rows(const T* x, T* out, int out_stride, const T* gamma, const T* beta, int M, int K,
-                               const Norm& norm, float* red) {
+__device__ void normalize_rows(T* rows, int stride, const T* gamma, const T* beta, int M, int K, const Norm& norm,
+                               float* red) {
   using Vec = Pack<T, 8>;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int wpr = M == 1 ? 8 : M == 2 ? 4 : M <= 4 ? 2 : 1;
   const int m = warp / wpr;
   const bool mine = m < M;
-  const int vectors = K / 8, stride = 32 * wpr, first = (warp % wpr) * 32 + lane;
-  const Vec* row = reinterpret_cast<const Vec*>(x + int64_t(m) * K);
-  Vec* staged = reinterpret_cast<Vec*>(out + int64_t(m) * out_stride);
+  const int vectors = K / 8, step = 32 * wpr, first = (warp % wpr) * 32 + lane;
+  Vec* row = reinterpret_cast<Vec*>(rows + int64_t(m) * stride);
   // Over the row's warps, the same total in every lane; uniform over the block (two barriers).
   auto row_total = [&](float part) {
     part = warp_sum(part);
@@ -152,25 +159,19 @@ __device__ void normalize_rows(const T* x, T* out, int out_stride, const T* gamm
     __syncthreads();
     return total;
   };
-  constexpr int kBatch = 4;  // loads issued before the stores (x and out may alias for the compiler)
-  float sum = 0.0f;
-  for (int v0 = first; mine && v0 < vectors; v0 += kBatch * stride) {
-    Vec pk[kBatch];
+  float mean = 0.0f;
+  if (norm.center) {
+    float sum = 0.0f;
+    for (int v = first; mine && v < vectors; v += step) {
+      const Vec pk = row[v];
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i)
-      if (v0 + i * stride < vectors) pk[i] = row[v0 + i * stride];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      if (v0 + i * stride >= vectors) break;
-      staged[v0 + i * stride] = pk[i];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum += to_float(pk[i].v[e]);
+      for (int e = 0; e < 8; ++e) sum += to_float(pk.v[e]);
     }
+    mean = row_total(sum) / float(K);
   }
-  const float mean = norm.center ? row_total(sum) / float(K) : 0.0f;
   float q = 0.0f;  // Σ(x − mean)²; rms_norm: Σx²
-  for (int v = first; mine && v < vectors; v += stride) {
-    const Vec pk = staged[v];
+  for (int v = first; mine && v < vectors; v += step) {
+    const Vec pk = row[v];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const float d = to_float(pk.v[e]) - mean;
@@ -178,15 +179,15 @@ __device__ void normalize_rows(const T* x, T* out, int out_stride, const T* gamm
     }
   }
   const float rstd = 1.0f / sqrtf(row_total(q) / float(K) + norm.eps);
-  for (int v = first; mine && v < vectors; v += stride) {
-    const Vec pk = staged[v], gv = reinterpret_cast<const Vec*>(gamma)[v];
+  for (int v = first; mine && v < vectors; v += step) {
+    const Vec pk = row[v], gv = reinterpret_cast<const Vec*>(gamma)[v];
     Vec bv{};
     if (beta) bv = reinterpret_cast<const Vec*>(beta)[v];
     Vec o;
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       o.v[e] = from_float<T>((to_float(pk.v[e]) - mean) * rstd * to_float(gv.v[e]) + (beta ? to_float(bv.v[e]) : 0.0f));
-    staged[v] = o;
+    row[v] = o;
   }
 }
 
@@ -400,11 +401,10 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   // Unit `warp` of the sequence: tile 0's chunk `warp`, moved on to a later tile if chunks < 8.
   Cursor first{0, warp - kMmaWarps, (warp - kMmaWarps) * rs.unit_k + q * kLaneK, g};
   advance(first);
-  // The first Depth units of the run into the ring; returns the cursor of the next to issue.
-  auto fill = [&](const W* w) {
-    Cursor c = first;
-#pragma unroll
-    for (int s = 0; s < Depth; ++s, advance(c)) issue(s, c, w, rs.l2_fetch);
+  // Units from cursor c into ring slots [from, to) of the run's first Depth; returns the cursor of
+  // the next to issue.
+  auto fill = [&](Cursor c, const W* w, int from, int to) {
+    for (int s = from; s < to; ++s, advance(c)) issue(s, c, w, rs.l2_fetch);
     return c;
   };
   // The norm's parameters (constants of the model) as the first group, before the ring's.
@@ -417,11 +417,13 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   }
   const int64_t b0 = blockIdx.z;
   Cursor ahead = first;
+  int filled = 0;  // slots of the batch's first Depth units issued
   // Which segment a batch reads is known only from the offsets, written by an earlier kernel of
   // the step: a segmented block fills its ring after the wait.
   if (!segmented && b0 < p.batches) {
     batch = batch_at(b0);
-    ahead = fill(batch.w);
+    filled = min(rs.early_units, Depth);
+    ahead = fill(first, batch.w, 0, filled);
   }
   wait_for_prior_kernels();
   release_dependents();
@@ -431,27 +433,29 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     if (segmented || b != b0) {
       batch = batch_at(b);
       if (batch.M == 0) break;  // past the last tile, as is every later b (the same for the block)
-      ahead = fill(batch.w);
+      ahead = first, filled = 0;
     }
     const W* const w = batch.w;
-    // x [M, K] into shared memory, normalised or as it is: read from there at every unit, it
-    // costs no L2 round trip in the chain wait → mma → refill.
+    // x [M, K] into shared memory (normalised there): read from there at every unit, it costs no
+    // L2 round trip in the chain wait → mma → refill. Its copies go out before the rest of the
+    // ring's, as one group, so that they do not queue behind them.
     const T* const x = batch.x;
-    if (kNarrow && tid < 8) peak_bits[tid] = 0;  // read and rewritten only after the barrier below
-    if constexpr (Normed) {
-      cp_async_wait<Depth>();  // the parameters' group: older than the ring's Depth
-      __syncthreads();         // ... and every thread's part of it
-      normalize_rows(x, staged, rs.x_stride, gamma, beta, batch.M, K, a.norm, red);
-    } else if constexpr (StagedX) {
+    if constexpr (StagedX) {
       const int vectors = K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
       for (int m = 0; m < batch.M; ++m)
         for (int v = tid; v < vectors; v += kMmaThreads)
-          reinterpret_cast<uint4*>(staged + m * rs.x_stride)[v] = reinterpret_cast<const uint4*>(x + int64_t(m) * K)[v];
+          cp_async_16(smem_address(staged + m * rs.x_stride + 8 * v), x + int64_t(m) * K + 8 * v, 16);
+      cp_async_commit();
     }
+    ahead = fill(ahead, w, filled, Depth);
     if constexpr (StagedX) {
-      const int tail = (rs.x_stride - K) / 8;  // vectors of zeros after each row
+      cp_async_wait_for<Depth>(Depth - filled);  // x's group, and the older ones (the norm's parameters)
+      const int tail = (rs.x_stride - K) / 8;    // vectors of zeros after each row
       if (tid < batch.M * tail)
         reinterpret_cast<uint4*>(staged + (tid / tail) * rs.x_stride + K)[tid % tail] = make_uint4(0, 0, 0, 0);
+      if (kNarrow && tid < 8) peak_bits[tid] = 0;  // read and rewritten only after the barriers below
+      __syncthreads();  // every thread's copies
+      if constexpr (Normed) normalize_rows(staged, rs.x_stride, gamma, beta, batch.M, K, a.norm, red);
     }
     x_row = StagedX ? reinterpret_cast<const MmaT*>(staged) + min(g, batch.M - 1) * rs.x_stride
                     : reinterpret_cast<const MmaT*>(x) + int64_t(min(g, batch.M - 1)) * K;
@@ -669,6 +673,8 @@ void launch_mma(GpuStream& s, const Params& a) {
   const bool normed = a.norm.weight != nullptr;
   MmaPlan plan = mma_plan(s.props(), p, normed, ep.swiglu, sizeof(W) == 1);
   if (const int fetch = s.matmul_tuning().gemv_l2_fetch; fetch == 0 || fetch == 128 || fetch == 256) plan.rows.l2_fetch = fetch;
+  const int early = s.matmul_tuning().gemv_early_units;
+  plan.rows.early_units = early >= 0 ? std::min(early, plan.depth) : plan.depth / 2;
   const bool chained = gemv_chained(s);
   const dim3 grid(unsigned(plan.blocks), 1, unsigned(std::min(p.batches, kMaxGridYZ)));
   auto launch = [&](auto normed_tag, auto depth_tag) {

@@ -279,7 +279,7 @@ std::vector<OpCase> matmul_cases() {
       // (few tiles over K = 4096), batched x over a shared w.
       {.M = 40, .N = 264, .K = 512, .x = bf16, .w = i8, .out = bf16, .bias = true, .residual = inplace},
       {.M = 130, .N = 200, .K = 1040, .x = f16, .w = i8, .out = f16, .swiglu = true},
-      {.M = 300, .N = 1000, .K = 2048, .x = bf16, .w = f8, .out = bf16, .bias = true, .gelu = true},
+      {.M = 300, .N = 520, .K = 1024, .x = bf16, .w = f8, .out = bf16, .bias = true, .gelu = true},
       {.M = 65, .N = 136, .K = 4096, .x = f16, .w = f8, .out = f32, .residual = sep},
       {.M = 200, .N = 72, .K = 256, .x = bf16, .w = i8, .out = f32, .swiglu = true, .residual = sep},
       {.B = 2, .M = 40, .N = 72, .K = 256, .x = bf16, .w = f8, .out = bf16, .swiglu = true},

@@ -194,9 +194,10 @@ std::vector<OpCase> sampling_cases() {
   cases.push_back(sample_case(2, 50257, {.temperature = 1.5f, .top_k = 5000, .top_p = 0.95f}, DType::bf16, true));
   cases.push_back(sample_case(1, 17, {.temperature = 1.0f, .top_k = 40}, DType::f32, true));
 
-  // ding-bench: GPT-2's vocabulary at decode batch sizes.
+  // ding-bench: GPT-2's vocabulary at decode batch sizes (and Llama-3's for argmax).
   for (int64_t B : {1, 8}) {
     cases.push_back(argmax_case(B, 50257, DType::f32, false, false));
+    cases.push_back(argmax_case(B, 128256, DType::f32, false, false));
     cases.push_back(top_k_case(B, 50257, 40, DType::f32, false, false));
     cases.push_back(sample_case(B, 50257, {.temperature = 0.7f, .top_p = 0.9f}, DType::f32, false));
     cases.push_back(sample_case(B, 50257, {.temperature = 0.7f, .top_k = 40, .top_p = 0.9f}, DType::f32, false));

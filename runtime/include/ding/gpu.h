@@ -26,6 +26,8 @@ struct MatmulTuning {
                                // tensor-core GEMV's cp.async ring starts its loads there instead)
   int gemv_l2_fetch = -1;      // the tensor-core GEMV's L2 fetch size per copy of w, in bytes:
                                // 0, 128 or 256 (-1: its default)
+  int gemv_early_units = -1;   // units of each thread's ring the tensor-core GEMV copies before the
+                               // chained-launch wait, the rest after x's copies (-1: its default)
   int64_t gemv_mma_min_bytes = -1;  // one row of x times weights below this many bytes takes the
                                     // FMA GEMV, not the tensor-core one (-1: its default, 1 MiB; 0: never)
   bool e4m3_mma = true;        // prefill products of 16-bit x and E4M3 w on E4M3 tensor cores, x
