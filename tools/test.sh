@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # CUDA as CMake finds it, the kokkos backend on Debian's Kokkos, tests and tools on, whatever
 # tools/main.sh left in build/'s cache. Without an NVIDIA GPU the CUDA code is compiled to PTX only
-# (DING_CUDA_PTX_ONLY): nothing here runs it, and every line still compiles in about a quarter of
+# (DING_CUDA_PTX_ONLY): nothing here runs it, and every line still compiles in about an eighth of
 # the time.
 ptx_only=ON
 nvidia-smi -L >/dev/null 2>&1 && ptx_only=OFF
