@@ -136,8 +136,8 @@ struct MmaPlan {
 // row m by the warps [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all 8 for
 // one row), in 16-byte vectors (one warp per row with 2-byte parameter loads cost ~1 µs per normed
 // GEMV at batch 1 under ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
-// f32, two passes over the row (no cancellation); each thread reads back only vectors it reads
-// first, and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are in
+// f32, two passes over the row (no cancellation); a thread writes back only the vectors it read,
+// and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are in
 // shared memory already; `red` holds kMmaWarps floats.
 template <class T>
 __device__ void normalize_rows(T* rows, int stride, const T* gamma, const T* beta, int M, int K, const Norm& norm,
@@ -476,8 +476,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     // two chains (d0, d1; i8 w: the high and the low plane's exact int32 sums, hi_sums and lo_sums), halving
     // the chain of dependent mmas.
     // Unit u sits in slot u % Depth; Depth - 1 younger groups may still be in flight when it is
-    // used. A thread reads back only what it copied itself, so no barrier; its refill of the slot
-    // is issued after the mmas that consumed the slot.
+    // used (x's group, committed after the first early_units, makes the units before it wait for
+    // one unit more: waiting longer is safe). A thread reads back only what it copied itself,
+    // so no barrier; its refill of the slot is issued after the mmas that consumed the slot.
     auto stream = [&](auto l2_fetch) {
       int s = 0, chunk = warp;
       for (int tile = 0; tile < tiles; ++tile, chunk -= rs.chunks) {
