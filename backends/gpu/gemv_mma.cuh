@@ -75,7 +75,7 @@
 // once its copies have landed. x's copies ahead of the rest: issued after the whole ring they
 // queued behind it (ncu, an earlier layout: 23 % of the stall samples on staging x), and the
 // prologue started late. H200, Llama-8B's decode products (ding-bench ops): the o and down
-// products 2–7 % faster, 8-bit and bf16; the decode step the same within its noise for 2 to 8
+// products 4–7 % faster, 8-bit and bf16; the decode step the same within its noise for 2 to 8
 // units before the wait, 6 % slower for none (docs/PERFORMANCE.md).
 #pragma once
 #include <iterator>
