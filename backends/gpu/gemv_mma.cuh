@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   // the step: a segmented block fills its ring after the wait.
   if (!segmented && b0 < p.batches) {
     batch = batch_at(b0);
-    filled = min(rs.early_units, Depth);
+    filled = rs.early_units;  // ≤ Depth (launch_mma)
     ahead = fill(first, batch.w, 0, filled);
   }
   wait_for_prior_kernels();

@@ -53,7 +53,7 @@ __device__ inline uint64_t argmax_pair(float v, int64_t i) {
 }
 
 // How a pass over rows of N elements is cut: part p of a row is elements [p·span, (p + 1)·span)
-// and takes block (p, ·) of the grid (blocks loop over rows in y). parts == 1: a block per row, its
+// (span ≥ N for one part) and takes block (p, ·) of the grid (blocks loop over rows in y). parts == 1: a block per row, its
 // result the output; else each part's result goes to scratch [B, parts], folded by a second launch.
 struct RowParts {
   int64_t parts = 1, span = 0;
@@ -81,7 +81,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) argmax_kernel(int32_t* out, uint64_t* part_best, const T* logits, int64_t B,
                                                           int64_t V, RowParts rp) {
   __shared__ uint64_t shared[32];
-  const int64_t begin = int64_t(blockIdx.x) * rp.span, end = rp.parts == 1 ? V : std::min(V, begin + rp.span);
+  const int64_t begin = int64_t(blockIdx.x) * rp.span, end = std::min(V, begin + rp.span);
   for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {  // uniform over the block: the barriers below
     const uint64_t best = block_max_u64(best_pair(logits + b * V, begin, end), shared);
     if (threadIdx.x != 0) continue;
@@ -113,7 +113,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) count_nonfinite_kernel(int32_t* out, int32_t* part_count, const T* x,
                                                                    int64_t B, int64_t N, RowParts rp) {
   __shared__ int shared[32];
-  const int64_t begin = int64_t(blockIdx.x) * rp.span, end = rp.parts == 1 ? N : std::min(N, begin + rp.span);
+  const int64_t begin = int64_t(blockIdx.x) * rp.span, end = std::min(N, begin + rp.span);
   for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {  // uniform over the block: the barriers below
     const T* row = x + b * N;
     int count = 0;
