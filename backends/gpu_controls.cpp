@@ -71,6 +71,10 @@ void set_attention_tuning(Device& device, const AttentionTuning& tuning) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("ding::gpu::set_attention_tuning: mla_stages = {}: expected 0 (automatic) or 2 to 4",
                             tuning.mla_stages));
+  if (tuning.delta_rule_segment_chunks < 0)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("ding::gpu::set_attention_tuning: delta_rule_segment_chunks = {}: expected 0 (automatic) or more",
+                            tuning.delta_rule_segment_chunks));
   on_gpu("set_attention_tuning", device, [&](const Api& api) { return api.attention_tuning(device, tuning); });
 }
 

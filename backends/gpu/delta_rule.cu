@@ -1,8 +1,9 @@
-// gated_delta_rule on the GPU (ops/delta_rule.h), in three kernels:
+// gated_delta_rule on the GPU (ops/delta_rule.h), in three forms:
 //  - the recurrent form (decode, and where a chunk of 1 is asked for): a block per tile of state
 //    columns, the state in registers, the tokens in order;
-//  - the chunk-wise form on tensor cores (NVIDIA sm_80+, prefill): a block per tile of state
-//    columns walks the chunks, each chunk's work a handful of tf32 matrix products;
+//  - the chunk-wise form on tensor cores (NVIDIA sm_80+, prefill), two kernels: one prepares every
+//    chunk at once, then a block per tile of state columns walks the chunks, three tf32 matrix
+//    products a chunk;
 //  - the chunk-wise form in f32 FMAs, where tensor cores are not at hand (HIP, older chips, key
 //    dims the mma tiles do not divide) and a chunk is asked for.
 // Columns of S (f32 [Dk, Dv]) evolve independently ((Sᵀk)[e], the update of column e and (Sᵀq)[e]
@@ -266,21 +267,27 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
   }
 }
 
-// The chunk-wise form on tensor cores (NVIDIA sm_80+): a block of kMmaWarps warps per (sequence,
-// value head, tile of kMmaColumns state columns) walks the chunks of C tokens in order, with the
-// chunk's K and Q, its tile of S, R / U, L and the decayed QKᵀ in shared memory as f32, each
-// product an m16n8k8 tf32 mma. Operands that are not exact in tf32 (anything computed, and f32
-// inputs) enter as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's
-// 2^-11; bf16 and f16 q and k are exact in one part. Per chunk (ops/delta_rule.h's notation):
-//   1. KKᵀ and QKᵀ (the lower tiles) → L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i) and the decayed,
-//      scaled QKᵀ (j ≤ i); K S_0 → R = β(V − γ K S_0); Q S_0 kept in registers.
-//   2. The inverses of the 16 × 16 diagonal blocks of I + L, a column per lane (16 steps).
-//   3. U = (I + L)^(-1) R by blocks of 16 rows: U_I = D_I (R_I − L_{I,<I} U_{<I}), a warp per
-//      8 columns of the tile, so the substitution needs no block barrier.
-//   4. O = s γ Q S_0 + (QKᵀ ⊙ decay) U, written out; S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j).
-// G is summed in double (a warp scan), as the SIMT kernel does.
+// The chunk-wise form on tensor cores (NVIDIA sm_80+), in two passes per segment of the tokens:
+//  1. prepare, a block per (sequence, value head, chunk), all chunks at once: everything of a chunk
+//     that does not depend on the state it starts from (ops/delta_rule.h's notation, T = (I + L)^(-1)):
+//       W = T diag(βγ) K  [C][Dk],   U' = T diag(β) V  [C][Dv],   A = decayed s·QKᵀ (j ≤ i)  [C][C],
+//       γ_i and e^(G_n − G_i)  [C] each,
+//     and the chunk's q and k, all laid out for the second pass (fragment order, below) and copied
+//     into its shared memory by cp.async while the products before their use run;
+//  2. walk, a block of kMmaWarps warps per (sequence, value head, tile of kMmaColumns state
+//     columns), the chunks in order with the tile of S in registers; per chunk three products:
+//       U = U' − W S_0,   O = s γ ⊙ (Q S_0) + A U,   S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j).
+// So the walk, the sequential part, holds no substitution and no n × n product of q and k.
+// Products are m16n8k8 tf32 mmas. Operands that are not exact in tf32 (anything computed, and f32
+// inputs) enter as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11;
+// bf16 and f16 q, k and v are exact in one part. G is summed in double (a warp scan), as the SIMT
+// kernel does. The passes run over segments of at most kSegmentBytes of first-pass output (the
+// stream's scratch), so a long prompt needs no workspace that grows with it. The chunk is the
+// largest of 64, 32, 16 whose shared memory fits: 64 on an H100 (bf16, 128-wide heads), 16 in an
+// RTX 4090's 99 KB.
 constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
 constexpr int kMmaColumns = 32;
+constexpr size_t kSegmentBytes = size_t(64) << 20;
 
 // acc += Σ_{k0 ≤ κ < k1} a(r, κ)·b(κ, c) over one 16 × 8 tile (r, c relative to it): PA, PB = 1 for
 // an operand exact in tf32, 2 for one split into head and tail (the tail × tail term dropped).
@@ -311,228 +318,646 @@ __device__ inline void mma_tf32_tile(float (&acc)[4], FA a, FB b, int k0, int k1
 #endif
 }
 
-// Shared memory of the tensor-core kernel, in floats after C doubles (G), with row pitches that
-// keep a warp's fragment loads on distinct banks.
-struct MmaChunkLayout {
-  int C, Dk, kp, sp, cp;
-  __host__ __device__ MmaChunkLayout(int chunk, int dk) : C(chunk), Dk(dk), kp(dk + 4), sp(kMmaColumns + 8), cp(chunk + 4) {}
-  __host__ __device__ int64_t beta() const { return 0; }  // [C]
-  __host__ __device__ int64_t gamma() const { return C; }
-  __host__ __device__ int64_t tail() const { return 2 * C; }
-  __host__ __device__ int64_t keys() const { return 3 * C; }  // [C][kp]
-  __host__ __device__ int64_t queries() const { return keys() + int64_t(C) * kp; }
-  __host__ __device__ int64_t state() const { return queries() + int64_t(C) * kp; }  // [Dk][sp]
-  __host__ __device__ int64_t writes() const { return state() + int64_t(Dk) * sp; }  // R, then U: [C][sp]
-  __host__ __device__ int64_t lower() const { return writes() + int64_t(C) * sp; }  // L: [C][cp]
-  __host__ __device__ int64_t scores() const { return lower() + int64_t(C) * cp; }  // decayed s·QKᵀ: [C][cp]
-  __host__ __device__ int64_t inverses() const { return scores() + int64_t(C) * cp; }  // [C / 16][16][20]
-  __host__ __device__ int64_t floats() const { return inverses() + int64_t(C) * 20; }
-  __host__ __device__ size_t bytes() const { return size_t(C) * 8 + size_t(floats()) * 4; }
+// acc[t] += a · b_t for the first `tiles` of N tiles that share a (split once a k step where PA =
+// 2): b(t, κ, c) is tile t's B operand. `tiles` is uniform over the warp.
+template <int PA, int PB, int N, class FA, class FB>
+__device__ inline void mma_tf32_tiles_shared_a(float (&acc)[N][4], int tiles, FA a, FB b, int k0, int k1, int lane) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  const int g = lane >> 2, c = lane & 3;
+  for (int k = k0; k < k1; k += 8) {
+    const float av[4] = {a(g, k + c), a(g + 8, k + c), a(g, k + c + 4), a(g + 8, k + c + 4)};
+    uint32_t ah[4], at[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (PA == 2) split_tf32(av[i], ah[i], at[i]);
+      else ah[i] = __float_as_uint(av[i]);
+    }
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      if (t >= tiles) break;
+      const float bv[2] = {b(t, k + c, g), b(t, k + c + 4, g)};
+      uint32_t bh[2], bt[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if constexpr (PB == 2) split_tf32(bv[i], bh[i], bt[i]);
+        else bh[i] = __float_as_uint(bv[i]);
+      }
+      mma_1688_tf32(acc[t], ah, bh);
+      if constexpr (PB == 2) mma_1688_tf32(acc[t], ah, bt);
+      if constexpr (PA == 2) mma_1688_tf32(acc[t], at, bh);
+    }
+  }
+#else
+  (void)acc, (void)tiles, (void)a, (void)b, (void)k0, (void)k1, (void)lane;
+#endif
+}
+
+// x as head and tail tf32 bit patterns, stored as floats.
+__device__ inline void store_split(float* head, float* tail, float x) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  uint32_t h, t;
+  split_tf32(x, h, t);
+  *head = __uint_as_float(h), *tail = __uint_as_float(t);
+#else
+  *head = x, *tail = 0.0f;
+#endif
+}
+
+// Element e of a warp's accumulator of tile (mi, ni): row 16 mi + g4 + 8 (e / 2), column 8 ni +
+// 2 c4 + e % 2, (g4, c4) = (lane / 4, lane % 4).
+__device__ inline int tile_row(int mi, int e, int lane) { return 16 * mi + (lane >> 2) + 8 * (e >> 1); }
+__device__ inline int tile_col(int ni, int e, int lane) { return 8 * ni + 2 * (lane & 3) + (e & 1); }
+
+// Fragment order: how the first pass lays out an mma operand the second pass reads many times, so
+// a lane fetches its part of a k step with one 8- or 16-byte shared-memory read (two for a split
+// one) and splits nothing. For an A operand M (rows r, columns κ; 16 × 8 tiles, `steps` of them along κ) lane
+// (g, c) holds M[g][c], M[g + 8][c], M[g][c + 4], M[g + 8][c + 4] (mma_1688_tf32's order); for a
+// B operand (rows κ, columns n; 8 × 8 tiles) it holds M[c][g], M[c + 4][g]. `slot` is the place
+// within the lane's group.
+struct FragmentPlace {
+  int64_t group;  // (tile, k step, lane), counted in the operand's groups
+  int slot;
+};
+__device__ inline FragmentPlace a_fragment(int r, int kk, int steps) {
+  return {((int64_t(r / 16) * steps + kk / 8) * 32 + (r % 8) * 4 + kk % 4), (r % 16) / 8 + 2 * ((kk % 8) / 4)};
+}
+__device__ inline FragmentPlace b_fragment(int kk, int n, int steps) {
+  return {((int64_t(n / 8) * steps + kk / 8) * 32 + (n % 8) * 4 + kk % 4), (kk % 8) / 4};
+}
+// Where a split A operand keeps group `group`'s heads (its tails are 128 floats on): a k step's 32
+// lanes' heads, then their tails, so each half is one contiguous 16-byte read a lane.
+__device__ inline int64_t split_a_heads(int64_t group) { return (group / 32) * 256 + (group % 32) * 4; }
+
+// The first pass's output for one segment, every block a multiple of 16 bytes. Per (sequence,
+// value head, chunk) `per_value()` floats: W and A as A operands in fragment order, split
+// (split_a_heads); U' row-major [C][Dv]; γ; e^(G_n − G_i). Then per
+// (sequence, key head, chunk) Q [C][Dk] and Kᵀ [Dk][C] as A operands in fragment order, elements
+// of the kernels' E.
+struct ChunkWorkspace {
+  int C, Dk, Dv;
+  int64_t chunks;  // in the segment
+  float* values;
+  void* rows;
+  __host__ __device__ int64_t per_value() const { return int64_t(C) * (2 * Dk + Dv + 2 * C + 2); }
+  __host__ __device__ float* w(int64_t bh, int64_t c) const { return values + (bh * chunks + c) * per_value(); }
+  __host__ __device__ float* scores(int64_t bh, int64_t c) const { return w(bh, c) + 2 * int64_t(C) * Dk; }
+  __host__ __device__ float* u(int64_t bh, int64_t c) const { return scores(bh, c) + 2 * int64_t(C) * C; }
+  __host__ __device__ float* gamma(int64_t bh, int64_t c) const { return u(bh, c) + int64_t(C) * Dv; }
+  __host__ __device__ float* tail(int64_t bh, int64_t c) const { return gamma(bh, c) + C; }
+  template <class E>
+  __host__ __device__ E* queries(int64_t bkh, int64_t c) const {
+    return static_cast<E*>(rows) + (bkh * chunks + c) * 2 * int64_t(C) * Dk;
+  }
+  template <class E>
+  __host__ __device__ E* keys(int64_t bkh, int64_t c) const { return queries<E>(bkh, c) + int64_t(C) * Dk; }
 };
 
-template <int C, int PK>
-__global__ void __launch_bounds__(kMmaThreads)
-    gated_delta_rule_mma_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
-                                DeltaShape sh) {
+// Row pitches (in elements) that keep a warp's fragment reads on distinct banks: rows of 16-bit E
+// read as an mma's A operand, and rows read as its B operand.
+__host__ __device__ inline int a_pitch(int cols, int elem_bytes) { return cols + (elem_bytes == 4 ? 4 : 8); }
+__host__ __device__ inline int b_pitch(int cols) { return (cols + 7) / 8 * 8 + 8; }
+
+// Shared memory of the first pass: G (doubles), then floats, then the chunk's rows as E.
+struct PrepareLayout {
+  int C, Dk, Dv, esize, cp, kp, vp;
+  __host__ __device__ PrepareLayout(int chunk, int dk, int dv, int elem_bytes)
+      : C(chunk), Dk(dk), Dv(dv), esize(elem_bytes), cp(chunk + 4), kp(a_pitch(dk, elem_bytes)), vp(b_pitch(dv)) {}
+  // floats after the doubles
+  __host__ __device__ int64_t beta() const { return 0; }
+  __host__ __device__ int64_t gamma() const { return C; }
+  __host__ __device__ int64_t lower() const { return 2 * C; }                     // L: [C][cp]
+  __host__ __device__ int64_t inverse() const { return lower() + int64_t(C) * cp; }  // T: [C][cp]
+  __host__ __device__ int64_t blocks() const { return inverse() + int64_t(C) * cp; }  // D_I: [C / 16][16][20]
+  __host__ __device__ int64_t floats() const { return blocks() + int64_t(C) * 20; }
+  // E elements after the floats
+  __host__ __device__ int64_t keys() const { return 0; }  // [C][kp]
+  __host__ __device__ int64_t queries() const { return int64_t(C) * kp; }
+  __host__ __device__ int64_t values() const { return 2 * int64_t(C) * kp; }  // [C][vp]
+  __host__ __device__ int64_t elements() const { return values() + int64_t(C) * vp; }
+  __host__ __device__ size_t bytes() const { return size_t(C) * 8 + size_t(floats()) * 4 + size_t(elements()) * esize; }
+};
+
+// Element i of an input the kernels read as E: a 16-bit E is the input's own dtype (chunk_passes
+// takes it only where q, k and v share it), read as such; an f32 E reads any input.
+template <class E>
+__device__ inline float load_element(const AnyFloat& x, int64_t i) {
+  if constexpr (std::is_same_v<E, float>) return x.load(i);
+  else return to_float(static_cast<const E*>(x.p)[i]);
+}
+
+template <class E>
+__device__ inline E from_loaded(float x) {
+  if constexpr (std::is_same_v<E, float>) return x;
+  else return from_float<E>(x);  // exact: x was read from an E
+}
+
+template <int C, class E>
+__global__ void __launch_bounds__(kMmaThreads, 2)
+    gated_delta_rule_prepare_kernel(AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, DeltaShape sh,
+                                    int64_t t_begin, ChunkWorkspace ws) {
 #if defined(DING_GPU_NVIDIA_MMA)
   constexpr int kBlocks = C / 16;
-  const MmaChunkLayout lay(C, sh.Dk);
-  const int Dk = sh.Dk, kp = lay.kp, sp = lay.sp, cp = lay.cp;
+  constexpr int PE = std::is_same_v<E, float> ? 2 : 1;  // parts of an input operand
+  const PrepareLayout lay(C, sh.Dk, sh.Dv, int(sizeof(E)));
+  const int Dk = sh.Dk, Dv = sh.Dv, cp = lay.cp, kp = lay.kp, vp = lay.vp;
   extern __shared__ double shared_mem[];
   double* const G = shared_mem;
   float* const base = reinterpret_cast<float*>(shared_mem + C);
   float* const Bt = base + lay.beta();
   float* const gam = base + lay.gamma();
-  float* const tail = base + lay.tail();
-  float* const Ks = base + lay.keys();
-  float* const Qs = base + lay.queries();
-  float* const S = base + lay.state();
-  float* const Rv = base + lay.writes();
   float* const L = base + lay.lower();
-  float* const QK = base + lay.scores();
-  float* const Dinv = base + lay.inverses();
+  float* const Tm = base + lay.inverse();
+  float* const Dinv = base + lay.blocks();
+  E* const ebase = reinterpret_cast<E*>(base + lay.floats());
+  E* const Ks = ebase + lay.keys();
+  E* const Qs = ebase + lay.queries();
+  E* const Vs = ebase + lay.values();
+
+  const int64_t c = int64_t(blockIdx.x) % ws.chunks, bh = int64_t(blockIdx.x) / ws.chunks;
+  const int64_t b = bh / sh.Hv, h = bh % sh.Hv, group = sh.Hv / sh.Hk, kh = h / group;
+  const int64_t t0 = t_begin + c * C;
+  const int n = int(sh.T - t0 < C ? sh.T - t0 : int64_t(C));
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+
+  if (warp == 0) {
+    // Each token's log decay and strength (zero past n: no decay, no write), G by a warp scan.
+    double x[2] = {0.0, 0.0};
+    float st[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = lane + 32 * half;
+      if (j < n) {
+        const float2 ds = decay_and_strength(sh, g, beta, b, t0 + j, h);
+        x[half] = double(ds.x), st[half] = ds.y;
+      }
+    }
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const double y0 = __shfl_up_sync(0xffffffffu, x[0], off), y1 = __shfl_up_sync(0xffffffffu, x[1], off);
+      if (lane >= off) x[0] += y0, x[1] += y1;
+    }
+    x[1] += __shfl_sync(0xffffffffu, x[0], 31);
+    const double total = C > 32 ? __shfl_sync(0xffffffffu, x[1], 31) : __shfl_sync(0xffffffffu, x[0], C - 1);
+    float* const gamma_out = ws.gamma(bh, c);
+    float* const tail_out = ws.tail(bh, c);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = lane + 32 * half;
+      if (j < C) {
+        G[j] = x[half];
+        Bt[j] = st[half];
+        gam[j] = float(exp(x[half]));
+        gamma_out[j] = gam[j];
+        tail_out[j] = float(exp(total - x[half]));
+      }
+    }
+  }
+  // The chunk's rows (zero past n), a warp per two rows, every load of a row pair issued before
+  // any is stored so they are in flight together; the first value head of each key head copies q
+  // and k out in fragment order.
+  const bool copies = h % group == 0;
+  E* const q_out = ws.queries<E>(b * sh.Hk + kh, c);
+  E* const k_out = ws.keys<E>(b * sh.Hk + kh, c);
+  constexpr int kPerLane = int(ops::kMaxDeltaRuleKeyDim) / 32;
+  for (int j0 = warp; j0 < C; j0 += 2 * kMmaWarps) {
+    float kx[2][kPerLane], qx[2][kPerLane];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int j = j0 + r * kMmaWarps;
+      const bool in = j < n;
+      const int64_t k_row = in ? sh.k.at(b, t0 + j, kh) : 0, q_row = in ? sh.q.at(b, t0 + j, kh) : 0;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int d = lane + 32 * u;
+        kx[r][u] = in && d < Dk ? load_element<E>(k, k_row + d) : 0.0f;
+        qx[r][u] = in && d < Dk ? load_element<E>(q, q_row + d) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int j = j0 + r * kMmaWarps;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int d = lane + 32 * u;
+        if (d >= Dk) break;
+        const E ke = from_loaded<E>(kx[r][u]), qe = from_loaded<E>(qx[r][u]);
+        Ks[j * kp + d] = ke, Qs[j * kp + d] = qe;
+        if (copies) {
+          const FragmentPlace kt = a_fragment(d, j, C / 8), qt = a_fragment(j, d, Dk / 8);
+          k_out[kt.group * 4 + kt.slot] = ke, q_out[qt.group * 4 + qt.slot] = qe;
+        }
+      }
+    }
+  }
+  for (int j0 = warp; j0 < C; j0 += 2 * kMmaWarps)
+    for (int e0 = 0; e0 < vp; e0 += 32 * kPerLane) {
+      float vx[2][kPerLane];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = j0 + r * kMmaWarps;
+        const int64_t v_row = j < n ? sh.v.at(b, t0 + j, h) : 0;
+#pragma unroll
+        for (int u = 0; u < kPerLane; ++u) {
+          const int e = e0 + lane + 32 * u;
+          vx[r][u] = j < n && e < Dv ? load_element<E>(v, v_row + e) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int u = 0; u < kPerLane; ++u) {
+          const int e = e0 + lane + 32 * u;
+          if (e < vp) Vs[(j0 + r * kMmaWarps) * vp + e] = from_loaded<E>(vx[r][u]);
+        }
+    }
+  __syncthreads();
+
+  // 1. L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i) and A_ij = s e^(G_i − G_j) q_i·k_j (j ≤ i), zero
+  //    elsewhere; L stays here, A goes out (fragment order, split).
+  // A warp takes up to four column tiles of one row block, sharing their A fragments.
+  constexpr int kRowTiles = C / 8 < 4 ? C / 8 : 4, kGroups = C / 8 / kRowTiles;
+  auto row_major = [](const E* m, int pitch, int row0) { return [=](int r, int kk) { return to_float(m[(row0 + r) * pitch + kk]); }; };
+  float* const A_out = ws.scores(bh, c);
+  for (int p = warp; p < kBlocks * kGroups; p += kMmaWarps) {
+    const int mi = p / kGroups, n0 = p % kGroups * kRowTiles;
+    const int lower = max(0, min(kRowTiles, 2 * mi + 2 - n0));  // tiles reaching the diagonal or below it
+    float kk_acc[kRowTiles][4] = {}, qk_acc[kRowTiles][4] = {};
+    auto key_cols = [=](int t, int kk, int cc) { return to_float(Ks[(8 * (n0 + t) + cc) * kp + kk]); };
+    if (sh.delta) mma_tf32_tiles_shared_a<PE, PE>(kk_acc, lower, row_major(Ks, kp, 16 * mi), key_cols, 0, Dk, lane);
+    mma_tf32_tiles_shared_a<PE, PE>(qk_acc, lower, row_major(Qs, kp, 16 * mi), key_cols, 0, Dk, lane);
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = tile_row(mi, e, lane), j = tile_col(n0 + t, e, lane);
+        const float ratio = j <= i ? expf(float(G[i] - G[j])) : 0.0f;
+        L[i * cp + j] = j < i && sh.delta ? Bt[i] * ratio * kk_acc[t][e] : 0.0f;
+        const FragmentPlace at = a_fragment(i, j, C / 8);
+        float* const heads = A_out + split_a_heads(at.group) + at.slot;
+        store_split(heads, heads + 128, sh.scale * ratio * qk_acc[t][e]);
+      }
+  }
+  __syncthreads();
+
+  // 2. D_I = (I + L_II)^(-1), unit lower triangular: warp I, lane l < 16 solves for column l.
+  if (warp < kBlocks && lane < 16) {
+    const float* const Lb = L + (16 * warp) * cp + 16 * warp;
+    float col[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float x = i == lane ? 1.0f : 0.0f;
+#pragma unroll
+      for (int j = 0; j < i; ++j) x = fmaf(-Lb[i * cp + j], col[j], x);
+      col[i] = x;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) Dinv[(16 * warp + i) * 20 + lane] = col[i];
+  }
+  __syncthreads();
+
+  // 3. T = (I + L)^(-1) by blocks of 16 rows, T_I = D_I (E_I − L_{I,<I} T_{<I}), a warp per 8
+  //    columns, so it needs no block barrier.
+  for (int ni = warp; ni < C / 8; ni += kMmaWarps) {
+    auto t_col = [=](int row0) { return [=](int kk, int cc) { return Tm[(row0 + kk) * cp + 8 * ni + cc]; }; };
+    for (int I = 0; I < kBlocks; ++I) {
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = tile_row(I, e, lane) == tile_col(ni, e, lane) ? 1.0f : 0.0f;
+      if (I > 0) mma_tf32_tile<2, 2>(x, [=](int r, int kk) { return -L[(16 * I + r) * cp + kk]; }, t_col(0), 0, 16 * I, lane);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Tm[tile_row(I, e, lane) * cp + tile_col(ni, e, lane)] = x[e];
+      __syncwarp();
+      float t[4] = {0, 0, 0, 0};
+      mma_tf32_tile<2, 2>(t, [=](int r, int kk) { return Dinv[(16 * I + r) * 20 + kk]; }, t_col(16 * I), 0, 16, lane);
+      __syncwarp();
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Tm[tile_row(I, e, lane) * cp + tile_col(ni, e, lane)] = t[e];
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+
+  // 4. U' = T diag(β) V (row-major) and W = T diag(βγ) K (fragment order, split; without the delta
+  //    correction W is never read), T lower triangular: row block mi needs columns below 16 (mi + 1).
+  //    A warp takes up to four column tiles of U' or of W in one row block.
+  const int v_tiles = (Dv + 7) / 8, v_groups = (v_tiles + 3) / 4, w_groups = sh.delta ? (Dk / 8 + 3) / 4 : 0;
+  const int groups = v_groups + w_groups;
+  float* const U_out = ws.u(bh, c);
+  float* const W_out = ws.w(bh, c);
+  for (int p = warp; p < kBlocks * groups; p += kMmaWarps) {
+    const int mi = p / groups, group = p % groups;
+    float acc[4][4] = {};
+    if (group < v_groups) {
+      const int n0 = 4 * group, tiles = min(4, v_tiles - n0);
+      mma_tf32_tiles_shared_a<2, PE>(acc, tiles, [=](int r, int kk) { return Tm[(16 * mi + r) * cp + kk] * Bt[kk]; },
+                                     [=](int t, int kk, int cc) { return to_float(Vs[kk * vp + 8 * (n0 + t) + cc]); }, 0, 16 * mi + 16,
+                                     lane);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = tile_row(mi, e, lane), col = tile_col(n0 + t, e, lane);
+          if (t < tiles && col < Dv) U_out[i * Dv + col] = acc[t][e];
+        }
+    } else {
+      const int n0 = 4 * (group - v_groups), tiles = min(4, Dk / 8 - n0);
+      mma_tf32_tiles_shared_a<2, PE>(acc, tiles, [=](int r, int kk) { return Tm[(16 * mi + r) * cp + kk] * (Bt[kk] * gam[kk]); },
+                                     [=](int t, int kk, int cc) { return to_float(Ks[kk * kp + 8 * (n0 + t) + cc]); }, 0,
+                                     16 * mi + 16, lane);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (t < tiles) {
+            const FragmentPlace at = a_fragment(tile_row(mi, e, lane), tile_col(n0 + t, e, lane), Dk / 8);
+            float* const heads = W_out + split_a_heads(at.group) + at.slot;
+            store_split(heads, heads + 128, acc[t][e]);
+          }
+    }
+  }
+#else
+  (void)q, (void)k, (void)v, (void)g, (void)beta, (void)sh, (void)t_begin, (void)ws;
+#endif  // DING_GPU_NVIDIA_MMA
+}
+
+// Shared memory of the second pass, in floats then E elements: the tile of S [Dk][kMmaColumns],
+// the chunk's U and e^(G_n − G_j) U_j [C][kMmaColumns] as B operands in fragment order, each group
+// two heads then two tails; the chunk's W, A, Q and Kᵀ as the first pass laid them out; γ and
+// e^(G_n − G_j) twice (this chunk's, and the next one's arriving with W).
+struct WalkLayout {
+  int C, Dk, esize;
+  __host__ __device__ WalkLayout(int chunk, int dk, int elem_bytes) : C(chunk), Dk(dk), esize(elem_bytes) {}
+  __host__ __device__ int64_t state() const { return 0; }
+  __host__ __device__ int64_t writes() const { return 2 * int64_t(Dk) * kMmaColumns; }  // U, then decayed U
+  __host__ __device__ int64_t w() const { return writes() + 4 * int64_t(C) * kMmaColumns; }
+  __host__ __device__ int64_t scores() const { return w() + 2 * int64_t(C) * Dk; }
+  __host__ __device__ int64_t decays() const { return scores() + 2 * int64_t(C) * C; }  // [2][γ: C, tail: C]
+  __host__ __device__ int64_t floats() const { return decays() + 4 * int64_t(C); }
+  __host__ __device__ int64_t queries() const { return 0; }  // E elements after the floats
+  __host__ __device__ int64_t keys() const { return int64_t(C) * Dk; }
+  __host__ __device__ size_t bytes() const { return size_t(floats()) * 4 + size_t(2 * int64_t(C) * Dk) * esize; }
+};
+
+// `bytes` (a multiple of 16) from global to shared memory, 16 bytes per cp.async, over the block.
+__device__ inline void copy_async(void* dst, const void* src, int bytes, int tid) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  for (int i = 16 * tid; i < bytes; i += 16 * kMmaThreads)
+    cp_async_16(smem_address(static_cast<char*>(dst) + i), static_cast<const char*>(src) + i, 16);
+#else
+  (void)dst, (void)src, (void)bytes, (void)tid;
+#endif
+}
+
+// A lane's four A-operand values of one k step from a fragment-order group of E: tf32 bit patterns
+// (16-bit E is exact in tf32; f32 is split into heads and tails where PA = 2).
+template <class E>
+__device__ inline void load_a_group(const E* group, uint32_t (&head)[4], uint32_t (&tail)[4]) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  if constexpr (std::is_same_v<E, float>) {
+    const float4 x = *reinterpret_cast<const float4*>(group);
+    split_tf32(x.x, head[0], tail[0]), split_tf32(x.y, head[1], tail[1]);
+    split_tf32(x.z, head[2], tail[2]), split_tf32(x.w, head[3], tail[3]);
+  } else {
+    const uint2 x = *reinterpret_cast<const uint2*>(group);
+    const uint32_t halves[4] = {x.x & 0xffffu, x.x >> 16, x.y & 0xffffu, x.y >> 16};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) head[i] = __float_as_uint(to_float(E{uint16_t(halves[i])}));
+    (void)tail;
+  }
+#else
+  (void)group, (void)head, (void)tail;
+#endif
+}
+
+// acc += a · b for one m16n8k8 tile with a and b as heads (h) and tails (t): the three products
+// that matter, or two where a is exact (no tail).
+template <bool kSplitA>
+__device__ inline void mma_parts(float (&acc)[4], const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
+                                 const uint32_t (&bt)[2]) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  mma_1688_tf32(acc, ah, bh);
+  mma_1688_tf32(acc, ah, bt);
+  if constexpr (kSplitA) mma_1688_tf32(acc, at, bh);
+#else
+  (void)acc, (void)ah, (void)at, (void)bh, (void)bt;
+#endif
+}
+
+// x (element `slot` of B-operand group `group`) into a fragment-order B operand of heads and tails.
+__device__ inline void store_b_split(float* b, const FragmentPlace& at, float x) { store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x); }
+
+template <int C, class E>
+__global__ void __launch_bounds__(kMmaThreads)
+    gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  constexpr int kBlocks = C / 16, kSteps = C / 8;
+  constexpr bool kSplitE = std::is_same_v<E, float>;
+  constexpr int kOutTiles = (kBlocks * (kMmaColumns / 8) + kMmaWarps - 1) / kMmaWarps;  // of U and O, per warp
+  constexpr int kStateTiles = int(ops::kMaxDeltaRuleKeyDim / 16) * (kMmaColumns / 8) / kMmaWarps;  // of S, per warp at most
+  const WalkLayout lay(C, sh.Dk, int(sizeof(E)));
+  const int Dk = sh.Dk, key_steps = Dk / 8;
+  extern __shared__ float4 walk_mem[];
+  float* const base = reinterpret_cast<float*>(walk_mem);
+  float* const Sb = base + lay.state();
+  float* const Ub = base + lay.writes();
+  float* const Db = Ub + 2 * C * kMmaColumns;  // e^(G_n − G_j) U_j
+  float* const Wf = base + lay.w();
+  float* const Af = base + lay.scores();
+  float* const decays = base + lay.decays();
+  E* const Qf = reinterpret_cast<E*>(base + lay.floats()) + lay.queries();
+  E* const Kf = reinterpret_cast<E*>(base + lay.floats()) + lay.keys();
 
   const int tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
   const int64_t bh = int64_t(blockIdx.x) / tiles;
   const int e0 = int(int64_t(blockIdx.x) % tiles) * kMmaColumns, width = min(kMmaColumns, sh.Dv - e0);
-  const int64_t b = bh / sh.Hv, h = bh % sh.Hv, kh = h / (sh.Hv / sh.Hk);
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g4 = lane >> 2, c4 = lane & 3;
+  const int64_t b = bh / sh.Hv, h = bh % sh.Hv, bkh = b * sh.Hk + h / (sh.Hv / sh.Hk);
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   float* const state_head = state + bh * int64_t(Dk) * sh.Dv;
-  for (int i = tid; i < Dk * kMmaColumns; i += kMmaThreads) {
-    const int d = i / kMmaColumns, c = i % kMmaColumns;
-    S[d * sp + c] = c < width ? state_head[int64_t(d) * sh.Dv + e0 + c] : 0.0f;
-  }
-  // Element e of a warp's accumulator of tile (mi, ni): row 16 mi + g4 + 8 (e / 2), column 8 ni + 2 c4 + e % 2.
-  auto row_of = [&](int mi, int e) { return 16 * mi + g4 + 8 * (e >> 1); };
-  auto col_of = [&](int ni, int e) { return 8 * ni + 2 * c4 + (e & 1); };
-  constexpr int kWriteTiles = kBlocks * (kMmaColumns / 8);  // tiles of [C][kMmaColumns]: ≤ 2 per warp
-  float qs[2][4];
+  // Warp w's tiles of [C][kMmaColumns] and of S's [Dk][kMmaColumns] are w, w + kMmaWarps, ...: rows
+  // 16 (w / 4 + 2 t), the same 8 columns (w % 4), so they share the B operand and their mma chains
+  // interleave.
+  const int ni = warp % 4;
+  const int out_tiles = (kBlocks * 4 - warp + kMmaWarps - 1) / kMmaWarps;
+  const int state_tiles = ((Dk / 16) * 4 - warp + kMmaWarps - 1) / kMmaWarps;
+  auto mi_of = [&](int t) { return warp / 4 + 2 * t; };
 
-  for (int64_t t0 = 0; t0 < sh.T; t0 += C) {
+  // Three groups of asynchronous copies a chunk, each issued once its buffer's last reader is done:
+  // W, Q and the decays (read first), A, Kᵀ.
+  auto copy_wq = [&](int64_t c) {
+    if (c < ws.chunks) {
+      if (sh.delta) copy_async(Wf, ws.w(bh, c), 8 * C * Dk, tid);
+      copy_async(Qf, ws.queries<E>(bkh, c), C * Dk * int(sizeof(E)), tid);
+      copy_async(decays + (c & 1) * 2 * C, ws.gamma(bh, c), 8 * C, tid);  // γ, then e^(G_n − G_j)
+    }
+    cp_async_commit();
+  };
+  auto copy_a = [&](int64_t c) {
+    if (c < ws.chunks) copy_async(Af, ws.scores(bh, c), 8 * C * C, tid);
+    cp_async_commit();
+  };
+  auto copy_k = [&](int64_t c) {
+    if (c < ws.chunks) copy_async(Kf, ws.keys<E>(bkh, c), C * Dk * int(sizeof(E)), tid);
+    cp_async_commit();
+  };
+  copy_wq(0);
+  copy_a(0);
+  copy_k(0);
+
+  float S[kStateTiles][4];
+  auto write_state = [&] {
+#pragma unroll
+    for (int t = 0; t < kStateTiles; ++t) {
+      if (t >= state_tiles) break;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        store_b_split(Sb, b_fragment(tile_row(mi_of(t), e, lane), tile_col(ni, e, lane), key_steps), S[t][e]);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < kStateTiles; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int d = tile_row(mi_of(t), e, lane), col = tile_col(ni, e, lane);
+      S[t][e] = t < state_tiles && col < width ? state_head[int64_t(d) * sh.Dv + e0 + col] : 0.0f;
+    }
+  write_state();
+
+  // A lane's B operand of k step ks from a fragment-order buffer of `steps` steps, column tile ni.
+  auto load_b = [&](const float* buffer, int steps, int ks, uint32_t (&bh_)[2], uint32_t (&bt_)[2]) {
+    const float4 x = reinterpret_cast<const float4*>(buffer)[(ni * steps + ks) * 32 + lane];
+    bh_[0] = __float_as_uint(x.x), bh_[1] = __float_as_uint(x.y), bt_[0] = __float_as_uint(x.z), bt_[1] = __float_as_uint(x.w);
+  };
+  // A lane's split A operand of row tile mi, k step ks from a fragment-order buffer (heads, tails).
+  auto load_a_split = [&](const float* buffer, int steps, int mi, int ks, uint32_t (&ah_)[4], uint32_t (&at_)[4]) {
+    const float* const heads = buffer + split_a_heads((int64_t(mi) * steps + ks) * 32 + lane);
+    const float4 x = *reinterpret_cast<const float4*>(heads), y = *reinterpret_cast<const float4*>(heads + 128);
+    ah_[0] = __float_as_uint(x.x), ah_[1] = __float_as_uint(x.y), ah_[2] = __float_as_uint(x.z), ah_[3] = __float_as_uint(x.w);
+    at_[0] = __float_as_uint(y.x), at_[1] = __float_as_uint(y.y), at_[2] = __float_as_uint(y.z), at_[3] = __float_as_uint(y.w);
+  };
+
+  for (int64_t c = 0; c < ws.chunks; ++c) {
+    const int64_t t0 = t_begin + c * C;
     const int n = int(sh.T - t0 < C ? sh.T - t0 : int64_t(C));
-    __syncthreads();  // the previous chunk is done with every buffer
-    if (warp == 0) {
-      // Each token's log decay and strength (zero past n: no decay, no write), G by a warp scan.
-      double x[2] = {0.0, 0.0};
-      float st[2] = {0.0f, 0.0f};
+    const float* const gam = decays + (c & 1) * 2 * C;
+    const float* const tail = gam + C;
+    cp_async_wait<2>();  // W, Q, γ and the tail weights of chunk c
+    __syncthreads();     // ... and everyone's, and S as the previous chunk left it
+
+    // U = U' − W S_0, and Q S_0 kept for O: one k loop over S's rows.
+    const float* const u_in = ws.u(bh, c);
+    float u[kOutTiles][4], qs[kOutTiles][4] = {}, w_s[kOutTiles][4] = {};
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = lane + 32 * half;
-        if (j < n) {
-          const float2 ds = decay_and_strength(sh, g, beta, b, t0 + j, h);
-          x[half] = double(ds.x), st[half] = ds.y;
+    for (int t = 0; t < kOutTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = tile_col(ni, e, lane);
+        u[t][e] = t < out_tiles && col < width ? u_in[tile_row(mi_of(t), e, lane) * sh.Dv + e0 + col] : 0.0f;
+      }
+    for (int ks = 0; ks < key_steps; ++ks) {
+      uint32_t bh_[2], bt_[2];
+      load_b(Sb, key_steps, ks, bh_, bt_);
+#pragma unroll
+      for (int t = 0; t < kOutTiles; ++t) {
+        if (t >= out_tiles) break;
+        uint32_t ah_[4], at_[4];
+        if (sh.delta) {
+          load_a_split(Wf, key_steps, mi_of(t), ks, ah_, at_);
+          mma_parts<true>(w_s[t], ah_, at_, bh_, bt_);
         }
-      }
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const double y0 = __shfl_up_sync(0xffffffffu, x[0], off), y1 = __shfl_up_sync(0xffffffffu, x[1], off);
-        if (lane >= off) x[0] += y0, x[1] += y1;
-      }
-      x[1] += __shfl_sync(0xffffffffu, x[0], 31);
-      const double total = C > 32 ? __shfl_sync(0xffffffffu, x[1], 31) : __shfl_sync(0xffffffffu, x[0], C - 1);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = lane + 32 * half;
-        if (j < C) {
-          G[j] = x[half];
-          Bt[j] = st[half];
-          gam[j] = float(exp(x[half]));
-          tail[j] = float(exp(total - x[half]));
-        }
+        load_a_group(Qf + ((int64_t(mi_of(t)) * key_steps + ks) * 32 + lane) * 4, ah_, at_);
+        mma_parts<kSplitE>(qs[t], ah_, at_, bh_, bt_);
       }
     }
-    for (int i = tid; i < C * Dk; i += kMmaThreads) {
-      const int j = i / Dk, d = i % Dk;
-      Ks[j * kp + d] = j < n ? k.load(sh.k.at(b, t0 + j, kh) + d) : 0.0f;
-      Qs[j * kp + d] = j < n ? q.load(sh.q.at(b, t0 + j, kh) + d) : 0.0f;
-    }
-    __syncthreads();
-
-    // 1. The lower tiles of KKᵀ and QKᵀ (tile (mi, ni) for ni ≤ 2 mi + 1, mi (mi + 1) of them before row mi).
-    auto key_row = [&](int row0) { return [=](int r, int kk) { return Ks[(row0 + r) * kp + kk]; }; };
-    auto query_row = [&](int row0) { return [=](int r, int kk) { return Qs[(row0 + r) * kp + kk]; }; };
-    for (int p = warp; p < kBlocks * (kBlocks + 1); p += kMmaWarps) {
-      int mi = 0;
-      while ((mi + 1) * (mi + 2) <= p) ++mi;
-      const int ni = p - mi * (mi + 1);
-      auto key_col = [=](int kk, int c) { return Ks[(8 * ni + c) * kp + kk]; };
-      float kk_acc[4] = {0, 0, 0, 0}, qk_acc[4] = {0, 0, 0, 0};
-      if (sh.delta) mma_tf32_tile<PK, PK>(kk_acc, key_row(16 * mi), key_col, 0, Dk, lane);
-      mma_tf32_tile<PK, PK>(qk_acc, query_row(16 * mi), key_col, 0, Dk, lane);
+#pragma unroll
+    for (int t = 0; t < kOutTiles; ++t) {
+      if (t >= out_tiles) break;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = row_of(mi, e), j = col_of(ni, e);
-        const float ratio = j <= i ? expf(float(G[i] - G[j])) : 0.0f;
-        L[i * cp + j] = j < i && sh.delta ? Bt[i] * ratio * kk_acc[e] : 0.0f;
-        QK[i * cp + j] = sh.scale * ratio * qk_acc[e];
+        const int i = tile_row(mi_of(t), e, lane);
+        const FragmentPlace at = b_fragment(i, tile_col(ni, e, lane), kSteps);
+        const float x = u[t][e] - w_s[t][e];
+        store_b_split(Ub, at, x);
+        store_b_split(Db, at, tail[i] * x);
       }
     }
-    // K S_0 → R, and Q S_0 kept: the tiles of [C][kMmaColumns], warp w's are w and w + kMmaWarps.
-    auto state_col = [&](int ni) { return [=](int kk, int c) { return S[kk * sp + 8 * ni + c]; }; };
+    cp_async_wait<1>();  // A of chunk c
+    __syncthreads();     // U is written; W and Q are free
+    copy_wq(c + 1);
+
+    // O = s γ ⊙ (Q S_0) + A U (A is zero above its diagonal, so the last tile's rows bound k).
+    float au[kOutTiles][4] = {};
+    const int causal_steps = out_tiles > 0 ? 2 * mi_of(out_tiles - 1) + 2 : 0;
+    for (int ks = 0; ks < causal_steps; ++ks) {
+      uint32_t bh_[2], bt_[2];
+      load_b(Ub, kSteps, ks, bh_, bt_);
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int p = warp + s * kMmaWarps;
-      if (p >= kWriteTiles) break;
-      const int mi = p / (kMmaColumns / 8), ni = p % (kMmaColumns / 8);
-      float ks[4] = {0, 0, 0, 0};
+      for (int t = 0; t < kOutTiles; ++t) {
+        if (t >= out_tiles) break;
+        uint32_t ah_[4], at_[4];
+        load_a_split(Af, kSteps, mi_of(t), ks, ah_, at_);
+        mma_parts<true>(au[t], ah_, at_, bh_, bt_);
+      }
+    }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) qs[s][e] = 0.0f;
-      if (sh.delta) mma_tf32_tile<PK, 2>(ks, key_row(16 * mi), state_col(ni), 0, Dk, lane);
-      mma_tf32_tile<PK, 2>(qs[s], query_row(16 * mi), state_col(ni), 0, Dk, lane);
+    for (int t = 0; t < kOutTiles; ++t) {
+      if (t >= out_tiles) break;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = row_of(mi, e), c = col_of(ni, e);
-        const float vv = i < n && c < width ? v.load(sh.v.at(b, t0 + i, h) + e0 + c) : 0.0f;
-        Rv[i * sp + c] = Bt[i] * (vv - gam[i] * ks[e]);
+        const int i = tile_row(mi_of(t), e, lane), col = tile_col(ni, e, lane);
+        if (i < n && col < width) out.store(sh.out.at(b, t0 + i, h) + e0 + col, fmaf(sh.scale * gam[i], qs[t][e], au[t][e]));
       }
     }
-    __syncthreads();
+    cp_async_wait<1>();  // Kᵀ of chunk c
+    __syncthreads();     // A and S's shared copy are free
+    copy_a(c + 1);
 
-    // 2. D_I = (I + L_II)^(-1), unit lower triangular: warp I, lane l < 16 solves for column l.
-    if (sh.delta && warp < kBlocks && lane < 16) {
-      const float* const Lb = L + (16 * warp) * cp + 16 * warp;
-      float col[16];
+    // S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j); γ past n stays γ_n.
+    const float gamma_n = gam[C - 1];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        float x = i == lane ? 1.0f : 0.0f;
+    for (int t = 0; t < kStateTiles; ++t)
 #pragma unroll
-        for (int j = 0; j < i; ++j) x = fmaf(-Lb[i * cp + j], col[j], x);
-        col[i] = x;
-      }
+      for (int e = 0; e < 4; ++e) S[t][e] *= gamma_n;
+#pragma unroll 2
+    for (int ks = 0; ks < kSteps; ++ks) {
+      uint32_t bh_[2], bt_[2];
+      load_b(Db, kSteps, ks, bh_, bt_);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) Dinv[(16 * warp + i) * 20 + lane] = col[i];
-    }
-    __syncthreads();
-
-    // 3. U = (I + L)^(-1) R, in place of R: warp w < kMmaColumns / 8 owns columns 8w … 8w + 7.
-    if (sh.delta && warp < kMmaColumns / 8) {
-      auto writes_col = [&](int row0) { return [=](int kk, int c) { return Rv[(row0 + kk) * sp + 8 * warp + c]; }; };
-      for (int I = 0; I < kBlocks; ++I) {
-        float x[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) x[e] = Rv[row_of(I, e) * sp + col_of(warp, e)];
-        if (I > 0)
-          mma_tf32_tile<2, 2>(x, [=](int r, int kk) { return -L[(16 * I + r) * cp + kk]; }, writes_col(0), 0, 16 * I, lane);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) Rv[row_of(I, e) * sp + col_of(warp, e)] = x[e];
-        __syncwarp();
-        float u[4] = {0, 0, 0, 0};
-        mma_tf32_tile<2, 2>(u, [=](int r, int kk) { return Dinv[(16 * I + r) * 20 + kk]; }, writes_col(16 * I), 0, 16, lane);
-        __syncwarp();
-#pragma unroll
-        for (int e = 0; e < 4; ++e) Rv[row_of(I, e) * sp + col_of(warp, e)] = u[e];
-        __syncwarp();
+      for (int t = 0; t < kStateTiles; ++t) {
+        if (t >= state_tiles) break;
+        uint32_t ah_[4], at_[4];
+        load_a_group(Kf + ((int64_t(mi_of(t)) * kSteps + ks) * 32 + lane) * 4, ah_, at_);
+        mma_parts<kSplitE>(S[t], ah_, at_, bh_, bt_);
       }
     }
-    __syncthreads();
-
-    // 4. O = s γ Q S_0 + (decayed s QKᵀ) U over the tiles of step 1's second part; then S.
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int p = warp + s * kMmaWarps;
-      if (p >= kWriteTiles) break;
-      const int mi = p / (kMmaColumns / 8), ni = p % (kMmaColumns / 8);
-      float o[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = sh.scale * gam[row_of(mi, e)] * qs[s][e];
-      mma_tf32_tile<2, 2>(o, [=](int r, int kk) { return QK[(16 * mi + r) * cp + kk]; },
-                          [=](int kk, int c) { return Rv[kk * sp + 8 * ni + c]; }, 0, 16 * mi + 16, lane);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = row_of(mi, e), c = col_of(ni, e);
-        if (i < n && c < width) out.store(sh.out.at(b, t0 + i, h) + e0 + c, o[e]);
-      }
-    }
-    const float gamma_n = float(exp(G[C - 1]));  // G past n stays G_n
-    for (int p = warp; p < (Dk / 16) * (kMmaColumns / 8); p += kMmaWarps) {
-      const int mi = p / (kMmaColumns / 8), ni = p % (kMmaColumns / 8);
-      float acc[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[e] = gamma_n * S[row_of(mi, e) * sp + col_of(ni, e)];
-      mma_tf32_tile<PK, 2>(acc, [=](int r, int kk) { return Ks[kk * kp + 16 * mi + r]; },
-                           [=](int kk, int c) { return tail[kk] * Rv[kk * sp + 8 * ni + c]; }, 0, C, lane);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) S[row_of(mi, e) * sp + col_of(ni, e)] = acc[e];
-    }
+    write_state();
+    __syncthreads();  // Kᵀ is free
+    copy_k(c + 1);
   }
-  __syncthreads();
-  for (int i = tid; i < Dk * kMmaColumns; i += kMmaThreads) {
-    const int d = i / kMmaColumns, c = i % kMmaColumns;
-    if (c < width) state_head[int64_t(d) * sh.Dv + e0 + c] = S[d * sp + c];
+  cp_async_wait<0>();
+#pragma unroll
+  for (int t = 0; t < kStateTiles; ++t) {
+    if (t >= state_tiles) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int d = tile_row(mi_of(t), e, lane), col = tile_col(ni, e, lane);
+      if (col < width) state_head[int64_t(d) * sh.Dv + e0 + col] = S[t][e];
+    }
   }
 #else
-  (void)out, (void)q, (void)k, (void)v, (void)g, (void)beta, (void)state, (void)sh;
+  (void)out, (void)state, (void)sh, (void)t_begin, (void)ws;
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
 #if defined(DING_GPU_NVIDIA)
-// The tensor-core kernel's chunk for a call asking for `requested` tokens a chunk (0: any): the
-// largest of 64, 32, 16 within it whose shared memory fits; 0 where the kernel cannot run (no
+// The tensor-core passes' chunk for a call asking for `requested` tokens a chunk (0: any): the
+// largest of 64, 32, 16 within it whose passes' shared memory fits; 0 where they cannot run (no
 // mma.sync, a key dim not a multiple of 16, or not even 16 tokens a chunk fit).
-int mma_chunk(const Props& props, int Dk, int64_t requested) {
+int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, int64_t requested) {
   if (!props.has_mma_sync() || Dk % 16 != 0) return 0;
   for (int C : {64, 32, 16})
-    if ((requested == 0 || C <= requested) && MmaChunkLayout(C, Dk).bytes() <= props.shared_per_block_optin) return C;
+    if ((requested == 0 || C <= requested) && PrepareLayout(C, Dk, Dv, elem_bytes).bytes() <= props.shared_per_block_optin &&
+        WalkLayout(C, Dk, elem_bytes).bytes() <= props.shared_per_block_optin)
+      return C;
   return 0;
 }
 #endif
@@ -540,6 +965,43 @@ int mma_chunk(const Props& props, int Dk, int64_t requested) {
 // Calls with at least this many tokens take the chunk-wise form where the backend chooses
 // (params.chunk = 0): below it a chunk is mostly padding.
 constexpr int64_t kChunkwiseFrom = 16;
+
+unsigned delta_rule_grid(int64_t blocks) {
+  if (blocks > INT32_MAX)
+    throw Error(ErrorCode::not_implemented, "gated_delta_rule on the GPU: " + std::to_string(blocks) + " blocks exceed the launch grid");
+  return unsigned(blocks);
+}
+
+#if defined(DING_GPU_NVIDIA)
+// The two tensor-core passes over segments of the call's chunks, each segment's first-pass output
+// in the stream's scratch (at most kSegmentBytes, or the tuning's chunks per segment).
+template <int C, class E>
+void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaShape& sh) {
+  ChunkWorkspace ws{C, sh.Dk, sh.Dv, 0, nullptr, nullptr};
+  const int64_t chunks = (sh.T + C - 1) / C;
+  const size_t value_bytes = size_t(sh.B * sh.Hv * ws.per_value()) * 4, row_bytes = size_t(sh.B * sh.Hk * 2 * C * sh.Dk) * sizeof(E);
+  const int64_t tuned = s.attention_tuning().delta_rule_segment_chunks;
+  const int64_t per_segment =
+      std::min(chunks, tuned > 0 ? tuned : std::max<int64_t>(1, int64_t(kSegmentBytes / (value_bytes + row_bytes))));
+  float* const values = static_cast<float*>(s.scratch(size_t(per_segment) * (value_bytes + row_bytes)));
+  const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E))).bytes();
+  const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E))).bytes();
+  DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_prepare_kernel<C, E>), int(prepare_bytes)));
+  DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_walk_kernel<C, E>), int(walk_bytes)));
+  const int64_t column_tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
+  for (int64_t c0 = 0; c0 < chunks; c0 += per_segment) {
+    ws.chunks = std::min(per_segment, chunks - c0);
+    ws.values = values;
+    ws.rows = values + sh.B * sh.Hv * ws.chunks * ws.per_value();
+    gated_delta_rule_prepare_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * ws.chunks), kMmaThreads, prepare_bytes, s.handle()>>>(
+        any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta), sh, c0 * C, ws);
+    DING_GPU_CHECK_LAUNCH("gated_delta_rule_prepare_kernel");
+    gated_delta_rule_walk_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kMmaThreads, walk_bytes, s.handle()>>>(
+        any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws);
+    DING_GPU_CHECK_LAUNCH("gated_delta_rule_walk_kernel");
+  }
+}
+#endif
 
 }  // namespace
 
@@ -555,28 +1017,22 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   sh.delta = a.params.delta, sh.has_g = a.g.defined(), sh.has_beta = a.beta.defined();
   if (sh.gated) sh.a_log = any_float(a.params.gates.a_log), sh.dt_bias = any_float(a.params.gates.dt_bias);
   if (sh.B * sh.T * sh.Hv * sh.Dv == 0) return;
-  auto check_grid = [](int64_t blocks) {
-    if (blocks > INT32_MAX)
-      throw Error(ErrorCode::not_implemented, "gated_delta_rule on the GPU: " + std::to_string(blocks) + " blocks exceed the launch grid");
-    return unsigned(blocks);
-  };
   const int64_t chunk = a.params.chunk;
   const bool chunkwise = sh.T > 1 && (chunk > 1 || (chunk == 0 && sh.T >= kChunkwiseFrom));
 #if defined(DING_GPU_NVIDIA)
-  // Tensor cores where they run: q and k of 16 bits are exact tf32 operands (one part), f32 ones split.
-  if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, chunk) : 0) {
-    const bool exact = a.q.dtype != DType::f32 && a.k.dtype != DType::f32;
-    auto launch = [&](auto kernel) {
-      const size_t bytes = MmaChunkLayout(C, sh.Dk).bytes();
-      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(bytes)));
-      kernel<<<check_grid(sh.B * sh.Hv * ((sh.Dv + kMmaColumns - 1) / kMmaColumns)), kMmaThreads, bytes, s.handle()>>>(
-          any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta),
-          a.state.ptr<float>(), sh);
+  // Tensor cores where they run, q, k and v of one 16-bit dtype as it (exact tf32 operands, one
+  // part), anything else as f32 (split operands).
+  const DType rows = a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype ? a.q.dtype : DType::f32;
+  if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, sh.Dv, int(dtype_size(rows)), chunk) : 0) {
+    auto by_rows = [&](auto chunk_tag) {
+      constexpr int kC = decltype(chunk_tag)::value;
+      if (rows == DType::bf16) chunk_passes<kC, ding::bf16>(s, a, sh);
+      else if (rows == DType::f16) chunk_passes<kC, ding::f16>(s, a, sh);
+      else chunk_passes<kC, float>(s, a, sh);
     };
-    if (C == 64) launch(exact ? gated_delta_rule_mma_kernel<64, 1> : gated_delta_rule_mma_kernel<64, 2>);
-    else if (C == 32) launch(exact ? gated_delta_rule_mma_kernel<32, 1> : gated_delta_rule_mma_kernel<32, 2>);
-    else launch(exact ? gated_delta_rule_mma_kernel<16, 1> : gated_delta_rule_mma_kernel<16, 2>);
-    DING_GPU_CHECK_LAUNCH("gated_delta_rule_mma_kernel");
+    if (C == 64) by_rows(std::integral_constant<int, 64>{});
+    else if (C == 32) by_rows(std::integral_constant<int, 32>{});
+    else by_rows(std::integral_constant<int, 16>{});
     return;
   }
 #endif
@@ -588,7 +1044,7 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
     const size_t bytes = size_t(chunk_shared_bytes(C, sh.Dk));
     if (bytes <= s.props().shared_per_block_optin) {
       DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_chunk_kernel), int(bytes)));
-      gated_delta_rule_chunk_kernel<<<check_grid(sh.B * sh.Hv * ((sh.Dv + kTileColumns - 1) / kTileColumns)), kChunkThreads,
+      gated_delta_rule_chunk_kernel<<<delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + kTileColumns - 1) / kTileColumns)), kChunkThreads,
                                       bytes, s.handle()>>>(any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v),
                                                            any_float(a.g), any_float(a.beta), a.state.ptr<float>(), sh, C);
       DING_GPU_CHECK_LAUNCH("gated_delta_rule_chunk_kernel");
@@ -596,7 +1052,7 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
     }
   }
   const int lanes = s.props().warp_size;
-  gated_delta_rule_kernel<<<check_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes)), kRowWarps * lanes, 0, s.handle()>>>(
+  gated_delta_rule_kernel<<<delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes)), kRowWarps * lanes, 0, s.handle()>>>(
       any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta),
       a.state.ptr<float>(), sh);
   DING_GPU_CHECK_LAUNCH("gated_delta_rule_kernel");

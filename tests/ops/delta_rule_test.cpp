@@ -1,13 +1,17 @@
 // gated_delta_rule: closed forms of the recurrence on the reference, chunked feeding equal to
-// whole feeding through the state (reference and cpu), and bad input through the front end.
+// whole feeding through the state (reference and cpu), the GPU's chunk-wise passes over segments
+// of any size, and bad input through the front end.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "ding/gpu.h"
 #include "ding/ops/delta_rule.h"
 #include "expect_error.h"
+#include "gpu_tuning_scope.h"
 #include "op_cases.h"
 
 namespace ding::testing {
@@ -145,6 +149,45 @@ TEST(GatedDeltaRuleReference, GatesEqualTheirClosedForm) {
   // are exact and it forms g, β in double), so they agree to f32 input rounding.
   EXPECT_LE(nmse(gated.first, plain.first), 1e-12);
   EXPECT_LE(nmse(gated.second, plain.second), 1e-12);
+}
+
+// ---- The GPU's segments ----------------------------------------------------------------------------
+
+// On a GPU the chunk-wise form runs its two passes over segments of the call's chunks, the state
+// carried between them in f32 as between calls: segments of 1 and 3 chunks give the bits of one
+// segment for every case of more than one chunk, each within its bound of the reference.
+TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  int cases = 0;
+  for (const OpCase& c : delta_rule_cases()) {
+    if (!c.in_tests) continue;
+    SCOPED_TRACE(c.name);
+    CaseRun expected(ref(), seed);
+    c.build(expected);
+    expected.poison_outputs();
+    expected.run();
+    CaseRun actual(cuda, seed);
+    c.build(actual);
+    std::vector<std::vector<double>> first;  // one segment's outputs
+    for (int segment : {0, 1, 3}) {
+      SCOPED_TRACE(fmt::format("{} chunks a segment", segment));
+      tuning.set({.delta_rule_segment_chunks = segment});
+      actual.poison_outputs();
+      actual.run();
+      for (size_t i = 0; i < actual.outputs().size(); ++i) {
+        const std::vector<double> got = actual.read(actual.outputs()[i].tensor);
+        EXPECT_LE(nmse(got, expected.read(expected.outputs()[i].tensor)), c.tolerance) << actual.outputs()[i].name << " (" << c.reason << ")";
+        if (first.size() <= i) first.push_back(got);
+        else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from one segment";
+      }
+    }
+    ++cases;
+  }
+  EXPECT_GT(cases, 20);
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------
