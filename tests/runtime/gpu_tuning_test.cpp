@@ -69,6 +69,14 @@ TEST(GpuTuning, AttentionRingOutsideTwoToFourIsRefused) {
   }
 }
 
+// A negative segment of the delta rule's chunk-wise passes is refused before any device is asked.
+TEST(GpuTuning, NegativeDeltaRuleSegmentIsRefused) {
+  gpu::AttentionTuning tuning;
+  tuning.delta_rule_segment_chunks = -1;
+  testing::expect_error([&] { gpu::set_attention_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
+                        {"set_attention_tuning", "delta_rule_segment_chunks = -1", "0 (automatic) or more"});
+}
+
 // A tuning that asks for the TMA core of a build without it is refused, naming the option that
 // compiles it, rather than measured as the wgmma core.
 TEST(GpuTuning, MissingTmaCoreIsRefused) {
@@ -99,11 +107,12 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(t->e4m3_mma);
   EXPECT_FALSE(t->tma);  // unset: the default
   EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
-  ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0");
+  ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0"), segment("DING_DELTA_SEGMENT", "5");
   const auto a = tools::attention_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->mla_stages, 2);
   EXPECT_FALSE(a->mla_bulk_copies);
+  EXPECT_EQ(a->delta_rule_segment_chunks, 5);
 }
 
 TEST(GpuTuning, UnreadableVariableIsNamed) {
@@ -117,7 +126,8 @@ TEST(GpuTuning, UnreadableVariableIsNamed) {
                           {std::string(name) + "=" + value});
   }
   for (const auto& [name, value] : {std::pair{"DING_MLA_STAGES", "5"}, std::pair{"DING_MLA_STAGES", "1"},
-                                    std::pair{"DING_MLA_STAGES", "four"}, std::pair{"DING_MLA_BULK", "yes"}}) {
+                                    std::pair{"DING_MLA_STAGES", "four"}, std::pair{"DING_MLA_BULK", "yes"},
+                                    std::pair{"DING_DELTA_SEGMENT", "-3"}}) {
     ScopedVariable v(name, value);
     testing::expect_error([] { (void)tools::attention_tuning_from_environment(); }, ErrorCode::invalid_argument,
                           {std::string(name) + "=" + value});

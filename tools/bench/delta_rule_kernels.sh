@@ -2,7 +2,7 @@
 # Why the delta rule's GPU kernels take the time they do, on a GPU machine with Nsight Compute:
 # the op benches of the recurrent and chunk-wise forms at Qwen3-Next-80B's heads, then ncu's
 # speed-of-light, warp-state and memory sections for one launch of each kernel (decode, a 4k
-# recurrent prefill, a 4k chunk-wise prefill). Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD,
+# recurrent prefill, a 4k chunk-wise prefill's two passes). Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD,
 # default build-speed).
 #   DING_CUDA_ARCH=90 tools/bench/delta_rule_kernels.sh     (DING_NCU=0: the benches only; DING_BENCH_FILTERS: which)
 set -uo pipefail
@@ -19,7 +19,7 @@ done | tee "$out/delta_rule_ops.txt"
 sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy)
 # Each case: the filters a bench name must hold (all of them), then the kernel to profile.
 for case in "bench_B1_T1_:gated_delta_rule_kernel" "bench_B1_T4096_,chunk1_:gated_delta_rule_kernel" \
-  "bench_B1_T4096_,chunk64_:gated_delta_rule_mma_kernel"; do
+  "bench_B1_T4096_,chunk64_:gated_delta_rule_prepare_kernel" "bench_B1_T4096_,chunk64_:gated_delta_rule_walk_kernel"; do
   filters=${case%%:*} kernel=${case##*:} args=()
   IFS=, read -ra parts <<<"$filters"
   for f in "${parts[@]}"; do args+=(--filter "$f"); done
