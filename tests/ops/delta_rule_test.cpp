@@ -1,7 +1,6 @@
 // gated_delta_rule: closed forms of the recurrence on the reference, chunked feeding equal to
 // whole feeding through the state (reference and cpu), the GPU's chunk-wise passes over segments
 // of any size, and bad input through the front end.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +9,7 @@
 
 #include "ding/gpu.h"
 #include "ding/ops/delta_rule.h"
+#include "configurations.h"
 #include "expect_error.h"
 #include "gpu_tuning_scope.h"
 #include "op_cases.h"
@@ -160,34 +160,11 @@ TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  const uint64_t seed = test_seed();
-  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
-  int cases = 0;
-  for (const OpCase& c : delta_rule_cases()) {
-    if (!c.in_tests) continue;
-    SCOPED_TRACE(c.name);
-    CaseRun expected(ref(), seed);
-    c.build(expected);
-    expected.poison_outputs();
-    expected.run();
-    CaseRun actual(cuda, seed);
-    c.build(actual);
-    std::vector<std::vector<double>> first;  // one segment's outputs
-    for (int segment : {0, 1, 3}) {
-      SCOPED_TRACE(fmt::format("{} chunks a segment", segment));
-      tuning.set({.delta_rule_segment_chunks = segment});
-      actual.poison_outputs();
-      actual.run();
-      for (size_t i = 0; i < actual.outputs().size(); ++i) {
-        const std::vector<double> got = actual.read(actual.outputs()[i].tensor);
-        EXPECT_LE(nmse(got, expected.read(expected.outputs()[i].tensor)), c.tolerance) << actual.outputs()[i].name << " (" << c.reason << ")";
-        if (first.size() <= i) first.push_back(got);
-        else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from one segment";
-      }
-    }
-    ++cases;
-  }
-  EXPECT_GT(cases, 20);
+  const std::vector<int> segments = {0, 1, 3};  // 0: as many chunks as the workspace bound holds
+  const std::vector<std::string> names = {"one segment", "segments of 1 chunk", "segments of 3 chunks"};
+  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), names,
+                                        [&](size_t k) { tuning.set({.delta_rule_segment_chunks = segments[k]}); }),
+            20);
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------

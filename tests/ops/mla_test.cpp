@@ -9,6 +9,7 @@
 
 #include "ding/gpu.h"
 #include "ding/ops/mla.h"
+#include "configurations.h"
 #include "expect_error.h"
 #include "gpu_tuning_scope.h"
 #include "op_cases.h"
@@ -88,37 +89,14 @@ TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  const uint64_t seed = test_seed();
-  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
-  int cases = 0;
-  for (const OpCase& c : mla_cases()) {
-    if (!c.in_tests) continue;
-    SCOPED_TRACE(c.name);
-    CaseRun expected(ref(), seed);
-    c.build(expected);
-    expected.poison_outputs();
-    expected.run();
-    CaseRun actual(cuda, seed);
-    c.build(actual);
-    std::vector<std::vector<double>> first;  // the first configuration's outputs
-    for (int stages : {4, 3, 2})
-      for (bool bulk : {true, false}) {
-        SCOPED_TRACE(fmt::format("{} stages, bulk copies {}", stages, bulk));
-        tuning.set({.mla_stages = stages, .mla_bulk_copies = bulk});
-        actual.poison_outputs();
-        actual.run();
-        for (size_t i = 0; i < actual.outputs().size(); ++i) {
-          const std::vector<double> got = actual.read(actual.outputs()[i].tensor);
-          const std::vector<double> reference = expected.read(expected.outputs()[i].tensor);
-          if (actual.outputs()[i].compare.kind == Compare::nmse)
-            EXPECT_LE(nmse(got, reference), c.tolerance) << actual.outputs()[i].name << " (" << c.reason << ")";
-          if (first.size() <= i) first.push_back(got);
-          else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from 4 stages with bulk copies";
-        }
-      }
-    ++cases;
-  }
-  EXPECT_GT(cases, 20);
+  std::vector<gpu::AttentionTuning> tunings;
+  std::vector<std::string> names;  // the first: 4 stages with bulk copies
+  for (int stages : {4, 3, 2})
+    for (bool bulk : {true, false}) {
+      tunings.push_back({.mla_stages = stages, .mla_bulk_copies = bulk});
+      names.push_back(fmt::format("{} stages, bulk copies {}", stages, bulk));
+    }
+  EXPECT_GT(expect_configurations_agree(cuda, mla_cases(), names, [&](size_t k) { tuning.set(tunings[k]); }), 20);
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------
