@@ -411,6 +411,11 @@ std::vector<OpCase> matmul_cases() {
                       .norm = ops::NormKind::rms_norm, .in_tests = false});
       list.push_back({.M = M, .N = l.C, .K = l.F, .x = bf16, .w = w, .out = bf16, .residual = inplace, .in_tests = false});
     }
+  // gpt2's decode products (C = 768, 4C = 3072, V = 50257) in f16 and with i8 weights: the shape of
+  // issue 22's CPU target (int8 decode against f16 at batch 1), each product a few MB or less.
+  const std::pair<int64_t, int64_t> gpt2[] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}, {50257, 768}};
+  for (DType w : {f16, i8})
+    for (auto [N, K] : gpt2) list.push_back({.M = 1, .N = N, .K = K, .x = f16, .w = w, .out = f16, .in_tests = false});
   // Mixture-of-experts routers at decode rows, logits in f32 as the MoE layer asks: OLMoE's and
   // DeepSeek-V2-Lite's (64 experts over C = 2048), Mixtral's (8 over 4096), Qwen3-Next's (512 over
   // 2048). A few hundred KB of weights: what bounds them is a launch's latency, not bandwidth.
