@@ -34,7 +34,7 @@ for name in os.listdir(os.path.join(sys.argv[1], "bin")):
             os.makedirs(os.path.dirname(root), exist_ok=True)
             os.symlink(os.getcwd(), root)
 PY
-  echo "$PWD/$dir/lib"
+  echo "$(cd "$dir" && pwd)/lib"
   exit 0
 fi
 target=${1:?TARGET: ding-bench or ding_tests}
