@@ -283,8 +283,9 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 // bf16 and f16 q, k and v are exact in one part. G is summed in double (a warp scan), as the SIMT
 // kernel does. The passes run over segments of at most kSegmentBytes of first-pass output (the
 // stream's scratch), so a long prompt needs no workspace that grows with it. The chunk is the
-// largest of 64, 32, 16 whose shared memory fits: 64 on an H100 (bf16, 128-wide heads), 16 in an
-// RTX 4090's 99 KB.
+// largest of 64, 32, 16 whose shared memory fits (mma_chunk): by the layouts' sizes at bf16 and
+// 128-wide heads, 64 in an H100's 227 KB a block (the walk takes 193 KB), 16 in an RTX 4090's 99 KB
+// (chunks of 32 take 105 KB).
 constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
 constexpr int kMmaColumns = 32;
 constexpr size_t kSegmentBytes = size_t(64) << 20;
@@ -412,8 +413,8 @@ struct ChunkWorkspace {
   __host__ __device__ E* keys(int64_t bkh, int64_t c) const { return queries<E>(bkh, c) + int64_t(C) * Dk; }
 };
 
-// Row pitches (in elements) that keep a warp's fragment reads on distinct banks: rows of 16-bit E
-// read as an mma's A operand, and rows read as its B operand.
+// Row pitches (in elements) that keep a warp's fragment reads on distinct banks: rows of E (f32 or
+// 16-bit) read as an mma's A operand, and rows read as its B operand.
 __host__ __device__ inline int a_pitch(int cols, int elem_bytes) { return cols + (elem_bytes == 4 ? 4 : 8); }
 __host__ __device__ inline int b_pitch(int cols) { return (cols + 7) / 8 * 8 + 8; }
 

@@ -412,7 +412,8 @@ std::vector<OpCase> matmul_cases() {
       list.push_back({.M = M, .N = l.C, .K = l.F, .x = bf16, .w = w, .out = bf16, .residual = inplace, .in_tests = false});
     }
   // gpt2's decode products (C = 768, 4C = 3072, V = 50257) in f16 and with i8 weights: the shape of
-  // issue 22's CPU target (int8 decode against f16 at batch 1), each product a few MB or less.
+  // issue 22's CPU target (int8 decode against f16 at batch 1): layer products of 0.6–4.7 MB, and
+  // the LM head.
   const std::pair<int64_t, int64_t> gpt2[] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}, {50257, 768}};
   for (DType w : {f16, i8})
     for (auto [N, K] : gpt2) list.push_back({.M = 1, .N = N, .K = K, .x = f16, .w = w, .out = f16, .in_tests = false});
