@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 //       γ_i and e^(G_n − G_i)  [C] each,
 //     and the chunk's q and k, all laid out for the second pass (fragment order, below) and copied
 //     into its shared memory by cp.async while the products before their use run;
-//  2. walk, a block of kMmaWarps warps per (sequence, value head, tile of kMmaColumns state
+//  2. walk, a block of kWalkWarps warps per (sequence, value head, tile of kMmaColumns state
 //     columns), the chunks in order with the tile of S in registers; per chunk three products:
 //       U = U' − W S_0,   O = s γ ⊙ (Q S_0) + A U,   S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j).
 // So the walk, the sequential part, holds no substitution and no n × n product of q and k.
@@ -287,15 +287,21 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 // 128-wide heads, 64 in an H100's 227 KB a block (the walk takes 193 KB), 16 in an RTX 4090's 99 KB
 // (chunks of 32 take 105 KB).
 constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
+// The walk's warps: its products are short chains per warp (a tile or two of U and O, two of S),
+// so more warps than the first pass's hide more of their latency; each needs at most 128 registers.
+constexpr int kWalkWarps = 16, kWalkThreads = kWalkWarps * 32;
 constexpr int kMmaColumns = 32;
 constexpr size_t kSegmentBytes = size_t(64) << 20;
 
 // acc += Σ_{k0 ≤ κ < k1} a(r, κ)·b(κ, c) over one 16 × 8 tile (r, c relative to it): PA, PB = 1 for
-// an operand exact in tf32, 2 for one split into head and tail (the tail × tail term dropped).
+// an operand exact in tf32, 2 for one split into head and tail (the tail × tail term dropped). The
+// tail terms sum apart from acc and join it at the end, so a k step's mmas do not wait on one
+// another: a single tile has no other tile's mmas to fill that wait with.
 template <int PA, int PB, class FA, class FB>
 __device__ inline void mma_tf32_tile(float (&acc)[4], FA a, FB b, int k0, int k1, int lane) {
 #if defined(DING_GPU_NVIDIA_MMA)
   const int g = lane >> 2, c = lane & 3;
+  float ht[4] = {}, th[4] = {};
   for (int k = k0; k < k1; k += 8) {
     const float av[4] = {a(g, k + c), a(g + 8, k + c), a(g, k + c + 4), a(g + 8, k + c + 4)};
     const float bv[2] = {b(k + c, g), b(k + c + 4, g)};
@@ -311,9 +317,11 @@ __device__ inline void mma_tf32_tile(float (&acc)[4], FA a, FB b, int k0, int k1
       else bh[i] = __float_as_uint(bv[i]);
     }
     mma_1688_tf32(acc, ah, bh);
-    if constexpr (PB == 2) mma_1688_tf32(acc, ah, bt);
-    if constexpr (PA == 2) mma_1688_tf32(acc, at, bh);
+    if constexpr (PB == 2) mma_1688_tf32(ht, ah, bt);
+    if constexpr (PA == 2) mma_1688_tf32(th, at, bh);
   }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) acc[e] += ht[e] + th[e];
 #else
   (void)acc, (void)a, (void)b, (void)k0, (void)k1, (void)lane;
 #endif
@@ -702,7 +710,7 @@ struct WalkLayout {
 // `bytes` (a multiple of 16) from global to shared memory, 16 bytes per cp.async, over the block.
 __device__ inline void copy_async(void* dst, const void* src, int bytes, int tid) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  for (int i = 16 * tid; i < bytes; i += 16 * kMmaThreads)
+  for (int i = 16 * tid; i < bytes; i += 16 * kWalkThreads)
     cp_async_16(smem_address(static_cast<char*>(dst) + i), static_cast<const char*>(src) + i, 16);
 #else
   (void)dst, (void)src, (void)bytes, (void)tid;
@@ -744,17 +752,39 @@ __device__ inline void mma_parts(float (&acc)[4], const uint32_t (&ah)[4], const
 #endif
 }
 
+// A product's accumulator as its three parts (head × head, head × tail, tail × head), each in its
+// own registers: a k step's mmas then wait on no other mma of that step, and the chain the k loop
+// builds is a third as long. Where a warp has few tiles to interleave (U, Q S_0 and A U: two each),
+// the mma latency along that chain, not the issue rate, set the walk's pace.
+struct PartSums {
+  float hh[4] = {}, ht[4] = {}, th[4] = {};
+  __device__ float operator[](int e) const { return hh[e] + (ht[e] + th[e]); }
+};
+
+template <bool kSplitA>
+__device__ inline void mma_parts(PartSums& acc, const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
+                                 const uint32_t (&bt)[2]) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  mma_1688_tf32(acc.hh, ah, bh);
+  mma_1688_tf32(acc.ht, ah, bt);
+  if constexpr (kSplitA) mma_1688_tf32(acc.th, at, bh);
+#else
+  (void)acc, (void)ah, (void)at, (void)bh, (void)bt;
+#endif
+}
+
 // x (element `slot` of B-operand group `group`) into a fragment-order B operand of heads and tails.
 __device__ inline void store_b_split(float* b, const FragmentPlace& at, float x) { store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x); }
 
 template <int C, class E>
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kWalkThreads)
     gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws) {
 #if defined(DING_GPU_NVIDIA_MMA)
   constexpr int kBlocks = C / 16, kSteps = C / 8;
   constexpr bool kSplitE = std::is_same_v<E, float>;
-  constexpr int kOutTiles = (kBlocks * (kMmaColumns / 8) + kMmaWarps - 1) / kMmaWarps;  // of U and O, per warp
-  constexpr int kStateTiles = int(ops::kMaxDeltaRuleKeyDim / 16) * (kMmaColumns / 8) / kMmaWarps;  // of S, per warp at most
+  constexpr int kOutTiles = (kBlocks * (kMmaColumns / 8) + kWalkWarps - 1) / kWalkWarps;  // of U and O, per warp
+  constexpr int kStateTiles = int(ops::kMaxDeltaRuleKeyDim / 16) * (kMmaColumns / 8) / kWalkWarps;  // of S, per warp at most
+  constexpr int kRowGroups = kWalkWarps / (kMmaColumns / 8);  // warps per column tile
   const WalkLayout lay(C, sh.Dk, int(sizeof(E)));
   const int Dk = sh.Dk, key_steps = Dk / 8;
   extern __shared__ float4 walk_mem[];
@@ -774,13 +804,13 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t b = bh / sh.Hv, h = bh % sh.Hv, bkh = b * sh.Hk + h / (sh.Hv / sh.Hk);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   float* const state_head = state + bh * int64_t(Dk) * sh.Dv;
-  // Warp w's tiles of [C][kMmaColumns] and of S's [Dk][kMmaColumns] are w, w + kMmaWarps, ...: rows
-  // 16 (w / 4 + 2 t), the same 8 columns (w % 4), so they share the B operand and their mma chains
-  // interleave.
+  // Warp w's tiles of [C][kMmaColumns] and of S's [Dk][kMmaColumns] are w, w + kWalkWarps, ...: rows
+  // 16 (w / 4 + kRowGroups t), the same 8 columns (w % 4), so they share the B operand and their mma
+  // chains interleave.
   const int ni = warp % 4;
-  const int out_tiles = (kBlocks * 4 - warp + kMmaWarps - 1) / kMmaWarps;
-  const int state_tiles = ((Dk / 16) * 4 - warp + kMmaWarps - 1) / kMmaWarps;
-  auto mi_of = [&](int t) { return warp / 4 + 2 * t; };
+  const int out_tiles = (kBlocks * 4 - warp + kWalkWarps - 1) / kWalkWarps;
+  const int state_tiles = ((Dk / 16) * 4 - warp + kWalkWarps - 1) / kWalkWarps;
+  auto mi_of = [&](int t) { return warp / 4 + kRowGroups * t; };
 
   // Three groups of asynchronous copies a chunk, each issued once its buffer's last reader is done:
   // W, Q and the decays (read first), A, Kᵀ.
@@ -846,7 +876,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 
     // U = U' − W S_0, and Q S_0 kept for O: one k loop over S's rows.
     const float* const u_in = ws.u(bh, c);
-    float u[kOutTiles][4], qs[kOutTiles][4] = {}, w_s[kOutTiles][4] = {};
+    float u[kOutTiles][4];
+    PartSums q_s[kOutTiles], w_s[kOutTiles];
 #pragma unroll
     for (int t = 0; t < kOutTiles; ++t)
 #pragma unroll
@@ -866,9 +897,14 @@ __global__ void __launch_bounds__(kMmaThreads)
           mma_parts<true>(w_s[t], ah_, at_, bh_, bt_);
         }
         load_a_group(Qf + ((int64_t(mi_of(t)) * key_steps + ks) * 32 + lane) * 4, ah_, at_);
-        mma_parts<kSplitE>(qs[t], ah_, at_, bh_, bt_);
+        mma_parts<kSplitE>(q_s[t], ah_, at_, bh_, bt_);
       }
     }
+    float qs[kOutTiles][4];  // Q S_0 summed, so its parts' registers are free for A U's
+#pragma unroll
+    for (int t = 0; t < kOutTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qs[t][e] = q_s[t][e];
 #pragma unroll
     for (int t = 0; t < kOutTiles; ++t) {
       if (t >= out_tiles) break;
@@ -886,7 +922,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     copy_wq(c + 1);
 
     // O = s γ ⊙ (Q S_0) + A U (A is zero above its diagonal, so the last tile's rows bound k).
-    float au[kOutTiles][4] = {};
+    PartSums au[kOutTiles];
     const int causal_steps = out_tiles > 0 ? 2 * mi_of(out_tiles - 1) + 2 : 0;
     for (int ks = 0; ks < causal_steps; ++ks) {
       uint32_t bh_[2], bt_[2];
@@ -997,7 +1033,7 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
     gated_delta_rule_prepare_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * ws.chunks), kMmaThreads, prepare_bytes, s.handle()>>>(
         any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta), sh, c0 * C, ws);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_prepare_kernel");
-    gated_delta_rule_walk_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kMmaThreads, walk_bytes, s.handle()>>>(
+    gated_delta_rule_walk_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kWalkThreads, walk_bytes, s.handle()>>>(
         any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_walk_kernel");
   }

@@ -1,6 +1,7 @@
 // One op computed under several configurations of a backend (GPU kernel tunings: rings, copy
-// paths, segments), each configuration within every case's bound of the reference and all of them
-// giving the bits of the first: so one device runs what another chip or setting would.
+// paths, segments, product cores), each configuration within every case's bound of the reference
+// and, where the configurations are one computation, all of them giving the bits of the first: so
+// one device runs what another chip or setting would.
 #pragma once
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -13,38 +14,54 @@
 
 namespace ding::testing {
 
-// Runs every in-test case of `cases` on `device` once per name in `configurations`, calling
-// `configure(k)` before the k-th; returns the number of cases run.
+// A configuration: its name in a failure's trace, what selects it on the device, and the NMSE
+// bound its outputs keep (0: the case's tolerance).
+struct Configuration {
+  std::string name;
+  std::function<void()> select;
+  double bound = 0;
+};
+
+// `c` on the reference once, then on `device` under each configuration, outputs poisoned before
+// every run: each NMSE output within the configuration's bound and, with `same_bits`, equal to the
+// first configuration's.
+inline void expect_case_under(Device& device, const OpCase& c, uint64_t seed, const std::vector<Configuration>& configurations,
+                              bool same_bits) {
+  SCOPED_TRACE(c.name);
+  CaseRun expected(Device::open("ref"), seed);
+  c.build(expected);
+  expected.poison_outputs();
+  expected.run();
+  CaseRun actual(device, seed);
+  c.build(actual);
+  std::vector<std::vector<double>> first;  // the first configuration's outputs
+  for (const Configuration& configuration : configurations) {
+    SCOPED_TRACE(configuration.name);
+    configuration.select();
+    actual.poison_outputs();
+    actual.run();
+    for (size_t i = 0; i < actual.outputs().size(); ++i) {
+      const std::vector<double> got = actual.read(actual.outputs()[i].tensor);
+      if (actual.outputs()[i].compare.kind == Compare::nmse)
+        EXPECT_LE(nmse(got, expected.read(expected.outputs()[i].tensor)), configuration.bound > 0 ? configuration.bound : c.tolerance)
+            << actual.outputs()[i].name << " (" << c.reason << ")";
+      if (!same_bits) continue;
+      if (first.size() <= i) first.push_back(got);
+      else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from " << configurations[0].name;
+    }
+  }
+}
+
+// Every in-test case of `cases` under every configuration, all giving the same bits; returns the
+// number of cases run.
 inline int expect_configurations_agree(Device& device, const std::vector<OpCase>& cases,
-                                       const std::vector<std::string>& configurations,
-                                       const std::function<void(size_t)>& configure) {
+                                       const std::vector<Configuration>& configurations) {
   const uint64_t seed = test_seed();
   SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
   int count = 0;
   for (const OpCase& c : cases) {
     if (!c.in_tests) continue;
-    SCOPED_TRACE(c.name);
-    CaseRun expected(Device::open("ref"), seed);
-    c.build(expected);
-    expected.poison_outputs();
-    expected.run();
-    CaseRun actual(device, seed);
-    c.build(actual);
-    std::vector<std::vector<double>> first;  // the first configuration's outputs
-    for (size_t k = 0; k < configurations.size(); ++k) {
-      SCOPED_TRACE(configurations[k]);
-      configure(k);
-      actual.poison_outputs();
-      actual.run();
-      for (size_t i = 0; i < actual.outputs().size(); ++i) {
-        const std::vector<double> got = actual.read(actual.outputs()[i].tensor);
-        const std::vector<double> reference = expected.read(expected.outputs()[i].tensor);
-        if (actual.outputs()[i].compare.kind == Compare::nmse)
-          EXPECT_LE(nmse(got, reference), c.tolerance) << actual.outputs()[i].name << " (" << c.reason << ")";
-        if (first.size() <= i) first.push_back(got);
-        else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from " << configurations[0];
-      }
-    }
+    expect_case_under(device, c, seed, configurations, /*same_bits=*/true);
     ++count;
   }
   return count;

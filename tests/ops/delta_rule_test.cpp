@@ -160,10 +160,11 @@ TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  const std::vector<int> segments = {0, 1, 3};  // 0: as many chunks as the workspace bound holds
-  const std::vector<std::string> names = {"one segment", "segments of 1 chunk", "segments of 3 chunks"};
-  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), names,
-                                        [&](size_t k) { tuning.set({.delta_rule_segment_chunks = segments[k]}); }),
+  auto segments = [&tuning](int chunks) { return [&tuning, chunks] { tuning.set({.delta_rule_segment_chunks = chunks}); }; };
+  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(),
+                                        {{"one segment", segments(0)},  // 0: as many chunks as the workspace bound holds
+                                         {"segments of 1 chunk", segments(1)},
+                                         {"segments of 3 chunks", segments(3)}}),
             20);
 }
 

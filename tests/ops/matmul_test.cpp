@@ -16,6 +16,7 @@
 
 #include "ding/ding.h"
 #include "ding/gpu.h"
+#include "configurations.h"
 #include "expect_error.h"
 #include "gpu_tuning_scope.h"
 #include "op_cases.h"
@@ -177,35 +178,6 @@ TEST(MatmulQuantizedWeights, RowScalesMultiplyTheRowsSums_M1_N2_K2) {
 }
 
 // One run of a case on the GPU: the tuning it runs under and the NMSE bound it is held to.
-struct TunedRun {
-  std::string name;  // for the failure trace
-  gpu::MatmulTuning tuning;
-  double bound;
-};
-
-// `c` on the reference once, then on `cuda` under each of `runs`: every output compared by NMSE
-// within that run's bound.
-void expect_case_under_tunings(const OpCase& c, Device& cuda, const ScopedGpuTuning<gpu::MatmulTuning>& scope,
-                               uint64_t seed, const std::vector<TunedRun>& runs) {
-  SCOPED_TRACE(c.name);
-  CaseRun expected(Device::open("ref"), seed);
-  c.build(expected);
-  expected.poison_outputs();
-  expected.run();
-  CaseRun actual(cuda, seed);
-  c.build(actual);
-  for (const TunedRun& run : runs) {
-    SCOPED_TRACE(run.name);
-    scope.set(run.tuning);
-    actual.poison_outputs();
-    actual.run();
-    for (size_t i = 0; i < actual.outputs().size(); ++i)
-      if (actual.outputs()[i].compare.kind == Compare::nmse)
-        EXPECT_LE(nmse(actual.read(actual.outputs()[i].tensor), expected.read(expected.outputs()[i].tensor)), run.bound)
-            << actual.outputs()[i].name << " (" << c.reason << ")";
-  }
-}
-
 // The GPU's few-rows products go to the tensor-core GEMV or, for small weights, the FMA GEMV
 // at one row (MatmulTuning::gemv_mma_min_bytes): every decode-sized parity case (M ≤ 8) through each core
 // alone stays within its bound of the reference, so neither core's edges depend on where the size
@@ -224,8 +196,9 @@ TEST(MatmulGpu, BothFewRowsCoresTakeEveryDecodeCase) {
     gpu::MatmulTuning tensor_cores = tuning.run_tuning(), fma = tuning.run_tuning();
     tensor_cores.gemv_mma_min_bytes = 0;
     fma.gemv_mma_min_bytes = std::numeric_limits<int64_t>::max();
-    expect_case_under_tunings(c, cuda, tuning, seed,
-                              {{"tensor-core GEMV wherever it fits", tensor_cores, c.tolerance}, {"FMA GEMV", fma, c.tolerance}});
+    expect_case_under(cuda, c, seed,
+                      {{"tensor-core GEMV wherever it fits", [&] { tuning.set(tensor_cores); }}, {"FMA GEMV", [&] { tuning.set(fma); }}},
+                      /*same_bits=*/false);
     ++cases;
   }
   EXPECT_GT(cases, 20);
@@ -292,16 +265,16 @@ TEST(MatmulGpu, EightBitCasesOnEveryPrefillPath) {
   for (const OpCase& c : cases) {
     const bool narrow = c.name.find("_wi8_") != std::string::npos || c.name.find("_wf8e4m3_") != std::string::npos;
     if (!c.in_tests || !narrow) continue;
-    std::vector<TunedRun> runs;
+    std::vector<Configuration> paths;
     for (auto [e4m3, wgmma] : {std::pair{true, true}, {false, false}, {true, false}}) {
       gpu::MatmulTuning t = tuning.run_tuning();
       t.e4m3_mma = e4m3;
       t.wgmma = wgmma && t.wgmma;
-      runs.push_back({fmt::format("{}{}", e4m3 ? "E4M3 tensor cores where they fit" : "x as given",
-                                  wgmma ? "" : ", no wgmma core (an H100 then runs the RTX 4090's kernels)"),
-                      t, !e4m3 && c.tight_tolerance > 0 ? c.tight_tolerance : c.tolerance});
+      paths.push_back({fmt::format("{}{}", e4m3 ? "E4M3 tensor cores where they fit" : "x as given",
+                                   wgmma ? "" : ", no wgmma core (an H100 then runs the RTX 4090's kernels)"),
+                       [&tuning, t] { tuning.set(t); }, !e4m3 && c.tight_tolerance > 0 ? c.tight_tolerance : c.tolerance});
     }
-    expect_case_under_tunings(c, cuda, tuning, seed, runs);
+    expect_case_under(cuda, c, seed, paths, /*same_bits=*/false);
     ++count;
   }
   EXPECT_GT(count, 30);

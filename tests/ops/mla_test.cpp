@@ -89,14 +89,12 @@ TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  std::vector<gpu::AttentionTuning> tunings;
-  std::vector<std::string> names;  // the first: 4 stages with bulk copies
+  std::vector<Configuration> configurations;  // the first: 4 stages with bulk copies
   for (int stages : {4, 3, 2})
-    for (bool bulk : {true, false}) {
-      tunings.push_back({.mla_stages = stages, .mla_bulk_copies = bulk});
-      names.push_back(fmt::format("{} stages, bulk copies {}", stages, bulk));
-    }
-  EXPECT_GT(expect_configurations_agree(cuda, mla_cases(), names, [&](size_t k) { tuning.set(tunings[k]); }), 20);
+    for (bool bulk : {true, false})
+      configurations.push_back({fmt::format("{} stages, bulk copies {}", stages, bulk),
+                                [&tuning, stages, bulk] { tuning.set({.mla_stages = stages, .mla_bulk_copies = bulk}); }});
+  EXPECT_GT(expect_configurations_agree(cuda, mla_cases(), configurations), 20);
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------
