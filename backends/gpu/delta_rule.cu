@@ -291,7 +291,11 @@ constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
 // so more warps than the first pass's hide more of their latency; each needs at most 128 registers.
 constexpr int kWalkWarps = 16, kWalkThreads = kWalkWarps * 32;
 constexpr int kMmaColumns = 32;
-constexpr size_t kSegmentBytes = size_t(64) << 20;
+// Each segment costs the walk a start and an end (the state loaded and stored, blocks finishing
+// unevenly) and the first pass a partial last wave: at 4096 tokens of 32 value heads, chunks of 64,
+// segments of 14, 24 and 33 chunks measured 1.023, 0.941 and 0.932 ms on an H200. 192 MB holds 40
+// such chunks; a long prompt's workspace stays bounded all the same.
+constexpr size_t kSegmentBytes = size_t(192) << 20;
 
 // acc += Σ_{k0 ≤ κ < k1} a(r, κ)·b(κ, c) over one 16 × 8 tile (r, c relative to it): PA, PB = 1 for
 // an operand exact in tf32, 2 for one split into head and tail (the tail × tail term dropped). The
@@ -460,6 +464,77 @@ __device__ inline E from_loaded(float x) {
   else return from_float<E>(x);  // exact: x was read from an E
 }
 
+// kk[t] += K_rows · K_cols(t)ᵀ (where `delta`) and qk[t] += Q_rows · K_cols(t)ᵀ for the first
+// `tiles` of N 16 × 8 tiles: rows row0 … row0 + 15 of the chunk's keys and queries against key rows
+// col0 + 8t … col0 + 8t + 7, all [C][pitch] 16-bit E in shared memory (N even; rows past the
+// last tile read are the chunk's own).
+template <int N, class E>
+__device__ inline void key_products(float (&kk)[N][4], float (&qk)[N][4], bool delta, int tiles, const E* Ks, const E* Qs,
+                                    int pitch, int row0, int col0, int Dk, int lane) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  static_assert(N % 2 == 0, "key tiles go by pairs");
+  for (int k0 = 0; k0 < Dk; k0 += 16) {
+    uint32_t ka[4], qa[4];
+    const int a_at = (row0 + lane % 16) * pitch + k0 + (lane / 16) * 8;
+    if (delta) ldmatrix_x4(ka, Ks + a_at);
+    ldmatrix_x4(qa, Qs + a_at);
+#pragma unroll
+    for (int t = 0; t < N; t += 2) {
+      if (t >= tiles) break;
+      // Lanes 8i … 8i + 7 name rows of matrix i: tile t's keys at k0 and k0 + 8, then tile t + 1's.
+      uint32_t b[4];
+      ldmatrix_x4(b, Ks + (col0 + 8 * t + 8 * (lane / 16) + lane % 8) * pitch + k0 + 8 * ((lane / 8) % 2));
+      if (delta) mma_16816<E>(kk[t], ka, b[0], b[1]);
+      mma_16816<E>(qk[t], qa, b[0], b[1]);
+      if (t + 1 < tiles) {
+        if (delta) mma_16816<E>(kk[t + 1], ka, b[2], b[3]);
+        mma_16816<E>(qk[t + 1], qa, b[2], b[3]);
+      }
+    }
+  }
+#else
+  (void)kk, (void)qk, (void)delta, (void)tiles, (void)Ks, (void)Qs, (void)pitch, (void)row0, (void)col0, (void)Dk, (void)lane;
+#endif
+}
+
+// acc[t] += (T diag(s))[row0 … row0 + 15, 0 … k_end) · B[0 … k_end, col0 + 8t …] for the first
+// `tiles` of N 16 × 8 tiles, T f32 [.][t_pitch] and B bf16 rows [k][b_pitch] in shared memory (N
+// even, k_end a multiple of 16; columns of a last odd tile's partner are padding). T diag(s)
+// enters as three bf16 parts, together good to ~2^-24 as the tf32 head and tail are to ~2^-21,
+// and B's rows are the mma's own operands, by ldmatrix: a k step of 16 takes three m16n8k16 a tile
+// where the tf32 form took four m16n8k8 and a load and a split per element.
+template <int N, class Scale>
+__device__ inline void scaled_t_products(float (&acc)[N][4], int tiles, const float* T, int t_pitch, int row0, int k_end,
+                                         Scale s, const ding::bf16* B, int b_pitch, int col0, int lane) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  static_assert(N % 2 == 0, "column tiles go by pairs");
+  const int g = lane >> 2, c = lane & 3;
+  for (int k0 = 0; k0 < k_end; k0 += 16) {
+    uint32_t a[3][4];
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const int r = row0 + g + 8 * (reg & 1), k = k0 + 2 * c + 8 * (reg >> 1);
+      const float2 t = *reinterpret_cast<const float2*>(T + r * t_pitch + k);
+      split_pair<ding::bf16, 3>(t.x * s(k), t.y * s(k + 1), a, reg);
+    }
+#pragma unroll
+    for (int t = 0; t < N; t += 2) {
+      if (t >= tiles) break;
+      // Lanes 8i … 8i + 7 name rows of matrix i, transposed: k0 and k0 + 8 of tile t, then tile t + 1's.
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, B + (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * b_pitch + col0 + 8 * t + 8 * (lane / 16));
+#pragma unroll
+      for (int p = 0; p < 3; ++p) {
+        mma_16816<ding::bf16>(acc[t], a[p], b[0], b[1]);
+        mma_16816<ding::bf16>(acc[t + 1], a[p], b[2], b[3]);
+      }
+    }
+  }
+#else
+  (void)acc, (void)tiles, (void)T, (void)t_pitch, (void)row0, (void)k_end, (void)s, (void)B, (void)b_pitch, (void)col0, (void)lane;
+#endif
+}
+
 template <int C, class E>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     gated_delta_rule_prepare_kernel(AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, DeltaShape sh,
@@ -592,8 +667,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     const int lower = max(0, min(kRowTiles, 2 * mi + 2 - n0));  // tiles reaching the diagonal or below it
     float kk_acc[kRowTiles][4] = {}, qk_acc[kRowTiles][4] = {};
     auto key_cols = [=](int t, int kk, int cc) { return to_float(Ks[(8 * (n0 + t) + cc) * kp + kk]); };
-    if (sh.delta) mma_tf32_tiles_shared_a<PE, PE>(kk_acc, lower, row_major(Ks, kp, 16 * mi), key_cols, 0, Dk, lane);
-    mma_tf32_tiles_shared_a<PE, PE>(qk_acc, lower, row_major(Qs, kp, 16 * mi), key_cols, 0, Dk, lane);
+    if constexpr (std::is_same_v<E, float>) {
+      if (sh.delta) mma_tf32_tiles_shared_a<PE, PE>(kk_acc, lower, row_major(Ks, kp, 16 * mi), key_cols, 0, Dk, lane);
+      mma_tf32_tiles_shared_a<PE, PE>(qk_acc, lower, row_major(Qs, kp, 16 * mi), key_cols, 0, Dk, lane);
+    } else {
+      // 16-bit rows are the mma's own operands (their products exact in the f32 sums, as in tf32):
+      // m16n8k16 with fragments by ldmatrix, a k step of 16 in three instructions a tile pair
+      // where the tf32 form took a load and a conversion per element.
+      key_products<kRowTiles>(kk_acc, qk_acc, sh.delta, lower, Ks, Qs, kp, 16 * mi, 8 * n0, Dk, lane);
+    }
 #pragma unroll
     for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
@@ -658,9 +740,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     float acc[4][4] = {};
     if (group < v_groups) {
       const int n0 = 4 * group, tiles = min(4, v_tiles - n0);
-      mma_tf32_tiles_shared_a<2, PE>(acc, tiles, [=](int r, int kk) { return Tm[(16 * mi + r) * cp + kk] * Bt[kk]; },
-                                     [=](int t, int kk, int cc) { return to_float(Vs[kk * vp + 8 * (n0 + t) + cc]); }, 0, 16 * mi + 16,
-                                     lane);
+      if constexpr (std::is_same_v<E, ding::bf16>)
+        scaled_t_products(acc, tiles, Tm, cp, 16 * mi, 16 * mi + 16, [=](int kk) { return Bt[kk]; }, Vs, vp, 8 * n0, lane);
+      else
+        mma_tf32_tiles_shared_a<2, PE>(acc, tiles, [=](int r, int kk) { return Tm[(16 * mi + r) * cp + kk] * Bt[kk]; },
+                                       [=](int t, int kk, int cc) { return to_float(Vs[kk * vp + 8 * (n0 + t) + cc]); }, 0,
+                                       16 * mi + 16, lane);
 #pragma unroll
       for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -670,9 +755,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
         }
     } else {
       const int n0 = 4 * (group - v_groups), tiles = min(4, Dk / 8 - n0);
-      mma_tf32_tiles_shared_a<2, PE>(acc, tiles, [=](int r, int kk) { return Tm[(16 * mi + r) * cp + kk] * (Bt[kk] * gam[kk]); },
-                                     [=](int t, int kk, int cc) { return to_float(Ks[kk * kp + 8 * (n0 + t) + cc]); }, 0,
-                                     16 * mi + 16, lane);
+      if constexpr (std::is_same_v<E, ding::bf16>)
+        scaled_t_products(acc, tiles, Tm, cp, 16 * mi, 16 * mi + 16, [=](int kk) { return Bt[kk] * gam[kk]; }, Ks, kp, 8 * n0, lane);
+      else
+        mma_tf32_tiles_shared_a<2, PE>(acc, tiles, [=](int r, int kk) { return Tm[(16 * mi + r) * cp + kk] * (Bt[kk] * gam[kk]); },
+                                       [=](int t, int kk, int cc) { return to_float(Ks[kk * kp + 8 * (n0 + t) + cc]); }, 0,
+                                       16 * mi + 16, lane);
 #pragma unroll
       for (int t = 0; t < 4; ++t)
 #pragma unroll
@@ -1018,8 +1106,9 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   const int64_t chunks = (sh.T + C - 1) / C;
   const size_t value_bytes = size_t(sh.B * sh.Hv * ws.per_value()) * 4, row_bytes = size_t(sh.B * sh.Hk * 2 * C * sh.Dk) * sizeof(E);
   const int64_t tuned = s.attention_tuning().delta_rule_segment_chunks;
-  const int64_t per_segment =
-      std::min(chunks, tuned > 0 ? tuned : std::max<int64_t>(1, int64_t(kSegmentBytes / (value_bytes + row_bytes))));
+  // Without a tuning, segments of equal size: the fewest the bound allows, none left short.
+  const int64_t most = std::max<int64_t>(1, int64_t(kSegmentBytes / (value_bytes + row_bytes)));
+  const int64_t per_segment = tuned > 0 ? std::min(chunks, tuned) : (chunks + (chunks + most - 1) / most - 1) / ((chunks + most - 1) / most);
   float* const values = static_cast<float*>(s.scratch(size_t(per_segment) * (value_bytes + row_bytes)));
   const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E))).bytes();
   const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E))).bytes();

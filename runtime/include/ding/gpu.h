@@ -51,7 +51,7 @@ struct AttentionTuning {
   bool mla_bulk_copies = true;  // its tiles by the copy engine's bulk copies where the device has
                                 // them (sm_90+); false: by cp.async, as on sm_80/sm_89
   int delta_rule_segment_chunks = 0;  // the chunk-wise delta rule's chunks per pair of passes
-                                      // (0: as many as 64 MB of first-pass output holds)
+                                      // (0: equal segments of at most 192 MB of first-pass output)
 };
 
 // Applies to the calls enqueued after it on every stream of `device`.
