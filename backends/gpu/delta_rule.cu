@@ -280,7 +280,10 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 // So the walk, the sequential part, holds no substitution and no n × n product of q and k.
 // Products are m16n8k8 tf32 mmas. Operands that are not exact in tf32 (anything computed, and f32
 // inputs) enter as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11;
-// bf16 and f16 q, k and v are exact in one part. G is summed in double (a warp scan), as the SIMT
+// bf16 and f16 q, k and v are exact in one part. Where q, k and v are 16-bit the first pass's key
+// products take m16n8k16 on the rows as they are, and where they are bf16 also its products with
+// T, whose computed side enters as three bf16 parts (~2^-24): fewer instructions, no less
+// accuracy. A product's parts accumulate apart where a warp has few tiles (PartSums). G is summed in double (a warp scan), as the SIMT
 // kernel does. The passes run over segments of at most kSegmentBytes of first-pass output (the
 // stream's scratch), so a long prompt needs no workspace that grows with it. The chunk is the
 // largest of 64, 32, 16 whose shared memory fits (mma_chunk): by the layouts' sizes at bf16 and
@@ -292,9 +295,9 @@ constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
 constexpr int kWalkWarps = 16, kWalkThreads = kWalkWarps * 32;
 constexpr int kMmaColumns = 32;
 // Each segment costs the walk a start and an end (the state loaded and stored, blocks finishing
-// unevenly) and the first pass a partial last wave: at 4096 tokens of 32 value heads, chunks of 64,
-// segments of 14, 24 and 33 chunks measured 1.023, 0.941 and 0.932 ms on an H200. 192 MB holds 40
-// such chunks; a long prompt's workspace stays bounded all the same.
+// unevenly) and the first pass a partial last wave, so fewer and larger segments run faster
+// (docs/PERFORMANCE.md, issue 21); 192 MB holds 40 chunks of 64 tokens of Qwen3-Next's 32 value
+// heads, and a long prompt's workspace stays bounded all the same.
 constexpr size_t kSegmentBytes = size_t(192) << 20;
 
 // acc += Σ_{k0 ≤ κ < k1} a(r, κ)·b(κ, c) over one 16 × 8 tile (r, c relative to it): PA, PB = 1 for
