@@ -283,12 +283,12 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 // bf16 and f16 q, k and v are exact in one part. Where q, k and v are 16-bit the first pass's key
 // products take m16n8k16 on the rows as they are, and where they are bf16 also its products with
 // T, whose computed side enters as three bf16 parts (~2^-24): fewer instructions, no less
-// accuracy. A product's parts accumulate apart where a warp has few tiles (PartSums). G is summed in double (a warp scan), as the SIMT
-// kernel does. The passes run over segments of at most kSegmentBytes of first-pass output (the
-// stream's scratch), so a long prompt needs no workspace that grows with it. The chunk is the
-// largest of 64, 32, 16 whose shared memory fits (mma_chunk): by the layouts' sizes at bf16 and
-// 128-wide heads, 64 in an H100's 227 KB a block (the walk takes 193 KB), 16 in an RTX 4090's 99 KB
-// (chunks of 32 take 105 KB).
+// accuracy. A product's parts accumulate apart where a warp has few tiles (PartSums). G is summed
+// in double (a warp scan), as the SIMT kernel does. The passes run over equal segments of at most
+// kSegmentBytes of first-pass output (the stream's scratch), so a long prompt needs no workspace
+// that grows with it. The chunk is the largest of 64, 32, 16 whose shared memory fits
+// (mma_chunk): by the layouts' sizes at bf16 and 128-wide heads, 64 in an H100's 227 KB a block
+// (the walk takes 193 KB), 16 in an RTX 4090's 99 KB (chunks of 32 take 105 KB).
 constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
 // The walk's warps: its products are short chains per warp (a tile or two of U and O, two of S),
 // so more warps than the first pass's hide more of their latency; each needs at most 128 registers.
