@@ -42,9 +42,9 @@ inline void expect_case_under(Device& device, const OpCase& c, uint64_t seed, co
     actual.run();
     for (size_t i = 0; i < actual.outputs().size(); ++i) {
       const std::vector<double> got = actual.read(actual.outputs()[i].tensor);
+      const double bound = configuration.bound > 0 ? configuration.bound : c.tolerance;
       if (actual.outputs()[i].compare.kind == Compare::nmse)
-        EXPECT_LE(nmse(got, expected.read(expected.outputs()[i].tensor)), configuration.bound > 0 ? configuration.bound : c.tolerance)
-            << actual.outputs()[i].name << " (" << c.reason << ")";
+        EXPECT_LE(nmse(got, expected.read(expected.outputs()[i].tensor)), bound) << actual.outputs()[i].name << " (" << c.reason << ")";
       if (!same_bits) continue;
       if (first.size() <= i) first.push_back(got);
       else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from " << configurations[0].name;

@@ -177,7 +177,6 @@ TEST(MatmulQuantizedWeights, RowScalesMultiplyTheRowsSums_M1_N2_K2) {
   }
 }
 
-// One run of a case on the GPU: the tuning it runs under and the NMSE bound it is held to.
 // The GPU's few-rows products go to the tensor-core GEMV or, for small weights, the FMA GEMV
 // at one row (MatmulTuning::gemv_mma_min_bytes): every decode-sized parity case (M ≤ 8) through each core
 // alone stays within its bound of the reference, so neither core's edges depend on where the size
