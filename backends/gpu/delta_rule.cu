@@ -798,7 +798,8 @@ struct WalkLayout {
   __host__ __device__ size_t bytes() const { return size_t(floats()) * 4 + size_t(2 * int64_t(C) * Dk) * esize; }
 };
 
-// `bytes` (a multiple of 16) from global to shared memory, 16 bytes per cp.async, over the block.
+// `bytes` (a multiple of 16) from global to shared memory, 16 bytes per cp.async, over the walk's
+// block of kWalkThreads.
 __device__ inline void copy_async(void* dst, const void* src, int bytes, int tid) {
 #if defined(DING_GPU_NVIDIA_MMA)
   for (int i = 16 * tid; i < bytes; i += 16 * kWalkThreads)
@@ -845,8 +846,8 @@ __device__ inline void mma_parts(float (&acc)[4], const uint32_t (&ah)[4], const
 
 // A product's accumulator as its three parts (head × head, head × tail, tail × head), each in its
 // own registers: a k step's mmas then wait on no other mma of that step, and the chain the k loop
-// builds is a third as long. Where a warp has few tiles to interleave (U, Q S_0 and A U: two each),
-// the mma latency along that chain, not the issue rate, set the walk's pace.
+// builds is a third as long (half, where A is exact). Where a warp has few tiles to interleave (U,
+// Q S_0 and A U), the mma latency along that chain, not the issue rate, set the walk's pace.
 struct PartSums {
   float hh[4] = {}, ht[4] = {}, th[4] = {};
   __device__ float operator[](int e) const { return hh[e] + (ht[e] + th[e]); }
@@ -1111,7 +1112,8 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   const int64_t tuned = s.attention_tuning().delta_rule_segment_chunks;
   // Without a tuning, segments of equal size: the fewest the bound allows, none left short.
   const int64_t most = std::max<int64_t>(1, int64_t(kSegmentBytes / (value_bytes + row_bytes)));
-  const int64_t per_segment = tuned > 0 ? std::min(chunks, tuned) : (chunks + (chunks + most - 1) / most - 1) / ((chunks + most - 1) / most);
+  const int64_t segments = (chunks + most - 1) / most;
+  const int64_t per_segment = tuned > 0 ? std::min(chunks, tuned) : (chunks + segments - 1) / segments;
   float* const values = static_cast<float*>(s.scratch(size_t(per_segment) * (value_bytes + row_bytes)));
   const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E))).bytes();
   const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E))).bytes();
