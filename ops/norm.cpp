@@ -78,13 +78,27 @@ void validate(const Device& device, const LayerNormArgs& a) {
 void validate(const Device& device, const RmsNormArgs& a) {
   Check c("rms_norm", device);
   validate_norm(c, a.out, a.x, a.weight, a.params.eps, a.params.residual, a.params.sum_out);
+  if (const Tensor& gate = a.params.gate; gate.defined()) {
+    c.tensor("gate", gate, a.x.rank, a.x.rank);
+    c.float_dtype("gate", gate);
+    c.last_dim_contiguous("gate", gate);
+    c.same_shape("gate", gate, "x", a.x);
+    c.disjoint("out", a.out, "gate", gate);
+  }
 }
 
 Cost cost(const LayerNormArgs& a) {
   return norm_cost(a.out, a.x, a.weight, a.params.bias, a.params.residual, a.params.sum_out);
 }
 
-Cost cost(const RmsNormArgs& a) { return norm_cost(a.out, a.x, a.weight, {}, a.params.residual, a.params.sum_out); }
+Cost cost(const RmsNormArgs& a) {
+  Cost c = norm_cost(a.out, a.x, a.weight, {}, a.params.residual, a.params.sum_out);
+  if (a.params.gate.defined()) {  // silu and the product: an exp, a divide, two multiplies
+    c.flops += 4.0 * double(a.x.numel());
+    c.bytes += double(a.params.gate.nbytes());
+  }
+  return c;
+}
 
 void layer_norm(Stream& stream, Tensor out, Tensor x, Tensor weight, const LayerNormParams& params) {
   dispatch(stream, LayerNormArgs{out, x, weight, params});

@@ -1,5 +1,6 @@
 // layer_norm: y = (h - mean(h)) / sqrt(var(h) + eps) · weight + bias     (var is the biased variance)
-// rms_norm:   y = h / sqrt(mean(h²) + eps) · weight
+// rms_norm:   y = h / sqrt(mean(h²) + eps) · weight  (· silu(gate), where a gate is given: the gated
+//             RMSNorm of Qwen3-Next's linear attention output, norm(o)·silu(z), in one pass)
 // where h = x, or h = x + residual when a residual is given (the pre-norm residual stream);
 // `sum_out`, if given, receives h so the block can carry it forward without a second pass.
 // The row tensors (x, out, residual, sum_out) are views with a contiguous last dimension C and
@@ -34,6 +35,7 @@ struct RmsNormParams {
   float eps = 1e-6f;
   Tensor residual;  // like x, optional
   Tensor sum_out;   // like x, optional (needs residual); may be x or residual itself
+  Tensor gate;      // like x (a row tensor of its own strides), optional; must not overlap out
 };
 
 struct RmsNormArgs {

@@ -4,6 +4,8 @@
 // out is narrowed from it. Because the row is read whole before anything is written,
 // sum_out may be x or residual itself. Weight and bias are widened to f32 once per call. Each
 // row tensor finds row r through its own strides (strided.h), so views of fused products work.
+// rms_norm's gate is widened into a second scratch row and multiplied in as silu(gate) before
+// out is narrowed.
 #include <cmath>
 #include <vector>
 
@@ -71,13 +73,14 @@ const float* widen(const Tensor& t, ScratchSlot slot) {
 // The row loop both norms share; `stats(h, C)` returns {mean to subtract, 1/σ}.
 template <class Stats>
 void norm_rows(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
-               const Tensor& sum_out, Stats stats) {
+               const Tensor& sum_out, const Tensor& gate, Stats stats) {
   const int64_t C = x.dim(-1), rows = x.numel() / C;
   const float* w = widen(weight, ScratchSlot::first);
   const float* b = bias.defined() ? widen(bias, ScratchSlot::second) : nullptr;
 #pragma omp parallel if (rows * C >= (1 << 14))
   {
     float* const h = thread_scratch(ScratchSlot::third, size_t(C));  // one row per thread; w and b hold first, second
+    float* const g = gate.defined() ? thread_scratch(ScratchSlot::fourth, size_t(C)) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       load_row(h, row_bytes(x, r), x.dtype, C);
@@ -86,6 +89,11 @@ void norm_rows(const Tensor& out, const Tensor& x, const Tensor& weight, const T
       const auto [mean, rstd] = stats(h, C);
       const int64_t w_row = ops::weight_row(weight, r) * C;
       normalize_row(h, C, mean, rstd, w + w_row, b ? b + w_row : nullptr);
+      if (g) {
+        load_row(g, row_bytes(gate, r), gate.dtype, C);
+        silu_row(g, C);
+        for (int64_t c = 0; c < C; ++c) h[c] *= g[c];
+      }
       store_row(row_bytes_out(out, r), out.dtype, h, C);
     }
   }
@@ -95,7 +103,7 @@ void norm_rows(const Tensor& out, const Tensor& x, const Tensor& weight, const T
 
 void layer_norm(Stream&, const ops::LayerNormArgs& a) {
   const float eps = a.params.eps;
-  norm_rows(a.out, a.x, a.weight, a.params.bias, a.params.residual, a.params.sum_out, [eps](const float* h, int64_t C) {
+  norm_rows(a.out, a.x, a.weight, a.params.bias, a.params.residual, a.params.sum_out, Tensor{}, [eps](const float* h, int64_t C) {
     // Two passes over the cached row: Σ(h − mean)² does not cancel the way Σh² − C·mean² does.
     const float mean = row_sum(h, C) / float(C);
     const float var = row_sum_of_squares(h, C, mean) / float(C);
@@ -105,7 +113,7 @@ void layer_norm(Stream&, const ops::LayerNormArgs& a) {
 
 void rms_norm(Stream&, const ops::RmsNormArgs& a) {
   const float eps = a.params.eps;
-  norm_rows(a.out, a.x, a.weight, Tensor{}, a.params.residual, a.params.sum_out, [eps](const float* h, int64_t C) {
+  norm_rows(a.out, a.x, a.weight, Tensor{}, a.params.residual, a.params.sum_out, a.params.gate, [eps](const float* h, int64_t C) {
     const float mean_square = row_sum_of_squares(h, C, 0.0f) / float(C);
     return std::pair{0.0f, 1.0f / std::sqrt(mean_square + eps)};
   });

@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(kChunkThreads)
 // two sums over d are a warp's partial sums added across the block through shared memory:
 //   r = Σ_d S[d]·k[d];  u = β (v[e] − α r);  S[d] ← α S[d] + k[d]·u;  o = s Σ_d S[d]·q[d]
 // The block stages kStageTokens tokens' k, q, its v columns and gates in shared memory with one
-// set of loads, so the token loop waits on no global memory.
+// set of loads, so the token loop waits on no global memory. The kernel is chained (vendor.h): at
+// decode its start overlaps the kernel before (q and k's normalisation).
 constexpr int kRowWarps = 16;
 constexpr int kMaxRowsPerLane = int(ops::kMaxDeltaRuleKeyDim) / kRowWarps;
 #if defined(DING_GPU_AMD)
@@ -199,6 +200,8 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
   const bool in = e < sh.Dv;  // lanes past Dv keep zeros and still take part in the block's sums
   const int64_t b = bh / sh.Hv, h = bh % sh.Hv, kh = h / (sh.Hv / sh.Hk);
   float* const column = state + bh * int64_t(sh.Dk) * sh.Dv + e;  // S[d][e] at column[d · Dv]
+  wait_for_prior_kernels();
+  release_dependents();
 
   float S[kMaxRowsPerLane];
 #pragma unroll
@@ -1183,9 +1186,10 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
     }
   }
   const int lanes = s.props().warp_size;
-  gated_delta_rule_kernel<<<delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes)), kRowWarps * lanes, 0, s.handle()>>>(
-      any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta),
-      a.state.ptr<float>(), sh);
+  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), gated_delta_rule_kernel,
+                                dim3(delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes))), dim3(kRowWarps * lanes),
+                                0, s.handle(), any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v),
+                                any_float(a.g), any_float(a.beta), a.state.ptr<float>(), sh));
   DING_GPU_CHECK_LAUNCH("gated_delta_rule_kernel");
 }
 

@@ -88,4 +88,13 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // loops, so barriers inside them stay safe).
 inline constexpr int64_t kMaxGridYZ = 65535;
 
+// silu(g)·u = g·u·σ(g), with σ from e = e^(−|g|), which never overflows: 1/(1 + e) for g ≥ 0,
+// e/(1 + e) for g < 0. The second keeps the result's relative accuracy for g ≪ 0, where
+// g / (1 + e^(−g)) would lose it once e^(−g) overflows (the formula of activation.cu's swiglu,
+// down to where e^g leaves the normal range).
+__device__ inline float silu_times(float g, float u) {
+  const float e = expf(-fabsf(g)), gu = g * u;
+  return g >= 0.0f ? gu / (1.0f + e) : gu * e / (1.0f + e);
+}
+
 DING_GPU_END

@@ -37,15 +37,6 @@ __device__ inline float gelu_tanh(float v) {
   return v / (1.0f + expf(-2.0f * u));
 }
 
-// silu(g)·u = g·u·σ(g), with σ from e = e^(−|g|), which never overflows: 1/(1 + e) for g ≥ 0,
-// e/(1 + e) for g < 0. The second keeps the result's relative accuracy for g ≪ 0, where
-// g / (1 + e^(−g)) would lose it once e^(−g) overflows (the formula of activation.cu's swiglu,
-// down to where e^g leaves the normal range).
-__device__ inline float silu_times(float g, float u) {
-  const float e = expf(-fabsf(g)), gu = g * u;
-  return g >= 0.0f ? gu / (1.0f + e) : gu * e / (1.0f + e);
-}
-
 // out = act(acc + bias) + residual, rounded to out's dtype; swiglu: out = silu(gate + bias[col]) ·
 // (up + bias[N + col]) + residual, from the two sums of the output (ops/matmul.h). Rows index the
 // flattened output ([B·M, N] for a batched one: contiguous, so row b·M + m), so the cores need no

@@ -9,6 +9,7 @@
 // written by one thread only, and in the streaming form sum_out is written in the last pass,
 // after the passes that read x and residual. Each row tensor has its own row layout
 // (strided.cuh): views of fused products, such as the q part of a q/k/v product or its heads.
+// rms_norm's gate (a row tensor too) is read where out is written: out = normalised · silu(gate).
 #include <type_traits>
 
 #include "access.cuh"
@@ -26,21 +27,21 @@ namespace {
 // of x takes weight row r mod weight_rows, ops::weight_row).
 template <class X, class W>
 struct NormTensors {
-  X out, x, residual, sum_out;  // residual.p, sum_out.p null when absent
-  RowLayout out_rows, x_rows, residual_rows, sum_out_rows;
+  X out, x, residual, sum_out, gate;  // residual.p, sum_out.p, gate.p null when absent
+  RowLayout out_rows, x_rows, residual_rows, sum_out_rows, gate_rows;
   W weight, bias;               // bias.p null when absent
   int64_t weight_rows;
 };
 
 // Where row r starts in each row tensor, and its weight row.
 struct RowStarts {
-  int64_t out, x, residual, sum_out, weight;
+  int64_t out, x, residual, sum_out, gate, weight;
 };
 
 template <class X, class W>
 __device__ RowStarts row_starts(const NormTensors<X, W>& t, int64_t r, int64_t C) {
   return {row_offset(t.out_rows, r), row_offset(t.x_rows, r), row_offset(t.residual_rows, r),
-          row_offset(t.sum_out_rows, r), r % t.weight_rows * C};
+          row_offset(t.sum_out_rows, r), row_offset(t.gate_rows, r), r % t.weight_rows * C};
 }
 
 // h[0..V) ← x (+ residual) at column c of the row.
@@ -55,7 +56,8 @@ __device__ void load_h(const NormTensors<X, W>& t, const RowStarts& row, int64_t
   }
 }
 
-// sum_out ← h, out ← (h − mean)·rstd·weight + bias, for the V elements at column c of the row.
+// sum_out ← h, out ← (h − mean)·rstd·weight + bias (· silu(gate)), for the V elements at column c
+// of the row.
 template <int V, class X, class W>
 __device__ void store_normalized(const NormTensors<X, W>& t, const RowStarts& row, int64_t c, const float* h,
                                  float mean, float rstd) {
@@ -66,12 +68,18 @@ __device__ void store_normalized(const NormTensors<X, W>& t, const RowStarts& ro
   float y[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) y[j] = (h[j] - mean) * rstd * w[j] + b[j];
+  if (t.gate.p) {
+    float g[V];
+    t.gate.template load<V>(row.gate + c, g);
+#pragma unroll
+    for (int j = 0; j < V; ++j) y[j] = silu_times(g[j], y[j]);
+  }
   t.out.template store<V>(row.out + c, y);
 }
 
 // center: layer_norm (subtract the mean, add bias); else rms_norm. The row loop is uniform
 // across a block group (blockDim.y == 1), so the reductions' barriers are reached by all.
-// The AnyFloat instance always streams: eight cached elements, each behind six run-time dtype
+// The AnyFloat instance always streams: eight cached elements, each behind seven run-time dtype
 // switches, do not fit the 64 registers a 1024-thread block allows.
 template <int V, class X, class W>
 __global__ void __launch_bounds__(kRowMaxThreads)
@@ -163,25 +171,27 @@ void launch_norm(GpuStream& s, const NormTensors<X, W>& t, int64_t rows, int64_t
 // dtype and weight and bias another, the kernel is typed and moves 16 bytes of the row tensors
 // per access where alignment allows; any other mix runs element by element through AnyFloat.
 void norm(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-          const Tensor& residual, const Tensor& sum_out, float eps, bool center) {
+          const Tensor& residual, const Tensor& sum_out, const Tensor& gate, float eps, bool center) {
   const int64_t C = x.dim(-1), rows = x.numel() / C;
   GpuStream& s = gpu_stream(stream);
   const RowLayout out_rows = row_layout(out), x_rows = row_layout(x), residual_rows = row_layout(residual),
-                  sum_out_rows = row_layout(sum_out);
+                  sum_out_rows = row_layout(sum_out), gate_rows = row_layout(gate);
   auto same = [](const Tensor& t, DType d) { return !t.defined() || t.dtype == d; };
-  if (out.dtype == x.dtype && same(residual, x.dtype) && same(sum_out, x.dtype) && same(bias, weight.dtype)) {
+  if (out.dtype == x.dtype && same(residual, x.dtype) && same(sum_out, x.dtype) && same(gate, x.dtype) &&
+      same(bias, weight.dtype)) {
     with_float_type(x.dtype, [&](auto x_tag) {
       with_float_type(weight.dtype, [&](auto w_tag) {
         using XT = decltype(x_tag);
         using WT = decltype(w_tag);
         const NormTensors<Typed<XT>, Typed<WT>> t{
-            typed<XT>(out), typed<XT>(x), typed<XT>(residual), typed<XT>(sum_out), out_rows, x_rows, residual_rows,
-            sum_out_rows, typed<WT>(weight), typed<WT>(bias), weight.numel() / C};
+            typed<XT>(out),   typed<XT>(x),  typed<XT>(residual), typed<XT>(sum_out),  typed<XT>(gate),
+            out_rows,         x_rows,        residual_rows,       sum_out_rows,        gate_rows,
+            typed<WT>(weight), typed<WT>(bias), weight.numel() / C};
         // Vectors start at multiples of V within a row (C % V == 0); with aligned bases and rows
         // that start at multiples of V, every vector is aligned.
         constexpr int V = kPack16<XT>;
         bool vectors = C % V == 0;
-        for (const Tensor* u : {&out, &x, &residual, &sum_out, &weight, &bias})
+        for (const Tensor* u : {&out, &x, &residual, &sum_out, &gate, &weight, &bias})
           vectors = vectors && aligned_for(*u, V) && rows_start_at_multiples(*u, V);
         if (vectors)
           launch_norm<V>(s, t, rows, C, eps, center);
@@ -192,8 +202,9 @@ void norm(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& weig
     return;
   }
   const NormTensors<AnyFloat, AnyFloat> t{
-      any_float(out), any_float(x), any_float(residual), any_float(sum_out), out_rows, x_rows, residual_rows,
-      sum_out_rows, any_float(weight), any_float(bias), weight.numel() / C};
+      any_float(out),    any_float(x),    any_float(residual), any_float(sum_out), any_float(gate),
+      out_rows,          x_rows,          residual_rows,       sum_out_rows,       gate_rows,
+      any_float(weight), any_float(bias), weight.numel() / C};
   launch_norm<1>(s, t, rows, C, eps, center);
 }
 
@@ -201,12 +212,12 @@ void norm(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& weig
 
 void layer_norm(Stream& stream, const ops::LayerNormArgs& a) {
   const ops::LayerNormParams& p = a.params;
-  norm(stream, a.out, a.x, a.weight, p.bias, p.residual, p.sum_out, p.eps, /*center=*/true);
+  norm(stream, a.out, a.x, a.weight, p.bias, p.residual, p.sum_out, Tensor{}, p.eps, /*center=*/true);
 }
 
 void rms_norm(Stream& stream, const ops::RmsNormArgs& a) {
   const ops::RmsNormParams& p = a.params;
-  norm(stream, a.out, a.x, a.weight, Tensor{}, p.residual, p.sum_out, p.eps, /*center=*/false);
+  norm(stream, a.out, a.x, a.weight, Tensor{}, p.residual, p.sum_out, p.gate, p.eps, /*center=*/false);
 }
 
 DING_GPU_END

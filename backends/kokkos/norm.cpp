@@ -4,6 +4,7 @@
 // The row sums are in double: a serial f32 sum over thousands of columns (a Serial or OpenMP
 // team is one thread) drifts past the op's tolerance, and it is one add per element. Each row
 // tensor finds its rows through its own strides (RowStarts), so views of fused products work.
+// rms_norm's gate multiplies each output by silu(gate) where it is written.
 #include "elements.h"
 #include "kernels.h"
 
@@ -73,7 +74,8 @@ void layer_norm(Stream&, const ops::LayerNormArgs& a) {
 void rms_norm(Stream&, const ops::RmsNormArgs& a) {
   const int64_t C = a.x.dim(-1);
   const NormRows t = norm_rows(a.x, a.params.residual, a.out, a.params.sum_out);
-  const Elements weight = elements(a.weight);
+  const Elements weight = elements(a.weight), gate = elements(a.params.gate);
+  const RowStarts gate_rows = row_starts(a.params.gate);
   const int64_t weight_rows = a.weight.numel() / C;  // row r takes weight row r mod weight_rows
   const float eps = a.params.eps;
   Kokkos::parallel_for("ding::rms_norm", TeamPolicy(rows_of(a.x), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
@@ -88,9 +90,10 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
         },
         squares);
     const float rstd = float(1.0 / sqrt(squares / double(C) + double(eps)));
+    const int64_t gate_at = gate.defined() ? gate_rows(team.league_rank()) : 0;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int64_t c) {
-      const float v = h_at(t, at, c);
-      t.out.store(at.out + c, v * rstd * weight.load(w_row + c));
+      const float v = h_at(t, at, c), y = v * rstd * weight.load(w_row + c);
+      t.out.store(at.out + c, gate.defined() ? kokkos::silu(gate.load(gate_at + c)) * y : y);
       if (t.sum_out.defined()) t.sum_out.store(at.sum_out + c, v);
     });
   });

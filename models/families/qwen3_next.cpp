@@ -213,14 +213,14 @@ class Qwen3Next final : public Family {
 
   // in_proj_qkvz keeps each key head's group [q_g, k_g, v_g, z_g] (v_g and z_g: the r = Hv/Hk value
   // heads of the group) and in_proj_ba each group's [b_g, a_g]; the rows are gathered into q, k,
-  // v, b, a (in_w) and z (z_w) of all heads in order.
+  // v, b, a, z of all heads in order (in_w).
   static void linear_weights(WeightMap& map, const ModelConfig& c, const std::string& p, LinearAttentionWeights& a) {
     const LinearAttentionSpec& la = c.linear;
     const int64_t C = c.d_model, Hk = la.key_heads, Hv = la.value_heads, Dk = la.key_dim, Dv = la.value_dim;
     const int64_t r = Hv / Hk, group = 2 * Dk + 2 * r * Dv, channels = la.conv_channels();
     const std::string at = p + "linear_attn.", qkvz = at + "in_proj_qkvz.weight", ba = at + "in_proj_ba.weight";
     const int64_t qkvz_rows = Hk * group, ba_rows = 2 * Hv;
-    std::vector<WeightMap::RowBlock> in, z;
+    std::vector<WeightMap::RowBlock> in;
     const auto part = [&](std::vector<WeightMap::RowBlock>& to, const std::string& name, int64_t rows, int64_t begin,
                           int64_t size) { to.push_back({name, rows, begin, begin + size}); };
     for (int64_t g = 0; g < Hk; ++g) part(in, qkvz, qkvz_rows, g * group, Dk);                    // q
@@ -228,10 +228,9 @@ class Qwen3Next final : public Family {
     for (int64_t g = 0; g < Hk; ++g) part(in, qkvz, qkvz_rows, g * group + 2 * Dk, r * Dv);       // v
     for (int64_t g = 0; g < Hk; ++g) part(in, ba, ba_rows, g * 2 * r, r);                         // b
     for (int64_t g = 0; g < Hk; ++g) part(in, ba, ba_rows, g * 2 * r + r, r);                     // a
-    for (int64_t g = 0; g < Hk; ++g) part(z, qkvz, qkvz_rows, g * group + 2 * Dk + r * Dv, r * Dv);  // z
+    for (int64_t g = 0; g < Hk; ++g) part(in, qkvz, qkvz_rows, g * group + 2 * Dk + r * Dv, r * Dv);  // z
     map.vector(&a.norm_w, p + "input_layernorm.weight", C, WeightInit::ones, kZeroCentred);
-    map.gathered(&a.in_w, at + "in_proj_qkvba", in, C);
-    map.gathered(&a.z_w, at + "in_proj_z", z, C);
+    map.gathered(&a.in_w, at + "in_proj_qkvbaz", in, C);
     map.tensor(&a.conv_w, at + "conv1d.weight", {channels, 1, la.conv_kernel});
     map.vector(&a.a_log, at + "A_log", Hv, WeightInit::zeros);
     map.vector(&a.dt_bias, at + "dt_bias", Hv, WeightInit::ones);

@@ -49,12 +49,10 @@ struct LatentAttentionWeights {
 // Gated DeltaNet's weights (ModelConfig::linear), transformers' Qwen3NextGatedDeltaNet names beside.
 struct LinearAttentionWeights {
   Tensor norm_w;       // [C] input_layernorm
-  // [Cc + 2·Hv, C], Cc = 2·Hk·Dk + Hv·Dv: rows of q, k, v (the convolution's channels, in its
-  // order), b, a; and z's [Hv·Dv, C] apart (so z is a contiguous product for the gated norm). Both
-  // gathered from in_proj_qkvz and in_proj_ba, which keep them grouped per key head
-  // (fix_query_key_value_ordering).
+  // [Cc + 2·Hv + Hv·Dv, C], Cc = 2·Hk·Dk + Hv·Dv: rows of q, k, v (the convolution's channels, in
+  // its order), b, a, z, so one product reads them all; gathered from in_proj_qkvz and in_proj_ba,
+  // which keep them grouped per key head (fix_query_key_value_ordering).
   Tensor in_w;
-  Tensor z_w;
   Tensor conv_w;       // [Cc, 1, K] conv1d.weight
   Tensor a_log;        // [Hv] A_log
   Tensor dt_bias;      // [Hv] dt_bias

@@ -1,9 +1,10 @@
 // Gated DeltaNet as a decoder layer (Qwen3-Next's linear_attention layers), every step a device op:
-//   [q k v | b a] = W_in  h,  z = W_z h,  h = norm(x)        matmul ×2, the norm in their prologue
+//   [q k v | b a | z] = W_in h,  h = norm(x)                 matmul, the norm in its prologue
 //   q, k, v = silu(conv(q k v))                             causal_conv1d, state: the last K − 1 inputs
 //   q, k = q/‖q‖, k/‖k‖ per head                            rms_norm with weight 1/√Dk and eps/Dk
 //   o = gated_delta_rule(q, k, v; g(a), β(b))               the gates formed in the op from A_log, dt_bias
-//   x += W_out · (rms_norm(o) ⊙ silu(z))                    rms_norm, swiglu, matmul with x as residual
+//   x += W_out · (rms_norm(o) ⊙ silu(z))                    rms_norm with z as its gate, matmul with
+//                                                           x as residual
 // A prefill chunk is one sequence's consecutive tokens (B = 1, T = n); a decode step is one token
 // of each of n sequences (B = n, T = 1). The cache holds per sequence what the next token needs,
 // whatever the context: the convolution's last inputs and the state.
@@ -39,7 +40,7 @@ void LinearAttentionCache::clear(Stream& stream, int64_t seq) {
 }
 
 std::vector<std::string_view> linear_attention_ops(const ModelConfig&) {
-  return {"matmul", "causal_conv1d", "rms_norm", "gated_delta_rule", "swiglu"};
+  return {"matmul", "causal_conv1d", "rms_norm", "gated_delta_rule"};
 }
 
 void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache& layer_cache) {
@@ -54,10 +55,9 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
   Stream& stream = *s.stream;
 
   const ops::MatmulNorm prologue{.kind = c.norm, .weight = w.norm_w, .eps = c.norm_eps};
-  const Tensor proj = scratch.take(dt, {n, channels + 2 * Hv});
-  const Tensor z = scratch.take(dt, {n, Hv, Dv});
+  const Tensor proj = scratch.take(dt, {n, channels + 2 * Hv + Vd});
   ops::matmul(stream, proj, s.x, w.in_w, {.norm = prologue});
-  ops::matmul(stream, z.reshape({n, Vd}), s.x, w.z_w, {.norm = prologue});
+  const Tensor z = proj.slice(1, channels + 2 * Hv, channels + 2 * Hv + Vd).unflatten(1, Hv);
 
   // This step's sequences and their states: one sequence's tokens in a row, or one token each.
   const bool prefill = s.kind == StepKind::prefill;
@@ -80,8 +80,7 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
                         as_batch(a), as_batch(b), state, {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias}});
 
   const Tensor normed = scratch.take(dt, {n, Hv, Dv});
-  ops::rms_norm(stream, normed, o, w.out_norm_w, {.eps = c.norm_eps});
-  ops::swiglu(stream, normed, z, normed);  // rms_norm(o) ⊙ silu(z)
+  ops::rms_norm(stream, normed, o, w.out_norm_w, {.eps = c.norm_eps, .gate = z});
   ops::matmul(stream, s.x, normed.reshape({n, Vd}), w.out_w, {.residual = s.x});
 }
 

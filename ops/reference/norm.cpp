@@ -7,7 +7,8 @@
 // rounded to its dtype. sum_out may be x or residual itself, so each row is read whole before
 // anything of it is written. Every row tensor has a contiguous last dimension (checked by the
 // front end) and its own strides in the others: row r, column c is element row_offset(t, r) + c.
-// Row r takes weight (and bias) row ops::weight_row(weight, r).
+// Row r takes weight (and bias) row ops::weight_row(weight, r). A gate g multiplies rms_norm's
+// output by silu(g) = g / (1 + e^−g).
 #include <cmath>
 #include <vector>
 
@@ -62,7 +63,12 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
     mean_square /= double(C);
     const double rstd = 1.0 / std::sqrt(mean_square + double(p.eps));
     const int64_t out_row = row_offset(a.out, r), w_row = ops::weight_row(a.weight, r) * C;
-    for (int64_t c = 0; c < C; ++c) store(a.out, out_row + c, h[c] * rstd * load(a.weight, w_row + c));
+    const int64_t gate_row = p.gate.defined() ? row_offset(p.gate, r) : 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double g = p.gate.defined() ? load(p.gate, gate_row + c) : 0.0;
+      const double silu_gate = p.gate.defined() ? g / (1.0 + std::exp(-g)) : 1.0;
+      store(a.out, out_row + c, h[c] * rstd * load(a.weight, w_row + c) * silu_gate);
+    }
   }
 }
 

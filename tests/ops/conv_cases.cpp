@@ -62,6 +62,10 @@ std::vector<OpCase> conv_cases() {
   add({.T = 1, .C = 96, .x = f16, .w = f16, .state = f16, .out = f16});
   add({.B = 2, .T = 3, .C = 40, .K = 5, .bias = true, .x = bf16, .w = f32, .state = f32, .out = f32});
   add({.T = 12, .C = 31, .x = f32, .w = bf16, .state = bf16, .out = bf16});
+  // The GPU's one-launch window kernel at its bound (8 tokens) with the widest kernel, and a
+  // decode step of several sequences.
+  add({.B = 2, .T = 8, .C = 40, .K = 16, .bias = true});
+  add({.B = 4, .T = 1, .C = 72, .silu = false, .x = bf16, .w = bf16, .state = bf16, .out = bf16, .view = true});
   // Qwen3-Next-80B-A3B's conv_dim (2·16 key heads × 128 + 32 value heads × 128): a 4096-token
   // prefill chunk and a batch-8 decode step.
   add({.T = 4096, .C = 8192, .x = bf16, .w = bf16, .state = bf16, .out = bf16, .in_tests = false});

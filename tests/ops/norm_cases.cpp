@@ -5,7 +5,8 @@
 // residual stream in another dtype than x, and strided row tensors: the q part of a fused q/k/v
 // product as one row per token (a column slice) or one per head (a rank-3 view), with out,
 // residual and sum_out views of buffers of other widths, so each tensor has its own strides; and a
-// weight row per head (weight [heads, C]), two projections normalised in one call.
+// weight row per head (weight [heads, C]), two projections normalised in one call; rms_norm with a
+// gate (out ·= silu(gate)) in every layout, the gate a row tensor of its own strides or dtype.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -39,10 +40,10 @@ const char* residual_name(Residual r) {
 // rounding_nmse (layer_norm rows3_C3 bf16: 1.6·10⁻⁶ from one of 9 outputs, seed 3254552046): so
 // each bound also allows one such output, at up to 18 × the mean square (rows normalised to mean
 // square 1 times weights in [0.5, 1.5]), which adds nothing that matters once there are thousands.
-double tolerance(const std::string& op, DType out, int64_t outputs) {
+double tolerance(const std::string& op, DType out, int64_t outputs, bool gate) {
   const double one_flip = flip_nmse(out, outputs, 18.0);
   switch (out) {
-    case DType::f32: return op == "layer_norm" ? 3e-12 : 3e-13;
+    case DType::f32: return op == "layer_norm" || gate ? 3e-12 : 3e-13;
     case DType::f16: return 0.5 * rounding_nmse(out) + one_flip;
     default: return 0.05 * rounding_nmse(out) + one_flip;
   }
@@ -51,7 +52,8 @@ const char* kReason =
     "f32: f32 row statistics vs double, cancellation in h - mean for tiny C (measured ≤ 1.9e-13); f16/bf16: "
     "out and sum_out are rounded once in both, and the f32 kernel lands on the other neighbour only within "
     "~1 f32 ulp of a rounding midpoint (measured ≤ 0.027 / 0.0035 × rounding_nmse), plus one such output "
-    "at up to 18× the mean square (what one flip costs among a few outputs)";
+    "at up to 18× the mean square (what one flip costs among a few outputs); a gate's silu adds an f32 exp and "
+    "divide, a few ulp (the layer_norm bound)";
 
 // How the row tensors lie in memory: contiguous [rows, C]; `columns`: [rows, C] column slices of
 // wider buffers (a token's q inside its q/k/v row, normalised as one row); `heads`: [rows, heads,
@@ -69,6 +71,7 @@ struct NormShape {
   int64_t heads = 1;    // Layout::heads only
   bool ragged = false;  // strided layouts: rows one element wider, so they start at odd offsets
   bool weight_per_head = false;  // Layout::heads only: weight (and bias) [heads, C], a row per head
+  std::optional<DType> gate;     // rms_norm only: out ·= silu(gate), gate of this dtype
 };
 
 std::string layout_name(const NormShape& s) {
@@ -113,8 +116,8 @@ OpCase norm_case(const std::string& op, NormShape s) {
   c.name = op + "/rows" + std::to_string(s.rows) + (s.layout == Layout::heads ? "_H" + std::to_string(s.heads) : "") +
            "_C" + std::to_string(s.C) + "_" + dt(s.x) + (s.weight != s.x ? "_w" + dt(s.weight) : "") +
            (s.stream ? "_stream" + dt(*s.stream) : "") + (s.bias ? "_bias" : "") + residual_name(s.residual) +
-           layout_name(s);
-  c.tolerance = tolerance(op, s.x, s.rows * s.heads * s.C);
+           (s.gate ? "_gate" + dt(*s.gate) : "") + layout_name(s);
+  c.tolerance = tolerance(op, s.x, s.rows * s.heads * s.C, s.gate.has_value());
   c.reason = kReason;
   c.in_tests = s.in_tests;
   c.build = [op, s](CaseRun& run) {
@@ -151,7 +154,9 @@ OpCase norm_case(const std::string& op, NormShape s) {
       run.launch = [=](Stream& st) { ops::layer_norm(st, out, x, weight, p); };
       run.cost = ops::cost(ops::LayerNormArgs{out, x, weight, p});
     } else {
-      ops::RmsNormParams p{.residual = residual, .sum_out = sum_out};
+      // The gate as z sits beside o's heads in Qwen3-Next's fused projection: a view of its own.
+      const Tensor gate = s.gate ? row_tensor(run, s, Kind::input, "gate", *s.gate, 6, 3) : Tensor{};
+      ops::RmsNormParams p{.residual = residual, .sum_out = sum_out, .gate = gate};
       run.launch = [=](Stream& st) { ops::rms_norm(st, out, x, weight, p); };
       run.cost = ops::cost(ops::RmsNormArgs{out, x, weight, p});
     }
@@ -222,6 +227,22 @@ std::vector<OpCase> norm_cases() {
                                    .heads = 2, .weight_per_head = true}));
     cases.push_back(norm_case(op, {.rows = 5, .C = 17, .x = DType::f16, .weight = DType::f32, .residual = Residual::sum_out,
                                    .bias = ln, .layout = heads, .heads = 3, .ragged = true, .weight_per_head = true}));
+    if (!ln) {
+      // Gated: every dtype in registers and streaming; Qwen3-Next's norm(o)·silu(z), per head over
+      // Dv with z a view into the fused projection (heads), at a decode token and a few prefill rows,
+      // ragged (single elements); the gate in another dtype (the mixed path) and with a residual.
+      for (DType d : kFloats) {
+        cases.push_back(norm_case(op, {.rows = 3, .C = 17, .x = d, .weight = d, .gate = d}));
+        cases.push_back(norm_case(op, {.rows = 2, .C = 9001, .x = d, .weight = DType::f32, .gate = d}));
+        cases.push_back(norm_case(op, {.rows = 1, .C = 128, .x = d, .weight = d, .layout = heads, .heads = 32, .gate = d}));
+      }
+      cases.push_back(norm_case(op, {.rows = 5, .C = 128, .x = DType::bf16, .weight = DType::bf16, .layout = heads,
+                                     .heads = 4, .gate = DType::bf16}));
+      cases.push_back(norm_case(op, {.rows = 3, .C = 64, .x = DType::f16, .weight = DType::f32, .layout = heads,
+                                     .heads = 3, .ragged = true, .gate = DType::f16}));
+      cases.push_back(norm_case(op, {.rows = 3, .C = 1600, .x = DType::bf16, .weight = DType::bf16,
+                                     .residual = Residual::sum_out, .layout = columns, .gate = DType::f32}));
+    }
     // Bench: gpt2-xl prefill (256 tokens) and decode (1 token), the fused residual form blocks use.
     for (int64_t rows : {256, 1})
       for (DType d : {DType::f32, DType::bf16})

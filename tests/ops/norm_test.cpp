@@ -161,6 +161,15 @@ TEST_F(NormBadInput, ResidualShape_3x8_vs_2x8) {
                {"rms_norm", "residual", "[2, 8]", "[3, 8]"});
 }
 
+TEST_F(NormBadInput, GateShapeDtypeOrOverlap) {
+  Tensor g = run.normal(DType::f32, {3, 9});
+  expect_error([&] { ops::rms_norm(run.stream, y, x, w, {.gate = g}); }, ErrorCode::shape_mismatch,
+               {"rms_norm", "gate", "[3, 9]", "[3, 8]"});
+  Tensor gi = run.random_ints({3, 8}, 0, 3);
+  expect_error([&] { ops::rms_norm(run.stream, y, x, w, {.gate = gi}); }, ErrorCode::dtype_mismatch, {"rms_norm", "gate", "i32"});
+  expect_error([&] { ops::rms_norm(run.stream, y, x, w, {.gate = y}); }, ErrorCode::aliasing, {"rms_norm", "out", "gate"});
+}
+
 TEST_F(NormBadInput, IntegerWeight_i32) {
   Tensor wi = run.random_ints({8}, 0, 3);
   expect_error([&] { ops::layer_norm(run.stream, y, x, wi); }, ErrorCode::dtype_mismatch, {"layer_norm", "weight", "i32"});
