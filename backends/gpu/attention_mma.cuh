@@ -34,7 +34,7 @@ __device__ inline void add_scores16(float (&s0)[4], float (&s1)[4], const uint32
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     uint32_t kb[4];
-    ldmatrix_x4(kb, k + ((lane / 16) * 8 + lane % 8) * pitch + kk * 16 + ((lane / 8) % 2) * 8);
+    load_b_pair(kb, k + kk * 16, pitch, lane);
     mma_16816<T>(s0, qa[kk], kb[0], kb[1]);
     mma_16816<T>(s1, qa[kk], kb[2], kb[3]);
   }
@@ -53,9 +53,9 @@ __device__ inline void add_pv16(float (&o)[DH / 8][4], const float (&p0)[4], con
   split_pair<T>(p1[2], p1[3], p, 3);
 #pragma unroll
   for (int dtp = 0; dtp < DH / 16; ++dtp) {
-    // Transposed: matrices keys +0..7 and +8..15 × d tiles 2·dtp and 2·dtp + 1.
+    // d tiles 2·dtp and 2·dtp + 1 over keys 0 … 15.
     uint32_t vb[4];
-    ldmatrix_x4_trans(vb, v + (((lane / 8) % 2) * 8 + lane % 8) * pitch + dtp * 16 + (lane / 16) * 8);
+    load_b_pair_trans(vb, v + dtp * 16, pitch, lane);
 #pragma unroll
     for (int n = 0; n < Parts; ++n) {
       mma_16816<T>(o[2 * dtp], p[n], vb[0], vb[1]);

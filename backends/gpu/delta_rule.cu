@@ -487,9 +487,8 @@ __device__ inline void key_products(float (&kk)[N][4], float (&qk)[N][4], bool d
 #pragma unroll
     for (int t = 0; t < N; t += 2) {
       if (t >= tiles) break;
-      // Lanes 8i … 8i + 7 name rows of matrix i: tile t's keys at k0 and k0 + 8, then tile t + 1's.
-      uint32_t b[4];
-      ldmatrix_x4(b, Ks + (col0 + 8 * t + 8 * (lane / 16) + lane % 8) * pitch + k0 + 8 * ((lane / 8) % 2));
+      uint32_t b[4];  // tile t's keys at k0 and k0 + 8, then tile t + 1's
+      load_b_pair(b, Ks + (col0 + 8 * t) * pitch + k0, pitch, lane);
       if (delta) mma_16816<E>(kk[t], ka, b[0], b[1]);
       mma_16816<E>(qk[t], qa, b[0], b[1]);
       if (t + 1 < tiles) {
@@ -526,9 +525,8 @@ __device__ inline void scaled_t_products(float (&acc)[N][4], int tiles, const fl
 #pragma unroll
     for (int t = 0; t < N; t += 2) {
       if (t >= tiles) break;
-      // Lanes 8i … 8i + 7 name rows of matrix i, transposed: k0 and k0 + 8 of tile t, then tile t + 1's.
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, B + (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * b_pitch + col0 + 8 * t + 8 * (lane / 16));
+      uint32_t b[4];  // k0 and k0 + 8 of tile t, then tile t + 1's
+      load_b_pair_trans(b, B + k0 * b_pitch + col0 + 8 * t, b_pitch, lane);
 #pragma unroll
       for (int p = 0; p < 3; ++p) {
         mma_16816<ding::bf16>(acc[t], a[p], b[0], b[1]);

@@ -792,8 +792,7 @@ __global__ void __launch_bounds__(mma_block_threads(Bulk), launch_min_blocks(mma
         uint32_t kb[2][4];
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-          ldmatrix_x4(kb[half],
-                      tile + (16 * half + (lane / 16) * 8 + lane % 8) * pitch + 16 * (step0 + kk) + ((lane / 8) % 2) * 8);
+          load_b_pair(kb[half], tile + 16 * half * pitch + 16 * (step0 + kk), pitch, lane);
 #pragma unroll
         for (int p = 0; p < kParts; ++p)
 #pragma unroll
@@ -847,8 +846,7 @@ __global__ void __launch_bounds__(mma_block_threads(Bulk), launch_min_blocks(mma
 #pragma unroll
         for (int pair = 0; pair < 2; ++pair)
           if (4 * half + 2 * pair < lat_tiles)  // uniform
-            ldmatrix_x4_trans(vb[pair], tile + (16 * j + ((lane / 8) % 2) * 8 + lane % 8) * pitch + lat0 +
-                                            32 * half + 16 * pair + (lane / 16) * 8);
+            load_b_pair_trans(vb[pair], tile + 16 * j * pitch + lat0 + 32 * half + 16 * pair, pitch, lane);
 #pragma unroll
         for (int p = 0; p < kParts; ++p)
 #pragma unroll

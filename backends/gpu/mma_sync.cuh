@@ -34,6 +34,21 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
                : "memory");
 }
 
+// A pair of B fragments by one ldmatrix.x4: n tiles 0 and 1 (n 0 … 7, 8 … 15) of one k step of
+// 16, from the tile at `tile` (n 0, k 0) whose rows are n (the keys of Q·Kᵀ), `pitch` elements
+// apart. Lanes 8i … 8i + 7 name the rows of matrix i: r[0], r[1] are n tile 0's k halves, r[2],
+// r[3] n tile 1's.
+template <class T>
+__device__ inline void load_b_pair(uint32_t (&r)[4], const T* tile, int pitch, int lane) {
+  ldmatrix_x4(r, tile + (8 * (lane / 16) + lane % 8) * pitch + 8 * ((lane / 8) % 2));
+}
+
+// The same pair from a tile whose rows are k (the values of P·V), transposed by ldmatrix.trans.
+template <class T>
+__device__ inline void load_b_pair_trans(uint32_t (&r)[4], const T* tile, int pitch, int lane) {
+  ldmatrix_x4_trans(r, tile + (8 * ((lane / 8) % 2) + lane % 8) * pitch + 8 * (lane / 16));
+}
+
 // The A fragments of the k-steps of a 16-row tile stored row-major in shared memory, rows `pitch`
 // elements apart: fragment kk covers columns 16·kk … 16·kk + 15.
 template <int kSteps, class T>
