@@ -40,10 +40,8 @@ bool has_tokenizer_files(const fs::path& dir) {
   return fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.json") || fs::exists(dir / "merges.txt");
 }
 
-// What a model needs besides its stored weights: tables computed from the config, on the device,
-// in f32 whatever the compute dtype: the rotary frequencies, and the weight 1/√Dk that makes
-// rms_norm the L2 normalisation of linear attention's keys (in f32, so the norm stays exactly 1
-// where the compute dtype could not hold 1/√Dk).
+// What a model needs besides its stored weights: the rotary frequencies, computed from the config,
+// on the device in f32 whatever the compute dtype.
 void upload_constants(const ModelConfig& c, Device& device, Buffer& constants, ModelWeights& w) {
   std::vector<float> values;
   int64_t inv_freq_count = 0;
@@ -52,21 +50,13 @@ void upload_constants(const ModelConfig& c, Device& device, Buffer& constants, M
     values = ops::rope_inv_frequencies(c.rope_theta, R, c.rope_scaling);
     inv_freq_count = int64_t(values.size());
   }
-  const bool linear = std::any_of(c.layers.begin(), c.layers.end(),
-                                  [](const LayerSpec& l) { return l.mixer == MixerKind::linear_attention; });
-  const int64_t Dk = linear ? c.linear.key_dim : 0;
-  values.resize(values.size() + size_t(Dk), float(1.0 / std::sqrt(double(Dk))));
   if (values.empty()) return;
   constants = device.alloc(values.size() * sizeof(float));
   device.copy_to_device(device.default_stream(), constants.data(), values.data(), values.size() * sizeof(float));
   device.default_stream().synchronize();
   float* const base = static_cast<float*>(constants.data());
-  if (inv_freq_count > 0) w.rope_inv_freq = Tensor::view(base, &device, DType::f32, {inv_freq_count});
-  const Tensor unit_norm = Dk > 0 ? Tensor::view(base + inv_freq_count, &device, DType::f32, {Dk}) : Tensor{};
-  for (LayerWeights& layer : w.layers) {
-    layer.attention.rope_inv_freq = layer.latent.rope_inv_freq = w.rope_inv_freq;
-    layer.linear.unit_norm_w = unit_norm;
-  }
+  w.rope_inv_freq = Tensor::view(base, &device, DType::f32, {inv_freq_count});
+  for (LayerWeights& layer : w.layers) layer.attention.rope_inv_freq = layer.latent.rope_inv_freq = w.rope_inv_freq;
 }
 
 }  // namespace

@@ -77,7 +77,8 @@ Cost cost(const GatedDeltaRuleArgs& a) {
   // Per token and value head: the decay, Sᵀk, the rank-1 update and Sᵀq, ~8·Dk·Dv FLOPs; the state
   // is read and written once per call (a backend keeps it on chip across the call's tokens).
   const double tokens = double(a.v.dim(0) * a.v.dim(1) * a.v.dim(2));
-  const double flops = 8.0 * tokens * double(a.q.dim(3)) * double(a.v.dim(3));
+  double flops = 8.0 * tokens * double(a.q.dim(3)) * double(a.v.dim(3));
+  if (a.params.l2_normalize_qk) flops += 6.0 * double(a.q.numel());  // two squares-and-adds, a scale, for q and k
   return {flops, double(a.q.nbytes() + a.k.nbytes() + a.v.nbytes() + a.g.nbytes() + a.beta.nbytes() + a.out.nbytes() +
                         2 * a.state.nbytes())};
 }

@@ -6,8 +6,8 @@
 //   S ← S + k_t · (β_t (v_t − Sᵀk_t))ᵀ      the delta rule: S·(I − β k kᵀ)-style correction toward v_t
 //   o_t = Sᵀ (s · q_t)                    s = scale (0: 1/√Dk)
 // q and k have Hk ≤ Hv heads; value head h reads key head h / (Hv / Hk) (transformers repeats them
-// with repeat_interleave). transformers: torch_recurrent_gated_delta_rule, with q and k already
-// L2-normalised by the caller (use_qk_l2norm_in_kernel is that normalisation, done apart here).
+// with repeat_interleave). transformers: torch_recurrent_gated_delta_rule; with l2_normalize_qk
+// (below) its use_qk_l2norm_in_kernel, the normalisation of q and k that Qwen3-Next asks for.
 // A sequence starts from a zero state (the caller zeroes it); the call leaves the state after its
 // last token, so a prompt fed in chunks and then token by token equals one fed whole.
 //
@@ -37,6 +37,9 @@ namespace ding::ops {
 // registers.
 inline constexpr int64_t kMaxDeltaRuleKeyDim = 256;
 
+// transformers' l2norm: x·(Σx² + ε)^-½ with this ε.
+inline constexpr float kDeltaRuleL2Eps = 1e-6f;
+
 // Gated DeltaNet's gates as Qwen3-Next parametrises them, applied where g and beta are read: with
 // a_log given, g holds each token's decay input a_t and beta its write logit b_t, and the op uses
 //   g_t = −e^(A_log[h]) · softplus(a_t + dt_bias[h]),   β_t = σ(b_t)
@@ -58,6 +61,11 @@ struct GatedDeltaRuleParams {
   // false: no delta correction, S ← α_t·S + β_t k_t v_tᵀ (the chunk-wise form with L = 0): how
   // ops::linear_attention runs on the backends, with β = 1 there (beta absent) and α = 1 without g.
   bool delta = true;
+  // true: q and k enter as their heads' unit vectors, each row x of Dk elements replaced by
+  // x·(Σx² + kDeltaRuleL2Eps)^-½ rounded to x's dtype (transformers applies l2norm in the input
+  // dtype), the sum and the product in double and rounded to f32 on the way, so that every backend
+  // rounds each element alike. A model then launches no normalisation of its own.
+  bool l2_normalize_qk = false;
 };
 
 inline constexpr int64_t kMaxDeltaRuleChunk = 256;

@@ -10,6 +10,8 @@
 // On a CPU the chunk-wise form has no fewer FLOPs (at Dk = Dv = 128 and chunks of 64 both do, by count,
 // ~8·Dk·Dv per token) and the recurrent one keeps a head's 64 KB state in L2, so the recurrent
 // form is the default: measured 3.5× faster at Qwen3-Next's heads (docs/PERFORMANCE.md).
+// With l2_normalize_qk each q and k row is normalised where it is widened, in double as the op
+// defines it.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -58,6 +60,22 @@ struct Head {  // one (sequence, value head): where its rows are, and its state
   float* S;
 };
 
+// Row `row` of q or k (D elements) widened into dst; with l2_normalize_qk, x·(Σx² + ε)^-½ rounded
+// to f32 and then to x's dtype.
+void load_key_row(float* dst, const Tensor& x, int64_t row, int64_t D, bool l2_normalize) {
+  load_row(dst, row_bytes(x, row), x.dtype, D);
+  if (!l2_normalize) return;
+  double squares = 0;
+  for (int64_t d = 0; d < D; ++d) squares += double(dst[d]) * dst[d];
+  const double inverse = 1.0 / std::sqrt(squares + double(ops::kDeltaRuleL2Eps));
+  for (int64_t d = 0; d < D; ++d) dst[d] = float(dst[d] * inverse);
+  if (x.dtype == DType::f32) return;
+  thread_local std::vector<uint16_t> narrow;  // f16 or bf16
+  narrow.resize(size_t(D));
+  store_row(narrow.data(), x.dtype, dst, D);
+  load_row(dst, narrow.data(), x.dtype, D);
+}
+
 // y[0, n) += a · x[0, n)
 void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
@@ -78,8 +96,8 @@ void recurrent(const Head& x, int64_t t0, int64_t t1) {
   float* const r = u + Dv;
   float* const o = r + Dv;
   for (int64_t t = t0; t < t1; ++t) {
-    load_row(q, row_bytes(a.q, x.row(a.q, t, x.kh)), a.q.dtype, Dk);
-    load_row(k, row_bytes(a.k, x.row(a.k, t, x.kh)), a.k.dtype, Dk);
+    load_key_row(q, a.q, x.row(a.q, t, x.kh), Dk, a.params.l2_normalize_qk);
+    load_key_row(k, a.k, x.row(a.k, t, x.kh), Dk, a.params.l2_normalize_qk);
     load_row(u, row_bytes(a.v, x.row(a.v, t, x.h)), a.v.dtype, Dv);
     for (int64_t d = 0; d < Dk; ++d) q[d] *= x.scale;
     const float alpha = std::exp(x.g(t)), beta = x.beta(t);
@@ -115,8 +133,8 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
   thread_local std::vector<double> G;
   G.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) {
-    load_row(Q + i * Dk, row_bytes(a.q, x.row(a.q, t0 + i, x.kh)), a.q.dtype, Dk);
-    load_row(K + i * Dk, row_bytes(a.k, x.row(a.k, t0 + i, x.kh)), a.k.dtype, Dk);
+    load_key_row(Q + i * Dk, a.q, x.row(a.q, t0 + i, x.kh), Dk, a.params.l2_normalize_qk);
+    load_key_row(K + i * Dk, a.k, x.row(a.k, t0 + i, x.kh), Dk, a.params.l2_normalize_qk);
     load_row(R + i * Dv, row_bytes(a.v, x.row(a.v, t0 + i, x.h)), a.v.dtype, Dv);
     for (int64_t d = 0; d < Dk; ++d) Q[i * Dk + d] *= x.scale;
     G[size_t(i)] = (i > 0 ? G[size_t(i - 1)] : 0.0) + x.g(t0 + i);

@@ -63,6 +63,14 @@ struct AnyFloat {
       default: static_cast<float*>(p)[i] = v; break;
     }
   }
+  // v rounded to this dtype.
+  __device__ float round(float v) const {
+    switch (dtype) {
+      case DType::f16: return to_float(from_float<ding::f16>(v));
+      case DType::bf16: return to_float(from_float<ding::bf16>(v));
+      default: return v;
+    }
+  }
   // One element at a time: the host launches AnyFloat kernels with V = 1 only.
   template <int V>
   __device__ void load(int64_t i, float* v) const {

@@ -6,6 +6,8 @@
 //    products a chunk;
 //  - the chunk-wise form in f32 FMAs, where tensor cores are not at hand (HIP, older chips, key
 //    dims the mma tiles do not divide) and a chunk is asked for.
+// Unit q and k (params.l2_normalize_qk): the recurrent kernel normalises the rows it stages; the
+// chunk-wise forms run on unit copies that one launch writes first.
 // Columns of S (f32 [Dk, Dv]) evolve independently ((Sᵀk)[e], the update of column e and (Sᵀq)[e]
 // involve no other column), so every kernel splits a head's state by columns across blocks.
 //
@@ -38,6 +40,7 @@ struct DeltaShape {
   attn::Strides3 q, k, v, out, g, beta;  // of [B, T, H, D] and [B, T, H] tensors
   bool gated;                              // params.gates
   bool delta, has_g, has_beta;             // params.delta; g and beta present (else α = 1, β = 1)
+  bool l2_normalize;                       // params.l2_normalize_qk (the recurrent kernel's own)
   AnyFloat a_log, dt_bias;
 };
 
@@ -168,14 +171,19 @@ __global__ void __launch_bounds__(kChunkThreads)
   }
 }
 
+// ops::GatedDeltaRuleParams::l2_normalize_qk's factor (Σx² + ε)^-½ for a row whose squares the
+// warp's lanes hold in parts: in double, as the op defines it.
+__device__ inline double l2_inverse(double squares) { return 1.0 / sqrt(warp_sum(squares) + double(ops::kDeltaRuleL2Eps)); }
+
 // The recurrent form. A block owns a tile of `lanes` state columns of one (sequence, value head):
 // lane l holds column e0 + l, warp w the rows d = w, w + kRowWarps, …, in registers for the whole
 // call, so the state is read and written a row of the tile at a time (coalesced) and each token's
 // two sums over d are a warp's partial sums added across the block through shared memory:
 //   r = Σ_d S[d]·k[d];  u = β (v[e] − α r);  S[d] ← α S[d] + k[d]·u;  o = s Σ_d S[d]·q[d]
 // The block stages kStageTokens tokens' k, q, its v columns and gates in shared memory with one
-// set of loads, so the token loop waits on no global memory. The kernel is chained (vendor.h): at
-// decode its start overlaps the kernel before (q and k's normalisation).
+// set of loads, so the token loop waits on no global memory, and normalises them there when the op
+// asks for unit q and k (a warp per row). The kernel is chained (vendor.h): at decode its start
+// overlaps the kernel before.
 constexpr int kRowWarps = 16;
 constexpr int kMaxRowsPerLane = int(ops::kMaxDeltaRuleKeyDim) / kRowWarps;
 #if defined(DING_GPU_AMD)
@@ -226,6 +234,17 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       gates[tid] = make_float2(expf(ds.x), ds.y);
     }
     __syncthreads();
+    if (sh.l2_normalize) {  // block-uniform; a warp per staged row of k or q
+      for (int p = warp; p < 2 * m; p += kRowWarps) {
+        float* const row = p % 2 ? queries[p / 2] : keys[p / 2];
+        const AnyFloat x = p % 2 ? q : k;
+        double squares = 0.0;
+        for (int d = lane; d < sh.Dk; d += lanes) squares += double(row[d]) * row[d];
+        const double inverse = l2_inverse(squares);
+        for (int d = lane; d < sh.Dk; d += lanes) row[d] = x.round(float(row[d] * inverse));
+      }
+      __syncthreads();
+    }
     for (int j = 0; j < m; ++j) {
       const float alpha = gates[j].x, strength = gates[j].y;
       float r = 0.0f;
@@ -1092,6 +1111,31 @@ int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, int64_t reques
 }
 #endif
 
+// Unit copies of q and k (params.l2_normalize_qk) for the chunk-wise kernels, which then read them
+// as given: row r of blockIdx.y's tensor (0: q, 1: k) by a warp, x·(Σx² + ε)^-½ stored contiguous in
+// x's dtype (the store rounds).
+constexpr int kNormalizeThreads = 256;
+
+__global__ void __launch_bounds__(kNormalizeThreads)
+    l2_normalize_rows_kernel(AnyFloat q_unit, AnyFloat k_unit, AnyFloat q, AnyFloat k, attn::Strides3 q_rows,
+                             attn::Strides3 k_rows, int64_t T, int64_t H, int64_t rows, int D) {
+  const bool is_k = blockIdx.y == 1;
+  const AnyFloat x = is_k ? k : q, unit = is_k ? k_unit : q_unit;
+  const attn::Strides3 x_rows = is_k ? k_rows : q_rows;
+  const int lanes = warp_size(), warps = int(blockDim.x) / lanes;
+  const int warp = int(threadIdx.x) / lanes, lane = int(threadIdx.x) % lanes;
+  for (int64_t r = int64_t(blockIdx.x) * warps + warp; r < rows; r += int64_t(gridDim.x) * warps) {
+    const int64_t from = x_rows.at(r / (T * H), r / H % T, r % H);
+    double squares = 0.0;
+    for (int d = lane; d < D; d += lanes) {
+      const double v = x.load(from + d);
+      squares += v * v;
+    }
+    const double inverse = l2_inverse(squares);
+    for (int d = lane; d < D; d += lanes) unit.store(r * D + d, float(x.load(from + d) * inverse));
+  }
+}
+
 // Calls with at least this many tokens take the chunk-wise form where the backend chooses
 // (params.chunk = 0): below it a chunk is mostly padding.
 constexpr int64_t kChunkwiseFrom = 16;
@@ -1147,10 +1191,29 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   sh.g = attn::strides3(a.g), sh.beta = attn::strides3(a.beta);
   sh.gated = a.params.gates.given();
   sh.delta = a.params.delta, sh.has_g = a.g.defined(), sh.has_beta = a.beta.defined();
+  sh.l2_normalize = a.params.l2_normalize_qk;
   if (sh.gated) sh.a_log = any_float(a.params.gates.a_log), sh.dt_bias = any_float(a.params.gates.dt_bias);
   if (sh.B * sh.T * sh.Hv * sh.Dv == 0) return;
   const int64_t chunk = a.params.chunk;
   const bool chunkwise = sh.T > 1 && (chunk > 1 || (chunk == 0 && sh.T >= kChunkwiseFrom));
+  if (sh.l2_normalize && chunkwise) {
+    // The recurrent kernel normalises what it stages; the chunk-wise ones take unit copies, in the
+    // staged-input scratch (their own scratch is the kernel slot).
+    const size_t q_bytes = size_t(a.q.numel()) * dtype_size(a.q.dtype), k_at = (q_bytes + 255) / 256 * 256;
+    char* const copies = static_cast<char*>(
+        s.scratch(k_at + size_t(a.k.numel()) * dtype_size(a.k.dtype), GpuStream::ScratchSlot::staged_input));
+    ops::GatedDeltaRuleArgs unit = a;
+    unit.q = Tensor::view(copies, a.q.device, a.q.dtype, {sh.B, sh.T, sh.Hk, sh.Dk});
+    unit.k = Tensor::view(copies + k_at, a.k.device, a.k.dtype, {sh.B, sh.T, sh.Hk, sh.Dk});
+    unit.params.l2_normalize_qk = false;
+    const int64_t rows = sh.B * sh.T * sh.Hk, warps = kNormalizeThreads / s.props().warp_size;
+    const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(rows, warps), int64_t(s.props().sm_count) * 16));
+    l2_normalize_rows_kernel<<<dim3(blocks, 2), kNormalizeThreads, 0, s.handle()>>>(
+        any_float(unit.q), any_float(unit.k), any_float(a.q), any_float(a.k), sh.q, sh.k, sh.T, sh.Hk, rows, sh.Dk);
+    DING_GPU_CHECK_LAUNCH("l2_normalize_rows_kernel");
+    gated_delta_rule(stream, unit);
+    return;
+  }
 #if defined(DING_GPU_NVIDIA)
   // Tensor cores where they run, q, k and v of one 16-bit dtype as it (exact tf32 operands, one
   // part), anything else as f32 (split operands).

@@ -12,6 +12,12 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
+__device__ inline double warp_sum(double v) {
+#pragma unroll
+  for (int m = warp_size() / 2; m > 0; m /= 2) v += shfl_xor(v, m);
+  return v;
+}
+
 __device__ inline float warp_max(float v) {
 #pragma unroll
   for (int m = warp_size() / 2; m > 0; m /= 2) v = fmaxf(v, shfl_xor(v, m));

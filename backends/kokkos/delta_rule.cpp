@@ -7,7 +7,8 @@
 //   u[e] = β (v[e] − α r[e])
 //   S[d][e] ← α S[d][e] + k[d]·u[e],  o[e] = Σ_d S[d][e]·s·q[d]
 // Column e's sums run over d in order, as in the reference. With params.gates, g and β are formed
-// from the inputs as they are read.
+// from the inputs as they are read; with l2_normalize_qk the staged k and q are normalised in
+// double, as the op defines it.
 #include <cmath>
 
 #include "elements.h"
@@ -30,6 +31,7 @@ void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
   const Strides q_s = strides(a.q), k_s = strides(a.k), v_s = strides(a.v), out_s = strides(a.out), g_s = strides(a.g),
                 beta_s = strides(a.beta);
   const bool gated = a.params.gates.given(), delta = a.params.delta, has_g = a.g.defined(), has_beta = a.beta.defined();
+  const bool l2_normalize = a.params.l2_normalize_qk;
   const Elements a_log = gated ? elements(a.params.gates.a_log) : Elements{}, dt_bias = gated ? elements(a.params.gates.dt_bias) : Elements{};
   // Scratch: the token's k and q, and per column r (then u) and o.
   const size_t bytes = ScratchFloats::shmem_size(2 * Dk + 2 * Dv);
@@ -57,6 +59,19 @@ void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
       });
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Dv), [&](const int64_t e) { u[e] = 0.0f, o[e] = 0.0f; });
       team.team_barrier();
+      if (l2_normalize) {
+        double k_squares = 0, q_squares = 0;
+        Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, Dk), [&](const int64_t d, double& s) { s += double(k_t[d]) * k_t[d]; }, k_squares);
+        Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, Dk), [&](const int64_t d, double& s) { s += double(q_t[d]) * q_t[d]; }, q_squares);
+        const double k_inverse = 1.0 / sqrt(k_squares + double(ops::kDeltaRuleL2Eps));
+        const double q_inverse = 1.0 / sqrt(q_squares + double(ops::kDeltaRuleL2Eps));
+        team.team_barrier();  // every thread has its sums before k_t and q_t change
+        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Dk), [&](const int64_t d) {
+          k_t[d] = k.round(float(k_t[d] * k_inverse));
+          q_t[d] = q.round(float(q_t[d] * q_inverse));
+        });
+        team.team_barrier();
+      }
       // Each column stays with the same thread and lane in every range over Dv (a range's split
       // depends on its length alone), so the passes need no barrier between them.
       if (delta)

@@ -123,6 +123,14 @@ struct Elements {
       default: static_cast<float*>(data)[i] = v;
     }
   }
+  // v rounded to this dtype (f16, bf16; any other as it is).
+  KOKKOS_INLINE_FUNCTION float round(float v) const {
+    switch (dtype) {
+      case DType::f16: return f16_to_float(float_to_f16(v));
+      case DType::bf16: return bf16_to_float(float_to_bf16(v));
+      default: return v;
+    }
+  }
   KOKKOS_INLINE_FUNCTION int32_t load_int(int64_t i) const { return static_cast<const int32_t*>(data)[i]; }
   KOKKOS_INLINE_FUNCTION void store_int(int64_t i, int32_t v) const { static_cast<int32_t*>(data)[i] = v; }
   KOKKOS_INLINE_FUNCTION bool defined() const { return data != nullptr; }

@@ -58,7 +58,6 @@ struct LinearAttentionWeights {
   Tensor dt_bias;      // [Hv] dt_bias
   Tensor out_norm_w;   // [Dv] norm.weight, the gated RMSNorm's (a plain scale, not 1 + w)
   Tensor out_w;        // [C, Vd] out_proj
-  Tensor unit_norm_w;  // f32 [Dk], every element 1/√Dk: rms_norm with it (and eps/Dk) is the L2 normalisation
 };
 
 struct FeedForwardWeights {

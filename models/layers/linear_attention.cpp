@@ -1,8 +1,8 @@
 // Gated DeltaNet as a decoder layer (Qwen3-Next's linear_attention layers), every step a device op:
 //   [q k v | b a | z] = W_in h,  h = norm(x)                 matmul, the norm in its prologue
 //   q, k, v = silu(conv(q k v))                             causal_conv1d, state: the last K − 1 inputs
-//   q, k = q/‖q‖, k/‖k‖ per head                            rms_norm with weight 1/√Dk and eps/Dk
-//   o = gated_delta_rule(q, k, v; g(a), β(b))               the gates formed in the op from A_log, dt_bias
+//   o = gated_delta_rule(q/‖q‖, k/‖k‖, v; g(a), β(b))       the L2 norms per head and the gates (from
+//                                                           A_log, dt_bias) formed in the op
 //   x += W_out · (rms_norm(o) ⊙ silu(z))                    rms_norm with z as its gate, matmul with
 //                                                           x as residual
 // A prefill chunk is one sequence's consecutive tokens (B = 1, T = n); a decode step is one token
@@ -15,13 +15,6 @@
 #include "ding/ops/ops.h"
 
 namespace ding {
-
-namespace {
-
-// transformers' l2norm: x·(Σx² + 1e-6)^-½ = rms_norm(x, eps = 1e-6/D)·D^-½.
-constexpr float kL2NormEps = 1e-6f;
-
-}  // namespace
 
 LinearAttentionCache::LinearAttentionCache(Device& device, DType dtype, int64_t batch, const LinearAttentionSpec& spec) {
   const std::initializer_list<int64_t> conv_shape = {batch, spec.conv_kernel - 1, spec.conv_channels()};
@@ -40,7 +33,7 @@ void LinearAttentionCache::clear(Stream& stream, int64_t seq) {
 }
 
 std::vector<std::string_view> linear_attention_ops(const ModelConfig&) {
-  return {"matmul", "causal_conv1d", "rms_norm", "gated_delta_rule"};
+  return {"matmul", "causal_conv1d", "gated_delta_rule", "rms_norm"};
 }
 
 void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache& layer_cache) {
@@ -68,16 +61,14 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
   const Tensor mixed = scratch.take(dt, {n, channels});
   ops::causal_conv1d(stream, as_batch(mixed), as_batch(proj.slice(1, 0, channels)), w.conv_w.reshape({channels, la.conv_kernel}),
                      conv_state);
-  // q and k are adjacent in the convolution's output: one normalisation for both.
-  const Tensor qk = scratch.take(dt, {n, 2 * Hk, Dk});
-  ops::rms_norm(stream, qk, mixed.slice(1, 0, 2 * Kd).unflatten(1, 2 * Hk), w.unit_norm_w,
-                {.eps = kL2NormEps / float(Dk)});
+  const Tensor qk = mixed.slice(1, 0, 2 * Kd).unflatten(1, 2 * Hk);
   const Tensor v = mixed.slice(1, 2 * Kd, channels).unflatten(1, Hv);
   const Tensor b = proj.slice(1, channels, channels + Hv), a = proj.slice(1, channels + Hv, channels + 2 * Hv);
 
   const Tensor o = scratch.take(dt, {n, Hv, Dv});
   ops::gated_delta_rule(stream, as_batch(o), as_batch(qk.slice(1, 0, Hk)), as_batch(qk.slice(1, Hk, 2 * Hk)), as_batch(v),
-                        as_batch(a), as_batch(b), state, {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias}});
+                        as_batch(a), as_batch(b), state,
+                        {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias}, .l2_normalize_qk = true});
 
   const Tensor normed = scratch.take(dt, {n, Hv, Dv});
   ops::rms_norm(stream, normed, o, w.out_norm_w, {.eps = c.norm_eps, .gate = z});

@@ -5,6 +5,8 @@
 //   (transformers: torch_chunk_gated_delta_rule): W = (I + L)^(-1) by forward substitution,
 //     U = W (diag(β) V − diag(βγ) K S_0),  o_i = γ_i S_0ᵀ(s q_i) + Σ_{j≤i} (γ_i/γ_j)(s q_i·k_j) u_j,
 //     S ← γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ
+// With l2_normalize_qk both forms run on copies of q and k whose rows are x·(Σx² + ε)^-½, formed in
+// double and rounded to f32, then to x's dtype.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -120,9 +122,38 @@ void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
     }
 }
 
+// A contiguous copy of q or k ([B, T, Hk, Dk]) with every row L2-normalised, its bytes in `storage`.
+Tensor l2_normalized(const Tensor& x, std::vector<double>& storage) {
+  const int64_t D = x.dim(3), rows = x.numel() / D;
+  storage.assign(size_t((x.numel() * int64_t(dtype_size(x.dtype)) + 7) / 8), 0.0);
+  const Tensor copy = Tensor::view(storage.data(), x.device, x.dtype, {x.dim(0), x.dim(1), x.dim(2), D});
+  std::vector<double> row(static_cast<size_t>(D));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / (x.dim(1) * x.dim(2)), t = r / x.dim(2) % x.dim(1), h = r % x.dim(2);
+    double squares = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      row[size_t(d)] = load(x, offset(x, {b, t, h, d}));
+      squares += row[size_t(d)] * row[size_t(d)];
+    }
+    const double inverse = 1.0 / std::sqrt(squares + double(ops::kDeltaRuleL2Eps));
+    for (int64_t d = 0; d < D; ++d) store(copy, r * D + d, double(float(row[size_t(d)] * inverse)));
+  }
+  return copy;
+}
+
 }  // namespace
 
-void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
+void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& args) {
+  if (args.params.l2_normalize_qk) {
+    std::vector<double> q_storage, k_storage;
+    ops::GatedDeltaRuleArgs normalized = args;
+    normalized.q = l2_normalized(args.q, q_storage);
+    normalized.k = l2_normalized(args.k, k_storage);
+    normalized.params.l2_normalize_qk = false;
+    gated_delta_rule(stream, normalized);
+    return;
+  }
+  const ops::GatedDeltaRuleArgs& a = args;
   const int64_t B = a.q.dim(0), T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
   const int64_t chunk = a.params.chunk;
   std::vector<double> S(static_cast<size_t>(Dk * Dv));

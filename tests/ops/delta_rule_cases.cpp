@@ -2,8 +2,9 @@
 // heads (Hv = 2·Hk, 3·Hk), Qwen3-Next's head dims (128) and the widest key head (256), odd dims,
 // q and k as views into a wider projection, f32/f16/bf16, both forms (chunk-wise with explicit
 // chunks); benches at Qwen3-Next-80B's heads.
-// q and k rows are L2-normalised as the layer feeds them (so I − β k kᵀ is a contraction), g a
-// log decay in [−1, −0.01), β in [0.05, 0.95].
+// q and k rows are L2-normalised as the layer feeds them (so I − β k kᵀ is a contraction), or, for
+// the op's own normalisation (l2_normalize_qk), drawn at any length; g a log decay in [−1, −0.01),
+// β in [0.05, 0.95].
 #include <fmt/format.h>
 
 #include <cmath>
@@ -21,6 +22,7 @@ struct Delta {
   bool views = false;  // q and k slices of a [B, T, Hk, Dk + 6] product
   int64_t chunk = 0;   // the chunk-wise form's chunk (the reference's form too); 0: the backend's choice
   bool gated = false;  // g and β from Qwen3-Next's gates (params.gates): inputs a_t and b_t, A_log, dt_bias
+  bool l2 = false;     // params.l2_normalize_qk: q and k of rows of any length (std 3), normalised in the op
   bool in_tests = true;
 };
 
@@ -49,11 +51,16 @@ OpCase delta_case(const Delta& p) {
   if (p.views) name += "_views";
   if (p.chunk > 0) name += fmt::format("_chunk{}", p.chunk);
   if (p.gated) name += "_gated";
+  if (p.l2) name += "_l2";
   const int64_t elements = p.B * p.T * p.Hv * p.Dv;
   OpCase c{"gated_delta_rule", name, tolerance(p.out, elements), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
-    const Tensor q = unit_heads(run, p.qkv, p.B, p.T, p.Hk, p.Dk, p.views);
-    const Tensor k = unit_heads(run, p.qkv, p.B, p.T, p.Hk, p.Dk, p.views);
+    const auto key_rows = [&] {
+      if (!p.l2) return unit_heads(run, p.qkv, p.B, p.T, p.Hk, p.Dk, p.views);
+      const Tensor wide = run.normal(p.qkv, {p.B, p.T, p.Hk, p.Dk + (p.views ? 6 : 0)}, 3.0);
+      return p.views ? wide.slice(3, 3, 3 + p.Dk) : wide;
+    };
+    const Tensor q = key_rows(), k = key_rows();
     const Tensor v = run.normal(p.qkv, {p.B, p.T, p.Hv, p.Dv});
     // Gated: a_t + dt_bias spans softplus's curve (and its linear part past 20 once in a while),
     // A = e^(A_log) in [0.14, 15] as Qwen3-Next draws it from (0, 16), b_t logits around 0.
@@ -61,7 +68,7 @@ OpCase delta_case(const Delta& p) {
     const Tensor beta = p.gated ? run.normal(p.gates, {p.B, p.T, p.Hv}, 2.0) : run.uniform(p.gates, {p.B, p.T, p.Hv}, 0.05, 0.95);
     const Tensor state = run.inout("state", DType::f32, {p.B, p.Hv, p.Dk, p.Dv}, 0.5);
     const Tensor out = run.output("out", p.out, {p.B, p.T, p.Hv, p.Dv});
-    ops::GatedDeltaRuleParams params{.chunk = p.chunk};
+    ops::GatedDeltaRuleParams params{.chunk = p.chunk, .l2_normalize_qk = p.l2};
     if (p.gated) params.gates = {.a_log = run.uniform(DType::f32, {p.Hv}, -2.0, 2.7), .dt_bias = run.uniform(DType::f32, {p.Hv}, -1.0, 1.0)};
     run.launch = [=](Stream& st) { ops::gated_delta_rule(st, out, q, k, v, g, beta, state, params); };
     run.cost = ops::cost(ops::GatedDeltaRuleArgs{out, q, k, v, g, beta, state, params});
@@ -106,12 +113,24 @@ std::vector<OpCase> delta_rule_cases() {
   add({.B = 2, .T = 11, .Hk = 2, .Hv = 4, .Dk = 32, .Dv = 24, .gated = true});
   add({.T = 40, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16, .gated = true});
   add({.T = 37, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true});
+  // q and k normalised in the op: decode steps and a few tokens (the GPU's recurrent kernel
+  // normalises what it stages), chunk-wise calls on tensor cores (bf16, f16) and in f32 FMAs
+  // (chunk 4), and a call that leaves the form to the backend (the GPU's unit copies first).
+  add({.B = 2, .T = 1, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true, .l2 = true});
+  add({.T = 1, .Dk = 16, .Dv = 16, .l2 = true});
+  add({.B = 2, .T = 11, .Hk = 2, .Hv = 4, .Dk = 32, .Dv = 24, .views = true, .gated = true, .l2 = true});
+  add({.T = 16, .Dk = 256, .Dv = 8, .l2 = true});
+  add({.T = 50, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .qkv = bf16, .gates = bf16, .out = bf16, .views = true, .chunk = 16,
+       .gated = true, .l2 = true});
+  add({.T = 20, .Hk = 2, .Hv = 2, .Dk = 32, .Dv = 16, .qkv = f16, .gates = f16, .out = f16, .chunk = 4, .l2 = true});
+  add({.B = 2, .T = 37, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = f32, .views = true,
+       .gated = true, .l2 = true});
   // Qwen3-Next-80B-A3B's linear-attention heads (16 key heads, 32 value heads, 128 × 128 states):
-  // decode at batch 1 and 8; prefills of 1k to 32k tokens in the recurrent form (chunk 1) and
+  // decode at batch 1 and 8 (q and k normalised in the op, as the layer calls it); prefills of 1k to 32k tokens in the recurrent form (chunk 1) and
   // chunk-wise in chunks of 16 to 128, the comparison issue 21 asks for.
   for (int64_t B : {1, 8})
     add({.B = B, .T = 1, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true,
-         .in_tests = false});
+         .l2 = true, .in_tests = false});
   for (int64_t T : {1024, 4096, 16384, 32768})
     for (int64_t chunk : {1, 16, 32, 64, 128})
       add({.T = T, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = chunk,
