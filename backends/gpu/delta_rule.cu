@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kChunkThreads)
 
 // ops::GatedDeltaRuleParams::l2_normalize_qk's factor (Σx² + ε)^-½ for a row whose squares the
 // warp's lanes hold in parts: in double, as the op defines it.
-__device__ inline double l2_inverse(double squares) { return 1.0 / sqrt(warp_sum(squares) + double(ops::kDeltaRuleL2Eps)); }
+__device__ inline double l2_inverse(double squares) { return rsqrt(warp_sum(squares) + double(ops::kDeltaRuleL2Eps)); }
 
 // The recurrent form. A block owns a tile of `lanes` state columns of one (sequence, value head):
 // lane l holds column e0 + l, warp w the rows d = w, w + kRowWarps, …, in registers for the whole
@@ -193,6 +193,9 @@ constexpr int kMaxLanes = 32;
 #endif
 constexpr int kStageTokens = 16;
 
+// RowsPerLane: the rows of S a lane holds, ⌈Dk / kRowWarps⌉ rounded up to 8 or kMaxRowsPerLane (its
+// loops are unrolled to it: a kernel that runs once a layer is fetched cold, so its length counts).
+template <int RowsPerLane>
 __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
                             DeltaShape sh) {
@@ -202,29 +205,33 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
   __shared__ float2 gates[kStageTokens];  // (α, β)
   const int lanes = warp_size(), threads = kRowWarps * lanes, tid = int(threadIdx.x);
   const int lane = tid % lanes, warp = tid / lanes;
-  const int64_t tiles = (sh.Dv + lanes - 1) / lanes;
-  const int64_t bh = int64_t(blockIdx.x) / tiles;
-  const int e0 = int(int64_t(blockIdx.x) % tiles) * lanes, e = e0 + lane;
+  // The grid holds at most INT32_MAX blocks (delta_rule_grid): block indices fit 32 bits.
+  const int tiles = (sh.Dv + lanes - 1) / lanes, Hv = int(sh.Hv);
+  const int bh = int(blockIdx.x) / tiles;
+  const int e0 = int(blockIdx.x) % tiles * lanes, e = e0 + lane;
   const bool in = e < sh.Dv;  // lanes past Dv keep zeros and still take part in the block's sums
-  const int64_t b = bh / sh.Hv, h = bh % sh.Hv, kh = h / (sh.Hv / sh.Hk);
-  float* const column = state + bh * int64_t(sh.Dk) * sh.Dv + e;  // S[d][e] at column[d · Dv]
+  const int b = bh / Hv, h = bh % Hv, kh = h / (Hv / int(sh.Hk));
+  float* const column = state + int64_t(bh) * sh.Dk * sh.Dv + e;  // S[d][e] at column[d · Dv]
   wait_for_prior_kernels();
   release_dependents();
 
-  float S[kMaxRowsPerLane];
+  float S[RowsPerLane];
 #pragma unroll
-  for (int i = 0; i < kMaxRowsPerLane; ++i) {
+  for (int i = 0; i < RowsPerLane; ++i) {
     const int d = warp + i * kRowWarps;
     S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
   }
   for (int64_t t0 = 0; t0 < sh.T; t0 += kStageTokens) {
     const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
     __syncthreads();  // the previous tokens are done with the staged rows
+    // Rolled loops from here to the token loop: at a decode step each runs once or not at all.
+#pragma unroll 1
     for (int i = tid; i < m * sh.Dk; i += threads) {
       const int j = i / sh.Dk, d = i % sh.Dk;
       keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
       queries[j][d] = q.load(sh.q.at(b, t0 + j, kh) + d);
     }
+#pragma unroll 1
     for (int i = tid; i < m * lanes; i += threads) {
       const int j = i / lanes, c = i % lanes;
       values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
@@ -239,8 +246,10 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
         float* const row = p % 2 ? queries[p / 2] : keys[p / 2];
         const AnyFloat x = p % 2 ? q : k;
         double squares = 0.0;
+#pragma unroll 1
         for (int d = lane; d < sh.Dk; d += lanes) squares += double(row[d]) * row[d];
         const double inverse = l2_inverse(squares);
+#pragma unroll 1
         for (int d = lane; d < sh.Dk; d += lanes) row[d] = x.round(float(row[d] * inverse));
       }
       __syncthreads();
@@ -250,7 +259,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       float r = 0.0f;
       if (sh.delta) {  // block-uniform
 #pragma unroll
-        for (int i = 0; i < kMaxRowsPerLane; ++i) {
+        for (int i = 0; i < RowsPerLane; ++i) {
           const int d = warp + i * kRowWarps;
           if (d < sh.Dk) r = fmaf(S[i], keys[j][d], r);
         }
@@ -263,7 +272,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       const float u = strength * (values[j][lane] - alpha * r);
       float o = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kMaxRowsPerLane; ++i) {
+      for (int i = 0; i < RowsPerLane; ++i) {
         const int d = warp + i * kRowWarps;
         if (d < sh.Dk) {
           S[i] = fmaf(alpha, S[i], keys[j][d] * u);
@@ -283,7 +292,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     }
   }
 #pragma unroll
-  for (int i = 0; i < kMaxRowsPerLane; ++i) {
+  for (int i = 0; i < RowsPerLane; ++i) {
     const int d = warp + i * kRowWarps;
     if (in && d < sh.Dk) column[int64_t(d) * sh.Dv] = S[i];
   }
@@ -1247,7 +1256,8 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
     }
   }
   const int lanes = s.props().warp_size;
-  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), gated_delta_rule_kernel,
+  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(),
+                                sh.Dk <= 8 * kRowWarps ? gated_delta_rule_kernel<8> : gated_delta_rule_kernel<kMaxRowsPerLane>,
                                 dim3(delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes))), dim3(kRowWarps * lanes),
                                 0, s.handle(), any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v),
                                 any_float(a.g), any_float(a.beta), a.state.ptr<float>(), sh));
