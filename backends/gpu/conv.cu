@@ -10,7 +10,7 @@
 //   state    a thread per (b, c): the channel's K − 1 new rows u[T] … u[T + K − 2] gathered into
 //            registers from the old state and x, then written, so the roll reads every old row
 //            before any is overwritten; it runs after the outputs, which read the old state.
-// Sums in f32, the silu in its overflow-free form (σ from e^(−|v|)).
+// Sums in f32, the silu in its overflow-free form (silu_times, elements.cuh).
 // Every element goes through AnyFloat (its dtype read at run time): the op moves B·T·C elements
 // K times at most, a small share of the layer it belongs to.
 #include <algorithm>
@@ -36,11 +36,7 @@ struct ConvShape {
 // the tokens one after another.
 constexpr int64_t kWindowTokens = 8;
 
-__device__ inline float conv_activation(const ConvShape& sh, float v) {
-  if (!sh.silu) return v;
-  const float e = expf(-fabsf(v));
-  return v >= 0.0f ? v / (1.0f + e) : v * e / (1.0f + e);
-}
+__device__ inline float conv_activation(const ConvShape& sh, float v) { return sh.silu ? silu_times(v, 1.0f) : v; }
 
 // Row i of u = [state ; x] of sequence b, element c.
 __device__ inline float u_at(AnyFloat state, AnyFloat x, const ConvShape& sh, int64_t b, int64_t i, int64_t c) {
