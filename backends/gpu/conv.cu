@@ -33,7 +33,7 @@ struct ConvShape {
 };
 
 // Inputs of at most this many tokens a sequence take the one-launch window kernel: its threads walk
-// the tokens one after another.
+// the tokens one after another. Only the decode step (1 token) has been timed; 8 is not tuned.
 constexpr int64_t kWindowTokens = 8;
 
 __device__ inline float conv_activation(const ConvShape& sh, float v) { return sh.silu ? silu_times(v, 1.0f) : v; }

@@ -194,7 +194,9 @@ constexpr int kMaxLanes = 32;
 constexpr int kStageTokens = 16;
 
 // RowsPerLane: the rows of S a lane holds, ⌈Dk / kRowWarps⌉ rounded up to 8 or kMaxRowsPerLane (its
-// loops are unrolled to it: a kernel that runs once a layer is fetched cold, so its length counts).
+// loops are unrolled to it; sized to Dk, the kernel is half as long). Each block normalises the
+// k and q rows it stages itself: the Hv/Hk value heads and column tiles that share a key head
+// repeat that small step rather than wait for one another.
 template <int RowsPerLane>
 __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,

@@ -126,8 +126,9 @@ std::vector<OpCase> delta_rule_cases() {
   add({.B = 2, .T = 37, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = f32, .views = true,
        .gated = true, .l2 = true});
   // Qwen3-Next-80B-A3B's linear-attention heads (16 key heads, 32 value heads, 128 × 128 states):
-  // decode at batch 1 and 8 (q and k normalised in the op, as the layer calls it); prefills of 1k to 32k tokens in the recurrent form (chunk 1) and
-  // chunk-wise in chunks of 16 to 128, the comparison issue 21 asks for.
+  // decode at batch 1 and 8 (q and k normalised in the op, as the layer calls it); prefills of 1k
+  // to 32k tokens in the recurrent form (chunk 1) and chunk-wise in chunks of 16 to 128, the
+  // comparison issue 21 asks for.
   for (int64_t B : {1, 8})
     add({.B = B, .T = 1, .Hk = 16, .Hv = 32, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true,
          .l2 = true, .in_tests = false});
