@@ -424,18 +424,24 @@ __device__ inline int tile_col(int ni, int e, int lane) { return 8 * ni + 2 * (l
 // B operand (rows κ, columns n; 8 × 8 tiles) it holds M[c][g], M[c + 4][g]. `slot` is the place
 // within the lane's group.
 struct FragmentPlace {
-  int64_t group;  // (tile, k step, lane), counted in the operand's groups
+  int group;  // (tile, k step, lane), counted in the operand's groups
   int slot;
 };
-__device__ inline FragmentPlace a_fragment(int r, int kk, int steps) {
-  return {((int64_t(r / 16) * steps + kk / 8) * 32 + (r % 8) * 4 + kk % 4), (r % 16) / 8 + 2 * ((kk % 8) / 4)};
+// Element e of a warp's accumulator tile (mi, ni) (tile_row, tile_col) as an A operand: group
+// ((r / 16) steps + κ / 8) 32 + (r % 8) 4 + κ % 4, slot (r % 16) / 8 + 2 ((κ % 8) / 4), with those
+// worked out from the tile and the lane (no division); as a B operand: group ((n / 8) steps + κ /
+// 8) 32 + (n % 8) 4 + κ % 4, slot (κ % 8) / 4.
+__device__ inline FragmentPlace a_fragment_of_tile(int mi, int ni, int e, int lane, int steps) {
+  const int g = lane >> 2, col = 2 * (lane & 3) + (e & 1);  // r = 16 mi + g + 8 (e / 2), κ = 8 ni + col
+  return {(mi * steps + ni) * 32 + g * 4 + (col & 3), (e >> 1) + 2 * (col >> 2)};
 }
-__device__ inline FragmentPlace b_fragment(int kk, int n, int steps) {
-  return {((int64_t(n / 8) * steps + kk / 8) * 32 + (n % 8) * 4 + kk % 4), (kk % 8) / 4};
+__device__ inline FragmentPlace b_fragment_of_tile(int mi, int ni, int e, int lane, int steps) {
+  const int g = lane >> 2, col = 2 * (lane & 3) + (e & 1);  // κ = 16 mi + g + 8 (e / 2), n = 8 ni + col
+  return {(ni * steps + 2 * mi + (e >> 1)) * 32 + col * 4 + (g & 3), g >> 2};
 }
 // Where a split A operand keeps group `group`'s heads (its tails are 128 floats on): a k step's 32
 // lanes' heads, then their tails, so each half is one contiguous 16-byte read a lane.
-__device__ inline int64_t split_a_heads(int64_t group) { return (group / 32) * 256 + (group % 32) * 4; }
+__device__ inline int split_a_heads(int group) { return (group / 32) * 256 + (group % 32) * 4; }
 
 // The first pass's output for one segment, every block a multiple of 16 bytes. Per (sequence,
 // value head, chunk) `per_value()` floats: W and A as A operands in fragment order, split
@@ -447,6 +453,7 @@ struct ChunkWorkspace {
   int64_t chunks;  // in the segment
   float* values;
   void* rows;
+  bool async_rows;  // q, k and v rows are whole 16-byte pieces of E: the first pass copies them by cp.async
   __host__ __device__ int64_t per_value() const { return int64_t(C) * (2 * Dk + Dv + 2 * C + 2); }
   __host__ __device__ float* w(int64_t bh, int64_t c) const { return values + (bh * chunks + c) * per_value(); }
   __host__ __device__ float* scores(int64_t bh, int64_t c) const { return w(bh, c) + 2 * int64_t(C) * Dk; }
@@ -569,6 +576,61 @@ __device__ inline void scaled_t_products(float (&acc)[N][4], int tiles, const fl
 #endif
 }
 
+// The chunk's rows of k, q ([C][kp]) and v ([C][vp]) by cp.async, a warp per row, rows past n
+// zero-filled, v's padding columns zeroed; the thread's copies are one committed group, waited for
+// here (the caller's barrier then publishes them). Only where every row is whole 16-byte pieces of
+// E (ws.async_rows).
+template <class E>
+__device__ inline void stage_rows_async(E* Ks, E* Qs, E* Vs, const PrepareLayout& lay, AnyFloat q, AnyFloat k, AnyFloat v,
+                                        const DeltaShape& sh, int64_t b, int64_t t0, int64_t kh, int64_t h, int n, int warp,
+                                        int lane) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  constexpr int kPiece = 16 / int(sizeof(E));  // elements a copy
+  const int key_pieces = lay.Dk / kPiece, pieces = 2 * key_pieces + lay.Dv / kPiece;
+  const E* const q_in = static_cast<const E*>(q.p);
+  const E* const k_in = static_cast<const E*>(k.p);
+  const E* const v_in = static_cast<const E*>(v.p);
+  for (int j = warp; j < lay.C; j += kMmaWarps) {
+    const bool in = j < n;
+    const int64_t tj = in ? t0 + j : 0;
+    const E* const k_row = k_in + sh.k.at(b, tj, kh);
+    const E* const q_row = q_in + sh.q.at(b, tj, kh);
+    const E* const v_row = v_in + sh.v.at(b, tj, h);
+    for (int p = lane; p < pieces; p += 32) {
+      const E* src;
+      E* dst;
+      if (p < key_pieces) src = k_row + kPiece * p, dst = Ks + j * lay.kp + kPiece * p;
+      else if (p < 2 * key_pieces) src = q_row + kPiece * (p - key_pieces), dst = Qs + j * lay.kp + kPiece * (p - key_pieces);
+      else src = v_row + kPiece * (p - 2 * key_pieces), dst = Vs + j * lay.vp + kPiece * (p - 2 * key_pieces);
+      cp_async_16(smem_address(dst), src, in ? 16 : 0);
+    }
+    if (lane == 0) *reinterpret_cast<uint4*>(Vs + j * lay.vp + lay.Dv) = make_uint4(0, 0, 0, 0);  // vp = Dv + 8
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+#else
+  (void)Ks, (void)Qs, (void)Vs, (void)lay, (void)q, (void)k, (void)v, (void)sh, (void)b, (void)t0, (void)kh, (void)h, (void)n,
+      (void)warp, (void)lane;
+#endif
+}
+
+// M (rows × cols of E, [rows][pitch] in shared memory, or its transpose where `transposed`: M[r][κ]
+// = src[κ][r]) out as an A operand in fragment order (a_fragment_of_tile): a lane's four elements of
+// a group together, so a warp stores 32 consecutive groups, a warp per (row tile, k step).
+template <class E>
+__device__ inline void write_fragments(E* out, const E* src, int pitch, int rows, int cols, bool transposed, int warp, int lane) {
+  struct alignas(4 * sizeof(E)) Group {
+    E x[4];
+  };
+  const int steps = cols / 8;
+  auto at = [&](int r, int kk) { return transposed ? src[kk * pitch + r] : src[r * pitch + kk]; };
+  for (int mi = 0; mi < rows / 16; ++mi)
+    for (int ks = warp; ks < steps; ks += kMmaWarps) {
+      const int r = 16 * mi + lane / 4, kk = 8 * ks + lane % 4;
+      reinterpret_cast<Group*>(out)[(mi * steps + ks) * 32 + lane] = Group{{at(r, kk), at(r + 8, kk), at(r, kk + 4), at(r + 8, kk + 4)}};
+    }
+}
+
 template <int C, class E>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     gated_delta_rule_prepare_kernel(AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, DeltaShape sh,
@@ -630,65 +692,66 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       }
     }
   }
-  // The chunk's rows (zero past n), a warp per two rows, every load of a row pair issued before
-  // any is stored so they are in flight together; the first value head of each key head copies q
-  // and k out in fragment order.
-  const bool copies = h % group == 0;
-  E* const q_out = ws.queries<E>(b * sh.Hk + kh, c);
-  E* const k_out = ws.keys<E>(b * sh.Hk + kh, c);
-  constexpr int kPerLane = int(ops::kMaxDeltaRuleKeyDim) / 32;
-  for (int j0 = warp; j0 < C; j0 += 2 * kMmaWarps) {
-    float kx[2][kPerLane], qx[2][kPerLane];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int j = j0 + r * kMmaWarps;
-      const bool in = j < n;
-      const int64_t k_row = in ? sh.k.at(b, t0 + j, kh) : 0, q_row = in ? sh.q.at(b, t0 + j, kh) : 0;
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int d = lane + 32 * u;
-        kx[r][u] = in && d < Dk ? load_element<E>(k, k_row + d) : 0.0f;
-        qx[r][u] = in && d < Dk ? load_element<E>(q, q_row + d) : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int j = j0 + r * kMmaWarps;
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int d = lane + 32 * u;
-        if (d >= Dk) break;
-        const E ke = from_loaded<E>(kx[r][u]), qe = from_loaded<E>(qx[r][u]);
-        Ks[j * kp + d] = ke, Qs[j * kp + d] = qe;
-        if (copies) {
-          const FragmentPlace kt = a_fragment(d, j, C / 8), qt = a_fragment(j, d, Dk / 8);
-          k_out[kt.group * 4 + kt.slot] = ke, q_out[qt.group * 4 + qt.slot] = qe;
-        }
-      }
-    }
-  }
-  for (int j0 = warp; j0 < C; j0 += 2 * kMmaWarps)
-    for (int e0 = 0; e0 < vp; e0 += 32 * kPerLane) {
-      float vx[2][kPerLane];
+  // The chunk's rows (zero past n) into shared memory: by cp.async where they are 16-byte pieces
+  // (ws.async_rows), else a warp per two rows, every load of a row pair issued before any is stored
+  // so they are in flight together.
+  if (ws.async_rows) {
+    stage_rows_async<E>(Ks, Qs, Vs, lay, q, k, v, sh, b, t0, kh, h, n, warp, lane);
+  } else {
+    constexpr int kPerLane = int(ops::kMaxDeltaRuleKeyDim) / 32;
+    for (int j0 = warp; j0 < C; j0 += 2 * kMmaWarps) {
+      float kx[2][kPerLane], qx[2][kPerLane];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int j = j0 + r * kMmaWarps;
-        const int64_t v_row = j < n ? sh.v.at(b, t0 + j, h) : 0;
+        const bool in = j < n;
+        const int64_t k_row = in ? sh.k.at(b, t0 + j, kh) : 0, q_row = in ? sh.q.at(b, t0 + j, kh) : 0;
 #pragma unroll
         for (int u = 0; u < kPerLane; ++u) {
-          const int e = e0 + lane + 32 * u;
-          vx[r][u] = j < n && e < Dv ? load_element<E>(v, v_row + e) : 0.0f;
+          const int d = lane + 32 * u;
+          kx[r][u] = in && d < Dk ? load_element<E>(k, k_row + d) : 0.0f;
+          qx[r][u] = in && d < Dk ? load_element<E>(q, q_row + d) : 0.0f;
         }
       }
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < 2; ++r) {
+        const int j = j0 + r * kMmaWarps;
 #pragma unroll
         for (int u = 0; u < kPerLane; ++u) {
-          const int e = e0 + lane + 32 * u;
-          if (e < vp) Vs[(j0 + r * kMmaWarps) * vp + e] = from_loaded<E>(vx[r][u]);
+          const int d = lane + 32 * u;
+          if (d >= Dk) break;
+          Ks[j * kp + d] = from_loaded<E>(kx[r][u]), Qs[j * kp + d] = from_loaded<E>(qx[r][u]);
         }
+      }
     }
+    for (int j0 = warp; j0 < C; j0 += 2 * kMmaWarps)
+      for (int e0 = 0; e0 < vp; e0 += 32 * kPerLane) {
+        float vx[2][kPerLane];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int j = j0 + r * kMmaWarps;
+          const int64_t v_row = j < n ? sh.v.at(b, t0 + j, h) : 0;
+#pragma unroll
+          for (int u = 0; u < kPerLane; ++u) {
+            const int e = e0 + lane + 32 * u;
+            vx[r][u] = j < n && e < Dv ? load_element<E>(v, v_row + e) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int u = 0; u < kPerLane; ++u) {
+            const int e = e0 + lane + 32 * u;
+            if (e < vp) Vs[(j0 + r * kMmaWarps) * vp + e] = from_loaded<E>(vx[r][u]);
+          }
+      }
+  }
   __syncthreads();
+  // The first value head of each key head copies q and k out for the walk, in fragment order.
+  if (h % group == 0) {
+    write_fragments(ws.queries<E>(b * sh.Hk + kh, c), Qs, kp, C, Dk, false, warp, lane);
+    write_fragments(ws.keys<E>(b * sh.Hk + kh, c), Ks, kp, Dk, C, true, warp, lane);
+  }
 
   // 1. L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i) and A_ij = s e^(G_i − G_j) q_i·k_j (j ≤ i), zero
   //    elsewhere; L stays here, A goes out (fragment order, split).
@@ -717,7 +780,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
         const int i = tile_row(mi, e, lane), j = tile_col(n0 + t, e, lane);
         const float ratio = j <= i ? expf(float(G[i] - G[j])) : 0.0f;
         L[i * cp + j] = j < i && sh.delta ? Bt[i] * ratio * kk_acc[t][e] : 0.0f;
-        const FragmentPlace at = a_fragment(i, j, C / 8);
+        const FragmentPlace at = a_fragment_of_tile(mi, n0 + t, e, lane, C / 8);
         float* const heads = A_out + split_a_heads(at.group) + at.slot;
         store_split(heads, heads + 128, sh.scale * ratio * qk_acc[t][e]);
       }
@@ -800,7 +863,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           if (t < tiles) {
-            const FragmentPlace at = a_fragment(tile_row(mi, e, lane), tile_col(n0 + t, e, lane), Dk / 8);
+            const FragmentPlace at = a_fragment_of_tile(mi, n0 + t, e, lane, Dk / 8);
             float* const heads = W_out + split_a_heads(at.group) + at.slot;
             store_split(heads, heads + 128, acc[t][e]);
           }
@@ -830,11 +893,17 @@ struct WalkLayout {
 };
 
 // `bytes` (a multiple of 16) from global to shared memory, 16 bytes per cp.async, over the walk's
-// block of kWalkThreads.
+// block of kWalkThreads, in rounds of the whole block: a size known when compiling unrolls into
+// copies at fixed offsets (the walk issues about 16 a thread a chunk).
 __device__ inline void copy_async(void* dst, const void* src, int bytes, int tid) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  for (int i = 16 * tid; i < bytes; i += 16 * kWalkThreads)
-    cp_async_16(smem_address(static_cast<char*>(dst) + i), static_cast<const char*>(src) + i, 16);
+  constexpr int kRound = 16 * kWalkThreads;
+#pragma unroll
+  for (int r = 0; r < (bytes + kRound - 1) / kRound; ++r) {
+    const int i = r * kRound + 16 * tid;
+    if (bytes % kRound == 0 || i < bytes)
+      cp_async_16(smem_address(static_cast<char*>(dst) + i), static_cast<const char*>(src) + i, 16);
+  }
 #else
   (void)dst, (void)src, (void)bytes, (void)tid;
 #endif
@@ -849,6 +918,11 @@ __device__ inline void load_a_group(const E* group, uint32_t (&head)[4], uint32_
     const float4 x = *reinterpret_cast<const float4*>(group);
     split_tf32(x.x, head[0], tail[0]), split_tf32(x.y, head[1], tail[1]);
     split_tf32(x.z, head[2], tail[2]), split_tf32(x.w, head[3], tail[3]);
+  } else if constexpr (std::is_same_v<E, ding::bf16>) {
+    // A bf16 is the top half of its f32: one shift or mask an element.
+    const uint2 x = *reinterpret_cast<const uint2*>(group);
+    head[0] = x.x << 16, head[1] = x.x & 0xffff0000u, head[2] = x.y << 16, head[3] = x.y & 0xffff0000u;
+    (void)tail;
   } else {
     const uint2 x = *reinterpret_cast<const uint2*>(group);
     const uint32_t halves[4] = {x.x & 0xffffu, x.x >> 16, x.y & 0xffffu, x.y >> 16};
@@ -896,20 +970,37 @@ __device__ inline void mma_parts(PartSums& acc, const uint32_t (&ah)[4], const u
 #endif
 }
 
+// A product's accumulator as one sum (mma_parts' first form), where PartSums' registers would
+// spill.
+struct OneSum {
+  float v[4] = {};
+  __device__ float operator[](int e) const { return v[e]; }
+};
+
+template <bool kSplitA>
+__device__ inline void mma_parts(OneSum& acc, const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
+                                 const uint32_t (&bt)[2]) {
+  mma_parts<kSplitA>(acc.v, ah, at, bh, bt);
+}
+
 // x (element `slot` of B-operand group `group`) into a fragment-order B operand of heads and tails.
 __device__ inline void store_b_split(float* b, const FragmentPlace& at, float x) { store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x); }
 
-template <int C, class E>
+// DK: the key dim where it is known when compiling (0: sh.Dk), so that the loops over it unroll and
+// their shared-memory offsets fold into the instructions: the walk is issue-bound, and a rolled
+// loop's counters, branches and address arithmetic were most of its instructions.
+template <int C, class E, int DK>
 __global__ void __launch_bounds__(kWalkThreads)
     gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws) {
 #if defined(DING_GPU_NVIDIA_MMA)
   constexpr int kBlocks = C / 16, kSteps = C / 8;
   constexpr bool kSplitE = std::is_same_v<E, float>;
   constexpr int kOutTiles = (kBlocks * (kMmaColumns / 8) + kWalkWarps - 1) / kWalkWarps;  // of U and O, per warp
-  constexpr int kStateTiles = int(ops::kMaxDeltaRuleKeyDim / 16) * (kMmaColumns / 8) / kWalkWarps;  // of S, per warp at most
+  constexpr int kStateTiles = int(DK > 0 ? DK : ops::kMaxDeltaRuleKeyDim) / 16 * (kMmaColumns / 8) / kWalkWarps;  // of S, per warp at most
   constexpr int kRowGroups = kWalkWarps / (kMmaColumns / 8);  // warps per column tile
-  const WalkLayout lay(C, sh.Dk, int(sizeof(E)));
-  const int Dk = sh.Dk, key_steps = Dk / 8;
+  constexpr int kKeyUnroll = DK > 0 ? DK / 8 : 1;
+  const int Dk = DK > 0 ? DK : sh.Dk, key_steps = Dk / 8;
+  const WalkLayout lay(C, Dk, int(sizeof(E)));
   extern __shared__ float4 walk_mem[];
   float* const base = reinterpret_cast<float*>(walk_mem);
   float* const Sb = base + lay.state();
@@ -931,8 +1022,12 @@ __global__ void __launch_bounds__(kWalkThreads)
   // 16 (w / 4 + kRowGroups t), the same 8 columns (w % 4), so they share the B operand and their mma
   // chains interleave.
   const int ni = warp % 4;
-  const int out_tiles = (kBlocks * 4 - warp + kWalkWarps - 1) / kWalkWarps;
-  const int state_tiles = ((Dk / 16) * 4 - warp + kWalkWarps - 1) / kWalkWarps;
+  // Where the tiles deal out evenly (chunks of 64; 128-wide keys) every warp has the most, a
+  // count known when compiling: no branch or predicate around the mmas, which would also make the
+  // compiler put a warp sync before each.
+  constexpr bool kEvenOut = kBlocks * 4 % kWalkWarps == 0, kEvenState = DK > 0 && DK / 16 * 4 % kWalkWarps == 0;
+  const int out_tiles = kEvenOut ? kOutTiles : (kBlocks * 4 - warp + kWalkWarps - 1) / kWalkWarps;
+  const int state_tiles = kEvenState ? kStateTiles : ((Dk / 16) * 4 - warp + kWalkWarps - 1) / kWalkWarps;
   auto mi_of = [&](int t) { return warp / 4 + kRowGroups * t; };
 
   // Three groups of asynchronous copies a chunk, each issued once its buffer's last reader is done:
@@ -964,7 +1059,7 @@ __global__ void __launch_bounds__(kWalkThreads)
       if (t >= state_tiles) break;
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        store_b_split(Sb, b_fragment(tile_row(mi_of(t), e, lane), tile_col(ni, e, lane), key_steps), S[t][e]);
+        store_b_split(Sb, b_fragment_of_tile(mi_of(t), ni, e, lane, key_steps), S[t][e]);
     }
   };
 #pragma unroll
@@ -983,7 +1078,7 @@ __global__ void __launch_bounds__(kWalkThreads)
   };
   // A lane's split A operand of row tile mi, k step ks from a fragment-order buffer (heads, tails).
   auto load_a_split = [&](const float* buffer, int steps, int mi, int ks, uint32_t (&ah_)[4], uint32_t (&at_)[4]) {
-    const float* const heads = buffer + split_a_heads((int64_t(mi) * steps + ks) * 32 + lane);
+    const float* const heads = buffer + split_a_heads((mi * steps + ks) * 32 + lane);
     const float4 x = *reinterpret_cast<const float4*>(heads), y = *reinterpret_cast<const float4*>(heads + 128);
     ah_[0] = __float_as_uint(x.x), ah_[1] = __float_as_uint(x.y), ah_[2] = __float_as_uint(x.z), ah_[3] = __float_as_uint(x.w);
     at_[0] = __float_as_uint(y.x), at_[1] = __float_as_uint(y.y), at_[2] = __float_as_uint(y.z), at_[3] = __float_as_uint(y.w);
@@ -1008,21 +1103,27 @@ __global__ void __launch_bounds__(kWalkThreads)
         const int col = tile_col(ni, e, lane);
         u[t][e] = t < out_tiles && col < width ? u_in[tile_row(mi_of(t), e, lane) * sh.Dv + e0 + col] : 0.0f;
       }
-    for (int ks = 0; ks < key_steps; ++ks) {
-      uint32_t bh_[2], bt_[2];
-      load_b(Sb, key_steps, ks, bh_, bt_);
+    // One loop for each value of sh.delta, so that no mma in it is predicated.
+    auto state_products = [&](auto delta) {
+#pragma unroll kKeyUnroll
+      for (int ks = 0; ks < key_steps; ++ks) {
+        uint32_t bh_[2], bt_[2];
+        load_b(Sb, key_steps, ks, bh_, bt_);
 #pragma unroll
-      for (int t = 0; t < kOutTiles; ++t) {
-        if (t >= out_tiles) break;
-        uint32_t ah_[4], at_[4];
-        if (sh.delta) {
-          load_a_split(Wf, key_steps, mi_of(t), ks, ah_, at_);
-          mma_parts<true>(w_s[t], ah_, at_, bh_, bt_);
+        for (int t = 0; t < kOutTiles; ++t) {
+          if (t >= out_tiles) break;
+          uint32_t ah_[4], at_[4];
+          if constexpr (decltype(delta)::value) {
+            load_a_split(Wf, key_steps, mi_of(t), ks, ah_, at_);
+            mma_parts<true>(w_s[t], ah_, at_, bh_, bt_);
+          }
+          load_a_group(Qf + ((mi_of(t) * key_steps + ks) * 32 + lane) * 4, ah_, at_);
+          mma_parts<kSplitE>(q_s[t], ah_, at_, bh_, bt_);
         }
-        load_a_group(Qf + ((int64_t(mi_of(t)) * key_steps + ks) * 32 + lane) * 4, ah_, at_);
-        mma_parts<kSplitE>(q_s[t], ah_, at_, bh_, bt_);
       }
-    }
+    };
+    if (sh.delta) state_products(std::true_type{});
+    else state_products(std::false_type{});
     float qs[kOutTiles][4];  // Q S_0 summed, so its parts' registers are free for A U's
 #pragma unroll
     for (int t = 0; t < kOutTiles; ++t)
@@ -1034,7 +1135,7 @@ __global__ void __launch_bounds__(kWalkThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = tile_row(mi_of(t), e, lane);
-        const FragmentPlace at = b_fragment(i, tile_col(ni, e, lane), kSteps);
+        const FragmentPlace at = b_fragment_of_tile(mi_of(t), ni, e, lane, kSteps);
         const float x = u[t][e] - w_s[t][e];
         store_b_split(Ub, at, x);
         store_b_split(Db, at, tail[i] * x);
@@ -1073,11 +1174,10 @@ __global__ void __launch_bounds__(kWalkThreads)
 
     // S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j); γ past n stays γ_n.
     const float gamma_n = gam[C - 1];
+    // The write's parts in accumulators of their own (PartSums' reason), joined to S at the end;
+    // one accumulator a tile where a warp has more than two tiles (their parts' registers spill).
+    std::conditional_t<kStateTiles <= 2, PartSums, OneSum> write[kStateTiles];
 #pragma unroll
-    for (int t = 0; t < kStateTiles; ++t)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) S[t][e] *= gamma_n;
-#pragma unroll 2
     for (int ks = 0; ks < kSteps; ++ks) {
       uint32_t bh_[2], bt_[2];
       load_b(Db, kSteps, ks, bh_, bt_);
@@ -1085,10 +1185,14 @@ __global__ void __launch_bounds__(kWalkThreads)
       for (int t = 0; t < kStateTiles; ++t) {
         if (t >= state_tiles) break;
         uint32_t ah_[4], at_[4];
-        load_a_group(Kf + ((int64_t(mi_of(t)) * kSteps + ks) * 32 + lane) * 4, ah_, at_);
-        mma_parts<kSplitE>(S[t], ah_, at_, bh_, bt_);
+        load_a_group(Kf + ((mi_of(t) * kSteps + ks) * 32 + lane) * 4, ah_, at_);
+        mma_parts<kSplitE>(write[t], ah_, at_, bh_, bt_);
       }
     }
+#pragma unroll
+    for (int t = 0; t < kStateTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) S[t][e] = fmaf(gamma_n, S[t][e], write[t][e]);
     write_state();
     __syncthreads();  // Kᵀ is free
     copy_k(c + 1);
@@ -1158,11 +1262,27 @@ unsigned delta_rule_grid(int64_t blocks) {
 }
 
 #if defined(DING_GPU_NVIDIA)
+// Whether every row of q, k and v is whole 16-byte pieces of a 16-bit E, 16-byte aligned (the
+// first pass's cp.async copies).
+template <class E>
+bool rows_in_pieces(const ops::GatedDeltaRuleArgs& a, const DeltaShape& sh) {
+  if constexpr (std::is_same_v<E, float>) {
+    return false;
+  } else {
+    constexpr int64_t kPiece = 16 / int64_t(sizeof(E));
+    auto aligned = [&](const Tensor& x, const attn::Strides3& st) {
+      return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && st.b % kPiece == 0 && st.t % kPiece == 0 && st.h % kPiece == 0 &&
+             x.strides[3] == 1;
+    };
+    return sh.Dk % kPiece == 0 && sh.Dv % kPiece == 0 && aligned(a.q, sh.q) && aligned(a.k, sh.k) && aligned(a.v, sh.v);
+  }
+}
+
 // The two tensor-core passes over segments of the call's chunks, each segment's first-pass output
 // in the stream's scratch (at most kSegmentBytes, or the tuning's chunks per segment).
 template <int C, class E>
 void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaShape& sh) {
-  ChunkWorkspace ws{C, sh.Dk, sh.Dv, 0, nullptr, nullptr};
+  ChunkWorkspace ws{C, sh.Dk, sh.Dv, 0, nullptr, nullptr, rows_in_pieces<E>(a, sh)};
   const int64_t chunks = (sh.T + C - 1) / C;
   const size_t value_bytes = size_t(sh.B * sh.Hv * ws.per_value()) * 4, row_bytes = size_t(sh.B * sh.Hk * 2 * C * sh.Dk) * sizeof(E);
   const int64_t tuned = s.attention_tuning().delta_rule_segment_chunks;
@@ -1174,7 +1294,12 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E))).bytes();
   const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E))).bytes();
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_prepare_kernel<C, E>), int(prepare_bytes)));
-  DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_walk_kernel<C, E>), int(walk_bytes)));
+  // Qwen3-Next's key dim (128) gets a walk compiled for it; 16-bit rows only, the f32 ones being
+  // the rare case of mixed input dtypes.
+  constexpr bool kSixteenBit = !std::is_same_v<E, float>;
+  const auto walk = kSixteenBit && sh.Dk == 128 ? gated_delta_rule_walk_kernel<C, E, kSixteenBit ? 128 : 0>
+                                                : gated_delta_rule_walk_kernel<C, E, 0>;
+  DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(walk), int(walk_bytes)));
   const int64_t column_tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
   for (int64_t c0 = 0; c0 < chunks; c0 += per_segment) {
     ws.chunks = std::min(per_segment, chunks - c0);
@@ -1183,7 +1308,7 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
     gated_delta_rule_prepare_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * ws.chunks), kMmaThreads, prepare_bytes, s.handle()>>>(
         any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta), sh, c0 * C, ws);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_prepare_kernel");
-    gated_delta_rule_walk_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kWalkThreads, walk_bytes, s.handle()>>>(
+    walk<<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kWalkThreads, walk_bytes, s.handle()>>>(
         any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_walk_kernel");
   }

@@ -95,6 +95,10 @@ std::vector<OpCase> delta_rule_cases() {
   add({.B = 2, .T = 9, .Hk = 2, .Hv = 4, .Dk = 32, .Dv = 24, .chunk = 4});
   add({.T = 50, .Hk = 1, .Hv = 2, .Dk = 48, .Dv = 40, .chunk = 16});
   add({.T = 130, .Hk = 1, .Hv = 1, .Dk = 128, .Dv = 128, .qkv = bf16, .gates = f32, .out = bf16, .chunk = 64});
+  // The GPU's walk compiled for 128-wide keys, with f16 rows; and with q, k, v rows it cannot copy
+  // in 16-byte pieces (views 6 elements wider than the heads).
+  add({.T = 70, .Hk = 1, .Hv = 2, .Dk = 128, .Dv = 64, .qkv = f16, .gates = f32, .out = f16, .chunk = 32});
+  add({.T = 90, .Hk = 1, .Hv = 2, .Dk = 128, .Dv = 40, .qkv = bf16, .gates = bf16, .out = bf16, .views = true, .chunk = 64});
   add({.T = 20, .Dk = 256, .Dv = 16, .qkv = f16, .gates = f16, .out = f32, .views = true, .chunk = 8});
   // Chunks the GPU's tensor-core kernel takes (16, 32 or 64 tokens, key dims of 16s): a partial
   // last tile of state columns, the widest key head, f32 q and k (split operands), and calls that
