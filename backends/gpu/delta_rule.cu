@@ -1030,8 +1030,10 @@ __global__ void __launch_bounds__(kWalkThreads)
   const int state_tiles = kEvenState ? kStateTiles : ((Dk / 16) * 4 - warp + kWalkWarps - 1) / kWalkWarps;
   auto mi_of = [&](int t) { return warp / 4 + kRowGroups * t; };
 
-  // Three groups of asynchronous copies a chunk, each issued once its buffer's last reader is done:
-  // W, Q and the decays (read first), A, Kᵀ.
+  // The copies of a chunk's operands, each issued once its buffer's last reader is done: W, Q and
+  // the decays (read first) while the chunk before writes O and S, A and Kᵀ while the chunk before
+  // ends and this one computes U. Two block barriers a chunk: U written (W and Q free), and S
+  // written (A and Kᵀ free, the next W and Q landed).
   auto copy_wq = [&](int64_t c) {
     if (c < ws.chunks) {
       if (sh.delta) copy_async(Wf, ws.w(bh, c), 8 * C * Dk, tid);
@@ -1070,6 +1072,8 @@ __global__ void __launch_bounds__(kWalkThreads)
       S[t][e] = t < state_tiles && col < width ? state_head[int64_t(d) * sh.Dv + e0 + col] : 0.0f;
     }
   write_state();
+  cp_async_wait<2>();  // W, Q, γ and the tail weights of chunk 0
+  __syncthreads();     // ... and everyone's, and S
 
   // A lane's B operand of k step ks from a fragment-order buffer of `steps` steps, column tile ni.
   auto load_b = [&](const float* buffer, int steps, int ks, uint32_t (&bh_)[2], uint32_t (&bt_)[2]) {
@@ -1089,8 +1093,6 @@ __global__ void __launch_bounds__(kWalkThreads)
     const int n = int(sh.T - t0 < C ? sh.T - t0 : int64_t(C));
     const float* const gam = decays + (c & 1) * 2 * C;
     const float* const tail = gam + C;
-    cp_async_wait<2>();  // W, Q, γ and the tail weights of chunk c
-    __syncthreads();     // ... and everyone's, and S as the previous chunk left it
 
     // U = U' − W S_0, and Q S_0 kept for O: one k loop over S's rows.
     const float* const u_in = ws.u(bh, c);
@@ -1141,7 +1143,7 @@ __global__ void __launch_bounds__(kWalkThreads)
         store_b_split(Db, at, tail[i] * x);
       }
     }
-    cp_async_wait<1>();  // A of chunk c
+    cp_async_wait<0>();  // A and Kᵀ of chunk c
     __syncthreads();     // U is written; W and Q are free
     copy_wq(c + 1);
 
@@ -1168,9 +1170,6 @@ __global__ void __launch_bounds__(kWalkThreads)
         if (i < n && col < width) out.store(sh.out.at(b, t0 + i, h) + e0 + col, fmaf(sh.scale * gam[i], qs[t][e], au[t][e]));
       }
     }
-    cp_async_wait<1>();  // Kᵀ of chunk c
-    __syncthreads();     // A and S's shared copy are free
-    copy_a(c + 1);
 
     // S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j); γ past n stays γ_n.
     const float gamma_n = gam[C - 1];
@@ -1194,7 +1193,9 @@ __global__ void __launch_bounds__(kWalkThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) S[t][e] = fmaf(gamma_n, S[t][e], write[t][e]);
     write_state();
-    __syncthreads();  // Kᵀ is free
+    cp_async_wait<0>();  // W, Q, γ and the tail weights of chunk c + 1
+    __syncthreads();     // ... and everyone's; S is written; A and Kᵀ are free
+    copy_a(c + 1);
     copy_k(c + 1);
   }
   cp_async_wait<0>();
