@@ -970,19 +970,6 @@ __device__ inline void mma_parts(PartSums& acc, const uint32_t (&ah)[4], const u
 #endif
 }
 
-// A product's accumulator as one sum (mma_parts' first form), where PartSums' registers would
-// spill.
-struct OneSum {
-  float v[4] = {};
-  __device__ float operator[](int e) const { return v[e]; }
-};
-
-template <bool kSplitA>
-__device__ inline void mma_parts(OneSum& acc, const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
-                                 const uint32_t (&bt)[2]) {
-  mma_parts<kSplitA>(acc.v, ah, at, bh, bt);
-}
-
 // x (element `slot` of B-operand group `group`) into a fragment-order B operand of heads and tails.
 __device__ inline void store_b_split(float* b, const FragmentPlace& at, float x) { store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x); }
 
@@ -1175,7 +1162,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     const float gamma_n = gam[C - 1];
     // The write's parts in accumulators of their own (PartSums' reason), joined to S at the end;
     // one accumulator a tile where a warp has more than two tiles (their parts' registers spill).
-    std::conditional_t<kStateTiles <= 2, PartSums, OneSum> write[kStateTiles];
+    std::conditional_t<kStateTiles <= 2, PartSums, float[4]> write[kStateTiles] = {};
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks) {
       uint32_t bh_[2], bt_[2];
