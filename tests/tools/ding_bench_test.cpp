@@ -53,6 +53,20 @@ std::string line_starting(const std::string& out, const std::string& start) {
   return "";
 }
 
+// --paired decodes the quantized model and its unquantized twin a step each in turn and prints both
+// rates with their ratio; without --quantize there is no twin to pair, and it says so.
+TEST(DingBench, PairedDecodesTheUnquantizedTwinInTurn) {
+  const std::string run = "model -m " + kTiny.string() + " --backend cpu --dtype f32 --prompt 4 --new 3";
+  const ToolResult r = ding_bench(run + " --quantize int8 --paired");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string paired = line_starting(r.stdout_only, "paired ");
+  EXPECT_NE(paired.find("3 steps of each"), std::string::npos) << r.out;
+  EXPECT_NE(paired.find(": f32 "), std::string::npos) << r.out;
+  EXPECT_NE(paired.find(", f32 with i8 projections "), std::string::npos) << r.out;
+  EXPECT_NE(paired.find("x "), std::string::npos) << r.out;
+  expect_clean_failure(ding_bench(run + " --paired"), "ding-bench", "give --quantize int8 or fp8");
+}
+
 // The cache table at toy size on the CPU: a row per attention kind with its bytes per token. At
 // width 128 (one head of 128) in f32 over one layer, MHA, GQA and MQA all keep K and V of one
 // head, 2·128·4 = 1024 bytes; MLA its latent and rope key, (512 + 64)·4 = 2304.

@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--dtype", model.dtype, "f32, bf16, f16 (default bf16)");
   model_cmd->add_option("--quantize", model.quantize, "int8 or fp8: the projection weights in 8 bits with row scales");
   model_cmd->add_flag("--quantize-lm-head", model.quantize_lm_head, "with --quantize: the LM head in 8 bits too");
+  model_cmd->add_flag("--paired", model.paired,
+                      "with --quantize: also load the model unquantized and time the two a decode step each in turn "
+                      "(their ratio then does not depend on the machine's state between runs)");
   model_cmd->add_option("--prompt", model.prompt, "prompt tokens (default 256)");
   model_cmd->add_option("--new", model.new_tokens, "generated tokens (default 256)");
   model_cmd->add_option("--batch", model.batch, "sequences decoded together (default 1)");

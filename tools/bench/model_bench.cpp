@@ -303,6 +303,53 @@ Model make_model(const ModelBenchOptions& o, Device& device) {
   return Model::random(config, device, load, 1);
 }
 
+// "f16" or "f16 with i8 projections": what a model's weights are.
+std::string weights_name(const Model& model) {
+  return model.quantized() ? fmt::format("{} with {} projections", dtype_name(model.dtype()), dtype_name(*model.quantized()))
+                           : std::string(dtype_name(model.dtype()));
+}
+
+// Every sequence of `session` reset and prefilled with the prompt, then the untimed warm-up decode
+// step (on a GPU it records the step's graph, which every later step replays); returns the tokens
+// the next step decodes.
+std::vector<Token> start_decoding(Session& session, const std::vector<Token>& prompt, int64_t batch, Sampler& greedy) {
+  for (int64_t b = 0; b < batch; ++b) {
+    session.reset(b);
+    session.prefill(b, prompt);
+  }
+  const std::vector<Token> last(static_cast<size_t>(batch), prompt.back());
+  return greedy.sample(session.stream(), session.decode(last));
+}
+
+// The model's decode beside its unquantized twin's, one step of each in turn. A machine whose
+// memory bandwidth wanders between runs (a shared host's STREAM triad here: 28 to 58 GB/s from one
+// run to the next) slows both alike within one run, so this ratio holds where the ratio of two
+// separate runs does not.
+void paired_decode(const ModelBenchOptions& o, Device& device, const Model& quantized, Session& session,
+                   const SessionOptions& session_options, const std::vector<Token>& prompt) {
+  ModelBenchOptions plain = o;
+  plain.quantize.clear();
+  plain.quantize_lm_head = false;
+  const Model twin = make_model(plain, device);
+  Session twin_session(twin, session_options);
+  Sampler greedy({.temperature = 0});
+  std::vector<Token> next = start_decoding(session, prompt, o.batch, greedy);
+  std::vector<Token> twin_next = start_decoding(twin_session, prompt, o.batch, greedy);
+  double seconds = 0, twin_seconds = 0;
+  for (int64_t step = 0; step < o.new_tokens; ++step) {
+    const double t0 = now_seconds();
+    next = greedy.sample(session.stream(), session.decode(next));
+    const double t1 = now_seconds();
+    twin_next = greedy.sample(twin_session.stream(), twin_session.decode(twin_next));
+    seconds += t1 - t0;
+    twin_seconds += now_seconds() - t1;
+  }
+  const double steps = double(o.new_tokens);
+  fmt::print("paired    {} steps of each, alternated: {} {:.3f} ms/step, {} {:.3f} ms/step: {:.2f}x\n", o.new_tokens,
+             weights_name(twin), twin_seconds * 1e3 / steps, weights_name(quantized), seconds * 1e3 / steps,
+             twin_seconds / seconds);
+}
+
 }  // namespace
 
 DType parse_dtype(const std::string& s) {
@@ -326,6 +373,8 @@ std::string model_shape_names() {
 }
 
 int run_model(const ModelBenchOptions& o) {
+  if (o.paired && o.quantize.empty())
+    throw Error(ErrorCode::invalid_argument, "--paired times a --quantize model beside the unquantized one: give --quantize int8 or fp8");
   Device& device = Device::open(o.backend);
   ding::tools::apply_gpu_tuning_from_environment(device);
   Model model = make_model(o, device);
@@ -334,17 +383,15 @@ int run_model(const ModelBenchOptions& o) {
   fmt::print("ding-bench model: {} ({} layers, {} heads over {} kv heads, width {}, vocab {}), {}, backend {} — {}, "
              "{} CPU threads\n",
              o.model_dir.empty() ? o.shape + " shape, random weights" : o.model_dir, c.n_layer, c.n_head, c.n_kv_head,
-             c.d_model, c.vocab_size,
-             model.quantized() ? fmt::format("{} with {} projections", dtype_name(model.dtype()), dtype_name(*model.quantized()))
-                               : std::string(dtype_name(model.dtype())),
-             device.caps().backend, device.caps().name, cpu_threads());
+             c.d_model, c.vocab_size, weights_name(model), device.caps().backend, device.caps().name, cpu_threads());
   const Ceilings ceil = measure_ceilings(device);
   fmt::print("ceiling (measured now): bandwidth {:.1f} GB/s ({})\n", ceil.bandwidth_gbs, ceil.bandwidth_how);
 
   // The cache holds the prompt, the warm-up step and the new tokens only, never the model's whole
   // context (131072 positions for Llama 3).
-  Session session(model, {.max_batch = o.batch, .max_tokens = o.prompt + 1 + o.new_tokens,
-                          .prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prompt, .graphs = o.graphs});
+  const SessionOptions session_options{.max_batch = o.batch, .max_tokens = o.prompt + 1 + o.new_tokens,
+                                       .prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prompt, .graphs = o.graphs};
+  Session session(model, session_options);
   std::mt19937 rng(7);
   std::uniform_int_distribution<Token> any_token(0, Token(c.vocab_size - 2));
   std::vector<Token> prompt(static_cast<size_t>(o.prompt));
@@ -397,6 +444,7 @@ int run_model(const ModelBenchOptions& o) {
              o.prefill_chunk > 0 && o.prefill_chunk < o.prompt ? fmt::format(" (chunks of {})", o.prefill_chunk) : "");
   fmt::print("decode    {} steps x batch {}: {:.3f} ms/step = {:.1f} tok/s\n", o.new_tokens, o.batch, step_seconds * 1e3,
              tokens_per_second);
+  if (o.paired) paired_decode(o, device, model, session, session_options, prompt);
   if (o.profile) {  // a second, profiled run: per-op synchronisation makes it slower
     Profiler profiler;
     session.stream().profiler = &profiler;
@@ -407,12 +455,21 @@ int run_model(const ModelBenchOptions& o) {
     fmt::print("per-op profile of the prefill ({} tokens x {}):\n{}", o.prompt, o.batch, profiler.report());
     profiler.clear();
     next.assign(next.size(), prompt.back());
-    for (int64_t step = 0; step < std::min<int64_t>(o.new_tokens, 32); ++step) {
+    const int64_t profiled_steps = std::min<int64_t>(o.new_tokens, 32);
+    const double profile_t0 = now_seconds();
+    for (int64_t step = 0; step < profiled_steps; ++step) {
       const Tensor logits = session.decode(next);
       next = greedy.sample(session.stream(), logits);
     }
+    const double profiled_seconds = now_seconds() - profile_t0;
     session.stream().profiler = nullptr;
-    fmt::print("per-op profile of {} decode steps (batch {}):\n{}", std::min<int64_t>(o.new_tokens, 32), o.batch,
+    double op_seconds = 0;
+    for (const auto& [op, stats] : profiler.stats()) op_seconds += stats.seconds;
+    // What the ops do not account for: the host's work between them (argument checks, the step's
+    // bookkeeping, host-side sampling).
+    fmt::print("per-op profile of {} decode steps (batch {}): {:.3f} ms/step, {:.3f} in ops, {:.3f} between them\n{}",
+               profiled_steps, o.batch, profiled_seconds * 1e3 / double(profiled_steps),
+               op_seconds * 1e3 / double(profiled_steps), (profiled_seconds - op_seconds) * 1e3 / double(profiled_steps),
                profiler.report());
   }
   fmt::print("roofline  {:.1f} MB per step / {:.1f} GB/s = {:.3f} ms/step = {:.1f} tok/s; reached {:.0f}%\n",

@@ -22,6 +22,7 @@ struct ModelBenchOptions {
   int64_t prefill_chunk = 0;  // prompt tokens per prefill step; 0 = the whole prompt at once
   bool profile = false;  // print per-op time of the prefill and the decode steps (synchronises around each op)
   bool graphs = true;    // replay recorded decode steps where the backend can (CUDA graphs)
+  bool paired = false;   // with quantize: also decode the unquantized model, a step of each in turn
 };
 
 // --dtype (f32, bf16, f16) and --quantize (int8, fp8; empty: none) as the subcommands take them:
