@@ -419,6 +419,9 @@ std::vector<OpCase> attention_cases() {
   // rather than 128-byte rows 25 heads apart: what the cache layout costs the S4096 decode.
   decode({.B = 25, .S = 4096, .H = 1, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .full = true,
           .in_tests = false});
+  // gpt2's decode attention (12 heads of 64) at 512 cached keys in f16: what a CPU decode step of
+  // the 124M model spends beside its products (issue 22's int8 target on two threads).
+  decode({.S = 512, .H = 12, .Hkv = 12, .D = 64, .q = f16, .kv = f16, .out = f16, .full = true, .in_tests = false});
   // Tensor-core prefill (16-bit inputs, bf16 output): the GQA shape over 2048 tokens.
   prefill({.Tq = 2048, .Tk = 2048, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .in_tests = false});
   return cases;
