@@ -322,8 +322,8 @@ std::vector<Token> start_decoding(Session& session, const std::vector<Token>& pr
 }
 
 // The model's decode beside its unquantized twin's, one step of each in turn. A machine whose
-// memory bandwidth wanders between runs (a shared host's STREAM triad here: 28 to 58 GB/s from one
-// run to the next) slows both alike within one run, so this ratio holds where the ratio of two
+// memory bandwidth wanders between runs (a shared host's can double from one run to the next:
+// docs/PERFORMANCE.md) slows both alike within one run, so this ratio holds where the ratio of two
 // separate runs does not.
 void paired_decode(const ModelBenchOptions& o, Device& device, const Model& quantized, Session& session,
                    const SessionOptions& session_options, const std::vector<Token>& prompt) {
