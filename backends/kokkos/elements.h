@@ -82,8 +82,9 @@ KOKKOS_INLINE_FUNCTION uint16_t float_to_f16(float f) {
 // GELU's tanh form ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³), evaluated as x·σ(t), t = 2u: the
 // same value, without 1 + tanh u cancelling to nothing for x ≪ 0. σ turns an absolute error of t
 // into a relative error of the result, and |t| reaches ~100 before the result underflows, so t is
-// formed in double: in f32 its rounding (~|t|·2⁻²⁴ a step) cost one draw of a one-element case a
-// relative error of 2.7·10⁻⁶ (NMSE 7.3·10⁻¹², above the op's f32 bound).
+// formed in double: in f32 each rounding of t (~|t|·2⁻²⁴) would reach the result as that much
+// relative error, many ulp once |t| is in the tens. (The cpu backend's gelu_scalar is the same
+// formula; the constants are the op's, defined once per backend.)
 KOKKOS_INLINE_FUNCTION float gelu_tanh(float x) {
   constexpr double c1 = 1.5957691216057308;  // 2·√(2/π)
   const double xd = x, t = xd * (c1 + 0.044715 * c1 * xd * xd);
