@@ -288,10 +288,10 @@ void add_combine_cases(std::vector<OpCase>& cases) {
         c.reason = "f32 FMA accumulation of ≤ 8 terms vs double (measured NMSE ≤ 7.6e-15)";
       } else {
         // The f32 sum (k + 1 terms) lands within its error of a rounding midpoint for about one
-        // output in 2¹³/(k + 1) (f16; bf16 eight times fewer; an estimate from the formats, not measured): over thousands of outputs that is
-        // the 0.05·rounding_nmse term (measured ≤ 9e-9 bf16, 1.5e-10 f16), but in a case of 17
-        // outputs one such flip alone decides, so up to 4 flips of outputs up to 25× the mean
-        // square (a 5σ normal) are allowed besides.
+        // output in 2¹³/(k + 1) (f16; bf16 eight times fewer; estimated from the formats, not
+        // measured): over thousands of outputs that is the 0.05·rounding_nmse term (measured
+        // ≤ 9e-9 bf16, 1.5e-10 f16), but in a case of 17 outputs one such flip alone decides, so
+        // up to 4 flips of outputs up to 25× the mean square (a 5σ normal) are allowed besides.
         c.tolerance = 0.05 * rounding_nmse(ty.out) + flip_nmse(ty.out, s.T * s.C, 25.0, 4);
         c.reason = "same rounding to the 16-bit output on both sides; only sums within f32 error of a rounding boundary differ, by 1 ulp";
       }
