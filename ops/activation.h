@@ -14,6 +14,13 @@
 
 namespace ding::ops {
 
+// gelu's tanh form as the backends evaluate it: ½x(1 + tanh u) = x·σ(t), t = 2u = kGeluT1·x +
+// kGeluT3·x³. The same value without 1 + tanh u cancelling to nothing for x ≪ 0; σ turns an
+// absolute error of t into a relative error of the result, and |t| reaches ~100 before the result
+// underflows, so each backend forms t to about double precision.
+inline constexpr double kGeluT1 = 1.5957691216057308;  // 2·√(2/π)
+inline constexpr double kGeluT3 = 0.044715 * kGeluT1;
+
 struct GeluArgs {
   Tensor out;  // any shape, f32/f16/bf16, contiguous
   Tensor x;    // same shape

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 
+#include "ding/ops/activation.h"
 #include "simd.h"
 
 namespace ding::cpu {
@@ -14,15 +15,11 @@ namespace ding::cpu {
 inline float exp_scalar(float x) { return std::exp(x); }
 inline float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// gelu, tanh form: ½x(1 + tanh u) = x·σ(t) with t = 2u = c1·x + c3·x³, c1 = 2√(2/π),
-// c3 = 0.044715·c1. The σ form has no cancellation in 1 + tanh u for u ≪ 0, but σ turns an
-// absolute error δ of t into a relative error δ of the result, and |t| reaches ~100 before the
-// result underflows: an f32 t (error ~|t|·2⁻²³) would cost up to ~7 bits. t is therefore
-// formed in double (the scalar twin does everything in double).
-constexpr double kGeluC1 = 1.5957691216057308;   // 2·√(2/π)
-constexpr double kGeluC3 = 0.044715 * kGeluC1;
+// gelu, tanh form: x·σ(t) with t = kGeluT1·x + kGeluT3·x³ (ops/activation.h). An f32 t (error
+// ~|t|·2⁻²³) would cost up to ~7 bits of the result, so t is formed in double (the scalar twin
+// does everything in double).
 inline float gelu_scalar(float x) {
-  const double xd = x, t = xd * (kGeluC1 + kGeluC3 * xd * xd);
+  const double xd = x, t = xd * (ops::kGeluT1 + ops::kGeluT3 * xd * xd);
   return float(xd / (1.0 + std::exp(-t)));
 }
 
@@ -107,7 +104,7 @@ inline __m256 gelu8(__m256 x) {
   // (inf − inf in t_lo would make gelu(inf) NaN).
   const auto t_of = [](__m128 half) {
     const __m256d xd = _mm256_min_pd(_mm256_max_pd(_mm256_cvtps_pd(half), _mm256_set1_pd(-20.0)), _mm256_set1_pd(20.0));
-    return _mm256_mul_pd(xd, _mm256_fmadd_pd(_mm256_set1_pd(kGeluC3), _mm256_mul_pd(xd, xd), _mm256_set1_pd(kGeluC1)));
+    return _mm256_mul_pd(xd, _mm256_fmadd_pd(_mm256_set1_pd(ops::kGeluT3), _mm256_mul_pd(xd, xd), _mm256_set1_pd(ops::kGeluT1)));
   };
   const __m256d t_lo_half = t_of(_mm256_castps256_ps128(x)), t_hi_half = t_of(_mm256_extractf128_ps(x, 1));
   const __m128 hi_lo = _mm256_cvtpd_ps(t_lo_half), hi_hi = _mm256_cvtpd_ps(t_hi_half);

@@ -63,6 +63,7 @@
 #include "attention_mma.cuh"
 #include "cp_async.cuh"
 #include "kernels.h"
+#include "last_block.cuh"
 #include "mma_sync.cuh"
 #include "reduce.cuh"
 #include "rotary.cuh"
@@ -181,40 +182,6 @@ __device__ inline Slice8<T> zero_slice8() {
 #pragma unroll
   for (int r = 0; r < Slice8<T>::kRegs; ++r) x.w[r] = 0;  // +0 in every float format
   return x;
-}
-
-// Loads of partials other blocks wrote during this launch: from L2, never from a possibly stale
-// L1 line (this SM may have read the same scratch in the previous call). NVIDIA: a .cg load,
-// whole quads at once; elsewhere volatile scalar loads.
-__device__ inline float load_partial(const float* p) {
-#if defined(DING_GPU_NVIDIA_MMA)
-  float x;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(p) : "memory");
-  return x;
-#else
-  return *static_cast<const volatile float*>(p);
-#endif
-}
-
-// W consecutive floats from p (16-byte aligned when W == 4).
-template <int W>
-__device__ inline void load_partials(float (&x)[W], const float* p) {
-#if defined(DING_GPU_NVIDIA_MMA)
-  constexpr bool kQuadLoad = W == 4;
-#else
-  constexpr bool kQuadLoad = false;
-#endif
-  if constexpr (kQuadLoad) {
-#if defined(DING_GPU_NVIDIA_MMA)
-    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3])
-                 : "l"(p)
-                 : "memory");
-#endif
-  } else {
-#pragma unroll
-    for (int c = 0; c < W; ++c) x[c] = load_partial(p + c);
-  }
 }
 
 // The last block of a group merges its splits 0 .. used - 1 into the output. Work items are
@@ -450,19 +417,7 @@ __device__ void merge_if_last(Operand out, Partials part, const DecodeShape& sh,
   float* const merge_m = merge_space;
   float* const merge_l = merge_m + kDecodeThreads;
   float(*const merge_o)[4] = reinterpret_cast<float(*)[4]>(merge_l + kDecodeThreads);
-  __shared__ bool merges;
-  // Arrive: this block's partial (if any) is visible device-wide before its ticket counts.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned ticket = atomicAdd(&decode_tickets[blk.group_id], 1u);
-    merges = ticket == unsigned(sh.splits - 1);
-    // Every split of the group has arrived: nobody touches the slot again in this launch.
-    if (merges) atomicExch(&decode_tickets[blk.group_id], 0u);
-  }
-  __syncthreads();
-  if (!merges) return;
-  __threadfence();  // the partial loads below stay after the ticket
+  if (!arrive_last(&decode_tickets[blk.group_id], unsigned(sh.splits))) return;
 
   // Splits 0 .. used - 1 have keys; the others (past the sequence's end) wrote nothing.
   const int used = int((keys.len - keys.first + sh.chunk - 1) / sh.chunk);

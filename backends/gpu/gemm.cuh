@@ -30,13 +30,6 @@ __device__ inline void store_from_float(void* base, DType dtype, int64_t i, floa
   }
 }
 
-// GELU, tanh form, as v·σ(2u) = v / (1 + e^(-2u)) with u = √(2/π)·(v + 0.044715·v³): the same
-// formula as the CPU backend. For v → -∞, e^(-2u) overflows to inf and the result is -0, not NaN.
-__device__ inline float gelu_tanh(float v) {
-  const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-  return v / (1.0f + expf(-2.0f * u));
-}
-
 // out = act(acc + bias) + residual, rounded to out's dtype; swiglu: out = silu(gate + bias[col]) ·
 // (up + bias[N + col]) + residual, from the two sums of the output (ops/matmul.h). Rows index the
 // flattened output ([B·M, N] for a batched one: contiguous, so row b·M + m), so the cores need no

@@ -74,7 +74,12 @@
 //            Either kernel, one split: the block writes o_lat = acc / sum [rows, H, L] itself.
 //            Several: its unnormalised acc and, per head, (m, sum); a split past the row's keys
 //            writes only the neutral state m = −inf, sum = 0.
-//   merge    (several splits) grid (⌈L/32⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
+//   merge and project, one launch (several splits, W_uv rows of whole 16-byte pieces: decode's
+//            case) grid (⌈L/64⌉, H, rows), 256 threads: the block merges its 64 latents of o_lat as
+//            the merge below does and multiplies them into those 64 columns of W_uv for every
+//            output e; the head's last chunk to arrive adds the chunks' parts in order (a ticket
+//            per row and head, last_block.cuh). A launch less per step than merge, then project.
+//   merge    (several splits, otherwise) grid (⌈L/32⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
 //            and sum* = Σ w_s·sum_s by the block (thread s loads split s's state), then 32 latents ×
 //            8 subsets of the splits, 16 splits' loads in flight per thread (the first 16 issued
 //            with the states' loads; an acc with w_s = 0 is never used), the subsets added in a
@@ -126,6 +131,7 @@
 #include "check.h"
 #include "cp_async.cuh"
 #include "kernels.h"
+#include "last_block.cuh"
 #include "reduce.cuh"
 #include "stream.h"
 
@@ -186,8 +192,22 @@ constexpr int kProjectThreads = 256;
 constexpr int kProjectRows = 4;                                 // rows per block: each W_uv row feeds 4
 constexpr int kValuesPerWarp = 4;                               // W_uv rows per warp in flight together
 
+constexpr int kFoldThreads = 256;                               // the merge and projection in one launch
+constexpr int kFoldLatents = 64;                                // latents per block
+constexpr int kFoldQuads = kFoldLatents / 4;                    // threads per subset of the splits: 4 latents each
+constexpr int kFoldSubsets = kFoldThreads / kFoldQuads;
+constexpr int kFoldBatch = 8;                                   // acc loads (16 bytes) per thread in flight together
+constexpr int kFoldRowLanes = kFoldLatents / 8;                 // lanes per W_uv row: 8 columns each
+constexpr int kFoldRowsPerPass = kFoldThreads / kFoldRowLanes;  // W_uv rows the block takes at once
+constexpr int kFoldFirstRows = 4;                               // W_uv rows per lane loaded before the wait: Dv ≤ 128
+static_assert(kMaxSplits <= kFoldThreads, "a thread holds at most one split's (m, sum)");
+static_assert(kFoldRowLanes <= 32 && 32 % kFoldRowLanes == 0, "a W_uv row's lanes share a warp");
+
 // Query rows per pass: rows · H ≤ this, so the f32 scratch stays bounded for long prefill chunks.
 constexpr int64_t kPassRowHeads = 8192;
+// One ticket per (row, head) of a pass for the merge and projection's chunks (last_block.cuh): zero
+// at module load, and every head's last chunk leaves its ticket at zero again.
+__device__ unsigned int mla_tickets[kPassRowHeads];
 constexpr int64_t kMaxGridDim = 65535;  // blocks along grid y and z
 
 struct MlaShape {
@@ -1114,6 +1134,138 @@ __global__ void __launch_bounds__(kProjectThreads)
   }
 }
 
+// Several splits, decode: the merge and the projection in one launch, a block per (row, head,
+// chunk of kFoldLatents latents). The block merges its chunk of o_lat from the splits' states,
+// o_lat[l] = Σ_s w_s·acc_s[l] / sum*, and multiplies it into the chunk's columns of W_uv,
+// part[e] = Σ_(l in chunk) W_uv[h, e, l]·o_lat[l], for every e; the last of the head's chunks to
+// arrive (last_block.cuh) adds the chunks' parts in chunk order into out[r, h, e]. A block reads
+// its splits' share of the states (splits × 64 floats) and 64 columns of W_uv: 8 · 16 blocks at
+// DeepSeek-V2-Lite's decode, where one block per head would read all of a head's states alone.
+// w_vec: L % 8 == 0 and W 16-byte aligned (the acc rows then start 16-byte aligned too).
+template <class W>
+__global__ void __launch_bounds__(kFoldThreads)
+    mla_merge_project_kernel(AnyFloat out, Strides3 os, const W* w, MlaPartials part, float* chunk_parts, MlaShape sh,
+                             int64_t r0) {
+  __shared__ float weight[kMaxSplits];  // e^(m_s − m*)
+  __shared__ float reduce_space[32];
+  __shared__ __align__(16) float subtotal[kFoldSubsets][kFoldLatents];
+  __shared__ __align__(16) float lat[kFoldLatents];
+  const int tid = int(threadIdx.x);
+  const int64_t h = blockIdx.y, r = blockIdx.z, head = r * sh.H + h;
+  const int chunk = int(blockIdx.x), chunks = int(gridDim.x), L = sh.L, splits = sh.splits;
+  const int l0 = chunk * kFoldLatents;
+
+  // W_uv's chunk columns are weights, written by no kernel of the step: the block's first rows
+  // into registers while the attend kernel finishes. Lane group (8 lanes) e takes row e's 64
+  // columns, 8 each, one 16-byte load.
+  const int piece = tid % kFoldRowLanes, row_lane = tid / kFoldRowLanes;
+  const int lw = l0 + 8 * piece;
+  const bool w_in = lw < L;
+  const W* const w_uv = w + (h * int64_t(sh.Dn + sh.Dv) + sh.Dn) * L + (w_in ? lw : 0);  // [Dv, L]
+  float w_first[kFoldFirstRows][8];
+#pragma unroll
+  for (int k = 0; k < kFoldFirstRows; ++k) {
+    const int e = row_lane + k * kFoldRowsPerPass;
+    if (w_in && e < sh.Dv)
+      load8(w_uv + int64_t(e) * L, w_first[k]);
+    else
+#pragma unroll
+      for (int c = 0; c < 8; ++c) w_first[k][c] = 0.0f;
+  }
+
+  // The states come from the attend kernel.
+  wait_for_prior_kernels();
+  release_dependents();
+
+  // Thread (subset, quad) adds splits subset, subset + 16, ... of latents l0 + 4·quad … + 3. Its
+  // first batch is loaded with the states, before the weights that select them are known (one
+  // round trip to memory, not two); an empty split wrote no acc, so its value (anything) is never
+  // used.
+  const int quad = tid % kFoldQuads, subset = tid / kFoldQuads;
+  const int la = l0 + 4 * quad;
+  const bool a_in = la < L;
+  const float* const acc = part.acc + head * splits * L + (a_in ? la : 0);
+  float4 a0[kFoldBatch];
+#pragma unroll
+  for (int k = 0; k < kFoldBatch; ++k) {
+    const int s = subset + k * kFoldSubsets;
+    a0[k] = a_in && s < splits ? *reinterpret_cast<const float4*>(acc + int64_t(s) * L) : make_float4(0, 0, 0, 0);
+  }
+  const bool holds = tid < splits;
+  const float m = holds ? part.m[head * splits + tid] : -INFINITY;
+  const float split_sum = holds ? part.sum[head * splits + tid] : 0.0f;
+  const float top = block_max(m, reduce_space);  // finite: split 0 always has keys
+  const float wt = attn::exp_from(m, top);
+  if (holds) weight[tid] = wt;
+  const float sum = block_sum(wt * split_sum, reduce_space);  // its barriers also publish weight[]
+
+  // Weight zero (an empty split, or one far below the top): skipped, never multiplied.
+  float4 v = make_float4(0, 0, 0, 0);
+  auto add = [&](float ws, const float4& a) {
+    if (ws != 0.0f) v = make_float4(fmaf(ws, a.x, v.x), fmaf(ws, a.y, v.y), fmaf(ws, a.z, v.z), fmaf(ws, a.w, v.w));
+  };
+#pragma unroll
+  for (int k = 0; k < kFoldBatch; ++k) {
+    const int s = subset + k * kFoldSubsets;
+    add(s < splits ? weight[s] : 0.0f, a0[k]);
+  }
+  if (a_in)
+    for (int s0 = subset + kFoldSubsets * kFoldBatch; s0 < splits; s0 += kFoldSubsets * kFoldBatch) {
+      float4 a[kFoldBatch];
+      float ws[kFoldBatch];
+#pragma unroll
+      for (int k = 0; k < kFoldBatch; ++k) {
+        const int s = s0 + k * kFoldSubsets;
+        ws[k] = s < splits ? weight[s] : 0.0f;
+        a[k] = ws[k] != 0.0f ? *reinterpret_cast<const float4*>(acc + int64_t(s) * L) : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int k = 0; k < kFoldBatch; ++k) add(ws[k], a[k]);
+    }
+  *reinterpret_cast<float4*>(&subtotal[subset][4 * quad]) = v;
+  __syncthreads();
+  if (tid < kFoldLatents) {  // the subsets in order; latents past L are zero
+    float o = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kFoldSubsets; ++k) o += subtotal[k][tid];
+    lat[tid] = o / sum;
+  }
+  __syncthreads();
+
+  // The chunk's part of every output e, summed over the lane group's 8 lanes in a fixed order.
+  float x[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) x[c] = lat[8 * piece + c];
+  float* const parts = chunk_parts + head * int64_t(chunks) * sh.Dv;  // [chunk][e]
+  auto store_part = [&](int e, const float (&wr)[8]) {
+    float d = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) d = fmaf(wr[c], x[c], d);
+#pragma unroll
+    for (int mask = 1; mask < kFoldRowLanes; mask *= 2) d += shfl_xor(d, mask);
+    if (piece == 0 && e < sh.Dv) parts[int64_t(chunk) * sh.Dv + e] = d;
+  };
+#pragma unroll
+  for (int k = 0; k < kFoldFirstRows; ++k) store_part(row_lane + k * kFoldRowsPerPass, w_first[k]);
+  for (int e0 = kFoldFirstRows * kFoldRowsPerPass; e0 < sh.Dv; e0 += kFoldRowsPerPass) {
+    const int e = e0 + row_lane;
+    float wr[8];
+    if (w_in && e < sh.Dv)
+      load8(w_uv + int64_t(e) * L, wr);
+    else
+#pragma unroll
+      for (int c = 0; c < 8; ++c) wr[c] = 0.0f;
+    store_part(e, wr);
+  }
+
+  if (!arrive_last(&mla_tickets[head], unsigned(chunks))) return;
+  for (int e = tid; e < sh.Dv; e += kFoldThreads) {
+    float o = 0.0f;
+    for (int c = 0; c < chunks; ++c) o += load_partial(parts + int64_t(c) * sh.Dv + e);
+    out.store(row_at(os, r0 + r, sh.Tq, h) + e, o);
+  }
+}
+
 // Whether every row of x (all dims but the last) starts 16-byte aligned and is whole 16-byte pieces.
 bool rows_16_bytes(const Tensor& x) {
   const int64_t size = int64_t(dtype_size(x.dtype));
@@ -1268,19 +1420,26 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
     throw Error(ErrorCode::not_implemented, op + " on the GPU: H = " + std::to_string(sh.H) + ", L = " +
                                                 std::to_string(sh.L) + " exceed the launch grid");
 
-  // The pass's f32 scratch: the partial states (several splits), o_lat, qa.
+  const bool w_vec = sh.L % 8 == 0 && reinterpret_cast<uintptr_t>(w_kv.data) % 16 == 0;
+  // Several splits: the merge and the projection in one launch where W_uv's rows are whole
+  // 16-byte pieces (and a ticket per row and head is there); else a merge launch, then the
+  // projection's.
+  const bool fold = sh.splits > 1 && w_vec && pass_rows * sh.H <= kPassRowHeads && tuning.mla_fold_projection;
+  const int64_t fold_chunks = ceil_div(sh.L, kFoldLatents);
+
+  // The pass's f32 scratch: the partial states (several splits), o_lat or the folded
+  // projection's chunk parts, qa. The states' acc first: its rows start 16-byte aligned.
   const int64_t states = sh.splits > 1 ? pass_rows * sh.H * sh.splits : 0;
   const int64_t row_heads = pass_rows * sh.H;
-  float* const scratch =
-      static_cast<float*>(s.scratch(sizeof(float) * size_t(states * (sh.L + 2) + row_heads * (sh.L + sh.qa_pitch)) +
-                                    16));
+  const int64_t between = fold ? fold_chunks * sh.Dv : sh.L;  // per row and head
+  float* const scratch = static_cast<float*>(
+      s.scratch(sizeof(float) * size_t(states * (sh.L + 2) + row_heads * (between + sh.qa_pitch)) + 16));
   const MlaPartials part{scratch, scratch + states * sh.L, scratch + states * (sh.L + 1)};
-  float* const o_lat = scratch + states * (sh.L + 2);
+  float* const o_lat = scratch + states * (sh.L + 2);  // or the chunk parts
   // qa's rows, qa_pitch floats each, start 16-byte aligned (the attend kernel copies them in 16-byte pieces).
-  float* const qa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(o_lat + row_heads * sh.L) + 15) / 16 * 16);
+  float* const qa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(o_lat + row_heads * between) + 15) / 16 * 16);
 
   const bool chained = props.has_chained_launch();
-  const bool w_vec = sh.L % 8 == 0 && reinterpret_cast<uintptr_t>(w_kv.data) % 16 == 0;
   const Strides3 cs{cache.strides[0], cache.strides[1], 0};
   const int64_t latent_new_stride = latent_new.defined() ? latent_new.strides[0] : 0;
 
@@ -1322,6 +1481,16 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
           default: attend(std::integral_constant<int, 16>{}); break;
         }
       });
+    }
+    if (fold) {
+      with_float_type(w_kv.dtype, [&](auto w_tag) {
+        using W = decltype(w_tag);
+        DING_GPU_CHECK(launch_chained(chained, mla_merge_project_kernel<W>,
+                                      dim3(unsigned(fold_chunks), unsigned(sh.H), unsigned(n)), dim3(kFoldThreads), 0,
+                                      s.handle(), any_float(out), os, static_cast<const W*>(w_kv.data), part, o_lat,
+                                      sh, r0));
+      });
+      continue;
     }
     if (sh.splits > 1)
       DING_GPU_CHECK(launch_chained(chained, mla_merge_kernel,

@@ -11,6 +11,7 @@
 
 #include "ding/device.h"
 #include "ding/dtype.h"
+#include "ding/ops/activation.h"
 
 namespace ding::kokkos {
 
@@ -79,15 +80,11 @@ KOKKOS_INLINE_FUNCTION uint16_t float_to_f16(float f) {
 // The math of kernels uses the C library's global functions (expf, sqrt, ...): CUDA and HIP
 // provide device versions of exactly those, and their spelling is the same in every Kokkos.
 
-// GELU's tanh form ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³), evaluated as x·σ(t), t = 2u: the
-// same value, without 1 + tanh u cancelling to nothing for x ≪ 0. σ turns an absolute error of t
-// into a relative error of the result, and |t| reaches ~100 before the result underflows, so t is
-// formed in double: in f32 each rounding of t (~|t|·2⁻²⁴) would reach the result as that much
-// relative error, many ulp once |t| is in the tens. (The cpu backend's gelu_scalar is the same
-// formula; the constants are the op's, defined once per backend.)
+// GELU's tanh form as x·σ(t), t = kGeluT1·x + kGeluT3·x³ (ops/activation.h), t formed in double:
+// in f32 each rounding of t (~|t|·2⁻²⁴) would reach the result as that much relative error, many
+// ulp once |t| is in the tens.
 KOKKOS_INLINE_FUNCTION float gelu_tanh(float x) {
-  constexpr double c1 = 1.5957691216057308;  // 2·√(2/π)
-  const double xd = x, t = xd * (c1 + 0.044715 * c1 * xd * xd);
+  const double xd = x, t = xd * (ops::kGeluT1 + ops::kGeluT3 * xd * xd);
   return float(xd / (1.0 + exp(-t)));
 }
 

@@ -17,22 +17,20 @@
 
 namespace ding::reference {
 
-namespace {
-
 // ½x(1 + tanh u) evaluated as x·σ(2u), the same value (½(1 + tanh u) = 1/(1 + e^(−2u))): for
 // u ≪ 0, 1 + tanh u cancels to nothing in double (from x ≈ −7 on), while the σ form keeps full
 // relative precision all the way to underflow.
-double gelu_tanh(double x) {
+double gelu_value(double x) {
   const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
-  return x / (1.0 + std::exp(-2.0 * u));
+  return x * sigmoid_value(2.0 * u);
 }
 
-double silu_value(double x) { return x / (1.0 + std::exp(-x)); }
+double sigmoid_value(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-}  // namespace
+double silu_value(double x) { return x * sigmoid_value(x); }
 
 void gelu(Stream&, const ops::GeluArgs& a) {
-  for (int64_t i = 0; i < a.x.numel(); ++i) store(a.out, i, gelu_tanh(load(a.x, i)));
+  for (int64_t i = 0; i < a.x.numel(); ++i) store(a.out, i, gelu_value(load(a.x, i)));
 }
 
 void silu(Stream&, const ops::SiluArgs& a) {
@@ -64,7 +62,7 @@ void sigmoid_gate(Stream&, const ops::SigmoidGateArgs& a) {
     const int64_t x_row = row_offset(a.x, r), out_row = row_offset(a.out, r), gate_row = row_offset(a.gate, r);
     for (int64_t c = 0; c < C; ++c) {
       const double gate = load(a.gate, gate_row + (per_row ? 0 : c));
-      store(a.out, out_row + c, load(a.x, x_row + c) / (1.0 + std::exp(-gate)));
+      store(a.out, out_row + c, load(a.x, x_row + c) * sigmoid_value(gate));
     }
   }
 }

@@ -21,7 +21,7 @@ void causal_conv1d(Stream&, const ops::CausalConv1dArgs& a) {
       for (int64_t t = 0; t < T; ++t) {
         double v = a.bias.defined() ? load(a.bias, offset(a.bias, {c})) : 0.0;
         for (int64_t j = 0; j < K; ++j) v += load(a.weight, offset(a.weight, {c, j})) * u[size_t(t + j)];
-        if (a.activation == ops::ConvActivation::silu) v = v / (1.0 + std::exp(-v));
+        if (a.activation == ops::ConvActivation::silu) v = silu_value(v);
         store(a.out, offset(a.out, {b, t, c}), v);
       }
       for (int64_t i = 0; i < S; ++i) store(a.state, offset(a.state, {b, i, c}), u[size_t(T + i)]);

@@ -34,7 +34,7 @@ struct Head {  // one (sequence, value head) of the call, its inputs read in dou
   double beta(int64_t t) const {
     if (!a.beta.defined()) return 1.0;
     const double b_t = load(a.beta, offset(a.beta, {b, t, h}));
-    return a.params.gates.given() ? 1.0 / (1.0 + std::exp(-b_t)) : b_t;
+    return a.params.gates.given() ? sigmoid_value(b_t) : b_t;
   }
   void out(int64_t t, int64_t e, double value) const { store(a.out, offset(a.out, {b, t, h, e}), value); }
 };

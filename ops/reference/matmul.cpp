@@ -14,24 +14,11 @@
 //                 ops::matmul_chain_intermediate_dtype (16-bit for 16-bit chains, ops/matmul.h) is
 //                 an error the backends are allowed, budgeted in the parity tolerance
 //                 (tests/ops/matmul_cases.cpp).
-#include <cmath>
-#include <numbers>
 #include <vector>
 
 #include "reference.h"
 
 namespace ding::reference {
-
-namespace {
-
-double gelu_tanh(double v) {
-  const double sqrt_2_over_pi = std::sqrt(2.0 / std::numbers::pi);
-  return 0.5 * v * (1.0 + std::tanh(sqrt_2_over_pi * (v + 0.044715 * v * v * v)));
-}
-
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
-
-}  // namespace
 
 void matmul(Stream& stream, const ops::MatmulArgs& a) {
   if (a.params.norm.kind != ops::NormKind::none)
@@ -58,8 +45,8 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
         double acc = linear(b, m, n);
-        if (a.params.activation == ops::Activation::gelu_tanh) acc = gelu_tanh(acc);
-        if (a.params.activation == ops::Activation::swiglu) acc = silu(acc) * linear(b, m, N + n);
+        if (a.params.activation == ops::Activation::gelu_tanh) acc = gelu_value(acc);
+        if (a.params.activation == ops::Activation::swiglu) acc = silu_value(acc) * linear(b, m, N + n);
         // Read the residual before writing out: they may be the same tensor (in place).
         if (residual.defined()) acc += load(residual, at(residual, b, m, n));
         store(a.out, at(a.out, b, m, n), acc);

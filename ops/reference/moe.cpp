@@ -37,7 +37,7 @@ void moe_route(Stream&, const ops::MoeRouteArgs& a) {
       for (int64_t e = 0; e < E; ++e) sum += score[e] = std::exp(logit[e] - max);
       for (double& s : score) s /= sum;
     } else {
-      for (int64_t e = 0; e < E; ++e) score[e] = 1.0 / (1.0 + std::exp(-logit[e]));
+      for (int64_t e = 0; e < E; ++e) score[e] = sigmoid_value(logit[e]);
     }
     std::vector<double> group_best(static_cast<size_t>(groups));
     for (int64_t g = 0; g < groups; ++g)
@@ -125,7 +125,7 @@ void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
       };
       for (int64_t n = 0; n < N; ++n) {
         double y = linear(n);
-        if (swiglu) y = y / (1.0 + std::exp(-y)) * linear(N + n);
+        if (swiglu) y = silu_value(y) * linear(N + n);
         store(a.out, offset(a.out, {p, n}), y);
       }
     }

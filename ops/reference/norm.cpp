@@ -66,7 +66,7 @@ void rms_norm(Stream&, const ops::RmsNormArgs& a) {
     const int64_t gate_row = p.gate.defined() ? row_offset(p.gate, r) : 0;
     for (int64_t c = 0; c < C; ++c) {
       const double g = p.gate.defined() ? load(p.gate, gate_row + c) : 0.0;
-      const double silu_gate = p.gate.defined() ? g / (1.0 + std::exp(-g)) : 1.0;
+      const double silu_gate = p.gate.defined() ? silu_value(g) : 1.0;
       store(a.out, out_row + c, h[c] * rstd * load(a.weight, w_row + c) * silu_gate);
     }
   }

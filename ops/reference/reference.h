@@ -20,4 +20,10 @@ int64_t offset(const Tensor& t, std::initializer_list<int64_t> index);
 // t's strides: where row r of a view with a contiguous last dimension starts.
 int64_t row_offset(const Tensor& t, int64_t r);
 
+// The activations' scalar formulas (ops/activation.h) in double, for every op that applies one:
+// the activation ops, the matmul epilogues, the convolution, the gated norm, the routers.
+double gelu_value(double x);  // the tanh form
+double sigmoid_value(double x);
+double silu_value(double x);
+
 }  // namespace ding::reference

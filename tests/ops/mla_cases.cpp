@@ -195,6 +195,11 @@ std::vector<OpCase> mla_cases() {
   // Long caches: several GPU splits, the first sequence at length 1 (most splits empty).
   decode({.B = 2, .S = 3000, .shape = lite_small, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
   decode({.B = 1, .S = 2100, .shape = {.H = 20, .L = 96, .Dr = 16, .Dn = 24, .Dv = 40}, .full = true});
+  // Several splits merged and projected in one launch on the GPU: latents in 64-wide chunks, the
+  // last one partial, and more value rows than its blocks load before they wait; and L % 8 != 0,
+  // where W_uv's rows are not whole 16-byte pieces (a merge launch, then the projection's).
+  decode({.B = 2, .S = 600, .shape = {.H = 3, .L = 136, .Dr = 8, .Dn = 16, .Dv = 160}});
+  decode({.B = 2, .S = 600, .shape = {.H = 5, .L = 60, .Dr = 4, .Dn = 8, .Dv = 20}, .q = bf16, .cache = bf16, .w = bf16, .out = bf16});
   // The GPU's tensor-core attend kernel (16-bit caches, L % 64 == 0): one full head group of 16,
   // two groups of 10 with the m16 tiles' other rows empty; one split and several (empty ones
   // behind the length-1 row), the token's row appended, prefill's causal band. One 16-bit dtype

@@ -97,6 +97,28 @@ TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
   EXPECT_GT(expect_configurations_agree(cuda, mla_cases(), configurations), 20);
 }
 
+// Decode's several splits are merged and projected by W_uv in one launch where W_uv's rows are
+// whole 16-byte pieces, else by a merge launch and a projection launch: both within every case's
+// bound of the reference, for the cases that take the one launch too (they add in another order,
+// so their bits differ).
+TEST(MlaGpu, MergeAndProjectionInOneLaunchOrTwo) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  int decode_cases = 0;
+  for (const OpCase& c : mla_cases()) {
+    if (!c.in_tests || c.op != "mla_decode") continue;
+    expect_case_under(cuda, c, seed,
+                      {{"one launch", [&tuning] { tuning.set({.mla_fold_projection = true}); }},
+                       {"two launches", [&tuning] { tuning.set({.mla_fold_projection = false}); }}},
+                      /*same_bits=*/false);
+    ++decode_cases;
+  }
+  EXPECT_GT(decode_cases, 15);
+}
+
 // ---- Bad input -----------------------------------------------------------------------------------
 
 struct Tensors {

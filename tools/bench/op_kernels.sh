@@ -2,7 +2,8 @@
 # How an op's time splits over its kernels, on a GPU machine with Nsight Compute: the op bench
 # (ding-bench ops) of the benches whose names hold all the filters, then each kernel of one such
 # case alone under ncu (clocks as the run left them, caches flushed), its median over the timed
-# launches. Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD, default build-speed).
+# launches. Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD, default build-speed), or
+# takes the one DING_BENCH names (a program tools/device_pack.sh brought).
 #   DING_CUDA_ARCH=90 tools/bench/op_kernels.sh OP FILTER[,FILTER...]
 #   e.g. tools/bench/op_kernels.sh mla_decode bench_B1_S32768,Dv128_bf16_full
 set -uo pipefail
@@ -12,8 +13,11 @@ filters=${2:?filter}
 DING_GPU_BUILD=${DING_GPU_BUILD:-build-speed}
 source tools/gpu_build.sh
 gpu_out results/op-kernels
-gpu_build op_kernels "$out/build.txt" ding-bench
-bench="$build/tools/ding-bench"
+bench=${DING_BENCH:-}
+if [[ -z $bench ]]; then
+  gpu_build op_kernels "$out/build.txt" ding-bench
+  bench="$build/tools/ding-bench"
+fi
 args=()
 IFS=, read -ra parts <<<"$filters"
 for f in "${parts[@]}"; do args+=(--filter "$f"); done
