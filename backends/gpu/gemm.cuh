@@ -30,6 +30,17 @@ __device__ inline void store_from_float(void* base, DType dtype, int64_t i, floa
   }
 }
 
+// gelu's tanh form for the epilogues, v·σ(t) = v / (1 + e^(−t)), t = kGeluT1·v + kGeluT3·v³
+// (ops/activation.h), t in f32. Not the gelu op's two-float t (elements.cuh): inlined into every
+// unrolled store of every core's tiles, that made a core's unit compile 10–20 times longer
+// (gemm_mma_small_bf16.cu 143 s against 6 s; as a call, 1.8 times longer). An f32 t costs up to
+// ~7 bits of the result where |t| is in the tens (v ≪ 0, a result near zero), which weighs
+// nothing in the matmul cases' NMSE. For v → −∞, e^(−t) overflows to inf and the result is −0, not NaN.
+__device__ inline float epilogue_gelu(float v) {
+  const float t = v * (float(ops::kGeluT1) + float(ops::kGeluT3) * v * v);
+  return v / (1.0f + expf(-t));
+}
+
 // out = act(acc + bias) + residual, rounded to out's dtype; swiglu: out = silu(gate + bias[col]) ·
 // (up + bias[N + col]) + residual, from the two sums of the output (ops/matmul.h). Rows index the
 // flattened output ([B·M, N] for a batched one: contiguous, so row b·M + m), so the cores need no
@@ -59,7 +70,7 @@ struct Epilogue {
     if (w_scales) acc *= w_scales[col];
     if (x_scales) acc *= x_scales[row];
     if (bias) acc += load_as_float(bias, bias_dtype, col * bias_stride);
-    if (gelu) acc = gelu_tanh(acc);
+    if (gelu) acc = epilogue_gelu(acc);
     return plus_residual(row, col, acc);
   }
   // swiglu's output from its gate and up sums.

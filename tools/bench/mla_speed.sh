@@ -2,8 +2,8 @@
 # Latent attention's decode on a GPU machine, with programs tools/device_pack.sh brought (in DIR,
 # default /tmp/bin, after `tools/device_pack.sh --unpack`): the mla_decode op benches under each
 # value of the DING_MLA_* switches named (each twice, interleaved), the 32k-key case's kernels
-# alone under ncu (tools/bench/op_kernels.sh), and DeepSeek-V2-Lite's decode step at a short and a
-# 32k context.
+# alone under ncu with the merge and projection in one launch (tools/bench/op_kernels.sh), and
+# DeepSeek-V2-Lite's decode step at a short and a 32k context under each switch.
 #   tools/bench/mla_speed.sh [DIR]        DING_MLA_AB="DING_MLA_FOLD=1 DING_MLA_FOLD=0" (the default)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -15,9 +15,11 @@ for round in 1 2; do
     env "$setting" timeout 120 "$bench" ops --backend cuda --op mla_decode --filter bench_ 2>&1 | grep "bench_"
   done
 done
-command -v ncu >/dev/null && DING_BENCH="$bench" tools/bench/op_kernels.sh mla_decode bench_B1_S32768,Dv128_bf16_full
+command -v ncu >/dev/null && DING_MLA_FOLD=1 DING_BENCH="$bench" tools/bench/op_kernels.sh mla_decode bench_B1_S32768,Dv128_bf16_full
 for prompt in 256 32768; do
-  echo "== deepseek-v2-lite, prompt $prompt"
-  timeout 300 "$bench" model --backend cuda --dtype bf16 --shape deepseek-v2-lite --prompt "$prompt" --new 16 2>&1 |
-    grep -E "decode|roofline|error"
+  for setting in ${DING_MLA_AB:-DING_MLA_FOLD=1 DING_MLA_FOLD=0}; do
+    echo "== deepseek-v2-lite, prompt $prompt, $setting"
+    env "$setting" timeout 300 "$bench" model --backend cuda --dtype bf16 --shape deepseek-v2-lite --prompt "$prompt" \
+      --new 16 2>&1 | grep -E "decode|roofline|error"
+  done
 done
