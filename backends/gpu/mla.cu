@@ -961,6 +961,20 @@ __global__ void __launch_bounds__(mma_block_threads(Bulk), launch_min_blocks(mma
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
+// The merge's weights, called by every thread of the block: thread s loads split s's (m, sum);
+// weight[s] = e^(m_s − m*) for every split, published to the block; returns sum* = Σ_s w_s·sum_s.
+// first: the (row, head)'s first state.
+__device__ inline float merge_weights(const MlaPartials& part, int64_t first, int splits, float* weight,
+                                      float* reduce_space) {
+  const int tid = int(threadIdx.x);
+  const bool holds = tid < splits;
+  const float m = holds ? part.m[first + tid] : -INFINITY, split_sum = holds ? part.sum[first + tid] : 0.0f;
+  const float top = block_max(m, reduce_space);  // finite: split 0 always has keys
+  const float wt = attn::exp_from(m, top);
+  if (holds) weight[tid] = wt;
+  return block_sum(wt * split_sum, reduce_space);  // its barriers also publish weight[]
+}
+
 __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaPartials part, float* o_lat, MlaShape sh) {
   __shared__ float weight[kMaxSplits];  // e^(m_s − m*)
   __shared__ float reduce_space[32];
@@ -987,12 +1001,7 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_kernel(MlaPartials pa
   }
 
   // Thread s holds split s's state: one round of loads for m* and sum*.
-  const bool holds = tid < splits;
-  const float m = holds ? part.m[first + tid] : -INFINITY, split_sum = holds ? part.sum[first + tid] : 0.0f;
-  const float top = block_max(m, reduce_space);  // finite: split 0 always has keys
-  const float wt = attn::exp_from(m, top);
-  if (holds) weight[tid] = wt;
-  const float sum = block_sum(wt * split_sum, reduce_space);  // its barriers also publish weight[]
+  const float sum = merge_weights(part, first, splits, weight, reduce_space);
 
   // Weight zero (an empty split, or one far below the top): skipped, never multiplied.
   float v = 0.0f;
@@ -1193,13 +1202,7 @@ __global__ void __launch_bounds__(kFoldThreads)
     const int s = subset + k * kFoldSubsets;
     a0[k] = a_in && s < splits ? *reinterpret_cast<const float4*>(acc + int64_t(s) * L) : make_float4(0, 0, 0, 0);
   }
-  const bool holds = tid < splits;
-  const float m = holds ? part.m[head * splits + tid] : -INFINITY;
-  const float split_sum = holds ? part.sum[head * splits + tid] : 0.0f;
-  const float top = block_max(m, reduce_space);  // finite: split 0 always has keys
-  const float wt = attn::exp_from(m, top);
-  if (holds) weight[tid] = wt;
-  const float sum = block_sum(wt * split_sum, reduce_space);  // its barriers also publish weight[]
+  const float sum = merge_weights(part, head * splits, splits, weight, reduce_space);
 
   // Weight zero (an empty split, or one far below the top): skipped, never multiplied.
   float4 v = make_float4(0, 0, 0, 0);
