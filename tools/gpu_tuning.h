@@ -13,7 +13,7 @@
 //   DING_GEMM_E4M3=0       prefill products of E4M3 weights not on E4M3 tensor cores (x kept 16-bit)
 //   DING_MLA_STAGES=N      the latent attend kernel's ring: at most N tiles, 2 to 4 (0: automatic)
 //   DING_MLA_BULK=0        its tiles by cp.async, not by sm_90's bulk copies
-//   DING_MLA_FOLD=1        latent decode's splits merged and projected in one launch, not two
+//   DING_MLA_FOLD=0        latent decode's splits merged, then projected: two launches, not one
 //   DING_DELTA_SEGMENT=N   the chunk-wise delta rule's chunks per pair of passes (0: by workspace size)
 #pragma once
 #include <optional>

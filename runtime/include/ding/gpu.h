@@ -50,9 +50,9 @@ struct AttentionTuning {
                                 // (0: as many as the device's shared memory holds)
   bool mla_bulk_copies = true;  // its tiles by the copy engine's bulk copies where the device has
                                 // them (sm_90+); false: by cp.async, as on sm_80/sm_89
-  bool mla_fold_projection = false;  // true: decode's several splits merged and projected by W_uv
-                                     // in one launch where W_uv's rows allow it; false: two launches
-                                     // (off until it has been timed on a GPU: docs/PERFORMANCE.md)
+  bool mla_fold_projection = true;  // decode's several splits merged and projected by W_uv in one
+                                    // launch where W_uv's rows allow it; false: a merge launch, then
+                                    // a projection launch
   int delta_rule_segment_chunks = 0;  // the chunk-wise delta rule's chunks per pair of passes
                                       // (0: equal segments of at most 192 MB of first-pass output)
 };
