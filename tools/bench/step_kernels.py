@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One decode step's kernels from an ncu CSV (`ncu --csv --page raw --metrics gpu__time_duration.sum`
-of `ding-bench model ... --new N`): the kernels between the last two argmax launches (each step
-ends with one), summed per kernel name, then the step's first `--list` kernels in launch order.
+of `ding-bench model ... --new N`): the kernels after the second-to-last step's argmax up to the last
+step's (each step ends with one, in one launch or more), summed per kernel name, then the step's first `--list` kernels in launch order.
 ncu serialises kernels, so the times are each kernel alone (no overlap with its neighbours)."""
 import argparse
 import collections
@@ -22,7 +22,9 @@ def main():
     rows = [r for r in csv.reader(open(args.csv)) if len(r) > 10]
     header, rows = rows[0], [r for r in rows[1:] if r[0].isdigit()]
     name, time, grid, block = (header.index(k) for k in ("Kernel Name", "gpu__time_duration.sum", "Grid Size", "Block Size"))
-    ends = [i for i, r in enumerate(rows) if "argmax" in r[name]]
+    # A step ends with its argmax, which may be several launches (a row's parts, then their fold).
+    is_argmax = ["argmax" in r[name] for r in rows]
+    ends = [i for i, a in enumerate(is_argmax) if a and (i + 1 == len(rows) or not is_argmax[i + 1])]
     if len(ends) < 2:
         raise SystemExit("step_kernels: fewer than two argmax launches (run at least 2 decode steps)")
     step = rows[ends[-2] + 1 : ends[-1] + 1]
