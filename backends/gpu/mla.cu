@@ -80,7 +80,7 @@
 //            multiplies them into those 64 columns of W_uv for every output e; the head's last
 //            chunk to arrive adds the chunks' parts in order (a ticket per row and head,
 //            last_block.cuh). A launch less per step than merge, then project, and the projection's
-//            W_uv loads overlap the merge's (docs/PERFORMANCE.md: 18–27 % off the op on an H200).
+//            W_uv loads overlap the merge's (timed in docs/PERFORMANCE.md).
 //   merge    (several splits, otherwise) grid (⌈L/32⌉, H, rows), 256 threads: m* = max m_s, w_s = e^(m_s − m*)
 //            and sum* = Σ w_s·sum_s by the block (thread s loads split s's state), then 32 latents ×
 //            8 subsets of the splits, 16 splits' loads in flight per thread (the first 16 issued
