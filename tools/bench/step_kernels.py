@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One decode step's kernels from an ncu CSV (`ncu --csv --page raw --metrics gpu__time_duration.sum`
 of `ding-bench model ... --new N`): the kernels after the second-to-last step's argmax up to the last
-step's (each step ends with one, in one launch or more), summed per kernel name, then the step's first `--list` kernels in launch order.
+step's (each step ends with one, in one launch or more), summed per kernel name, then the step's
+first `--list` kernels in launch order.
 ncu serialises kernels, so the times are each kernel alone (no overlap with its neighbours)."""
 import argparse
 import collections
@@ -26,7 +27,7 @@ def main():
     is_argmax = ["argmax" in r[name] for r in rows]
     ends = [i for i, a in enumerate(is_argmax) if a and (i + 1 == len(rows) or not is_argmax[i + 1])]
     if len(ends) < 2:
-        raise SystemExit("step_kernels: fewer than two argmax launches (run at least 2 decode steps)")
+        raise SystemExit("step_kernels: fewer than two steps end in an argmax (run at least 2 decode steps)")
     step = rows[ends[-2] + 1 : ends[-1] + 1]
     us = lambda r: float(r[time].replace(",", "")) / 1000
     totals = collections.OrderedDict()
