@@ -9,6 +9,43 @@
 
 namespace ding::ops {
 
+namespace {
+
+// moe_group's checks, for that op and for moe_route's grouping, each naming its own op.
+void check_grouping(Check& c, const MoeGroupArgs& a) {
+  c.tensor("experts", a.experts, 2, 2);
+  const int64_t slots = a.experts.dim(0) * a.experts.dim(1);
+  for (auto [name, t] : {std::pair{"experts", &a.experts}, {"offsets", &a.offsets}, {"slots", &a.slots}, {"positions", &a.positions}}) {
+    if (t != &a.experts) c.tensor(name, *t, 1, 1);
+    c.dtype_in(name, *t, {DType::i32});
+    c.contiguous(name, *t);
+  }
+  if (a.offsets.dim(0) < 2) c.fail(ErrorCode::shape_mismatch, fmt::format("offsets {} must hold E + 1 ≥ 2 entries", shape_of(a.offsets)));
+  c.dim("slots", a.slots, 0, slots, "T·k (from experts)");
+  c.dim("positions", a.positions, 0, slots, "T·k (from experts)");
+  for (auto [name, t] : {std::pair{"offsets", &a.offsets}, {"slots", &a.slots}, {"positions", &a.positions}}) {
+    c.disjoint(name, *t, "experts", a.experts);
+    if (t != &a.offsets) c.disjoint(name, *t, "offsets", a.offsets);
+  }
+  c.disjoint("slots", a.slots, "positions", a.positions);
+  if (a.x.defined() != a.x_grouped.defined())
+    c.fail(ErrorCode::invalid_argument, "x and x_grouped must be given together");
+  if (a.x.defined()) {
+    c.tensor("x", a.x, 2, 2);
+    c.tensor("x_grouped", a.x_grouped, 2, 2);
+    c.float_dtype("x", a.x);
+    c.float_dtype("x_grouped", a.x_grouped);
+    c.contiguous("x", a.x);
+    c.contiguous("x_grouped", a.x_grouped);
+    c.dim("x", a.x, 0, a.experts.dim(0), "T (from experts)");
+    c.dim("x_grouped", a.x_grouped, 0, slots, "T·k (from experts)");
+    c.dim("x_grouped", a.x_grouped, 1, a.x.dim(1), "C (from x)");
+    c.disjoint("x_grouped", a.x_grouped, "x", a.x);
+  }
+}
+
+}  // namespace
+
 void validate(const Device& device, const MoeRouteArgs& a) {
   Check c("moe_route", device);
   c.tensor("logits", a.logits, 2, 2);
@@ -39,39 +76,70 @@ void validate(const Device& device, const MoeRouteArgs& a) {
     c.disjoint(name, *t, "logits", a.logits);
   }
   c.disjoint("weights", a.weights, "experts", a.experts);
+  if (a.router_w.defined()) {
+    if (!a.x.defined()) c.fail(ErrorCode::invalid_argument, "router_w needs x, the rows it scores");
+    if (a.logits.dtype != DType::f32)
+      c.fail(ErrorCode::dtype_mismatch, fmt::format("logits must be f32 where the op computes them from router_w, got {}",
+                                                    dtype_name(a.logits.dtype)));
+    c.tensor("router_w", a.router_w, 2, 2);
+    c.float_dtype("router_w", a.router_w);
+    c.contiguous("router_w", a.router_w);
+    c.dim("router_w", a.router_w, 0, E, "E (from logits)");
+    for (auto [name, t] : {std::pair{"weights", &a.weights}, {"experts", &a.experts}}) c.disjoint(name, *t, "router_w", a.router_w);
+  }
+  if (a.x.defined()) {
+    c.tensor("x", a.x, 2, 2);
+    c.float_dtype("x", a.x);
+    c.contiguous("x", a.x);
+    c.dim("x", a.x, 0, T, "T (from logits)");
+    if (a.router_w.defined()) c.dim("router_w", a.router_w, 1, a.x.dim(1), "C (from x)");
+    for (auto [name, t] : {std::pair{"logits", &a.logits}, {"weights", &a.weights}, {"experts", &a.experts}})
+      c.disjoint(name, *t, "x", a.x);
+  }
+  if (a.x_grouped.defined() && !a.x.defined()) c.fail(ErrorCode::invalid_argument, "x_grouped needs x, the rows it gathers");
+  if (a.x.defined() && !a.router_w.defined() && !a.x_grouped.defined())
+    c.fail(ErrorCode::invalid_argument, "x is given but neither router_w nor x_grouped uses it");
+  const bool grouping = a.offsets.defined() || a.slots.defined() || a.positions.defined();
+  if (grouping && !has_grouping(a))
+    c.fail(ErrorCode::invalid_argument, "offsets, slots and positions must be given together");
+  if (a.x_grouped.defined() && !grouping)
+    c.fail(ErrorCode::invalid_argument, "x_grouped needs offsets, slots and positions, the grouping it follows");
+  if (grouping) {
+    check_grouping(c, grouping_part(a));
+    c.dim("offsets", a.offsets, 0, E + 1, "E + 1 (E from logits)");
+    for (auto [name, t] : {std::pair{"offsets", &a.offsets}, {"slots", &a.slots}, {"positions", &a.positions}}) {
+      c.disjoint(name, *t, "logits", a.logits);
+      c.disjoint(name, *t, "weights", a.weights);
+    }
+    if (a.x_grouped.defined()) {
+      for (auto [name, t] : {std::pair{"logits", &a.logits}, {"weights", &a.weights}, {"offsets", &a.offsets},
+                             {"slots", &a.slots}, {"positions", &a.positions}})
+        c.disjoint("x_grouped", a.x_grouped, name, *t);
+    }
+  }
+}
+
+bool has_router(const MoeRouteArgs& a) { return a.router_w.defined(); }
+
+bool has_grouping(const MoeRouteArgs& a) { return a.offsets.defined() && a.slots.defined() && a.positions.defined(); }
+
+MatmulArgs router_part(const MoeRouteArgs& a) { return {a.logits, a.x, a.router_w}; }
+
+MoeRouteArgs routing_part(const MoeRouteArgs& a) { return {a.weights, a.experts, a.logits, a.params}; }
+
+MoeGroupArgs grouping_part(const MoeRouteArgs& a) {
+  return {a.offsets, a.slots, a.positions, a.experts, a.x_grouped.defined() ? a.x : Tensor{}, a.x_grouped};
+}
+
+void moe_route_in_parts(Stream& stream, const MoeRouteArgs& a, const MoeRouteKernels& kernels) {
+  if (has_router(a)) kernels.matmul(stream, router_part(a));
+  kernels.moe_route(stream, routing_part(a));
+  if (has_grouping(a)) kernels.moe_group(stream, grouping_part(a));
 }
 
 void validate(const Device& device, const MoeGroupArgs& a) {
   Check c("moe_group", device);
-  c.tensor("experts", a.experts, 2, 2);
-  const int64_t slots = a.experts.dim(0) * a.experts.dim(1);
-  for (auto [name, t] : {std::pair{"experts", &a.experts}, {"offsets", &a.offsets}, {"slots", &a.slots}, {"positions", &a.positions}}) {
-    if (t != &a.experts) c.tensor(name, *t, 1, 1);
-    c.dtype_in(name, *t, {DType::i32});
-    c.contiguous(name, *t);
-  }
-  if (a.offsets.dim(0) < 2) c.fail(ErrorCode::shape_mismatch, fmt::format("offsets {} must hold E + 1 ≥ 2 entries", shape_of(a.offsets)));
-  c.dim("slots", a.slots, 0, slots, "T·k (from experts)");
-  c.dim("positions", a.positions, 0, slots, "T·k (from experts)");
-  for (auto [name, t] : {std::pair{"offsets", &a.offsets}, {"slots", &a.slots}, {"positions", &a.positions}}) {
-    c.disjoint(name, *t, "experts", a.experts);
-    if (t != &a.offsets) c.disjoint(name, *t, "offsets", a.offsets);
-  }
-  c.disjoint("slots", a.slots, "positions", a.positions);
-  if (a.x.defined() != a.x_grouped.defined())
-    c.fail(ErrorCode::invalid_argument, "x and x_grouped must be given together");
-  if (a.x.defined()) {
-    c.tensor("x", a.x, 2, 2);
-    c.tensor("x_grouped", a.x_grouped, 2, 2);
-    c.float_dtype("x", a.x);
-    c.float_dtype("x_grouped", a.x_grouped);
-    c.contiguous("x", a.x);
-    c.contiguous("x_grouped", a.x_grouped);
-    c.dim("x", a.x, 0, a.experts.dim(0), "T (from experts)");
-    c.dim("x_grouped", a.x_grouped, 0, slots, "T·k (from experts)");
-    c.dim("x_grouped", a.x_grouped, 1, a.x.dim(1), "C (from x)");
-    c.disjoint("x_grouped", a.x_grouped, "x", a.x);
-  }
+  check_grouping(c, a);
 }
 
 void validate(const Device& device, const MoeMatmulArgs& a) {
@@ -126,7 +194,14 @@ void validate(const Device& device, const MoeCombineArgs& a) {
 }
 
 Cost cost(const MoeRouteArgs& a) {
-  return {4.0 * double(a.logits.numel()), double(a.logits.nbytes() + a.weights.nbytes() + a.experts.nbytes())};
+  Cost c{4.0 * double(a.logits.numel()), double(a.logits.nbytes() + a.weights.nbytes() + a.experts.nbytes())};
+  if (has_router(a)) {
+    const Cost router = cost(router_part(a));
+    c.flops += router.flops;
+    c.bytes += router.bytes;  // the logits are written there and read back here
+  }
+  if (has_grouping(a)) c.bytes += cost(grouping_part(a)).bytes;
+  return c;
 }
 
 Cost cost(const MoeGroupArgs& a) {
@@ -155,6 +230,8 @@ Cost cost(const MoeCombineArgs& a) {
 void moe_route(Stream& stream, Tensor weights, Tensor experts, Tensor logits, const MoeRouteParams& params) {
   dispatch(stream, MoeRouteArgs{weights, experts, logits, params});
 }
+
+void moe_route(Stream& stream, const MoeRouteArgs& args) { dispatch(stream, args); }
 
 void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, Tensor experts, Tensor x, Tensor x_grouped) {
   dispatch(stream, MoeGroupArgs{offsets, slots, positions, experts, x, x_grouped});

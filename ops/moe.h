@@ -6,7 +6,8 @@
 //                consecutive groups of E/groups, a group's score is its best expert's, only the
 //                top_groups best groups (ties: lower group first) are eligible, and the top-k is
 //                taken among their experts; the scores themselves, and so the weights, stay
-//                those over all E experts.
+//                those over all E experts. It may also compute the logits from the router's
+//                weights first and group its choices after, as moe_group does (MoeRouteArgs).
 //   moe_group:   sort the T·k (token, choice) slots by expert (stable in slot index), so each
 //                expert's inputs are one contiguous block: offsets[e]..offsets[e+1]. Optionally
 //                gathers the token rows into that order for the expert matmuls.
@@ -40,8 +41,17 @@ struct MoeRouteParams {
 struct MoeRouteArgs {
   Tensor weights;  // f32 [T, k]
   Tensor experts;  // i32 [T, k]
-  Tensor logits;   // [T, E], f32/f16/bf16
+  Tensor logits;   // [T, E], f32/f16/bf16; with router_w, f32 and written by the op
   MoeRouteParams params;
+  // Optional, the router's product first: logits = x · router_wᵀ, exactly ops::matmul's into f32.
+  Tensor x;         // [T, C], f32/f16/bf16: the tokens' (normed) rows
+  Tensor router_w;  // [E, C], f32/f16/bf16
+  // Optional, then moe_group of the choices (offsets, slots and positions together; x_grouped with
+  // x), exactly as that op defines them. So a decode step's routing can be a single launch.
+  Tensor offsets;    // i32 [E + 1]
+  Tensor slots;      // i32 [T·k]
+  Tensor positions;  // i32 [T·k]
+  Tensor x_grouped;  // [T·k, C], f32/f16/bf16
 };
 
 struct MoeGroupArgs {
@@ -77,6 +87,19 @@ struct MoeCombineArgs {
 };
 
 void validate(const Device& device, const MoeRouteArgs& a);
+// moe_route's parts as the ops they stand for (the router's matmul, the routing alone, the
+// grouping), and, for a backend that runs them apart, the three in order through its own kernels.
+bool has_router(const MoeRouteArgs& a);
+bool has_grouping(const MoeRouteArgs& a);
+MatmulArgs router_part(const MoeRouteArgs& a);
+MoeRouteArgs routing_part(const MoeRouteArgs& a);
+MoeGroupArgs grouping_part(const MoeRouteArgs& a);
+struct MoeRouteKernels {
+  void (*matmul)(Stream&, const MatmulArgs&);
+  void (*moe_route)(Stream&, const MoeRouteArgs&);
+  void (*moe_group)(Stream&, const MoeGroupArgs&);
+};
+void moe_route_in_parts(Stream& stream, const MoeRouteArgs& a, const MoeRouteKernels& kernels);
 void validate(const Device& device, const MoeGroupArgs& a);
 void validate(const Device& device, const MoeMatmulArgs& a);
 void validate(const Device& device, const MoeCombineArgs& a);
@@ -87,6 +110,7 @@ Cost cost(const MoeGroupArgs& a);
 Cost cost(const MoeMatmulArgs& a, int64_t active_experts = -1);
 Cost cost(const MoeCombineArgs& a);
 void moe_route(Stream& stream, Tensor weights, Tensor experts, Tensor logits, const MoeRouteParams& params);
+void moe_route(Stream& stream, const MoeRouteArgs& args);
 void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, Tensor experts,
                Tensor x = {}, Tensor x_grouped = {});
 void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets,

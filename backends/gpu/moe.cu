@@ -28,6 +28,8 @@
 #include "elements.cuh"
 #include "gemm.cuh"
 #include "kernels.h"
+#include "last_block.cuh"
+#include "reduce.cuh"
 #include "select.cuh"
 #include "stream.h"
 #include "strided.cuh"
@@ -41,12 +43,6 @@ constexpr size_t kGroupSharedBytes = 48 * 1024;  // count columns up to this siz
 constexpr int kCombineBatch = 8;     // a token's choices whose rows are in flight together
 constexpr int kCombineThreads = 128;  // per block: a token's columns over several blocks at decode
 constexpr size_t kRouteSharedBytes = 48 * 1024;  // the staged pairs of a block's tokens, up to this
-
-__device__ inline double warp_sum_double(double v) {
-#pragma unroll
-  for (int m = warp_size() / 2; m > 0; m /= 2) v += shfl_xor(v, m);
-  return v;
-}
 
 // The best (logit, expert) pair of group g, experts [g·size, (g+1)·size): the group's place in
 // the order of groups (a group's score is its best expert's; of equal ones, the lower group
@@ -63,33 +59,16 @@ __device__ uint64_t group_pair(const Pairs& pair_at, int g, int size) {
 
 constexpr int kMaskedGroups = 64;  // up to this many groups, the kept ones are a bit mask
 
-// Whole warps leave together at the end (tokens are per warp), so the shuffles and ballots see
-// every lane. Grouped: DeepSeek's group-limited routing, an instance of its own, and every loop
-// rolled, so that the plain routing's code stays short: a kernel that runs once per layer pays for
-// every instruction it fetches, the instruction cache cold each time (under ncu a fully unrolled
-// form executed 1.4 K warp instructions in 20 K cycles). E < 2^31 (moe_route checks).
-template <class T, bool Grouped>
-__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights, int32_t* experts, const T* logits,
-                                                                  int64_t tokens, int E, int k,
-                                                                  ops::MoeRouteParams params, bool staged) {
-  wait_for_prior_kernels();  // the logits come from the router's matmul
-  release_dependents();
-  const int64_t t = int64_t(blockIdx.x) * (blockDim.x / warp_size()) + threadIdx.x / warp_size();
+// Routes one token with the calling warp (every lane calls it): pair_at(e) gives expert e's
+// (logit, expert) pair (order_pair), w and chosen its k weights and experts. Grouped: DeepSeek's
+// group-limited routing, an instance of its own, and every loop rolled, so that the plain routing's
+// code stays short: a kernel that runs once per layer pays for every instruction it fetches, the
+// instruction cache cold each time (under ncu a fully unrolled form executed 1.4 K warp
+// instructions in 20 K cycles).
+template <bool Grouped, class PairAt>
+__device__ void route_token(const PairAt& pair_at, float* w, int32_t* chosen, int E, int k,
+                            const ops::MoeRouteParams& params) {
   const int lane = lane_id();
-  const T* x = logits + t * E;
-  float* w = weights + t * k;
-  int32_t* chosen = experts + t * k;
-  // The token's (logit, expert) pairs staged in shared memory where the launch gave room
-  // (`staged`): the k rounds then wait on shared memory, not on L2.
-  extern __shared__ uint64_t staged_pairs[];
-  uint64_t* const token_pairs = staged_pairs + (threadIdx.x / warp_size()) * E;
-  if (staged) {
-#pragma unroll 1
-    for (int e = lane; t < tokens && e < E; e += warp_size()) token_pairs[e] = order_pair(to_float(x[e]), uint32_t(e));
-    __syncthreads();
-  }
-  if (t >= tokens) return;
-  auto pair_at = [&](int e) { return staged ? token_pairs[e] : order_pair(to_float(x[e]), uint32_t(e)); };
   // Group-limited routing: round i of a warp max over the groups' best pairs (a lane per group)
   // finds the i-th best group; a group is kept when its pair is not below the last round's.
   // Up to kMaskedGroups groups, the kept ones become a bit mask; beyond, a kept test reads the
@@ -152,19 +131,44 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights
     w[j] = score;
     chosen_sum += score;
   }
-  chosen_sum = warp_sum_double(chosen_sum);
+  chosen_sum = warp_sum(chosen_sum);
   double scale = params.routed_scaling;
   if (softmax && !params.renormalize) {
     double denominator = 0;  // exp(logit − max) over all E; with renormalisation it cancels
     // A pair's value is its logit (order_pair keeps every float but -0's sign and NaN's payload).
 #pragma unroll 1
     for (int e = lane; e < E; e += warp_size()) denominator += expf(pair_value(pair_at(e)) - best_logit);
-    scale /= warp_sum_double(denominator);
+    scale /= warp_sum(denominator);
   } else if (params.renormalize) {
     scale /= chosen_sum;
   }
 #pragma unroll 1
   for (int j = lane; j < k; j += warp_size()) w[j] = float(double(w[j]) * scale);
+}
+
+// Whole warps leave together at the end (tokens are per warp), so the shuffles and ballots see
+// every lane. E < 2^31 (moe_route checks).
+template <class T, bool Grouped>
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(float* weights, int32_t* experts, const T* logits,
+                                                                  int64_t tokens, int E, int k,
+                                                                  ops::MoeRouteParams params, bool staged) {
+  wait_for_prior_kernels();  // the logits come from the router's matmul
+  release_dependents();
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x / warp_size()) + threadIdx.x / warp_size();
+  const int lane = lane_id();
+  const T* x = logits + t * E;
+  // The token's (logit, expert) pairs staged in shared memory where the launch gave room
+  // (`staged`): the k rounds then wait on shared memory, not on L2.
+  extern __shared__ uint64_t staged_pairs[];
+  uint64_t* const token_pairs = staged_pairs + (threadIdx.x / warp_size()) * E;
+  if (staged) {
+#pragma unroll 1
+    for (int e = lane; t < tokens && e < E; e += warp_size()) token_pairs[e] = order_pair(to_float(x[e]), uint32_t(e));
+    __syncthreads();
+  }
+  if (t >= tokens) return;
+  auto pair_at = [&](int e) { return staged ? token_pairs[e] : order_pair(to_float(x[e]), uint32_t(e)); };
+  route_token<Grouped>(pair_at, weights + t * k, experts + t * k, E, k, params);
 }
 
 // The counting sort of moe_group, stable in the slot index s = t·k + j. Thread p owns the slot
@@ -210,14 +214,41 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* offse
   }
 }
 
-// moe_group for a few slots (a decode step's T·k ≤ kSmallGroupSlots): slot s's grouped row is its
-// rank in (bucket, slot) order, #{s' : (bucket(s'), s') < (bucket(s), s)}, and expert e's first row
+// moe_group for a few slots (a decode step's T·k ≤ kSmallGroupSlots), from their buckets (the
+// expert ids, E for one out of range) in shared memory: slot s's grouped row is its rank in
+// (bucket, slot) order, #{s' : (bucket(s'), s') < (bucket(s), s)}, and expert e's first row
 // #{s' : bucket(s') < e}: S² + (E + 1)·S compares spread over the block. The counting sort above
 // gives each thread E + 1 counts to walk in series, which at 512 experts is most of a decode step's
-// grouping time. Block 0 writes the offsets, slots and positions. With x (x_units > 0: its rows
-// in `Unit`s), block t also copies token t's row to its k grouped rows, ranking those slots
-// itself: one launch for the whole op, every block a few dependent loads deep.
+// grouping time.
 constexpr int kSmallGroupSlots = 64, kSmallGroupThreads = 256;
+
+__device__ inline int few_slots_row(const int* buckets, int S, int s) {
+  const int b = buckets[s];
+  int row = 0;
+  for (int o = 0; o < S; ++o) row += buckets[o] < b || (buckets[o] == b && o < s);
+  return row;
+}
+
+// The whole block writes the offsets, slots and positions; row_of[s] (shared memory, or null)
+// receives slot s's row too.
+__device__ void group_few_slots(int32_t* offsets, int32_t* slots, int32_t* positions, const int* buckets, int S, int E,
+                                int* row_of) {
+  for (int s = int(threadIdx.x); s < S; s += int(blockDim.x)) {
+    const int row = few_slots_row(buckets, S, s);
+    slots[row] = s;
+    positions[s] = row;
+    if (row_of) row_of[s] = row;
+  }
+  for (int e = int(threadIdx.x); e <= E; e += int(blockDim.x)) {
+    int before = 0;
+    for (int o = 0; o < S; ++o) before += buckets[o] < e;
+    offsets[e] = before;
+  }
+}
+
+// Block 0 groups. With x (x_units > 0: its rows in `Unit`s), block t also copies token t's row to
+// its k grouped rows, ranking those slots itself: one launch for the whole op, every block a few
+// dependent loads deep.
 template <class Unit>
 __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int32_t* offsets, int32_t* slots,
                                                                              int32_t* positions, const int32_t* experts,
@@ -233,33 +264,143 @@ __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int
     buckets[s] = e >= 0 && e < E ? e : E;
   }
   __syncthreads();
-  auto rank = [&](int s) {
-    const int b = buckets[s];
-    int row = 0;
-    for (int o = 0; o < S; ++o) row += buckets[o] < b || (buckets[o] == b && o < s);
-    return row;
-  };
-  if (blockIdx.x == 0) {
-    for (int s = tid; s < S; s += threads) {
-      const int row = rank(s);
-      slots[row] = s;
-      positions[s] = row;
-    }
-    for (int e = tid; e <= E; e += threads) {
-      int before = 0;
-      for (int o = 0; o < S; ++o) before += buckets[o] < e;
-      offsets[e] = before;
-    }
-  }
+  if (blockIdx.x == 0) group_few_slots(offsets, slots, positions, buckets, S, E, nullptr);
   if (x_units == 0) return;
   const int t = int(blockIdx.x);
-  for (int j = tid; j < k; j += threads) token_rows[j] = rank(t * k + j);
+  for (int j = tid; j < k; j += threads) token_rows[j] = few_slots_row(buckets, S, t * k + j);
   __syncthreads();
   const Unit* src = x + int64_t(t) * x_units;
   for (int64_t i = tid; i < x_units; i += threads) {
     const Unit v = src[i];
     for (int j = 0; j < k; ++j) x_grouped[int64_t(token_rows[j]) * x_units + i] = v;
   }
+}
+
+// moe_route of a decode step with the router and the grouping, in one launch. The router's E rows
+// are dealt to the grid's warps, a row each (then every gridDim.x·warps-th), and each row is scored
+// against all T tokens' rows, staged in shared memory; its first pieces are loaded before the
+// chained-launch wait, since weights do not depend on the kernel before. The block that arrives
+// last (last_block.cuh) reads the logits back, routes a token per warp (route_token) and groups
+// the T·k slots (group_few_slots) and gathers the tokens' rows from its staged copy. So the
+// dependent chain is x → logits → routing → grouping inside one kernel, where three launches
+// (matmul, moe_route, moe_group) each began with a wait for the one before.
+// T ≤ kMaxRouteTokens and the block's warps, T·k ≤ kSmallGroupSlots, C·sizeof(X) a multiple of 16.
+constexpr int kMaxRouteTokens = 8;
+constexpr int kRouterPacks = 8;  // 16-byte pieces of a router row per lane in flight together
+constexpr int kRouteBatch = 4;   // loads of x or of the logits per thread in flight together
+
+// Its dynamic shared memory, beside the two static slot arrays, within the default 48 KB a block.
+constexpr size_t kRouteDecodeSharedBytes = kRouteSharedBytes - 2 * kSmallGroupSlots * sizeof(int);
+
+__device__ unsigned int route_ticket;  // zero at module load; the last block leaves it at zero
+
+template <class X, bool Grouped>
+__global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
+    float* logits, float* weights, int32_t* experts, int32_t* offsets, int32_t* slots, int32_t* positions,
+    const X* x, const X* router_w, X* x_grouped, int T, int E, int k, int C, ops::MoeRouteParams params) {
+  constexpr int kN = kPack16<X>;
+  using P = Pack<X, kN>;
+  extern __shared__ uint4 route_shared[];  // x's rows [T][C], then the tokens' (logit, expert) pairs [T][E]
+  __shared__ int buckets[kSmallGroupSlots], row_of[kSmallGroupSlots];
+  const int lane = lane_id(), warp = int(threadIdx.x) / warp_size(), warps = int(blockDim.x) / warp_size();
+  const int packs = C / kN;  // 16-byte pieces of a row
+  const P* const w_rows = reinterpret_cast<const P*>(router_w);
+  const int first_row = int(blockIdx.x) * warps + warp, row_stride = int(gridDim.x) * warps;
+  // Pieces p0 + i·warp_size() + lane, i < kRouterPacks, of a row of w, and their dot product with
+  // the same pieces of a staged row of x.
+  auto load_w = [&](P (&w)[kRouterPacks], int row, int p0) {
+#pragma unroll
+    for (int i = 0; i < kRouterPacks; ++i) {
+      const int p = p0 + i * warp_size() + lane;
+      if (row < E && p < packs) w[i] = w_rows[int64_t(row) * packs + p];
+    }
+  };
+  auto dot = [&](const P (&w)[kRouterPacks], const P* x_row, int p0) {
+    float acc = 0;
+#pragma unroll
+    for (int i = 0; i < kRouterPacks; ++i) {
+      const int p = p0 + i * warp_size() + lane;
+      if (p >= packs) continue;
+      float wv[kN], xv[kN];
+      widen(w[i], wv);
+      widen(x_row[p], xv);
+#pragma unroll
+      for (int e = 0; e < kN; ++e) acc = fmaf(wv[e], xv[e], acc);
+    }
+    return acc;
+  };
+  P w[kRouterPacks];
+  load_w(w, first_row, 0);
+  wait_for_prior_kernels();  // x comes from the kernel before (the norm)
+  release_dependents();
+  // Loads and stores in batches of kRouteBatch a thread, so that the loads are in flight together
+  // (a store to shared memory may alias a generic pointer's load, so they are not reordered).
+  const uint4* const x_units = reinterpret_cast<const uint4*>(x);
+  const int x_total = T * packs, threads = int(blockDim.x);
+  for (int i0 = int(threadIdx.x); i0 < x_total; i0 += kRouteBatch * threads) {
+    uint4 v[kRouteBatch];
+#pragma unroll
+    for (int b = 0; b < kRouteBatch; ++b)
+      if (i0 + b * threads < x_total) v[b] = x_units[i0 + b * threads];
+#pragma unroll
+    for (int b = 0; b < kRouteBatch; ++b)
+      if (i0 + b * threads < x_total) route_shared[i0 + b * threads] = v[b];
+  }
+  __syncthreads();
+  const P* const xs = reinterpret_cast<const P*>(route_shared);
+  // Loops rolled (tokens, rows, pieces past the first kRouterPacks a lane): the code stays short
+  // for a kernel that runs once a layer. A row's first pieces stay in registers for every token.
+  const int step = kRouterPacks * warp_size();
+#pragma unroll 1
+  for (int row = first_row; row < E; row += row_stride) {
+    if (row != first_row) load_w(w, row, 0);
+#pragma unroll 1
+    for (int t = 0; t < T; ++t) {
+      float acc = dot(w, xs + t * packs, 0);
+#pragma unroll 1
+      for (int p0 = step; p0 < packs; p0 += step) {
+        P more[kRouterPacks];
+        load_w(more, row, p0);
+        acc += dot(more, xs + t * packs, p0);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) logits[int64_t(t) * E + row] = acc;
+    }
+  }
+  if (!arrive_last(&route_ticket, gridDim.x)) return;
+
+  // The last block. Each token's pairs from the logits the grid wrote (loads from L2).
+  uint64_t* const pairs = reinterpret_cast<uint64_t*>(route_shared + x_total);
+  const int logit_total = T * E;
+  for (int i0 = int(threadIdx.x); i0 < logit_total; i0 += kRouteBatch * threads) {
+    float v[kRouteBatch];
+#pragma unroll
+    for (int b = 0; b < kRouteBatch; ++b)
+      if (i0 + b * threads < logit_total) v[b] = load_partial(logits + i0 + b * threads);
+#pragma unroll
+    for (int b = 0; b < kRouteBatch; ++b) {
+      const int i = i0 + b * threads;
+      if (i < logit_total) pairs[i] = order_pair(v[b], uint32_t(i % E));
+    }
+  }
+  __syncthreads();
+  if (warp < T) {
+    const uint64_t* const token_pairs = pairs + warp * E;
+    route_token<Grouped>([&](int e) { return token_pairs[e]; }, weights + warp * k, experts + warp * k, E, k, params);
+  }
+  __syncthreads();  // the block's stores of the experts are visible to the whole block after it
+  const int S = T * k;
+  for (int s = int(threadIdx.x); s < S; s += int(blockDim.x)) {
+    const int e = experts[s];
+    buckets[s] = e >= 0 && e < E ? e : E;
+  }
+  __syncthreads();
+  group_few_slots(offsets, slots, positions, buckets, S, E, row_of);
+  if (x_grouped == nullptr) return;
+  __syncthreads();
+  uint4* const grouped_units = reinterpret_cast<uint4*>(x_grouped);
+  for (int i = int(threadIdx.x); i < packs; i += int(blockDim.x))
+    for (int s = 0; s < S; ++s) grouped_units[int64_t(row_of[s]) * packs + i] = route_shared[(s / k) * packs + i];
 }
 
 // x_grouped[p] = x[slots[p] / k]: rows of `Unit`s when the dtypes agree (16, 8, 4 or 2 bytes,
@@ -372,6 +513,40 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
   DING_GPU_CHECK_LAUNCH("moe_gather_convert_kernel");
 }
 
+// moe_route with the router and the grouping in one launch (moe_route_decode_kernel) where a
+// decode step's sizes allow it; false, with nothing launched, where they do not.
+bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
+  if (!ops::has_router(a) || !ops::has_grouping(a) || a.x.dtype != a.router_w.dtype) return false;
+  const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k, C = a.x.dim(1);
+  const int64_t row_bytes = C * int64_t(dtype_size(a.x.dtype));
+  const size_t shared_bytes = size_t(T * row_bytes) + size_t(T * E) * sizeof(uint64_t);
+  const int warps = kRouteThreads / s.props().warp_size;
+  if (T > std::min(kMaxRouteTokens, warps) || T * k > kSmallGroupSlots || row_bytes % 16 != 0 ||
+      !aligned(a.x.data, 16) || !aligned(a.router_w.data, 16) || shared_bytes > kRouteDecodeSharedBytes ||
+      E >= (int64_t(1) << 31) || C >= (int64_t(1) << 31))
+    return false;
+  // The rows move as whole 16-byte pieces where x_grouped is x's dtype; else a second kernel converts them.
+  const bool gathers = a.x_grouped.defined() && a.x_grouped.dtype == a.x.dtype && aligned(a.x_grouped.data, 16);
+  with_float_type(a.x.dtype, [&](auto tag) {
+    using X = decltype(tag);
+    auto launch = [&](auto kernel) {
+      DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, dim3(unsigned(ceil_div(E, warps))),
+                                    dim3(kRouteThreads), shared_bytes, s.handle(), a.logits.ptr<float>(),
+                                    a.weights.ptr<float>(), a.experts.ptr<int32_t>(), a.offsets.ptr<int32_t>(),
+                                    a.slots.ptr<int32_t>(), a.positions.ptr<int32_t>(), static_cast<const X*>(a.x.data),
+                                    static_cast<const X*>(a.router_w.data), gathers ? static_cast<X*>(a.x_grouped.data) : nullptr,
+                                    int(T), int(E), int(k), int(C), a.params));
+    };
+    if (a.params.groups > 1)
+      launch(moe_route_decode_kernel<X, true>);
+    else
+      launch(moe_route_decode_kernel<X, false>);
+  });
+  DING_GPU_CHECK_LAUNCH("moe_route_decode_kernel");
+  if (a.x_grouped.defined() && !gathers) moe_gather(s, ops::grouping_part(a), int(T * k), int(k));
+  return true;
+}
+
 }  // namespace
 
 void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
@@ -380,6 +555,10 @@ void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
     throw Error(ErrorCode::invalid_argument, "moe_route on the GPU: E = " + std::to_string(E) +
                                                  " experts exceed the i32 index range");
   GpuStream& s = gpu_stream(stream);
+  if (ops::has_router(a) || ops::has_grouping(a)) {
+    if (!route_in_one_launch(s, a)) ops::moe_route_in_parts(stream, a, {matmul, moe_route, moe_group});
+    return;
+  }
   const int64_t tokens_per_block = kRouteThreads / s.props().warp_size;
   const size_t staged_bytes = size_t(tokens_per_block * E) * sizeof(uint64_t);
   const bool staged = staged_bytes <= kRouteSharedBytes;

@@ -1,9 +1,10 @@
 // The mixture-of-experts feed-forward: x ← x + Σ_j weight_j · expert_j(h) + shared(h), h = norm(x),
 // expert(h) = W_down · (silu(W_gate h) ⊙ W_up h). Every step is a device op, so routing results
 // never visit the host and a decode step records into a graph like any other:
-//   logits = W_router h                      matmul, f32 (the choice of experts needs no rounding)
-//   weights, experts = top-k of the scores   moe_route
-//   h_grouped = h's rows sorted by expert    moe_group (offsets: each expert's block of rows)
+//   logits = W_router h                      moe_route, which computes them in f32 (the choice of
+//   weights, experts = top-k of the scores   experts needs no rounding), routes, and groups its
+//   h_grouped = h's rows sorted by expert    choices as moe_group does (offsets: each expert's block
+//                                            of rows): a decode step's routing in one launch
 //   hidden = silu(g) ⊙ u per expert          moe_matmul, swiglu: reads only the chosen experts
 //   y = W_down hidden per expert             moe_matmul
 //   x += shared(h)                           matmul ×2, where the model has shared experts; Qwen3-Next
@@ -52,16 +53,15 @@ void mixture_of_experts(const Step& s, const MoeWeights& w) {
   const Tensor h = scratch.take(dt, {n, C});
   ops::rms_norm(stream, h, s.x, w.norm_w, {.eps = c.norm_eps});
   const Tensor logits = scratch.take(DType::f32, {n, E});
-  ops::matmul(stream, logits, h, w.router_w);
   const Tensor weights = scratch.take(DType::f32, {n, k});
   const Tensor experts = scratch.take(DType::i32, {n, k});
-  ops::moe_route(stream, weights, experts, logits, c.moe.route);
-
   const Tensor offsets = scratch.take(DType::i32, {E + 1});
   const Tensor slot_of = scratch.take(DType::i32, {slots});
   const Tensor positions = scratch.take(DType::i32, {slots});
   const Tensor h_grouped = scratch.take(dt, {slots, C});
-  ops::moe_group(stream, offsets, slot_of, positions, experts, h, h_grouped);
+  ops::moe_route(stream, {.weights = weights, .experts = experts, .logits = logits, .params = c.moe.route, .x = h,
+                          .router_w = w.router_w, .offsets = offsets, .slots = slot_of, .positions = positions,
+                          .x_grouped = h_grouped});
   const Tensor hidden = scratch.take(dt, {slots, F});
   ops::moe_matmul(stream, hidden, h_grouped, w.up_w.reshape({E, 2 * F, C}), offsets, ops::Activation::swiglu);
   const Tensor y = scratch.take(dt, {slots, C});

@@ -126,6 +126,80 @@ void add_grouped_route_cases(std::vector<OpCase>& cases) {
       }
 }
 
+// moe_route with its router and its grouping: logits = x · router_wᵀ, then the routing, then
+// moe_group's outputs. x is drawn from {0, ±0.5, ±1} and router_w from the multiples of 1/8 in
+// [-1, 1], so every logit is exact in f32 whatever the order of its sums (C·2^4 < 2^24) and every
+// backend routes on the same logits, ties included.
+struct RouterShape {
+  int64_t T, E, k, C, groups = 1, top_groups = 1;
+};
+
+struct RouterParts {
+  DType x, w, x_grouped;
+  bool grouping = true, gather = true;
+};
+
+OpCase router_route_case(RouterShape s, RouterParts parts, ops::MoeScoring scoring, bool renormalize) {
+  OpCase c;
+  c.op = "moe_route";
+  c.name = fmt::format("moe_route/router_T{}_E{}_k{}_C{}{}_x{}_w{}{}{}", s.T, s.E, s.k, s.C,
+                       s.groups > 1 ? fmt::format("_groups{}_top{}", s.groups, s.top_groups) : "", dtype_name(parts.x),
+                       dtype_name(parts.w), parts.grouping ? "_grouped" : "",
+                       parts.gather ? fmt::format("_to_{}", dtype_name(parts.x_grouped)) : "");
+  c.tolerance = 3e-13;
+  c.reason = "exact logits (dyadic inputs), then as the moe_route cases: a few f32 ulp per weight; indices and the "
+             "gathered rows exact";
+  c.build = [=](CaseRun& run) {
+    std::uniform_int_distribution<int> half(-2, 2), eighth(-8, 8);
+    std::vector<double> xv(size_t(s.T * s.C)), wv(size_t(s.E * s.C));
+    for (double& v : xv) v = 0.5 * half(run.rng);
+    for (double& v : wv) v = 0.125 * eighth(run.rng);
+    Tensor x = run.values(parts.x, {s.T, s.C}, xv);
+    Tensor router_w = run.values(parts.w, {s.E, s.C}, wv);
+    ops::MoeRouteArgs a{.weights = run.output("weights", DType::f32, {s.T, s.k}),
+                        .experts = run.output("experts", DType::i32, {s.T, s.k}, {Compare::exact}),
+                        .logits = run.output("logits", DType::f32, {s.T, s.E}),
+                        .params = {.k = s.k, .scoring = scoring, .renormalize = renormalize,
+                                   .routed_scaling = s.groups > 1 ? 16.0f : 1.0f, .groups = s.groups,
+                                   .top_groups = s.top_groups},
+                        .x = x,
+                        .router_w = router_w};
+    if (parts.grouping) {
+      a.offsets = run.output("offsets", DType::i32, {s.E + 1}, {Compare::exact});
+      a.slots = run.output("slots", DType::i32, {s.T * s.k}, {Compare::exact});
+      a.positions = run.output("positions", DType::i32, {s.T * s.k}, {Compare::exact});
+      if (parts.gather) a.x_grouped = run.output("x_grouped", parts.x_grouped, {s.T * s.k, s.C}, {Compare::exact});
+    }
+    run.launch = [=](Stream& st) { ops::moe_route(st, a); };
+    run.cost = ops::cost(a);
+  };
+  return c;
+}
+
+void add_router_route_cases(std::vector<OpCase>& cases) {
+  using ops::MoeScoring;
+  const DType bf16 = DType::bf16, f16 = DType::f16, f32 = DType::f32;
+  // A decode step's routing as the GPU runs it in one launch: OLMoE's 8 of 64 (and at batch 8, its
+  // 64 slots the most), DeepSeek-V2's group-limited 6 of 160, Mixtral's 2 of 8 over C = 4096,
+  // Qwen3-Next's 10 of 512; then what it leaves to the three ops: 9 tokens, rows not of whole
+  // 16-byte pieces (C = 100 in bf16), x and the router in different dtypes, the router alone, the
+  // grouping without the gather; and a gather that converts.
+  cases.push_back(router_route_case({1, 64, 8, 2048}, {bf16, bf16, bf16}, MoeScoring::softmax, false));
+  cases.push_back(router_route_case({8, 64, 8, 512}, {bf16, bf16, bf16}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({1, 160, 6, 256, 8, 3}, {bf16, bf16, bf16}, MoeScoring::softmax, false));
+  cases.push_back(router_route_case({2, 160, 6, 128, 8, 3}, {f32, f32, f32}, MoeScoring::sigmoid, true));
+  cases.push_back(router_route_case({4, 8, 2, 4096}, {f16, f16, f16}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({1, 512, 10, 256}, {bf16, bf16, bf16}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({3, 16, 4, 48}, {f32, f32, f32}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({9, 64, 8, 64}, {bf16, bf16, bf16}, MoeScoring::softmax, false));
+  cases.push_back(router_route_case({17, 64, 8, 64}, {f16, f16, f16}, MoeScoring::sigmoid, true));
+  cases.push_back(router_route_case({2, 60, 6, 100}, {bf16, bf16, bf16}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({2, 64, 8, 256}, {bf16, f32, bf16}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({2, 64, 8, 256}, {bf16, bf16, bf16, false, false}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({2, 64, 8, 256}, {bf16, bf16, bf16, true, false}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({2, 8, 2, 64}, {bf16, bf16, f32}, MoeScoring::softmax, true));
+}
+
 struct GroupShape {
   int64_t T, k, E;
 };
@@ -328,6 +402,28 @@ void add_bench_cases(std::vector<OpCase>& cases) {
   route.in_tests = false;
   cases.push_back(route);
 
+  // A decode step's whole routing, as the model runs it: OLMoE's router (64 × 2048), batch 1 and 8.
+  for (int64_t tokens : {1, 8}) {
+    OpCase routed{.op = "moe_route", .name = fmt::format("moe_route/bench_olmoe_router_T{}_E64_k8_C2048_grouped_bf16", tokens),
+                  .tolerance = 3e-13, .reason = "as the router moe_route cases"};
+    routed.build = [=](CaseRun& run) {
+      ops::MoeRouteArgs a{.weights = run.output("weights", DType::f32, {tokens, k}),
+                          .experts = run.output("experts", DType::i32, {tokens, k}, {Compare::exact}),
+                          .logits = run.output("logits", DType::f32, {tokens, E}),
+                          .params = {.k = k, .renormalize = false},
+                          .x = run.normal(DType::bf16, {tokens, C}),
+                          .router_w = run.normal(DType::bf16, {E, C}, 1.0 / std::sqrt(double(C))),
+                          .offsets = run.output("offsets", DType::i32, {E + 1}, {Compare::exact}),
+                          .slots = run.output("slots", DType::i32, {tokens * k}, {Compare::exact}),
+                          .positions = run.output("positions", DType::i32, {tokens * k}, {Compare::exact}),
+                          .x_grouped = run.output("x_grouped", DType::bf16, {tokens * k, C}, {Compare::exact})};
+      run.launch = [=](Stream& st) { ops::moe_route(st, a); };
+      run.cost = ops::cost(a);
+    };
+    routed.in_tests = false;
+    cases.push_back(routed);
+  }
+
   OpCase group{.op = "moe_group", .name = "moe_group/bench_T256_k8_E64_C2048_bf16", .tolerance = 1e-30,
                .reason = "exact outputs"};
   group.build = [=](CaseRun& run) {
@@ -403,6 +499,7 @@ std::vector<OpCase> moe_cases() {
   std::vector<OpCase> cases;
   add_route_cases(cases);
   add_grouped_route_cases(cases);
+  add_router_route_cases(cases);
   add_group_cases(cases);
   add_expert_matmul_cases(cases);
   add_combine_cases(cases);

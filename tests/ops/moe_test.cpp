@@ -160,6 +160,46 @@ TEST(MoeRoute, RejectsBadInput_T2_E4) {
   expect_error([&] { ops::moe_route(s, w, e, huge, {.k = 2}); }, ErrorCode::invalid_argument, {"moe_route", "logits"});
 }
 
+TEST(MoeRoute, RejectsBadRouterAndGrouping_T2_E4_C8) {
+  Tensors ts(Device::open("cpu"));
+  Stream& s = ts.stream();
+  auto args = [&] {
+    return ops::MoeRouteArgs{.weights = ts.make(DType::f32, {2, 2}), .experts = ts.make(DType::i32, {2, 2}),
+                             .logits = ts.make(DType::f32, {2, 4}), .params = {.k = 2},
+                             .x = ts.make(DType::bf16, {2, 8}), .router_w = ts.make(DType::bf16, {4, 8}),
+                             .offsets = ts.make(DType::i32, {5}), .slots = ts.make(DType::i32, {4}),
+                             .positions = ts.make(DType::i32, {4}), .x_grouped = ts.make(DType::bf16, {4, 8})};
+  };
+  auto expect = [&](auto edit, ErrorCode code, std::initializer_list<std::string> parts) {
+    ops::MoeRouteArgs a = args();
+    edit(a);
+    expect_error([&] { ops::moe_route(s, a); }, code, parts);
+  };
+  expect([](ops::MoeRouteArgs& a) { a.x = {}; a.x_grouped = {}; }, ErrorCode::invalid_argument, {"moe_route", "router_w needs x"});
+  expect([&](ops::MoeRouteArgs& a) { a.logits = ts.make(DType::bf16, {2, 4}); }, ErrorCode::dtype_mismatch,
+         {"moe_route", "logits must be f32", "bf16"});
+  expect([&](ops::MoeRouteArgs& a) { a.router_w = ts.make(DType::bf16, {5, 8}); }, ErrorCode::shape_mismatch,
+         {"moe_route", "router_w", "5"});
+  expect([&](ops::MoeRouteArgs& a) { a.router_w = ts.make(DType::bf16, {4, 7}); }, ErrorCode::shape_mismatch,
+         {"moe_route", "router_w", "7"});
+  expect([&](ops::MoeRouteArgs& a) { a.router_w = ts.make(DType::i8, {4, 8}); }, ErrorCode::dtype_mismatch,
+         {"moe_route", "router_w", "i8"});
+  expect([&](ops::MoeRouteArgs& a) { a.x = ts.make(DType::bf16, {3, 8}); }, ErrorCode::shape_mismatch, {"moe_route", "x", "3"});
+  expect([](ops::MoeRouteArgs& a) { a.slots = {}; }, ErrorCode::invalid_argument,
+         {"moe_route", "offsets, slots and positions must be given together"});
+  expect([](ops::MoeRouteArgs& a) { a.offsets = {}; a.slots = {}; a.positions = {}; }, ErrorCode::invalid_argument,
+         {"moe_route", "x_grouped needs offsets"});
+  expect([&](ops::MoeRouteArgs& a) { a.offsets = ts.make(DType::i32, {4}); }, ErrorCode::shape_mismatch,
+         {"moe_route", "offsets", "E + 1"});
+  expect([&](ops::MoeRouteArgs& a) { a.positions = ts.make(DType::i32, {3}); }, ErrorCode::shape_mismatch,
+         {"moe_route", "positions", "3"});
+  expect([&](ops::MoeRouteArgs& a) { a.x_grouped = ts.make(DType::bf16, {4, 9}); }, ErrorCode::shape_mismatch,
+         {"moe_route", "x_grouped", "9"});
+  expect([](ops::MoeRouteArgs& a) { a.slots = a.positions; }, ErrorCode::aliasing, {"moe_route", "slots", "positions"});
+  expect([](ops::MoeRouteArgs& a) { a.router_w = {}; a.x_grouped = {}; }, ErrorCode::invalid_argument,
+         {"moe_route", "x is given but neither"});
+}
+
 TEST(MoeRoute, RejectsBadGroups_T2_E4) {
   Tensors ts(Device::open("cpu"));
   Tensor logits = ts.make(DType::f32, {2, 4}), w = ts.make(DType::f32, {2, 2}), e = ts.make(DType::i32, {2, 2});
