@@ -10,6 +10,24 @@
 
 namespace ding::ops {
 
+void check_norm(const Check& c, const MatmulNorm& norm, int64_t K, const char* out_name, const Tensor& out) {
+  if (norm.kind == NormKind::none) return;
+  c.tensor("norm.weight", norm.weight, 1, 1);
+  c.float_dtype("norm.weight", norm.weight);
+  c.contiguous("norm.weight", norm.weight);
+  c.dim("norm.weight", norm.weight, 0, K, "K (from x)");
+  c.disjoint(out_name, out, "norm.weight", norm.weight);
+  if (norm.bias.defined()) {
+    if (norm.kind != NormKind::layer_norm) c.fail(ErrorCode::invalid_argument, "norm.bias is given but rms_norm has no bias");
+    c.tensor("norm.bias", norm.bias, 1, 1);
+    c.float_dtype("norm.bias", norm.bias);
+    c.contiguous("norm.bias", norm.bias);
+    c.dim("norm.bias", norm.bias, 0, K, "K (from x)");
+    c.disjoint(out_name, out, "norm.bias", norm.bias);
+  }
+  if (!(norm.eps > 0.0f)) c.fail(ErrorCode::invalid_argument, fmt::format("norm.eps must be > 0, got {}", norm.eps));
+}
+
 void validate(const Device& device, const MatmulArgs& a) {
   Check c("matmul", device);
   c.tensor("x", a.x, 2, 3);
@@ -48,23 +66,7 @@ void validate(const Device& device, const MatmulArgs& a) {
     c.same_shape("residual", a.params.residual, "out", a.out);
     c.same_or_disjoint("out", a.out, "residual", a.params.residual);
   }
-  const MatmulNorm& norm = a.params.norm;
-  if (norm.kind != NormKind::none) {
-    c.tensor("norm.weight", norm.weight, 1, 1);
-    c.float_dtype("norm.weight", norm.weight);
-    c.contiguous("norm.weight", norm.weight);
-    c.dim("norm.weight", norm.weight, 0, K, "K (from x)");
-    c.disjoint("out", a.out, "norm.weight", norm.weight);
-    if (norm.bias.defined()) {
-      if (norm.kind != NormKind::layer_norm) c.fail(ErrorCode::invalid_argument, "norm.bias is given but rms_norm has no bias");
-      c.tensor("norm.bias", norm.bias, 1, 1);
-      c.float_dtype("norm.bias", norm.bias);
-      c.contiguous("norm.bias", norm.bias);
-      c.dim("norm.bias", norm.bias, 0, K, "K (from x)");
-      c.disjoint("out", a.out, "norm.bias", norm.bias);
-    }
-    if (!(norm.eps > 0.0f)) c.fail(ErrorCode::invalid_argument, fmt::format("norm.eps must be > 0, got {}", norm.eps));
-  }
+  check_norm(c, a.params.norm, K, "out", a.out);
   c.disjoint("out", a.out, "x", a.x);
   c.disjoint("out", a.out, "w", a.w);
 }

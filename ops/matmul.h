@@ -75,6 +75,10 @@ inline constexpr int64_t kMatmulDecodeRows = 8;
 // Whether a weight is stored quantized: i8 or f8e4m3 values with per-row scales.
 inline bool quantized_weight(DType d) { return d == DType::i8 || d == DType::f8e4m3; }
 
+class Check;
+// MatmulNorm's checks for rows of K elements (weight and bias [K], eps > 0), each kept apart from
+// `out`: for matmul's prologue and for other ops that take one.
+void check_norm(const Check& c, const MatmulNorm& norm, int64_t K, const char* out_name, const Tensor& out);
 void validate(const Device& device, const MatmulArgs& a);
 Cost cost(const MatmulArgs& a);
 // The prologue as the norm op it stands for, h ← norm(x) (x, weight, bias, eps from a), for a

@@ -76,6 +76,22 @@ void validate(const Device& device, const MoeRouteArgs& a) {
     c.disjoint(name, *t, "logits", a.logits);
   }
   c.disjoint("weights", a.weights, "experts", a.experts);
+  if (a.norm.kind != NormKind::none) {
+    if (!a.x.defined()) c.fail(ErrorCode::invalid_argument, "norm needs x, the rows it normalises");
+    if (!a.h.defined()) c.fail(ErrorCode::invalid_argument, "norm needs h, where the normed rows go");
+    c.tensor("h", a.h, 2, 2);
+    c.contiguous("h", a.h);
+    c.same_shape("h", a.h, "x", a.x);
+    if (a.h.dtype != a.x.dtype)
+      c.fail(ErrorCode::dtype_mismatch, fmt::format("h must be x's dtype {}, got {}", dtype_name(a.x.dtype), dtype_name(a.h.dtype)));
+    check_norm(c, a.norm, a.x.dim(-1), "h", a.h);
+    for (auto [name, t] : {std::pair{"x", &a.x}, {"logits", &a.logits}, {"weights", &a.weights}, {"experts", &a.experts},
+                           {"router_w", &a.router_w}, {"offsets", &a.offsets}, {"slots", &a.slots},
+                           {"positions", &a.positions}, {"x_grouped", &a.x_grouped}})
+      if (t->defined()) c.disjoint("h", a.h, name, *t);
+  } else if (a.h.defined()) {
+    c.fail(ErrorCode::invalid_argument, "h is given but no norm writes it");
+  }
   if (a.router_w.defined()) {
     if (!a.x.defined()) c.fail(ErrorCode::invalid_argument, "router_w needs x, the rows it scores");
     if (a.logits.dtype != DType::f32)
@@ -97,8 +113,8 @@ void validate(const Device& device, const MoeRouteArgs& a) {
       c.disjoint(name, *t, "x", a.x);
   }
   if (a.x_grouped.defined() && !a.x.defined()) c.fail(ErrorCode::invalid_argument, "x_grouped needs x, the rows it gathers");
-  if (a.x.defined() && !a.router_w.defined() && !a.x_grouped.defined())
-    c.fail(ErrorCode::invalid_argument, "x is given but neither router_w nor x_grouped uses it");
+  if (a.x.defined() && !a.router_w.defined() && !a.x_grouped.defined() && !has_norm(a))
+    c.fail(ErrorCode::invalid_argument, "x is given but neither norm, router_w nor x_grouped uses it");
   const bool grouping = a.offsets.defined() || a.slots.defined() || a.positions.defined();
   if (grouping && !has_grouping(a))
     c.fail(ErrorCode::invalid_argument, "offsets, slots and positions must be given together");
@@ -119,19 +135,32 @@ void validate(const Device& device, const MoeRouteArgs& a) {
   }
 }
 
+bool has_parts(const MoeRouteArgs& a) { return has_norm(a) || has_router(a) || has_grouping(a); }
+
+bool has_norm(const MoeRouteArgs& a) { return a.norm.kind != NormKind::none; }
+
 bool has_router(const MoeRouteArgs& a) { return a.router_w.defined(); }
 
 bool has_grouping(const MoeRouteArgs& a) { return a.offsets.defined() && a.slots.defined() && a.positions.defined(); }
 
-MatmulArgs router_part(const MoeRouteArgs& a) { return {a.logits, a.x, a.router_w}; }
+namespace {
+// The rows the router and the gather read: h where the op normalises x first.
+Tensor routed_rows(const MoeRouteArgs& a) { return has_norm(a) ? a.h : a.x; }
+}  // namespace
+
+MatmulArgs norm_part(const MoeRouteArgs& a) { return {a.logits, a.x, a.router_w, {.norm = a.norm}}; }
+
+MatmulArgs router_part(const MoeRouteArgs& a) { return {a.logits, routed_rows(a), a.router_w}; }
 
 MoeRouteArgs routing_part(const MoeRouteArgs& a) { return {a.weights, a.experts, a.logits, a.params}; }
 
 MoeGroupArgs grouping_part(const MoeRouteArgs& a) {
-  return {a.offsets, a.slots, a.positions, a.experts, a.x_grouped.defined() ? a.x : Tensor{}, a.x_grouped};
+  return {a.offsets, a.slots, a.positions, a.experts, a.x_grouped.defined() ? routed_rows(a) : Tensor{}, a.x_grouped};
 }
 
 void moe_route_in_parts(Stream& stream, const MoeRouteArgs& a, const MoeRouteKernels& kernels) {
+  if (a.norm.kind == NormKind::layer_norm) kernels.layer_norm(stream, prologue_layer_norm(norm_part(a), a.h));
+  if (a.norm.kind == NormKind::rms_norm) kernels.rms_norm(stream, prologue_rms_norm(norm_part(a), a.h));
   if (has_router(a)) kernels.matmul(stream, router_part(a));
   kernels.moe_route(stream, routing_part(a));
   if (has_grouping(a)) kernels.moe_group(stream, grouping_part(a));
@@ -195,6 +224,12 @@ void validate(const Device& device, const MoeCombineArgs& a) {
 
 Cost cost(const MoeRouteArgs& a) {
   Cost c{4.0 * double(a.logits.numel()), double(a.logits.nbytes() + a.weights.nbytes() + a.experts.nbytes())};
+  if (has_norm(a)) {
+    // As matmul's prologue counts it: about 8 FLOPs per element of x; x read, h written, the weights.
+    c.flops += 8.0 * double(a.x.numel());
+    c.bytes += double(a.x.nbytes() + a.h.nbytes() + a.norm.weight.nbytes());
+    if (a.norm.bias.defined()) c.bytes += double(a.norm.bias.nbytes());
+  }
   if (has_router(a)) {
     const Cost router = cost(router_part(a));
     c.flops += router.flops;

@@ -44,8 +44,12 @@ struct MoeRouteArgs {
   Tensor logits;   // [T, E], f32/f16/bf16; with router_w, f32 and written by the op
   MoeRouteParams params;
   // Optional, the router's product first: logits = x · router_wᵀ, exactly ops::matmul's into f32.
-  Tensor x;         // [T, C], f32/f16/bf16: the tokens' (normed) rows
+  Tensor x;         // [T, C], f32/f16/bf16: the tokens' rows
   Tensor router_w;  // [E, C], f32/f16/bf16
+  // Optional, before all of it: h = norm(x), exactly matmul's prologue (the norm op, its result
+  // rounded to x's dtype), written to h; the router and the gather then read h in x's place.
+  MatmulNorm norm;
+  Tensor h;  // [T, C], x's dtype: with norm
   // Optional, then moe_group of the choices (offsets, slots and positions together; x_grouped with
   // x), exactly as that op defines them. So a decode step's routing can be a single launch.
   Tensor offsets;    // i32 [E + 1]
@@ -89,12 +93,17 @@ struct MoeCombineArgs {
 void validate(const Device& device, const MoeRouteArgs& a);
 // moe_route's parts as the ops they stand for (the router's matmul, the routing alone, the
 // grouping), and, for a backend that runs them apart, the three in order through its own kernels.
+bool has_parts(const MoeRouteArgs& a);  // a norm, a router or a grouping beside the routing
+bool has_norm(const MoeRouteArgs& a);
 bool has_router(const MoeRouteArgs& a);
 bool has_grouping(const MoeRouteArgs& a);
+MatmulArgs norm_part(const MoeRouteArgs& a);  // matmul's prologue: prologue_*_norm(norm_part(a), a.h)
 MatmulArgs router_part(const MoeRouteArgs& a);
 MoeRouteArgs routing_part(const MoeRouteArgs& a);
 MoeGroupArgs grouping_part(const MoeRouteArgs& a);
 struct MoeRouteKernels {
+  void (*layer_norm)(Stream&, const LayerNormArgs&);
+  void (*rms_norm)(Stream&, const RmsNormArgs&);
   void (*matmul)(Stream&, const MatmulArgs&);
   void (*moe_route)(Stream&, const MoeRouteArgs&);
   void (*moe_group)(Stream&, const MoeGroupArgs&);

@@ -35,7 +35,7 @@ void select_top(const float* v, int64_t n, int64_t k, float* best, int32_t* chos
 }  // namespace
 
 void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
-  if (ops::has_router(a) || ops::has_grouping(a)) return ops::moe_route_in_parts(stream, a, {matmul, moe_route, moe_group});
+  if (ops::has_parts(a)) return ops::moe_route_in_parts(stream, a, {layer_norm, rms_norm, matmul, moe_route, moe_group});
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
   const ops::MoeRouteParams params = a.params;
   const int64_t groups = params.groups, group_size = E / groups;

@@ -288,6 +288,7 @@ __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int
 constexpr int kMaxRouteTokens = 8;
 constexpr int kRouterPacks = 8;  // 16-byte pieces of a router row per lane in flight together
 constexpr int kRouteBatch = 4;   // loads of x or of the logits per thread in flight together
+constexpr size_t kRouteGatherBytes = 64 * 1024;  // the most grouped rows the last block writes
 
 // Its dynamic shared memory, beside the two static slot arrays, within the default 48 KB a block.
 constexpr size_t kRouteDecodeSharedBytes = kRouteSharedBytes - 2 * kSmallGroupSlots * sizeof(int);
@@ -297,7 +298,8 @@ __device__ unsigned int route_ticket;  // zero at module load; the last block le
 template <class X, bool Grouped>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
     float* logits, float* weights, int32_t* experts, int32_t* offsets, int32_t* slots, int32_t* positions,
-    const X* x, const X* router_w, X* x_grouped, int T, int E, int k, int C, ops::MoeRouteParams params) {
+    const X* x, const X* router_w, X* x_grouped, int T, int E, int k, int C, ops::MoeRouteParams params,
+    const void* norm_w, DType norm_w_dtype, float eps, X* h) {
   constexpr int kN = kPack16<X>;
   using P = Pack<X, kN>;
   extern __shared__ uint4 route_shared[];  // x's rows [T][C], then the tokens' (logit, expert) pairs [T][E]
@@ -347,7 +349,32 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
       if (i0 + b * threads < x_total) route_shared[i0 + b * threads] = v[b];
   }
   __syncthreads();
-  const P* const xs = reinterpret_cast<const P*>(route_shared);
+  P* const xs = reinterpret_cast<P*>(route_shared);
+  if (norm_w != nullptr) {
+    // rms_norm of the staged rows in place, a warp a row, as the norm op computes it (f32 sums,
+    // x·rstd·w rounded to x's dtype); every block norms them, block 0 also writes h.
+    for (int t = warp; t < T; t += warps) {
+      P* const row = xs + t * packs;
+      float squares = 0;
+      for (int p = lane; p < packs; p += warp_size()) {
+        float v[kN];
+        widen(row[p], v);
+#pragma unroll
+        for (int e = 0; e < kN; ++e) squares = fmaf(v[e], v[e], squares);
+      }
+      const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(C) + eps);
+      for (int p = lane; p < packs; p += warp_size()) {
+        float v[kN];
+        widen(row[p], v);
+        P y;
+#pragma unroll
+        for (int e = 0; e < kN; ++e) y.v[e] = from_float<X>(v[e] * rstd * load_as_float(norm_w, norm_w_dtype, p * kN + e));
+        row[p] = y;
+        if (blockIdx.x == 0) reinterpret_cast<P*>(h)[t * packs + p] = y;
+      }
+    }
+    __syncthreads();
+  }
   // Loops rolled (tokens, rows, pieces past the first kRouterPacks a lane): the code stays short
   // for a kernel that runs once a layer. A row's first pieces stay in registers for every token.
   const int step = kRouterPacks * warp_size();
@@ -517,6 +544,7 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
 // decode step's sizes allow it; false, with nothing launched, where they do not.
 bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
   if (!ops::has_router(a) || !ops::has_grouping(a) || a.x.dtype != a.router_w.dtype) return false;
+  if (ops::has_norm(a) && (a.norm.kind != ops::NormKind::rms_norm || !aligned(a.h.data, 16))) return false;
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k, C = a.x.dim(1);
   const int64_t row_bytes = C * int64_t(dtype_size(a.x.dtype));
   const size_t shared_bytes = size_t(T * row_bytes) + size_t(T * E) * sizeof(uint64_t);
@@ -527,6 +555,9 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
     return false;
   // The rows move as whole 16-byte pieces where x_grouped is x's dtype; else a second kernel converts them.
   const bool gathers = a.x_grouped.defined() && a.x_grouped.dtype == a.x.dtype && aligned(a.x_grouped.data, 16);
+  // The last block writes every grouped row alone: beyond kRouteGatherBytes the three ops, whose
+  // gather spreads over a block per token, are faster (OLMoE at batch 8: 256 KB, docs/PERFORMANCE.md).
+  if (gathers && size_t(T * k * row_bytes) > kRouteGatherBytes) return false;
   with_float_type(a.x.dtype, [&](auto tag) {
     using X = decltype(tag);
     auto launch = [&](auto kernel) {
@@ -535,7 +566,9 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
                                     a.weights.ptr<float>(), a.experts.ptr<int32_t>(), a.offsets.ptr<int32_t>(),
                                     a.slots.ptr<int32_t>(), a.positions.ptr<int32_t>(), static_cast<const X*>(a.x.data),
                                     static_cast<const X*>(a.router_w.data), gathers ? static_cast<X*>(a.x_grouped.data) : nullptr,
-                                    int(T), int(E), int(k), int(C), a.params));
+                                    int(T), int(E), int(k), int(C), a.params,
+                                    ops::has_norm(a) ? a.norm.weight.data : nullptr, a.norm.weight.dtype, a.norm.eps,
+                                    ops::has_norm(a) ? static_cast<X*>(a.h.data) : nullptr));
     };
     if (a.params.groups > 1)
       launch(moe_route_decode_kernel<X, true>);
@@ -555,8 +588,8 @@ void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
     throw Error(ErrorCode::invalid_argument, "moe_route on the GPU: E = " + std::to_string(E) +
                                                  " experts exceed the i32 index range");
   GpuStream& s = gpu_stream(stream);
-  if (ops::has_router(a) || ops::has_grouping(a)) {
-    if (!route_in_one_launch(s, a)) ops::moe_route_in_parts(stream, a, {matmul, moe_route, moe_group});
+  if (ops::has_parts(a)) {
+    if (!route_in_one_launch(s, a)) ops::moe_route_in_parts(stream, a, {layer_norm, rms_norm, matmul, moe_route, moe_group});
     return;
   }
   const int64_t tokens_per_block = kRouteThreads / s.props().warp_size;

@@ -97,7 +97,7 @@ KOKKOS_INLINE_FUNCTION int64_t expert_of_row(Elements offsets, int64_t step, int
 // Choices by repeated selection (E and k are small), walked twice: once for the chosen scores'
 // sum, once to write each weight, rounded to f32 once. Sums in double, as the reference.
 void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
-  if (ops::has_router(a) || ops::has_grouping(a)) return ops::moe_route_in_parts(stream, a, {matmul, moe_route, moe_group});
+  if (ops::has_parts(a)) return ops::moe_route_in_parts(stream, a, {layer_norm, rms_norm, matmul, moe_route, moe_group});
   const int64_t E = a.logits.dim(1), k = a.params.k;
   const Elements weights = elements(a.weights), experts = elements(a.experts), logits = elements(a.logits);
   const Strides w_s = strides(a.weights), e_s = strides(a.experts), l_s = strides(a.logits);

@@ -1,10 +1,11 @@
 // The mixture-of-experts feed-forward: x ← x + Σ_j weight_j · expert_j(h) + shared(h), h = norm(x),
 // expert(h) = W_down · (silu(W_gate h) ⊙ W_up h). Every step is a device op, so routing results
 // never visit the host and a decode step records into a graph like any other:
-//   logits = W_router h                      moe_route, which computes them in f32 (the choice of
-//   weights, experts = top-k of the scores   experts needs no rounding), routes, and groups its
-//   h_grouped = h's rows sorted by expert    choices as moe_group does (offsets: each expert's block
-//                                            of rows): a decode step's routing in one launch
+//   h = norm(x)                              moe_route, which normalises x, computes the logits in
+//   logits = W_router h                      f32 (the choice of experts needs no rounding), routes,
+//   weights, experts = top-k of the scores   and groups its choices as moe_group does (offsets:
+//   h_grouped = h's rows sorted by expert    each expert's block of rows): a decode step's routing
+//                                            in one launch
 //   hidden = silu(g) ⊙ u per expert          moe_matmul, swiglu: reads only the chosen experts
 //   y = W_down hidden per expert             moe_matmul
 //   x += shared(h)                           matmul ×2, where the model has shared experts; Qwen3-Next
@@ -51,7 +52,6 @@ void mixture_of_experts(const Step& s, const MoeWeights& w) {
   Stream& stream = *s.stream;
 
   const Tensor h = scratch.take(dt, {n, C});
-  ops::rms_norm(stream, h, s.x, w.norm_w, {.eps = c.norm_eps});
   const Tensor logits = scratch.take(DType::f32, {n, E});
   const Tensor weights = scratch.take(DType::f32, {n, k});
   const Tensor experts = scratch.take(DType::i32, {n, k});
@@ -59,9 +59,10 @@ void mixture_of_experts(const Step& s, const MoeWeights& w) {
   const Tensor slot_of = scratch.take(DType::i32, {slots});
   const Tensor positions = scratch.take(DType::i32, {slots});
   const Tensor h_grouped = scratch.take(dt, {slots, C});
-  ops::moe_route(stream, {.weights = weights, .experts = experts, .logits = logits, .params = c.moe.route, .x = h,
-                          .router_w = w.router_w, .offsets = offsets, .slots = slot_of, .positions = positions,
-                          .x_grouped = h_grouped});
+  ops::moe_route(stream, {.weights = weights, .experts = experts, .logits = logits, .params = c.moe.route, .x = s.x,
+                          .router_w = w.router_w,
+                          .norm = {.kind = ops::NormKind::rms_norm, .weight = w.norm_w, .eps = c.norm_eps}, .h = h,
+                          .offsets = offsets, .slots = slot_of, .positions = positions, .x_grouped = h_grouped});
   const Tensor hidden = scratch.take(dt, {slots, F});
   ops::moe_matmul(stream, hidden, h_grouped, w.up_w.reshape({E, 2 * F, C}), offsets, ops::Activation::swiglu);
   const Tensor y = scratch.take(dt, {slots, C});

@@ -26,7 +26,7 @@ namespace ding::reference {
 // and the experts of the groups outside the top_groups best are not candidates: the masked
 // scores of 0 that transformers gives them rank below every kept expert (k ≤ the kept experts).
 void moe_route(Stream& stream, const ops::MoeRouteArgs& a) {
-  if (ops::has_router(a) || ops::has_grouping(a)) return ops::moe_route_in_parts(stream, a, {matmul, moe_route, moe_group});
+  if (ops::has_parts(a)) return ops::moe_route_in_parts(stream, a, {layer_norm, rms_norm, matmul, moe_route, moe_group});
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k;
   const int64_t groups = a.params.groups, group_size = E / groups;
   for (int64_t t = 0; t < T; ++t) {

@@ -128,8 +128,10 @@ void add_grouped_route_cases(std::vector<OpCase>& cases) {
 
 // moe_route with its router and its grouping: logits = x · router_wᵀ, then the routing, then
 // moe_group's outputs. x is drawn from {0, ±0.5, ±1} and router_w from the multiples of 1/8 in
-// [-1, 1], so every logit is exact in f32 whatever the order of its sums (C·2^4 < 2^24) and every
-// backend routes on the same logits, ties included.
+// [-1, 1], so every logit is exact in f32 whatever the order of its sums (C·2^6 < 2^24) and every
+// backend routes on the same logits, ties included. With a norm first, each row of x is ±s in
+// equal numbers (s = 1 or 2): mean 0 and rstd = 1/s exactly (eps = 1e-30 is lost in s²), so h =
+// ±w (+ b) is exact too, norm weights and biases being multiples of 1/8 in [-1, 1].
 struct RouterShape {
   int64_t T, E, k, C, groups = 1, top_groups = 1;
 };
@@ -137,14 +139,18 @@ struct RouterShape {
 struct RouterParts {
   DType x, w, x_grouped;
   bool grouping = true, gather = true;
+  ops::NormKind norm = ops::NormKind::none;
 };
 
 OpCase router_route_case(RouterShape s, RouterParts parts, ops::MoeScoring scoring, bool renormalize) {
   OpCase c;
   c.op = "moe_route";
-  c.name = fmt::format("moe_route/router_T{}_E{}_k{}_C{}{}_x{}_w{}{}{}", s.T, s.E, s.k, s.C,
-                       s.groups > 1 ? fmt::format("_groups{}_top{}", s.groups, s.top_groups) : "", dtype_name(parts.x),
-                       dtype_name(parts.w), parts.grouping ? "_grouped" : "",
+  const char* norm_name = parts.norm == ops::NormKind::rms_norm ? "_rms_norm"
+                          : parts.norm == ops::NormKind::layer_norm ? "_layer_norm"
+                                                                    : "";
+  c.name = fmt::format("moe_route/router_T{}_E{}_k{}_C{}{}{}_x{}_w{}{}{}", s.T, s.E, s.k, s.C,
+                       s.groups > 1 ? fmt::format("_groups{}_top{}", s.groups, s.top_groups) : "", norm_name,
+                       dtype_name(parts.x), dtype_name(parts.w), parts.grouping ? "_grouped" : "",
                        parts.gather ? fmt::format("_to_{}", dtype_name(parts.x_grouped)) : "");
   c.tolerance = 3e-13;
   c.reason = "exact logits (dyadic inputs), then as the moe_route cases: a few f32 ulp per weight; indices and the "
@@ -154,6 +160,14 @@ OpCase router_route_case(RouterShape s, RouterParts parts, ops::MoeScoring scori
     std::vector<double> xv(size_t(s.T * s.C)), wv(size_t(s.E * s.C));
     for (double& v : xv) v = 0.5 * half(run.rng);
     for (double& v : wv) v = 0.125 * eighth(run.rng);
+    const bool normed = parts.norm != ops::NormKind::none;
+    if (normed)
+      for (int64_t t = 0; t < s.T; ++t) {
+        const double scale = double(1 + t % 2);
+        const auto row = xv.begin() + t * s.C;
+        for (int64_t i = 0; i < s.C; ++i) row[i] = i < s.C / 2 ? scale : -scale;
+        std::shuffle(row, row + s.C, run.rng);
+      }
     Tensor x = run.values(parts.x, {s.T, s.C}, xv);
     Tensor router_w = run.values(parts.w, {s.E, s.C}, wv);
     ops::MoeRouteArgs a{.weights = run.output("weights", DType::f32, {s.T, s.k}),
@@ -164,6 +178,14 @@ OpCase router_route_case(RouterShape s, RouterParts parts, ops::MoeScoring scori
                                    .top_groups = s.top_groups},
                         .x = x,
                         .router_w = router_w};
+    if (normed) {
+      std::vector<double> nw(size_t(s.C)), nb(size_t(s.C));
+      for (double& v : nw) v = 0.125 * eighth(run.rng);
+      for (double& v : nb) v = 0.125 * eighth(run.rng);
+      a.norm = {.kind = parts.norm, .weight = run.values(DType::f32, {s.C}, nw), .eps = 1e-30f};
+      if (parts.norm == ops::NormKind::layer_norm) a.norm.bias = run.values(DType::bf16, {s.C}, nb);
+      a.h = run.output("h", parts.x, {s.T, s.C});
+    }
     if (parts.grouping) {
       a.offsets = run.output("offsets", DType::i32, {s.E + 1}, {Compare::exact});
       a.slots = run.output("slots", DType::i32, {s.T * s.k}, {Compare::exact});
@@ -198,6 +220,16 @@ void add_router_route_cases(std::vector<OpCase>& cases) {
   cases.push_back(router_route_case({2, 64, 8, 256}, {bf16, bf16, bf16, false, false}, MoeScoring::softmax, true));
   cases.push_back(router_route_case({2, 64, 8, 256}, {bf16, bf16, bf16, true, false}, MoeScoring::softmax, true));
   cases.push_back(router_route_case({2, 8, 2, 64}, {bf16, bf16, f32}, MoeScoring::softmax, true));
+  // The norm first (the MoE layer's h = rms_norm(x)): in the GPU's one launch at decode sizes (OLMoE's
+  // batch 1; the group-limited f32 router; 8 tokens of narrow rows), and in parts (9 tokens; OLMoE's
+  // batch 4, whose 128 KB of grouped rows the single launch leaves to the three ops; layer_norm).
+  using ops::NormKind;
+  cases.push_back(router_route_case({1, 64, 8, 2048}, {bf16, bf16, bf16, true, true, NormKind::rms_norm}, MoeScoring::softmax, false));
+  cases.push_back(router_route_case({2, 160, 6, 256, 8, 3}, {f32, f32, f32, true, true, NormKind::rms_norm}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({8, 64, 8, 64}, {bf16, bf16, bf16, true, true, NormKind::rms_norm}, MoeScoring::sigmoid, true));
+  cases.push_back(router_route_case({9, 64, 8, 64}, {f16, f16, f16, true, true, NormKind::rms_norm}, MoeScoring::softmax, true));
+  cases.push_back(router_route_case({4, 64, 8, 2048}, {bf16, bf16, bf16, true, true, NormKind::rms_norm}, MoeScoring::softmax, false));
+  cases.push_back(router_route_case({3, 16, 4, 48}, {f32, f32, f32, true, true, NormKind::layer_norm}, MoeScoring::softmax, true));
 }
 
 struct GroupShape {
@@ -402,9 +434,10 @@ void add_bench_cases(std::vector<OpCase>& cases) {
   route.in_tests = false;
   cases.push_back(route);
 
-  // A decode step's whole routing, as the model runs it: OLMoE's router (64 × 2048), batch 1 and 8.
+  // A decode step's whole routing, as the model runs it (norm, router, routing, grouping): OLMoE's
+  // router (64 × 2048), batch 1 and 8.
   for (int64_t tokens : {1, 8}) {
-    OpCase routed{.op = "moe_route", .name = fmt::format("moe_route/bench_olmoe_router_T{}_E64_k8_C2048_grouped_bf16", tokens),
+    OpCase routed{.op = "moe_route", .name = fmt::format("moe_route/bench_olmoe_router_T{}_E64_k8_C2048_rms_norm_grouped_bf16", tokens),
                   .tolerance = 3e-13, .reason = "as the router moe_route cases"};
     routed.build = [=](CaseRun& run) {
       ops::MoeRouteArgs a{.weights = run.output("weights", DType::f32, {tokens, k}),
@@ -413,6 +446,8 @@ void add_bench_cases(std::vector<OpCase>& cases) {
                           .params = {.k = k, .renormalize = false},
                           .x = run.normal(DType::bf16, {tokens, C}),
                           .router_w = run.normal(DType::bf16, {E, C}, 1.0 / std::sqrt(double(C))),
+                          .norm = {.kind = ops::NormKind::rms_norm, .weight = run.normal(DType::bf16, {C}), .eps = 1e-6f},
+                          .h = run.output("h", DType::bf16, {tokens, C}),
                           .offsets = run.output("offsets", DType::i32, {E + 1}, {Compare::exact}),
                           .slots = run.output("slots", DType::i32, {tokens * k}, {Compare::exact}),
                           .positions = run.output("positions", DType::i32, {tokens * k}, {Compare::exact}),

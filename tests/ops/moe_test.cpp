@@ -197,7 +197,24 @@ TEST(MoeRoute, RejectsBadRouterAndGrouping_T2_E4_C8) {
          {"moe_route", "x_grouped", "9"});
   expect([](ops::MoeRouteArgs& a) { a.slots = a.positions; }, ErrorCode::aliasing, {"moe_route", "slots", "positions"});
   expect([](ops::MoeRouteArgs& a) { a.router_w = {}; a.x_grouped = {}; }, ErrorCode::invalid_argument,
-         {"moe_route", "x is given but neither"});
+         {"moe_route", "x is given but neither norm"});
+  const ops::MatmulNorm rms{.kind = ops::NormKind::rms_norm, .weight = ts.make(DType::f32, {8})};
+  expect([&](ops::MoeRouteArgs& a) { a.norm = rms; }, ErrorCode::invalid_argument, {"moe_route", "norm needs h"});
+  expect([&](ops::MoeRouteArgs& a) { a.h = ts.make(DType::bf16, {2, 8}); }, ErrorCode::invalid_argument,
+         {"moe_route", "h is given but no norm"});
+  expect([&](ops::MoeRouteArgs& a) { a.norm = rms; a.h = ts.make(DType::f32, {2, 8}); }, ErrorCode::dtype_mismatch,
+         {"moe_route", "h must be x's dtype bf16", "f32"});
+  expect([&](ops::MoeRouteArgs& a) { a.norm = rms; a.h = ts.make(DType::bf16, {2, 9}); }, ErrorCode::shape_mismatch,
+         {"moe_route", "h"});
+  expect([&](ops::MoeRouteArgs& a) { a.norm = rms; a.h = a.x; }, ErrorCode::aliasing, {"moe_route", "h", "x"});
+  expect([&](ops::MoeRouteArgs& a) {
+    a.norm = {.kind = ops::NormKind::rms_norm, .weight = ts.make(DType::f32, {7})};
+    a.h = ts.make(DType::bf16, {2, 8});
+  }, ErrorCode::shape_mismatch, {"moe_route", "norm.weight", "7"});
+  expect([&](ops::MoeRouteArgs& a) {
+    a.norm = {.kind = ops::NormKind::rms_norm, .weight = ts.make(DType::f32, {8}), .eps = 0.0f};
+    a.h = ts.make(DType::bf16, {2, 8});
+  }, ErrorCode::invalid_argument, {"moe_route", "norm.eps"});
 }
 
 TEST(MoeRoute, RejectsBadGroups_T2_E4) {
