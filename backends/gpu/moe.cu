@@ -4,7 +4,9 @@
 //                weights from f32 exps with double sums, as the CPU backend computes them. With
 //                groups, top_groups rounds over the groups' best pairs first find the kept ones.
 //                A token's (logit, expert) pairs are staged in shared memory once where they
-//                fit, so the k rounds wait on shared memory, not on L2.
+//                fit, so the k rounds wait on shared memory, not on L2. With the router, the
+//                grouping and an rms_norm (a decode step's routing, the MoE layer's way), one
+//                kernel does all four (moe_route_decode_kernel).
 //   moe_group:   one block: a counting sort stable in the slot index, with no atomics (every
 //                run writes the same bits), its count columns in shared memory when they fit,
 //                then a row gather of x for the expert matmuls. A decode step's few slots are
@@ -225,6 +227,7 @@ constexpr int kSmallGroupSlots = 64, kSmallGroupThreads = 256;
 __device__ inline int few_slots_row(const int* buckets, int S, int s) {
   const int b = buckets[s];
   int row = 0;
+#pragma unroll 1
   for (int o = 0; o < S; ++o) row += buckets[o] < b || (buckets[o] == b && o < s);
   return row;
 }
@@ -241,6 +244,7 @@ __device__ void group_few_slots(int32_t* offsets, int32_t* slots, int32_t* posit
   }
   for (int e = int(threadIdx.x); e <= E; e += int(blockDim.x)) {
     int before = 0;
+#pragma unroll 1
     for (int o = 0; o < S; ++o) before += buckets[o] < e;
     offsets[e] = before;
   }
@@ -276,101 +280,139 @@ __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int
   }
 }
 
-// moe_route of a decode step with the router and the grouping, in one launch. The router's E rows
-// are dealt to the grid's warps, a row each (then every gridDim.x·warps-th), and each row is scored
-// against all T tokens' rows, staged in shared memory; its first pieces are loaded before the
-// chained-launch wait, since weights do not depend on the kernel before. The block that arrives
-// last (last_block.cuh) reads the logits back, routes a token per warp (route_token) and groups
-// the T·k slots (group_few_slots) and gathers the tokens' rows from its staged copy. So the
-// dependent chain is x → logits → routing → grouping inside one kernel, where three launches
-// (matmul, moe_route, moe_group) each began with a wait for the one before.
+// moe_route of a decode step with the router and the grouping (and an rms_norm first), in one
+// launch. Every block stages the T tokens' rows in shared memory and, with a norm, norms them there
+// (a warp a row; block 0 writes h). The router's E rows are dealt to the grid's warps, a row each
+// (then every gridDim.x·warps-th), each scored against every staged row; a row's first pieces and
+// the norm's weights are loaded before the chained-launch wait, since weights do not depend on the
+// kernel before. The block that arrives last (last_block.cuh) reads the logits back, routes a token
+// per warp (route_token, its choices parked in shared memory), groups the T·k slots
+// (group_few_slots) and gathers the normed rows from its staged copy. So the dependent chain x →
+// h → logits → routing → grouping runs inside one kernel, where four launches (rms_norm, matmul,
+// moe_route, moe_group) each began with a wait for the one before.
 // T ≤ kMaxRouteTokens and the block's warps, T·k ≤ kSmallGroupSlots, C·sizeof(X) a multiple of 16.
 constexpr int kMaxRouteTokens = 8;
 constexpr int kRouterPacks = 8;  // 16-byte pieces of a router row per lane in flight together
 constexpr int kRouteBatch = 4;   // loads of x or of the logits per thread in flight together
 constexpr size_t kRouteGatherBytes = 64 * 1024;  // the most grouped rows the last block writes
 
-// Its dynamic shared memory, beside the two static slot arrays, within the default 48 KB a block.
-constexpr size_t kRouteDecodeSharedBytes = kRouteSharedBytes - 2 * kSmallGroupSlots * sizeof(int);
+// Its dynamic shared memory, beside the four static slot arrays, within the default 48 KB a block.
+constexpr size_t kRouteDecodeSharedBytes = kRouteSharedBytes - 4 * kSmallGroupSlots * sizeof(int);
 
 __device__ unsigned int route_ticket;  // zero at module load; the last block leaves it at zero
+
+// A 16-byte unit of X elements as floats. bf16 goes a 32-bit word at a time, each half placed at
+// the top of an f32: one instruction an element, where widening a Pack<bf16, 8> first splits it
+// into 16-bit registers (this kernel's code is mostly such loops, and it runs once a layer).
+template <class X>
+__device__ inline void widen_unit(const uint4& u, float (&v)[kPack16<X>]) {
+  if constexpr (std::is_same_v<X, ding::bf16>) {
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(words[i] << 16);
+      v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    }
+  } else {
+    widen(reinterpret_cast<const Pack<X, kPack16<X>>&>(u), v);
+  }
+}
 
 template <class X, bool Grouped>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
     float* logits, float* weights, int32_t* experts, int32_t* offsets, int32_t* slots, int32_t* positions,
     const X* x, const X* router_w, X* x_grouped, int T, int E, int k, int C, ops::MoeRouteParams params,
-    const void* norm_w, DType norm_w_dtype, float eps, X* h) {
+    const X* norm_w, float eps, X* h) {
+  // Rows move as 16-byte units (uint4) and are read as packs of kN elements only to widen them: a
+  // Pack<bf16, 8> in registers is eight 16-bit values, and moving it splits and joins them.
   constexpr int kN = kPack16<X>;
   using P = Pack<X, kN>;
-  extern __shared__ uint4 route_shared[];  // x's rows [T][C], then the tokens' (logit, expert) pairs [T][E]
-  __shared__ int buckets[kSmallGroupSlots], row_of[kSmallGroupSlots];
+  // Dynamic shared memory: x's rows [T][C], the norm's weights [C] (with a norm), then the tokens'
+  // (logit, expert) pairs [T][E].
+  extern __shared__ uint4 route_shared[];
+  // The routing's choices, parked here rather than in global memory, where reading them back
+  // would cost a round trip to L2 each time.
+  __shared__ float chosen_weights[kSmallGroupSlots];
+  __shared__ int32_t chosen_experts[kSmallGroupSlots], buckets[kSmallGroupSlots], row_of[kSmallGroupSlots];
   const int lane = lane_id(), warp = int(threadIdx.x) / warp_size(), warps = int(blockDim.x) / warp_size();
+  const int threads = int(blockDim.x);
   const int packs = C / kN;  // 16-byte pieces of a row
-  const P* const w_rows = reinterpret_cast<const P*>(router_w);
+  const int x_total = T * packs;
+  uint4* const xs = route_shared;
+  uint4* const norm_ws = xs + x_total;
+  const uint4* const w_rows = reinterpret_cast<const uint4*>(router_w);
   const int first_row = int(blockIdx.x) * warps + warp, row_stride = int(gridDim.x) * warps;
   // Pieces p0 + i·warp_size() + lane, i < kRouterPacks, of a row of w, and their dot product with
   // the same pieces of a staged row of x.
-  auto load_w = [&](P (&w)[kRouterPacks], int row, int p0) {
+  auto load_w = [&](uint4 (&w)[kRouterPacks], int row, int p0) {
 #pragma unroll
     for (int i = 0; i < kRouterPacks; ++i) {
       const int p = p0 + i * warp_size() + lane;
       if (row < E && p < packs) w[i] = w_rows[int64_t(row) * packs + p];
     }
   };
-  auto dot = [&](const P (&w)[kRouterPacks], const P* x_row, int p0) {
+  auto dot = [&](const uint4 (&w)[kRouterPacks], const uint4* x_row, int p0) {
     float acc = 0;
 #pragma unroll
     for (int i = 0; i < kRouterPacks; ++i) {
       const int p = p0 + i * warp_size() + lane;
       if (p >= packs) continue;
       float wv[kN], xv[kN];
-      widen(w[i], wv);
-      widen(x_row[p], xv);
+      widen_unit<X>(w[i], wv);
+      widen_unit<X>(x_row[p], xv);
 #pragma unroll
       for (int e = 0; e < kN; ++e) acc = fmaf(wv[e], xv[e], acc);
     }
     return acc;
   };
-  P w[kRouterPacks];
+  // Copies n pieces from global to shared memory, kRouteBatch loads a thread in flight together (a
+  // store to shared memory may alias a generic pointer's load, so they are not reordered).
+  auto stage = [&](uint4* to, const uint4* from, int n) {
+#pragma unroll 1
+    for (int i0 = int(threadIdx.x); i0 < n; i0 += kRouteBatch * threads) {
+      uint4 v[kRouteBatch];
+#pragma unroll
+      for (int b = 0; b < kRouteBatch; ++b)
+        if (i0 + b * threads < n) v[b] = from[i0 + b * threads];
+#pragma unroll
+      for (int b = 0; b < kRouteBatch; ++b)
+        if (i0 + b * threads < n) to[i0 + b * threads] = v[b];
+    }
+  };
+  // Weights do not depend on the kernel before: the router row's first pieces and the norm's
+  // weights are loaded before the wait.
+  uint4 w[kRouterPacks];
   load_w(w, first_row, 0);
-  wait_for_prior_kernels();  // x comes from the kernel before (the norm)
+  if (norm_w != nullptr) stage(norm_ws, reinterpret_cast<const uint4*>(norm_w), packs);
+  wait_for_prior_kernels();  // x comes from the kernel before
   release_dependents();
-  // Loads and stores in batches of kRouteBatch a thread, so that the loads are in flight together
-  // (a store to shared memory may alias a generic pointer's load, so they are not reordered).
-  const uint4* const x_units = reinterpret_cast<const uint4*>(x);
-  const int x_total = T * packs, threads = int(blockDim.x);
-  for (int i0 = int(threadIdx.x); i0 < x_total; i0 += kRouteBatch * threads) {
-    uint4 v[kRouteBatch];
-#pragma unroll
-    for (int b = 0; b < kRouteBatch; ++b)
-      if (i0 + b * threads < x_total) v[b] = x_units[i0 + b * threads];
-#pragma unroll
-    for (int b = 0; b < kRouteBatch; ++b)
-      if (i0 + b * threads < x_total) route_shared[i0 + b * threads] = v[b];
-  }
+  stage(xs, reinterpret_cast<const uint4*>(x), x_total);
   __syncthreads();
-  P* const xs = reinterpret_cast<P*>(route_shared);
   if (norm_w != nullptr) {
     // rms_norm of the staged rows in place, a warp a row, as the norm op computes it (f32 sums,
     // x·rstd·w rounded to x's dtype); every block norms them, block 0 also writes h.
+#pragma unroll 1
     for (int t = warp; t < T; t += warps) {
-      P* const row = xs + t * packs;
+      uint4* const row = xs + t * packs;
       float squares = 0;
+#pragma unroll 1
       for (int p = lane; p < packs; p += warp_size()) {
         float v[kN];
-        widen(row[p], v);
+        widen_unit<X>(row[p], v);
 #pragma unroll
         for (int e = 0; e < kN; ++e) squares = fmaf(v[e], v[e], squares);
       }
       const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(C) + eps);
+#pragma unroll 1
       for (int p = lane; p < packs; p += warp_size()) {
-        float v[kN];
-        widen(row[p], v);
+        float v[kN], g[kN];
+        widen_unit<X>(row[p], v);
+        widen_unit<X>(norm_ws[p], g);
         P y;
 #pragma unroll
-        for (int e = 0; e < kN; ++e) y.v[e] = from_float<X>(v[e] * rstd * load_as_float(norm_w, norm_w_dtype, p * kN + e));
-        row[p] = y;
-        if (blockIdx.x == 0) reinterpret_cast<P*>(h)[t * packs + p] = y;
+        for (int e = 0; e < kN; ++e) y.v[e] = from_float<X>(v[e] * rstd * g[e]);
+        row[p] = reinterpret_cast<const uint4&>(y);
+        if (blockIdx.x == 0) reinterpret_cast<uint4*>(h)[t * packs + p] = row[p];
       }
     }
     __syncthreads();
@@ -383,12 +425,17 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
     if (row != first_row) load_w(w, row, 0);
 #pragma unroll 1
     for (int t = 0; t < T; ++t) {
-      float acc = dot(w, xs + t * packs, 0);
+      float acc = 0;
 #pragma unroll 1
-      for (int p0 = step; p0 < packs; p0 += step) {
-        P more[kRouterPacks];
-        load_w(more, row, p0);
-        acc += dot(more, xs + t * packs, p0);
+      for (int p0 = 0; p0 < packs; p0 += step) {
+        uint4 chunk[kRouterPacks];
+        if (p0 == 0) {
+#pragma unroll
+          for (int i = 0; i < kRouterPacks; ++i) chunk[i] = w[i];
+        } else {
+          load_w(chunk, row, p0);
+        }
+        acc += dot(chunk, xs + t * packs, p0);
       }
       acc = warp_sum(acc);
       if (lane == 0) logits[int64_t(t) * E + row] = acc;
@@ -397,8 +444,9 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
   if (!arrive_last(&route_ticket, gridDim.x)) return;
 
   // The last block. Each token's pairs from the logits the grid wrote (loads from L2).
-  uint64_t* const pairs = reinterpret_cast<uint64_t*>(route_shared + x_total);
+  uint64_t* const pairs = reinterpret_cast<uint64_t*>(route_shared + x_total + (norm_w != nullptr ? packs : 0));
   const int logit_total = T * E;
+#pragma unroll 1
   for (int i0 = int(threadIdx.x); i0 < logit_total; i0 += kRouteBatch * threads) {
     float v[kRouteBatch];
 #pragma unroll
@@ -413,21 +461,27 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
   __syncthreads();
   if (warp < T) {
     const uint64_t* const token_pairs = pairs + warp * E;
-    route_token<Grouped>([&](int e) { return token_pairs[e]; }, weights + warp * k, experts + warp * k, E, k, params);
+    route_token<Grouped>([&](int e) { return token_pairs[e]; }, chosen_weights + warp * k, chosen_experts + warp * k,
+                         E, k, params);
   }
-  __syncthreads();  // the block's stores of the experts are visible to the whole block after it
+  __syncthreads();
   const int S = T * k;
-  for (int s = int(threadIdx.x); s < S; s += int(blockDim.x)) {
-    const int e = experts[s];
+#pragma unroll 1
+  for (int s = int(threadIdx.x); s < S; s += threads) {
+    const int e = chosen_experts[s];
+    weights[s] = chosen_weights[s];
+    experts[s] = e;
     buckets[s] = e >= 0 && e < E ? e : E;
   }
   __syncthreads();
   group_few_slots(offsets, slots, positions, buckets, S, E, row_of);
   if (x_grouped == nullptr) return;
   __syncthreads();
-  uint4* const grouped_units = reinterpret_cast<uint4*>(x_grouped);
-  for (int i = int(threadIdx.x); i < packs; i += int(blockDim.x))
-    for (int s = 0; s < S; ++s) grouped_units[int64_t(row_of[s]) * packs + i] = route_shared[(s / k) * packs + i];
+  uint4* const grouped = reinterpret_cast<uint4*>(x_grouped);
+#pragma unroll 1
+  for (int i = int(threadIdx.x); i < packs; i += threads)
+#pragma unroll 1
+    for (int s = 0; s < S; ++s) grouped[int64_t(row_of[s]) * packs + i] = xs[(s / k) * packs + i];
 }
 
 // x_grouped[p] = x[slots[p] / k]: rows of `Unit`s when the dtypes agree (16, 8, 4 or 2 bytes,
@@ -544,10 +598,13 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
 // decode step's sizes allow it; false, with nothing launched, where they do not.
 bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
   if (!ops::has_router(a) || !ops::has_grouping(a) || a.x.dtype != a.router_w.dtype) return false;
-  if (ops::has_norm(a) && (a.norm.kind != ops::NormKind::rms_norm || !aligned(a.h.data, 16))) return false;
+  const bool normed = ops::has_norm(a);
+  if (normed && (a.norm.kind != ops::NormKind::rms_norm || a.norm.weight.dtype != a.x.dtype ||
+                 !aligned(a.norm.weight.data, 16) || !aligned(a.h.data, 16)))
+    return false;
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k, C = a.x.dim(1);
   const int64_t row_bytes = C * int64_t(dtype_size(a.x.dtype));
-  const size_t shared_bytes = size_t(T * row_bytes) + size_t(T * E) * sizeof(uint64_t);
+  const size_t shared_bytes = size_t((T + (normed ? 1 : 0)) * row_bytes) + size_t(T * E) * sizeof(uint64_t);
   const int warps = kRouteThreads / s.props().warp_size;
   if (T > std::min(kMaxRouteTokens, warps) || T * k > kSmallGroupSlots || row_bytes % 16 != 0 ||
       !aligned(a.x.data, 16) || !aligned(a.router_w.data, 16) || shared_bytes > kRouteDecodeSharedBytes ||
@@ -567,8 +624,8 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
                                     a.slots.ptr<int32_t>(), a.positions.ptr<int32_t>(), static_cast<const X*>(a.x.data),
                                     static_cast<const X*>(a.router_w.data), gathers ? static_cast<X*>(a.x_grouped.data) : nullptr,
                                     int(T), int(E), int(k), int(C), a.params,
-                                    ops::has_norm(a) ? a.norm.weight.data : nullptr, a.norm.weight.dtype, a.norm.eps,
-                                    ops::has_norm(a) ? static_cast<X*>(a.h.data) : nullptr));
+                                    normed ? static_cast<const X*>(a.norm.weight.data) : nullptr, a.norm.eps,
+                                    normed ? static_cast<X*>(a.h.data) : nullptr));
     };
     if (a.params.groups > 1)
       launch(moe_route_decode_kernel<X, true>);

@@ -140,14 +140,16 @@ struct RouterParts {
   DType x, w, x_grouped;
   bool grouping = true, gather = true;
   ops::NormKind norm = ops::NormKind::none;
+  bool f32_norm_weight = false;  // else x's dtype, as a model's
 };
 
 OpCase router_route_case(RouterShape s, RouterParts parts, ops::MoeScoring scoring, bool renormalize) {
   OpCase c;
   c.op = "moe_route";
-  const char* norm_name = parts.norm == ops::NormKind::rms_norm ? "_rms_norm"
-                          : parts.norm == ops::NormKind::layer_norm ? "_layer_norm"
-                                                                    : "";
+  const std::string norm_name = std::string(parts.norm == ops::NormKind::rms_norm     ? "_rms_norm"
+                                            : parts.norm == ops::NormKind::layer_norm ? "_layer_norm"
+                                                                                      : "") +
+                                (parts.f32_norm_weight ? "_f32_weight" : "");
   c.name = fmt::format("moe_route/router_T{}_E{}_k{}_C{}{}{}_x{}_w{}{}{}", s.T, s.E, s.k, s.C,
                        s.groups > 1 ? fmt::format("_groups{}_top{}", s.groups, s.top_groups) : "", norm_name,
                        dtype_name(parts.x), dtype_name(parts.w), parts.grouping ? "_grouped" : "",
@@ -182,7 +184,7 @@ OpCase router_route_case(RouterShape s, RouterParts parts, ops::MoeScoring scori
       std::vector<double> nw(size_t(s.C)), nb(size_t(s.C));
       for (double& v : nw) v = 0.125 * eighth(run.rng);
       for (double& v : nb) v = 0.125 * eighth(run.rng);
-      a.norm = {.kind = parts.norm, .weight = run.values(DType::f32, {s.C}, nw), .eps = 1e-30f};
+      a.norm = {.kind = parts.norm, .weight = run.values(parts.f32_norm_weight ? DType::f32 : parts.x, {s.C}, nw), .eps = 1e-30f};
       if (parts.norm == ops::NormKind::layer_norm) a.norm.bias = run.values(DType::bf16, {s.C}, nb);
       a.h = run.output("h", parts.x, {s.T, s.C});
     }
@@ -222,13 +224,15 @@ void add_router_route_cases(std::vector<OpCase>& cases) {
   cases.push_back(router_route_case({2, 8, 2, 64}, {bf16, bf16, f32}, MoeScoring::softmax, true));
   // The norm first (the MoE layer's h = rms_norm(x)): in the GPU's one launch at decode sizes (OLMoE's
   // batch 1; the group-limited f32 router; 8 tokens of narrow rows), and in parts (9 tokens; OLMoE's
-  // batch 4, whose 128 KB of grouped rows the single launch leaves to the three ops; layer_norm).
+  // batch 4, whose 128 KB of grouped rows the single launch leaves to the three ops; an f32 norm
+  // weight beside bf16 rows; layer_norm).
   using ops::NormKind;
   cases.push_back(router_route_case({1, 64, 8, 2048}, {bf16, bf16, bf16, true, true, NormKind::rms_norm}, MoeScoring::softmax, false));
   cases.push_back(router_route_case({2, 160, 6, 256, 8, 3}, {f32, f32, f32, true, true, NormKind::rms_norm}, MoeScoring::softmax, true));
   cases.push_back(router_route_case({8, 64, 8, 64}, {bf16, bf16, bf16, true, true, NormKind::rms_norm}, MoeScoring::sigmoid, true));
   cases.push_back(router_route_case({9, 64, 8, 64}, {f16, f16, f16, true, true, NormKind::rms_norm}, MoeScoring::softmax, true));
   cases.push_back(router_route_case({4, 64, 8, 2048}, {bf16, bf16, bf16, true, true, NormKind::rms_norm}, MoeScoring::softmax, false));
+  cases.push_back(router_route_case({1, 64, 8, 512}, {bf16, bf16, bf16, true, true, NormKind::rms_norm, true}, MoeScoring::softmax, true));
   cases.push_back(router_route_case({3, 16, 4, 48}, {f32, f32, f32, true, true, NormKind::layer_norm}, MoeScoring::softmax, true));
 }
 
