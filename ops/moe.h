@@ -91,8 +91,9 @@ struct MoeCombineArgs {
 };
 
 void validate(const Device& device, const MoeRouteArgs& a);
-// moe_route's parts as the ops they stand for (the router's matmul, the routing alone, the
-// grouping), and, for a backend that runs them apart, the three in order through its own kernels.
+// moe_route's parts as the ops they stand for (the norm, as matmul's prologue; the router's matmul;
+// the routing alone; the grouping), and, for a backend that runs them apart, the four in order
+// through its own kernels.
 bool has_parts(const MoeRouteArgs& a);  // a norm, a router or a grouping beside the routing
 bool has_norm(const MoeRouteArgs& a);
 bool has_router(const MoeRouteArgs& a);
