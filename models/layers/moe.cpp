@@ -19,8 +19,11 @@
 
 namespace ding {
 
+// moe_route runs its norm, router and grouping through the backend's own kernels where it does not
+// fuse them: they are its parts, not ops this layer dispatches.
 std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig& c) {
-  std::vector<std::string_view> ops = {"rms_norm", "matmul", "moe_route", "moe_group", "moe_matmul", "moe_combine"};
+  std::vector<std::string_view> ops = {"moe_route", "moe_matmul", "moe_combine"};
+  if (c.moe.shared_d_ff > 0) ops.push_back("matmul");
   if (c.moe.shared_gate) ops.push_back("sigmoid_gate");
   return ops;
 }
