@@ -6,8 +6,9 @@
 //                consecutive groups of E/groups, a group's score is its best expert's, only the
 //                top_groups best groups (ties: lower group first) are eligible, and the top-k is
 //                taken among their experts; the scores themselves, and so the weights, stay
-//                those over all E experts. It may also compute the logits from the router's
-//                weights first and group its choices after, as moe_group does (MoeRouteArgs).
+//                those over all E experts. It may also norm the rows and compute the logits
+//                from the router's weights first, and group its choices after, as moe_group
+//                does (MoeRouteArgs).
 //   moe_group:   sort the T·k (token, choice) slots by expert (stable in slot index), so each
 //                expert's inputs are one contiguous block: offsets[e]..offsets[e+1]. Optionally
 //                gathers the token rows into that order for the expert matmuls.

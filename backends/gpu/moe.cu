@@ -612,7 +612,7 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
     return false;
   // The rows move as whole 16-byte pieces where x_grouped is x's dtype; else a second kernel converts them.
   const bool gathers = a.x_grouped.defined() && a.x_grouped.dtype == a.x.dtype && aligned(a.x_grouped.data, 16);
-  // The last block writes every grouped row alone: beyond kRouteGatherBytes the three ops, whose
+  // The last block writes every grouped row alone: beyond kRouteGatherBytes the four parts, whose
   // gather spreads over a block per token, are faster (OLMoE at batch 8: 256 KB, docs/PERFORMANCE.md).
   if (gathers && size_t(T * k * row_bytes) > kRouteGatherBytes) return false;
   with_float_type(a.x.dtype, [&](auto tag) {
