@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "ding/ops/check.h"
 #include "ding/ops/dispatch.h"
@@ -113,6 +114,26 @@ void validate(const Device& device, const AttentionDecodeArgs& a) {
                          fmt::format("offset {}", a.rope->position_offset)));
     validate(device, decode_rope(a, a.q, a.q));
   }
+  if (a.qk_norm) {
+    const QkNorm& n = *a.qk_norm;
+    if (!a.k_new.defined())
+      c.fail(ErrorCode::invalid_argument, "qk_norm normalises q and k_new: it needs k_new and v_new");
+    const int64_t H = a.q.dim(1), Hkv = a.k_cache.dim(2), D = a.q.dim(2);
+    for (auto [name, w, heads] : {std::tuple{"qk_norm.q_weight", &n.q_weight, H}, {"qk_norm.k_weight", &n.k_weight, Hkv}}) {
+      c.tensor(name, *w, 1, 1);
+      c.float_dtype(name, *w);
+      c.contiguous(name, *w);
+      c.dim(name, *w, 0, n.whole ? heads * D : D, n.whole ? "heads · D (whole: a token's projection)" : "D (each head)");
+    }
+    if (!(n.eps >= 0.0f) || !std::isfinite(n.eps))
+      c.fail(ErrorCode::invalid_argument, fmt::format("qk_norm.eps = {} must be finite and ≥ 0", n.eps));
+    if (n.whole)
+      for (auto [name, t] : {std::pair{"q", &a.q}, {"k_new", &a.k_new}})
+        if (t->stride(1) != t->dim(2))
+          c.fail(ErrorCode::invalid_argument,
+                 fmt::format("qk_norm.whole normalises a token's heads as one row: {}'s heads must be adjacent "
+                             "(stride {} between heads, D = {})", name, t->stride(1), t->dim(2)));
+  }
 }
 
 AttentionDecodeArgs rotated_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_rot, Tensor k_rot) {
@@ -123,6 +144,37 @@ AttentionDecodeArgs rotated_first(Stream& stream, const AttentionDecodeArgs& a, 
   b.q = q_rot;
   b.k_new = k_rot;
   b.rope.reset();
+  return b;
+}
+
+namespace {
+
+// [B, heads, D] as [B, heads·D] where qk_norm is whole (its heads adjacent, as validate checks).
+Tensor norm_rows(const Tensor& x, bool whole) {
+  if (!whole) return x;
+  Tensor rows = x;
+  rows.rank = 2;
+  rows.shape = {x.dim(0), x.dim(1) * x.dim(2)};
+  rows.strides = {x.stride(0), 1};
+  return rows;
+}
+
+}  // namespace
+
+RmsNormArgs decode_norm(const AttentionDecodeArgs& a, Tensor out, Tensor x, Tensor weight) {
+  const bool whole = a.qk_norm && a.qk_norm->whole;
+  return {norm_rows(out, whole), norm_rows(x, whole), weight, {.eps = a.qk_norm ? a.qk_norm->eps : 1e-6f}};
+}
+
+AttentionDecodeArgs normed_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_normed, Tensor k_normed) {
+  const RmsNormArgs q = decode_norm(a, q_normed, a.q, a.qk_norm->q_weight);
+  const RmsNormArgs k = decode_norm(a, k_normed, a.k_new, a.qk_norm->k_weight);
+  rms_norm(stream, q.out, q.x, q.weight, q.params);
+  rms_norm(stream, k.out, k.x, k.weight, k.params);
+  AttentionDecodeArgs b = a;
+  b.q = q_normed;
+  b.k_new = k_normed;
+  b.qk_norm.reset();
   return b;
 }
 
@@ -183,7 +235,15 @@ Cost cost(const AttentionDecodeArgs& a) {
   const double cache_bytes = double(a.k_cache.nbytes() + a.v_cache.nbytes()) * (keys / S);
   // With k_new and v_new, the append's bytes as kv_append counts them (seq_lens in start's place).
   const double appended = a.k_new.defined() ? cost(decode_append(a, a.seq_lens)).bytes : 0.0;
-  return {4.0 * B * H * D * keys, double(a.q.nbytes() + a.out.nbytes()) + cache_bytes + appended};
+  Cost c{4.0 * B * H * D * keys, double(a.q.nbytes() + a.out.nbytes()) + cache_bytes + appended};
+  if (a.qk_norm) {  // as the two rms_norms count it, less their outputs, which stay in the kernel
+    for (const RmsNormArgs& n : {decode_norm(a, a.q, a.q, a.qk_norm->q_weight), decode_norm(a, a.k_new, a.k_new, a.qk_norm->k_weight)}) {
+      const Cost norm = cost(n);
+      c.flops += norm.flops;
+      c.bytes += norm.bytes - double(n.out.nbytes());
+    }
+  }
+  return c;
 }
 
 Cost cost(const KvAppendArgs& a) {
@@ -197,8 +257,9 @@ void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v,
 }
 
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
-                      const AttentionParams& params, Tensor k_new, Tensor v_new, const std::optional<RopeParams>& rope) {
-  dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params, k_new, v_new, rope});
+                      const AttentionParams& params, Tensor k_new, Tensor v_new, const std::optional<RopeParams>& rope,
+                      const std::optional<QkNorm>& qk_norm) {
+  dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params, k_new, v_new, rope, qk_norm});
 }
 
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling) {

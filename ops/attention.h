@@ -19,6 +19,10 @@
 //   positions = seq_lens and position_offset = −1 into tensors of their dtypes would (q is read
 //   rotated, not written; k_new is stored rotated): rope, append and attention of a decode step
 //   in one op.
+//   Given qk_norm as well (OLMoE, Qwen3, Qwen3-Next's attention layers), q and k_new are first
+//   RMS-normalised, as ops::rms_norm into tensors of their dtypes would, then rotated: over each
+//   head's D elements, or (whole) over a token's whole projection, its H·D elements of q and
+//   Hkv·D of k_new at once.
 // Rolling caches (a sliding-window layer need not hold more than its window): with window > 0
 //   and a cache of S ≥ window slots, position p lives at slot p mod S. Decode: seq_lens[b] may
 //   then exceed S, the window's positions being the ones still held. Prefill: rolling_keys > 0
@@ -33,6 +37,7 @@
 #include <optional>
 
 #include "ding/device.h"
+#include "ding/ops/norm.h"
 #include "ding/ops/rope.h"
 #include "ding/profile.h"
 
@@ -56,6 +61,15 @@ struct AttentionPrefillArgs {
   AttentionParams params;
 };
 
+// attention_decode's norm of q and k_new: the weights are [D] (each head alone) or, with whole,
+// [H·D] and [Hkv·D] (a token's projection as one row), f32/f16/bf16.
+struct QkNorm {
+  Tensor q_weight;
+  Tensor k_weight;
+  float eps = 1e-6f;
+  bool whole = false;
+};
+
 struct AttentionDecodeArgs {
   Tensor out;       // [B, H, D], f32/f16/bf16
   Tensor q;         // [B, H, D]
@@ -66,6 +80,7 @@ struct AttentionDecodeArgs {
   Tensor k_new;     // optional [B, Hkv, D], f32/f16/bf16 (converted), last dim contiguous
   Tensor v_new;     // given with k_new
   std::optional<RopeParams> rope;  // with k_new: its layout, frequencies and factor; no positions, offset 0
+  std::optional<QkNorm> qk_norm;   // with k_new: before the rope
 };
 
 // kv_append: writes a step's keys and values into the KV cache at start positions held on the
@@ -96,6 +111,13 @@ RopeArgs decode_rope(const AttentionDecodeArgs& a, Tensor out, Tensor x);
 // q and k_new rotated by ops::rope into q_rot [B, H, D] and k_rot [B, Hkv, D] (the op's device,
 // the backend's memory), and the same op over them without rope.
 AttentionDecodeArgs rotated_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_rot, Tensor k_rot);
+// The rms_norm that attention_decode's qk_norm stands for, of x ([B, heads, D]: q or k_new) into
+// out with `weight` (q_weight or k_weight).
+RmsNormArgs decode_norm(const AttentionDecodeArgs& a, Tensor out, Tensor x, Tensor weight);
+// attention_decode's qk_norm the plain way, for a backend kernel that does not normalise as it
+// loads: q and k_new normalised by ops::rms_norm into q_normed [B, H, D] and k_normed [B, Hkv, D]
+// (the op's device, the backend's memory), and the same op over them without qk_norm (rope kept).
+AttentionDecodeArgs normed_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_normed, Tensor k_normed);
 
 void validate(const Device& device, const AttentionPrefillArgs& a);
 void validate(const Device& device, const AttentionDecodeArgs& a);
@@ -106,7 +128,8 @@ Cost cost(const KvAppendArgs& a);
 void attention_prefill(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, const AttentionParams& params = {});
 void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens,
                       const AttentionParams& params = {}, Tensor k_new = {}, Tensor v_new = {},
-                      const std::optional<RopeParams>& rope = std::nullopt);
+                      const std::optional<RopeParams>& rope = std::nullopt,
+                      const std::optional<QkNorm>& qk_norm = std::nullopt);
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling = false);
 
 }  // namespace ding::ops

@@ -325,27 +325,54 @@ __device__ inline DecodeKeys decode_keys(const int32_t* seq_lens, const DecodeSh
   return keys;
 }
 
-// Rotates the pairs of a 16-bit row of D elements in place (rotary.cuh) with the block's table
-// cs[i] = (f·cos, f·sin) of pair i; one thread per pair, so no element is read after another
-// thread wrote it.
+// attention_decode's qk_norm in the tensor-core kernel (weights of its T): q null where the op has
+// none. A row's scale is rms_norm's, x·rstd·w with rstd = 1 / √(mean(x²) + eps).
 template <class T>
-__device__ inline void rotate_row(T* row, const Rotary& rot, const float2* cs, int first_thread, int threads) {
-  for (int i = int(threadIdx.x) - first_thread; i >= 0 && i < rot.R / 2; i += threads) {
+struct QkNormWeights {
+  const T* q = nullptr;  // [H·D] (whole) or [D]
+  const T* k = nullptr;  // [Hkv·D] or [D]
+  float eps = 0.0f;
+  bool whole = false;
+};
+
+// One row's normalisation: its weights (from the row's first element) and rstd; w null for none.
+template <class T>
+struct RowNorm {
+  const T* w = nullptr;
+  float rstd = 1.0f;
+};
+
+// A 16-bit row of D elements from `in` into `out` (the same row, or another) as the op's parts
+// would leave it: normalised where norm.w is given (rounded to T, as rms_norm's output), then its
+// first R pairs rotated with the block's table cs[i] = (f·cos, f·sin) (rotary.cuh) and rounded
+// again. Thread t of `threads` from first_thread takes pairs t, t + threads, … and the elements
+// past R likewise, so no element is read after another thread wrote it.
+template <class T>
+__device__ inline void norm_rotate_row(T* out, const T* in, int D, const Rotary& rot, const float2* cs,
+                                       const RowNorm<T>& norm, int first_thread, int threads) {
+  const int t0 = int(threadIdx.x) - first_thread;
+  if (t0 < 0 || t0 >= threads) return;
+  auto normed = [&](int64_t e) {
+    const float x = to_float(in[e]);
+    return norm.w ? to_float(from_float<T>(x * norm.rstd * to_float(norm.w[e]))) : x;
+  };
+  for (int i = t0; i < rot.R / 2; i += threads) {
     const int64_t a = rot.first(i), b = rot.second(i);
-    const float x = to_float(row[a]), y = to_float(row[b]);
-    row[a] = from_float<T>(x * cs[i].x - y * cs[i].y);
-    row[b] = from_float<T>(x * cs[i].y + y * cs[i].x);
+    const float x = normed(a), y = normed(b);
+    out[a] = from_float<T>(x * cs[i].x - y * cs[i].y);
+    out[b] = from_float<T>(x * cs[i].y + y * cs[i].x);
   }
+  if (norm.w || out != in)
+    for (int d = int(rot.R) + t0; d < D; d += threads) out[d] = norm.w ? from_float<T>(normed(d)) : in[d];
 }
 
 // The split holding the new position stores it (the first head block of the kv head): whole
-// 16-byte pieces, as the fused path requires 16-byte rows; the key rotated when the op has a
-// rope (cs: the block's table; the row is written, then rotated in place by the same threads
-// after a barrier).
+// 16-byte pieces, as the fused path requires 16-byte rows; the key normalised and rotated when
+// the op asks (norm_rotate_row; cs: the block's rope table).
 template <class KV>
 __device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh, const DecodeBlock& blk,
                                    const DecodeKeys& keys, Strides3 ks, Strides3 vs, KV* k_cache, KV* v_cache,
-                                   const Rotary& rot = {}, const float2* cs = nullptr) {
+                                   const Rotary& rot = {}, const float2* cs = nullptr, const RowNorm<KV>& norm = {}) {
   const bool stores = keys.fresh_j >= keys.begin && keys.fresh_j < keys.end && blk.hb == 0;  // uniform
   if (!stores) return;
   const int64_t slot = keys.fresh_j % sh.S;
@@ -353,22 +380,45 @@ __device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh
   KV* v_row = v_cache + blk.b * vs.b + blk.kv_head * vs.h + slot * vs.t;
   const KV* k_in = fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h;
   const KV* v_in = fresh.v + blk.b * fresh.v_b + blk.kv_head * fresh.v_h;
-  if (rot.R > 0) {
-    // Pairs straight from k_new into the cache: the rotated row, no read of a half-written one.
-    for (int i = int(threadIdx.x); i < rot.R / 2; i += kDecodeThreads) {
-      const int64_t a = rot.first(i), b = rot.second(i);
-      const float x = to_float(k_in[a]), y = to_float(k_in[b]);
-      k_row[a] = from_float<KV>(x * cs[i].x - y * cs[i].y);
-      k_row[b] = from_float<KV>(x * cs[i].y + y * cs[i].x);
-    }
-    for (int d = int(rot.R) + int(threadIdx.x); d < sh.D; d += kDecodeThreads) k_row[d] = k_in[d];
-    for (int i = int(threadIdx.x); i < sh.D * int(sizeof(KV)) / 16; i += kDecodeThreads)
-      reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
-    return;
-  }
+  // A transformed key goes straight from k_new into the cache: the finished row, no read of a
+  // half-written one.
+  const bool transformed = rot.R > 0 || norm.w;
+  if (transformed) norm_rotate_row(k_row, k_in, sh.D, rot, cs, norm, 0, kDecodeThreads);
   for (int i = int(threadIdx.x); i < sh.D * int(sizeof(KV)) / 16; i += kDecodeThreads) {
-    reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
+    if (!transformed) reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
     reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
+  }
+}
+
+// qk_norm's rstd of the rows a block of the tensor-core kernel normalises, a warp per row: q's
+// heads g < heads into rstd[g] (whole: the token's H·D elements once, into rstd[0]), and where
+// `fresh` (the split holds the new key) k_new's row into rstd[kv_rstd] (whole: its Hkv·D). Rows
+// are 16-byte aligned and whole 16-byte pieces (the fused path's requirement).
+template <class T>
+__device__ inline void qk_norm_rstd(const QkNormWeights<T>& nw, const T* q, Strides3 qs, const NewKv<T>& fresh,
+                                    const DecodeShape& sh, const DecodeBlock& blk, bool fresh_row, float* rstd,
+                                    int kv_rstd) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int q_rows = nw.whole ? 1 : blk.heads;
+  for (int r = warp; r < q_rows + (fresh_row ? 1 : 0); r += kDecodeThreads / 32) {
+    const T* row;
+    int n;
+    if (r < q_rows) {
+      row = q + blk.b * qs.b + (nw.whole ? 0 : (blk.h0 + r) * qs.h);
+      n = nw.whole ? int(sh.H) * sh.D : sh.D;
+    } else {
+      row = fresh.k + blk.b * fresh.k_b + (nw.whole ? 0 : blk.kv_head * fresh.k_h);
+      n = nw.whole ? int(sh.Hkv) * sh.D : sh.D;
+    }
+    float squares = 0.0f;
+    for (int v = lane; v < n / 8; v += 32) {
+      float x[8];
+      widen(*reinterpret_cast<const Pack<T, 8>*>(row + 8 * v), x);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) squares = fmaf(x[c], x[c], squares);
+    }
+    squares = warp_sum(squares);
+    if (lane == 0) rstd[r < q_rows ? r : kv_rstd] = 1.0f / sqrtf(squares / float(n) + nw.eps);
   }
 }
 
@@ -613,7 +663,7 @@ template <class T, int DH>
 __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThreads, DecodeMmaTile<DH>::kBlocksPerSm))
     attention_decode_mma_kernel(Operand out, const T* q, Strides3 qs, const T* k, Strides3 ks, const T* v, Strides3 vs,
                                 const int32_t* seq_lens, DecodeShape sh, float scale, Partials part, NewKv<T> fresh,
-                                T* k_cache, T* v_cache, Rotary rot) {
+                                T* k_cache, T* v_cache, Rotary rot, QkNormWeights<T> nw) {
 #if defined(DING_GPU_NVIDIA_MMA)
   using Tile = DecodeMmaTile<DH>;
   constexpr int kPitch = Tile::kPitch, kStages = Tile::kStages, kTileElems = Tile::kTileElems;
@@ -631,15 +681,11 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   wait_for_prior_kernels();
   release_dependents();
   const DecodeKeys keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
-  // The rope table at the new token's position (D ≤ 128: at most 64 pairs), then a barrier.
-  __shared__ float2 rope_cs[64];
-  if (rot.R > 0) {
-    for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
-    __syncthreads();
-  }
+  __shared__ float2 rope_cs[64];           // the rope table at the new token's position (D ≤ 128: ≤ 64 pairs)
+  __shared__ float rstd_s[kMmaRows + 1];   // qk_norm: the q rows' (whole: [0] alone), then k_new's
+  const bool transforms = rot.R > 0 || nw.q;  // q and the new key are normalised and/or rotated
 
   if (keys.begin < keys.end) {  // uniform over the block; split 0 always has keys
-    store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache, rot, rope_cs);
     const T* const k_head = k + blk.b * ks.b + blk.kv_head * ks.h;
     const T* const v_head = v + blk.b * vs.b + blk.kv_head * vs.h;
     const T* const k_fresh = keys.fresh_j >= 0 ? fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h : k;
@@ -690,10 +736,24 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       cp_async_commit();
     };
     for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
+    // While the copies land: the rope table, qk_norm's row statistics, then the new row's store.
+    const bool fresh_here = keys.fresh_j >= keys.begin && keys.fresh_j < keys.end;  // uniform
+    const T* const k_norm_w = nw.k ? nw.k + (nw.whole ? blk.kv_head * sh.D : 0) : nullptr;
+    if (transforms) {
+      for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
+      if (nw.q) qk_norm_rstd(nw, q, qs, fresh, sh, blk, fresh_here, rstd_s, kMmaRows);
+      __syncthreads();
+    }
+    store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache, rot, rope_cs,
+                RowNorm<T>{k_norm_w, k_norm_w ? rstd_s[kMmaRows] : 1.0f});
     cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
     __syncthreads();                // ... and for every thread's
-    if (rot.R > 0) {  // the block's heads rotated in place: a warp per head
-      for (int g = warp; g < blk.heads; g += kWarps) rotate_row(Qs + g * kPitch, rot, rope_cs, warp * 32, 32);
+    if (transforms) {  // the block's heads normalised and rotated in place: a warp per head
+      for (int g = warp; g < blk.heads; g += kWarps) {
+        const RowNorm<T> q_norm{nw.q ? nw.q + (nw.whole ? (blk.h0 + g) * sh.D : 0) : nullptr,
+                                nw.q ? rstd_s[nw.whole ? 0 : g] : 1.0f};
+        norm_rotate_row(Qs + g * kPitch, Qs + g * kPitch, DH, rot, rope_cs, q_norm, warp * 32, 32);
+      }
       __syncthreads();
     }
     uint32_t qa[kSteps][4];
@@ -712,10 +772,12 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       copy_kv(t + kStages - 1);
       cp_async_wait<kStages - 1>();  // tile t has landed for this thread's copies ...
       __syncthreads();                // ... and for every thread's
-      if (rot.R > 0 && fresh_key >= t * kMmaKeys && fresh_key < (t + 1) * kMmaKeys) {  // uniform
-        // The new key came unrotated from k_new: rotate its row of the tile before anyone reads it.
-        rotate_row(ring + read_stage * 2 * kTileElems + (fresh_key - t * kMmaKeys) * kPitch, rot, rope_cs, 0,
-                   kDecodeThreads);
+      if (transforms && fresh_key >= t * kMmaKeys && fresh_key < (t + 1) * kMmaKeys) {  // uniform
+        // The new key came as k_new holds it: normalise and rotate its row of the tile before
+        // anyone reads it.
+        T* const row = ring + read_stage * 2 * kTileElems + (fresh_key - t * kMmaKeys) * kPitch;
+        norm_rotate_row(row, row, DH, rot, rope_cs, RowNorm<T>{k_norm_w, k_norm_w ? rstd_s[kMmaRows] : 1.0f}, 0,
+                        kDecodeThreads);
         __syncthreads();
       }
       const T* const Ks = ring + read_stage * 2 * kTileElems + warp * 16 * kPitch;  // this warp's 16 keys
@@ -843,6 +905,10 @@ NewKv<KV> new_kv(const ops::AttentionDecodeArgs& a, bool fresh_in_kernel) {
 template <class T, int DH>
 bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeShape sh, float scale,
                        bool fresh_in_kernel) {
+  QkNormWeights<T> nw;
+  if (a.qk_norm)
+    nw = {static_cast<const T*>(a.qk_norm->q_weight.data), static_cast<const T*>(a.qk_norm->k_weight.data),
+          a.qk_norm->eps, a.qk_norm->whole};
   const size_t shared = DecodeMmaTile<DH>::shared_bytes;
   if (shared > s.props().shared_per_block_optin) return false;
   const Rotary rot = a.rope ? rotary(*a.rope, DH) : Rotary{};
@@ -859,7 +925,7 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
                                 operand(a.out, strides_bhd(a.out)), static_cast<const T*>(a.q.data), strides_bhd(a.q),
                                 k, strides3(a.k_cache), v, strides3(a.v_cache),
                                 static_cast<const int32_t*>(a.seq_lens.data), sh, scale, partials(s, sh, B),
-                                new_kv<T>(a, fresh_in_kernel), k, v, rot));
+                                new_kv<T>(a, fresh_in_kernel), k, v, rot, nw));
   return true;
 }
 #endif
@@ -894,6 +960,17 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
 #else
   const bool mma = false;
 #endif
+  // qk_norm in the tensor-core kernel where it rotates too (weights of q's dtype); else normalised
+  // copies of q and k_new first (two rms_norm launches), in the intermediate scratch.
+  if (a.qk_norm && !(mma && fresh_in_kernel && a.qk_norm->q_weight.dtype == a.q.dtype &&
+                     a.qk_norm->k_weight.dtype == a.q.dtype)) {
+    char* copies = static_cast<char*>(s.scratch(a.q.nbytes() + a.k_new.nbytes() + 16, GpuStream::ScratchSlot::intermediate));
+    const Tensor q_normed = Tensor::view(copies, a.q.device, a.q.dtype, {B, H, D});
+    const size_t k_at = (a.q.nbytes() + 15) / 16 * 16;
+    const Tensor k_normed = Tensor::view(copies + k_at, a.q.device, a.k_new.dtype, {B, Hkv, D});
+    attention_decode(stream, ops::normed_first(stream, a, q_normed, k_normed));
+    return;
+  }
   if (a.rope && !(mma && fresh_in_kernel)) {
     // Rotated copies of q and k_new first (two rope launches), in the staged-input scratch.
     char* copies = static_cast<char*>(s.scratch(a.q.nbytes() + a.k_new.nbytes() + 16, GpuStream::ScratchSlot::staged_input));

@@ -63,7 +63,18 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
   const Tensor v = qkv.slice(1, Q + Hkv * D, Q + 2 * Hkv * D).unflatten(1, Hkv);
   // q then k heads: adjacent in the product without a gate, else in the normalised copy below.
   Tensor heads = c.attention_gate ? Tensor{} : qkv.slice(1, 0, Q + Hkv * D).unflatten(1, H + Hkv);
-  if (c.qk_norm != QkNorm::none) {
+  Tensor q = q_heads, k = k_heads;
+  // A decode step's q/k norm is part of attention_decode (before its rope), unless q, k and v are
+  // clipped between the norm and the attention.
+  const bool decode = s.kind == StepKind::decode;
+  std::optional<ops::QkNorm> qk_norm;
+  if (decode && c.qk_norm != QkNorm::none && c.clip_qkv <= 0) {
+    if (c.qk_norm == QkNorm::whole_projection)
+      qk_norm = ops::QkNorm{.q_weight = w.qk_norm_w.slice(0, 0, H * D), .k_weight = w.qk_norm_w.slice(0, H * D, (H + Hkv) * D),
+                            .eps = c.norm_eps, .whole = true};
+    else
+      qk_norm = ops::QkNorm{.q_weight = w.q_norm_w, .k_weight = w.k_norm_w, .eps = c.norm_eps};
+  } else if (c.qk_norm != QkNorm::none) {
     // q and k normalised into one [n, H + Hkv, D] buffer, so they are adjacent heads (one rope
     // launch below): over their whole projections (OLMoE, then q, k and v clipped) or per head.
     const Tensor qk = s.scratch->take(dt, {n, H + Hkv, D});
@@ -86,21 +97,22 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
       ops::clamp(*s.stream, v, v, -c.clip_qkv, c.clip_qkv);
     }
     heads = qk;
+    q = heads.slice(1, 0, H), k = heads.slice(1, H, H + Hkv);
   } else if (c.attention_gate) {
     throw Error(ErrorCode::internal, fmt::format("layer {}: the attention output gate comes with q/k norms", s.layer));
   }
-  const Tensor q = heads.slice(1, 0, H), k = heads.slice(1, H, H + Hkv);
   const bool rope = c.positions == PositionKind::rope;
   ops::AttentionParams params{.window = c.layers[size_t(s.layer)].window};
   // A window the cache can hold makes it a rolling cache (position p at slot p mod S): a sliding
   // layer's cache is sized to its window (make_layer_cache), not to the context.
   const int64_t slots = cache->k.dim(1);
   const bool rolling = ops::rolling_cache(params, slots);
-  if (s.kind == StepKind::decode) {
+  if (decode) {
     // The token's k and v go into the cache inside the attention op, at seq_lens − 1 = its
-    // position, and q and k are rotated there too (no rope launches in a decode step).
+    // position, and q and k are normalised and rotated there too (no norm or rope launches in a
+    // decode step).
     ops::attention_decode(*s.stream, attended.reshape({n, H, D}), q, cache->k.slice(0, 0, n), cache->v.slice(0, 0, n),
-                          s.seq_lens, params, k, v, rope ? std::optional(rotation(c, w)) : std::nullopt);
+                          s.seq_lens, params, k, v, rope ? std::optional(rotation(c, w)) : std::nullopt, qk_norm);
   } else {
     // q and k are adjacent heads of the product and rotate alike: one launch for both.
     if (rope) rotate_chunk(s, w, heads.slice(1, 0, H + Hkv));

@@ -98,6 +98,10 @@ struct Decode {
   bool rope = false;
   int64_t rotary_dim = 0;
   bool interleaved = false, table = false;
+  // With append: q and k_new RMS-normalised by the op first (qk_norm), each head, or a token's
+  // whole projection; the weights of norm_w's dtype (none: q's).
+  enum class QkNorm { none, per_head, whole } qk_norm = QkNorm::none;
+  std::optional<DType> norm_w;
 };
 
 OpCase decode_case(const Decode& p) {
@@ -113,13 +117,16 @@ OpCase decode_case(const Decode& p) {
   if (p.rope)
     name += fmt::format("_rope{}{}{}", p.rotary_dim > 0 ? fmt::format("_R{}", p.rotary_dim) : "",
                         p.interleaved ? "_interleaved" : "", p.table ? "_llama3" : "");
+  if (p.qk_norm != Decode::QkNorm::none)
+    name += fmt::format("_qknorm{}{}", p.qk_norm == Decode::QkNorm::whole ? "_whole" : "",
+                        p.norm_w ? fmt::format("_w{}", dtype_name(*p.norm_w)) : "");
   OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v, k_new, v_new;
     if (p.append) {
       // Written by the op: compared exactly (a copy, rounded the same on both sides); a rotated
-      // key by NMSE (the kernels rotate in f32, the reference in double).
-      const Compare written = p.rope ? Compare{} : Compare{Compare::exact};
+      // or normalised key by NMSE (the kernels compute in f32, the reference in double).
+      const Compare written = p.rope || p.qk_norm != Decode::QkNorm::none ? Compare{} : Compare{Compare::exact};
       q = run.normal(p.q, {p.B, p.H, p.D});
       k = run.inout("k_cache", p.kv, {p.B, p.S, p.Hkv, p.D}, 1.0, written);
       v = run.inout("v_cache", p.kv, {p.B, p.S, p.Hkv, p.D}, 1.0, {Compare::exact});
@@ -160,8 +167,17 @@ OpCase decode_case(const Decode& p) {
         rope->inv_freq = run.values(DType::f32, {R / 2}, std::vector<double>(table.begin(), table.end()));
       }
     }
-    run.launch = [=](Stream& s) { ops::attention_decode(s, out, q, k, v, seq_lens, params, k_new, v_new, rope); };
-    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params, k_new, v_new, rope});
+    std::optional<ops::QkNorm> qk_norm;
+    if (p.qk_norm != Decode::QkNorm::none) {
+      const bool whole = p.qk_norm == Decode::QkNorm::whole;
+      const DType w = p.norm_w.value_or(p.q);
+      qk_norm = ops::QkNorm{.q_weight = run.normal(w, {whole ? p.H * p.D : p.D}),
+                            .k_weight = run.normal(w, {whole ? p.Hkv * p.D : p.D}), .eps = 1e-5f, .whole = whole};
+    }
+    run.launch = [=](Stream& s) {
+      ops::attention_decode(s, out, q, k, v, seq_lens, params, k_new, v_new, rope, qk_norm);
+    };
+    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params, k_new, v_new, rope, qk_norm});
   };
   return c;
 }
@@ -381,6 +397,23 @@ std::vector<OpCase> attention_cases() {
   decode({.B = 3, .S = 33, .H = 6, .Hkv = 2, .D = 80, .q = f16, .kv = f16, .out = f16, .append = f16, .rope = true,
           .rotary_dim = 40, .interleaved = true});
   decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true});
+  // Decode with q/k RMSNorm in the op (before the rope): on the GPU in the tensor-core kernel
+  // (weights of q's dtype: over each head, GQA; over the whole projection, MHA as OLMoE; without
+  // rope; with partial rotary dims) and through normalised copies first elsewhere (f32, weights
+  // of another dtype, D = 300).
+  const auto per_head = Decode::QkNorm::per_head, whole = Decode::QkNorm::whole;
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
+          .qk_norm = per_head});
+  decode({.B = 3, .S = 200, .H = 16, .Hkv = 16, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
+          .qk_norm = whole});
+  decode({.B = 2, .S = 150, .H = 6, .Hkv = 2, .D = 64, .q = f16, .kv = f16, .out = bf16, .append = f16, .qk_norm = whole});
+  decode({.B = 3, .S = 130, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
+          .rotary_dim = 64, .qk_norm = per_head});
+  decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .append = f32, .rope = true, .qk_norm = whole});
+  decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
+          .qk_norm = per_head, .norm_w = f32});
+  decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
+          .qk_norm = whole});
   // Bench: the Llama-3.1-8B decode step's attention with its rope.
   decode({.S = 512, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 384, .append = bf16,
           .in_tests = false, .rope = true});
@@ -422,6 +455,16 @@ std::vector<OpCase> attention_cases() {
   // gpt2's decode attention (12 heads of 64) at 512 cached keys in f16: what a CPU decode step of
   // the 124M model spends beside its products (issue 22's int8 target on two threads).
   decode({.S = 512, .H = 12, .Hkv = 12, .D = 64, .q = f16, .kv = f16, .out = f16, .full = true, .in_tests = false});
+  // A decode step's attention as the model bench runs it (a 256-token prompt, 64 new tokens: a
+  // 321-position cache, 290 in use at the run's middle), the token's k and v appended and q and k
+  // rotated in the op: Llama-3.1-8B (32 heads over 8) and OLMoE-1B-7B (16 over 16). At this length
+  // the launch's fixed latency, not the cache's 2.4 MB, sets the time.
+  // OLMoE's also with its q/k norm over the whole projection in the op.
+  for (const auto& [H, Hkv] : {std::pair<int64_t, int64_t>{32, 8}, {16, 16}})
+    decode({.S = 321, .H = H, .Hkv = Hkv, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 290, .append = bf16,
+            .in_tests = false, .rope = true});
+  decode({.S = 321, .H = 16, .Hkv = 16, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 290, .append = bf16,
+          .in_tests = false, .rope = true, .qk_norm = Decode::QkNorm::whole});
   // Tensor-core prefill (16-bit inputs, bf16 output): the GQA shape over 2048 tokens.
   prefill({.Tq = 2048, .Tk = 2048, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .in_tests = false});
   return cases;

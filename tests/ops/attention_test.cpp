@@ -484,6 +484,56 @@ TEST(AttentionDecodeBadInput, RopeRotaryDim7) {
   }, ErrorCode::invalid_argument, {"rotary_dim", "7"});
 }
 
+// qk_norm: weights of D (each head) or of the heads' D together (whole), applied to k_new too.
+TEST(AttentionDecodeBadInput, QkNormWithoutKNew) {
+  DecodeInputs in(cpu(), {5, 6});
+  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {16}), .k_weight = in.run.normal(DType::f32, {16})};
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, {}, {}, std::nullopt, norm);
+  }, ErrorCode::invalid_argument, {"attention_decode", "qk_norm", "needs k_new"});
+}
+
+TEST(AttentionDecodeBadInput, QkNormQWeightOf8ForD16) {
+  DecodeInputs in(cpu(), {5, 6});
+  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
+  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {8}), .k_weight = in.run.normal(DType::f32, {16})};
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt, norm);
+  }, ErrorCode::shape_mismatch, {"attention_decode", "qk_norm.q_weight", "D (each head)", "= 8"});
+}
+
+TEST(AttentionDecodeBadInput, QkNormWholeKWeightOf16ForHkv2D16) {
+  DecodeInputs in(cpu(), {5, 6});
+  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
+  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {8 * 16}), .k_weight = in.run.normal(DType::f32, {16}),
+                         .whole = true};
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt, norm);
+  }, ErrorCode::shape_mismatch, {"attention_decode", "qk_norm.k_weight", "heads · D", "= 16"});
+}
+
+TEST(AttentionDecodeBadInput, QkNormEpsMinus1) {
+  DecodeInputs in(cpu(), {5, 6});
+  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
+  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {16}), .k_weight = in.run.normal(DType::f32, {16}), .eps = -1};
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt, norm);
+  }, ErrorCode::invalid_argument, {"attention_decode", "qk_norm.eps = -1"});
+}
+
+// A whole-projection norm reads a token's heads as one row: q's heads must be adjacent.
+TEST(AttentionDecodeBadInput, QkNormWholeOverHeadsTwoDApart) {
+  DecodeInputs in(cpu(), {5, 6});
+  const Tensor q_gated = in.run.normal(DType::f32, {2, 8, 32}).slice(2, 0, 16);  // [q_h ; gate_h] per head
+  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
+  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {8 * 16}), .k_weight = in.run.normal(DType::f32, {2 * 16}),
+                         .whole = true};
+  expect_error([&] {
+    ops::attention_decode(in.run.stream, in.out, q_gated, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt,
+                          norm);
+  }, ErrorCode::invalid_argument, {"attention_decode", "qk_norm.whole", "q's heads must be adjacent", "stride 32"});
+}
+
 TEST(AttentionDecodeBadInput, OverflowCacheShape2Pow62) {
   DecodeInputs in(cpu(), {5});
   const int64_t huge = int64_t(1) << 31;
