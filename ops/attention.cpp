@@ -136,17 +136,6 @@ void validate(const Device& device, const AttentionDecodeArgs& a) {
   }
 }
 
-AttentionDecodeArgs rotated_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_rot, Tensor k_rot) {
-  const RopeArgs q = decode_rope(a, q_rot, a.q), k = decode_rope(a, k_rot, a.k_new);
-  rope(stream, q.out, q.x, q.params);
-  rope(stream, k.out, k.x, k.params);
-  AttentionDecodeArgs b = a;
-  b.q = q_rot;
-  b.k_new = k_rot;
-  b.rope.reset();
-  return b;
-}
-
 namespace {
 
 // [B, heads, D] as [B, heads·D] where qk_norm is whole (its heads adjacent, as validate checks).
@@ -166,15 +155,22 @@ RmsNormArgs decode_norm(const AttentionDecodeArgs& a, Tensor out, Tensor x, Tens
   return {norm_rows(out, whole), norm_rows(x, whole), weight, {.eps = a.qk_norm ? a.qk_norm->eps : 1e-6f}};
 }
 
-AttentionDecodeArgs normed_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_normed, Tensor k_normed) {
-  const RmsNormArgs q = decode_norm(a, q_normed, a.q, a.qk_norm->q_weight);
-  const RmsNormArgs k = decode_norm(a, k_normed, a.k_new, a.qk_norm->k_weight);
-  rms_norm(stream, q.out, q.x, q.weight, q.params);
-  rms_norm(stream, k.out, k.x, k.weight, k.params);
+AttentionDecodeArgs transformed_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_out, Tensor k_out) {
+  Tensor q = a.q, k = a.k_new;
+  if (a.qk_norm) {
+    for (const RmsNormArgs& n : {decode_norm(a, q_out, q, a.qk_norm->q_weight), decode_norm(a, k_out, k, a.qk_norm->k_weight)})
+      rms_norm(stream, n.out, n.x, n.weight, n.params);
+    q = q_out, k = k_out;
+  }
+  if (a.rope) {
+    for (const RopeArgs& r : {decode_rope(a, q_out, q), decode_rope(a, k_out, k)}) rope(stream, r.out, r.x, r.params);
+    q = q_out, k = k_out;
+  }
   AttentionDecodeArgs b = a;
-  b.q = q_normed;
-  b.k_new = k_normed;
+  b.q = q;
+  b.k_new = k;
   b.qk_norm.reset();
+  b.rope.reset();
   return b;
 }
 

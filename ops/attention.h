@@ -107,17 +107,14 @@ KvAppendArgs decode_append(const AttentionDecodeArgs& a, Tensor start);
 // The rope that attention_decode's `rope` stands for, of x ([B, heads, D]: q or k_new) into out at
 // positions seq_lens − 1.
 RopeArgs decode_rope(const AttentionDecodeArgs& a, Tensor out, Tensor x);
-// attention_decode's rope the plain way, for a backend kernel that does not rotate as it loads:
-// q and k_new rotated by ops::rope into q_rot [B, H, D] and k_rot [B, Hkv, D] (the op's device,
-// the backend's memory), and the same op over them without rope.
-AttentionDecodeArgs rotated_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_rot, Tensor k_rot);
 // The rms_norm that attention_decode's qk_norm stands for, of x ([B, heads, D]: q or k_new) into
 // out with `weight` (q_weight or k_weight).
 RmsNormArgs decode_norm(const AttentionDecodeArgs& a, Tensor out, Tensor x, Tensor weight);
-// attention_decode's qk_norm the plain way, for a backend kernel that does not normalise as it
-// loads: q and k_new normalised by ops::rms_norm into q_normed [B, H, D] and k_normed [B, Hkv, D]
-// (the op's device, the backend's memory), and the same op over them without qk_norm (rope kept).
-AttentionDecodeArgs normed_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_normed, Tensor k_normed);
+// attention_decode's qk_norm and rope the plain way, for a backend kernel that does not apply them
+// as it loads: q and k_new normalised by ops::rms_norm and rotated by ops::rope (in place) into
+// q_out [B, H, D] and k_out [B, Hkv, D] (the op's device, the backend's memory, of q's and k_new's
+// dtypes), and the same op over them without either.
+AttentionDecodeArgs transformed_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_out, Tensor k_out);
 
 void validate(const Device& device, const AttentionPrefillArgs& a);
 void validate(const Device& device, const AttentionDecodeArgs& a);

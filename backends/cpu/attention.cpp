@@ -293,22 +293,13 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
 }
 
 void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
-  if (a.qk_norm) {  // normalised copies in q's and k_new's dtypes, as a separate rms_norm would leave them
-    thread_local std::vector<char> q, k;  // apart from the rotated copies below, which read these
-    q.resize(a.q.nbytes());
-    k.resize(a.k_new.nbytes());
-    const Tensor q_normed = Tensor::view(q.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
-    const Tensor k_normed = Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
-    attention_decode(stream, ops::normed_first(stream, a, q_normed, k_normed));
-    return;
-  }
-  if (a.rope) {  // rotated copies in q's and k_new's dtypes, as a separate rope would leave them
+  if (a.qk_norm || a.rope) {  // copies in q's and k_new's dtypes, as a separate rms_norm and rope would leave them
     thread_local std::vector<char> q, k;
     q.resize(a.q.nbytes());
     k.resize(a.k_new.nbytes());
-    const Tensor q_rot = Tensor::view(q.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
-    const Tensor k_rot = Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
-    attention_decode(stream, ops::rotated_first(stream, a, q_rot, k_rot));
+    const Tensor q_out = Tensor::view(q.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
+    const Tensor k_out = Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
+    attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
     return;
   }
   const int64_t B = a.q.dim(0), H = a.q.dim(1), D = a.q.dim(2);

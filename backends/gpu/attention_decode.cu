@@ -51,7 +51,8 @@
 // The op's rope: the tensor-core kernel rotates q in shared memory once it has landed, the new
 // key in the ring tile that holds it, and the copy it stores, from one table of f·cos and f·sin
 // per block (rotary.cuh), so a decode step launches no rope kernels. Other paths rotate copies
-// of q and k_new first (ops::rotated_first).
+// of q and k_new first (ops::transformed_first), as they do for the op's qk_norm, which the
+// tensor-core kernel applies before rotating.
 
 #include <algorithm>
 #include <cfloat>
@@ -960,24 +961,18 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
 #else
   const bool mma = false;
 #endif
-  // qk_norm in the tensor-core kernel where it rotates too (weights of q's dtype); else normalised
-  // copies of q and k_new first (two rms_norm launches), in the intermediate scratch.
-  if (a.qk_norm && !(mma && fresh_in_kernel && a.qk_norm->q_weight.dtype == a.q.dtype &&
-                     a.qk_norm->k_weight.dtype == a.q.dtype)) {
-    char* copies = static_cast<char*>(s.scratch(a.q.nbytes() + a.k_new.nbytes() + 16, GpuStream::ScratchSlot::intermediate));
-    const Tensor q_normed = Tensor::view(copies, a.q.device, a.q.dtype, {B, H, D});
-    const size_t k_at = (a.q.nbytes() + 15) / 16 * 16;
-    const Tensor k_normed = Tensor::view(copies + k_at, a.q.device, a.k_new.dtype, {B, Hkv, D});
-    attention_decode(stream, ops::normed_first(stream, a, q_normed, k_normed));
-    return;
-  }
-  if (a.rope && !(mma && fresh_in_kernel)) {
-    // Rotated copies of q and k_new first (two rope launches), in the staged-input scratch.
+  // qk_norm and rope in the tensor-core kernel where it appends (the norm's weights of q's dtype);
+  // else normalised and rotated copies of q and k_new first (their ops' launches), in the
+  // staged-input scratch.
+  const bool transforms_in_kernel =
+      mma && fresh_in_kernel &&
+      (!a.qk_norm || (a.qk_norm->q_weight.dtype == a.q.dtype && a.qk_norm->k_weight.dtype == a.q.dtype));
+  if ((a.qk_norm || a.rope) && !transforms_in_kernel) {
     char* copies = static_cast<char*>(s.scratch(a.q.nbytes() + a.k_new.nbytes() + 16, GpuStream::ScratchSlot::staged_input));
-    const Tensor q_rot = Tensor::view(copies, a.q.device, a.q.dtype, {B, H, D});
+    const Tensor q_out = Tensor::view(copies, a.q.device, a.q.dtype, {B, H, D});
     const size_t k_at = (a.q.nbytes() + 15) / 16 * 16;
-    const Tensor k_rot = Tensor::view(copies + k_at, a.q.device, a.k_new.dtype, {B, Hkv, D});
-    attention_decode(stream, ops::rotated_first(stream, a, q_rot, k_rot));
+    const Tensor k_out = Tensor::view(copies + k_at, a.q.device, a.k_new.dtype, {B, Hkv, D});
+    attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
     return;
   }
   if (a.k_new.defined() && !fresh_in_kernel) launch_kv_append(s, ops::decode_append(a, a.seq_lens), -1);

@@ -107,23 +107,13 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
 }
 
 void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
-  if (a.qk_norm) {
-    // q and k_new normalised into temporaries by the rms_norm kernel, then the op without the norm.
-    const Buffer q_normed = temporary(stream, a.q.nbytes()), k_normed = temporary(stream, a.k_new.nbytes());
-    attention_decode(stream, ops::normed_first(stream, a,
-                                               Tensor::view(q_normed.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)}),
-                                               Tensor::view(k_normed.data(), a.q.device, a.k_new.dtype,
-                                                            {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)})));
-    stream.synchronize();  // before the temporaries are freed
-    return;
-  }
-  if (a.rope) {
-    // q and k_new rotated into temporaries by the rope kernel, then the op without rope.
-    const Buffer q_rot = temporary(stream, a.q.nbytes()), k_rot = temporary(stream, a.k_new.nbytes());
-    attention_decode(stream, ops::rotated_first(stream, a,
-                                                Tensor::view(q_rot.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)}),
-                                                Tensor::view(k_rot.data(), a.q.device, a.k_new.dtype,
-                                                             {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)})));
+  if (a.qk_norm || a.rope) {
+    // q and k_new normalised and rotated into temporaries by those ops' kernels, then the op without them.
+    const Buffer q_out = temporary(stream, a.q.nbytes()), k_out = temporary(stream, a.k_new.nbytes());
+    attention_decode(stream, ops::transformed_first(stream, a,
+                                                    Tensor::view(q_out.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)}),
+                                                    Tensor::view(k_out.data(), a.q.device, a.k_new.dtype,
+                                                                 {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)})));
     stream.synchronize();  // before the temporaries are freed
     return;
   }
