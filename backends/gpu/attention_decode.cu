@@ -347,15 +347,17 @@ struct RowNorm {
 // would leave it: normalised where norm.w is given (rounded to T, as rms_norm's output), then its
 // first R pairs rotated with the block's table cs[i] = (f·cos, f·sin) (rotary.cuh) and rounded
 // again. Thread t of `threads` from first_thread takes pairs t, t + threads, … and the elements
-// past R likewise, so no element is read after another thread wrote it.
-template <class T>
+// past R likewise, so no element is read after another thread wrote it. Norm is whether a norm
+// is given, known when compiling: a kernel without one keeps the rotation's code alone.
+template <bool Norm, class T>
 __device__ inline void norm_rotate_row(T* out, const T* in, int D, const Rotary& rot, const float2* cs,
                                        const RowNorm<T>& norm, int first_thread, int threads) {
   const int t0 = int(threadIdx.x) - first_thread;
   if (t0 < 0 || t0 >= threads) return;
   auto normed = [&](int64_t e) {
     const float x = to_float(in[e]);
-    return norm.w ? to_float(from_float<T>(x * norm.rstd * to_float(norm.w[e]))) : x;
+    if constexpr (Norm) return to_float(from_float<T>(x * norm.rstd * to_float(norm.w[e])));
+    return x;
   };
   for (int i = t0; i < rot.R / 2; i += threads) {
     const int64_t a = rot.first(i), b = rot.second(i);
@@ -363,14 +365,14 @@ __device__ inline void norm_rotate_row(T* out, const T* in, int D, const Rotary&
     out[a] = from_float<T>(x * cs[i].x - y * cs[i].y);
     out[b] = from_float<T>(x * cs[i].y + y * cs[i].x);
   }
-  if (norm.w || out != in)
-    for (int d = int(rot.R) + t0; d < D; d += threads) out[d] = norm.w ? from_float<T>(normed(d)) : in[d];
+  if (Norm || out != in)
+    for (int d = int(rot.R) + t0; d < D; d += threads) out[d] = Norm ? from_float<T>(normed(d)) : in[d];
 }
 
 // The split holding the new position stores it (the first head block of the kv head): whole
 // 16-byte pieces, as the fused path requires 16-byte rows; the key normalised and rotated when
 // the op asks (norm_rotate_row; cs: the block's rope table).
-template <class KV>
+template <bool Norm = false, class KV>
 __device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh, const DecodeBlock& blk,
                                    const DecodeKeys& keys, Strides3 ks, Strides3 vs, KV* k_cache, KV* v_cache,
                                    const Rotary& rot = {}, const float2* cs = nullptr, const RowNorm<KV>& norm = {}) {
@@ -383,44 +385,44 @@ __device__ inline void store_fresh(const NewKv<KV>& fresh, const DecodeShape& sh
   const KV* v_in = fresh.v + blk.b * fresh.v_b + blk.kv_head * fresh.v_h;
   // A transformed key goes straight from k_new into the cache: the finished row, no read of a
   // half-written one.
-  const bool transformed = rot.R > 0 || norm.w;
-  if (transformed) norm_rotate_row(k_row, k_in, sh.D, rot, cs, norm, 0, kDecodeThreads);
+  const bool transformed = Norm || rot.R > 0;
+  if (transformed) norm_rotate_row<Norm>(k_row, k_in, sh.D, rot, cs, norm, 0, kDecodeThreads);
   for (int i = int(threadIdx.x); i < sh.D * int(sizeof(KV)) / 16; i += kDecodeThreads) {
     if (!transformed) reinterpret_cast<uint4*>(k_row)[i] = reinterpret_cast<const uint4*>(k_in)[i];
     reinterpret_cast<uint4*>(v_row)[i] = reinterpret_cast<const uint4*>(v_in)[i];
   }
 }
 
-// qk_norm's rstd of the rows a block of the tensor-core kernel normalises, a warp per row: q's
-// heads g < heads into rstd[g] (whole: the token's H·D elements once, into rstd[0]), and where
-// `fresh` (the split holds the new key) k_new's row into rstd[kv_rstd] (whole: its Hkv·D). Rows
-// are 16-byte aligned and whole 16-byte pieces (the fused path's requirement).
+// rms_norm's rstd = 1 / √(mean(x²) + eps) of one 16-bit row of n elements (16-byte aligned, n a
+// multiple of 8) in global memory, by one warp, the loads of up to 2048 elements in flight at once.
 template <class T>
-__device__ inline void qk_norm_rstd(const QkNormWeights<T>& nw, const T* q, Strides3 qs, const NewKv<T>& fresh,
-                                    const DecodeShape& sh, const DecodeBlock& blk, bool fresh_row, float* rstd,
-                                    int kv_rstd) {
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const int q_rows = nw.whole ? 1 : blk.heads;
-  for (int r = warp; r < q_rows + (fresh_row ? 1 : 0); r += kDecodeThreads / 32) {
-    const T* row;
-    int n;
-    if (r < q_rows) {
-      row = q + blk.b * qs.b + (nw.whole ? 0 : (blk.h0 + r) * qs.h);
-      n = nw.whole ? int(sh.H) * sh.D : sh.D;
-    } else {
-      row = fresh.k + blk.b * fresh.k_b + (nw.whole ? 0 : blk.kv_head * fresh.k_h);
-      n = nw.whole ? int(sh.Hkv) * sh.D : sh.D;
-    }
-    float squares = 0.0f;
-    for (int v = lane; v < n / 8; v += 32) {
-      float x[8];
-      widen(*reinterpret_cast<const Pack<T, 8>*>(row + 8 * v), x);
+__device__ inline float row_rstd(const T* row, int n, float eps) {
+  constexpr int kBatch = 8;  // 16-byte loads per lane in flight
+  const int lane = int(threadIdx.x) % 32, vectors = n / 8;
+  float squares = 0.0f;
+  for (int v0 = lane; v0 < vectors; v0 += 32 * kBatch) {
+    Pack<T, 8> x[kBatch];
 #pragma unroll
-      for (int c = 0; c < 8; ++c) squares = fmaf(x[c], x[c], squares);
-    }
-    squares = warp_sum(squares);
-    if (lane == 0) rstd[r < q_rows ? r : kv_rstd] = 1.0f / sqrtf(squares / float(n) + nw.eps);
+    for (int u = 0; u < kBatch; ++u)
+      if (v0 + 32 * u < vectors) x[u] = *reinterpret_cast<const Pack<T, 8>*>(row + 8 * (v0 + 32 * u));
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (v0 + 32 * u < vectors) {
+        float f[8];
+        widen(x[u], f);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) squares = fmaf(f[c], f[c], squares);
+      }
   }
+  return 1.0f / sqrtf(warp_sum(squares) / float(n) + eps);
+}
+
+// The same of a row staged in shared memory (a head of q), by one warp.
+template <class T>
+__device__ inline float staged_row_rstd(const T* row, int n, float eps) {
+  float squares = 0.0f;
+  for (int e = int(threadIdx.x) % 32; e < n; e += 32) squares = fmaf(to_float(row[e]), to_float(row[e]), squares);
+  return 1.0f / sqrtf(warp_sum(squares) / float(n) + eps);
 }
 
 // The block's kWarps warps have published their online-softmax states in shared memory, per warp w and
@@ -660,7 +662,9 @@ struct DecodeMmaTile {
   static constexpr size_t shared_bytes = sizeof(uint16_t) * size_t(kQElems) + kRingBytes;
 };
 
-template <class T, int DH>
+// Norm: the op's qk_norm is given (nw), a variant of its own so that the kernels without one keep
+// their code size (a once-per-layer kernel fetches its code cold, DESIGN.md).
+template <class T, int DH, bool Norm>
 __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThreads, DecodeMmaTile<DH>::kBlocksPerSm))
     attention_decode_mma_kernel(Operand out, const T* q, Strides3 qs, const T* k, Strides3 ks, const T* v, Strides3 vs,
                                 const int32_t* seq_lens, DecodeShape sh, float scale, Partials part, NewKv<T> fresh,
@@ -678,15 +682,48 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int quad_row = lane / 4, quad_col = lane % 4;  // accumulator rows quad_row, quad_row + 8
 
+  // qk_norm's weights of the block's heads (constants of the model) on their way to L1 before the
+  // wait: they are read where q and the new key are normalised, on the block's critical path.
+  const T* const q_norm_w = Norm ? nw.q + (nw.whole ? blk.h0 * sh.D : 0) : nullptr;
+  const T* const k_norm_w = Norm ? nw.k + (nw.whole ? blk.kv_head * sh.D : 0) : nullptr;
+  if constexpr (Norm) {
+    const int q_lines = ((nw.whole ? blk.heads : 1) * DH * int(sizeof(T)) + 127) / 128;
+    const int k_lines = (DH * int(sizeof(T)) + 127) / 128;
+    const int i = int(threadIdx.x);
+    if (i < q_lines) prefetch_to_l1(reinterpret_cast<const char*>(q_norm_w) + 128 * i);
+    else if (i < q_lines + k_lines) prefetch_to_l1(reinterpret_cast<const char*>(k_norm_w) + 128 * (i - q_lines));
+  }
+
   // q, seq_lens and the caches come from earlier kernels of the step.
   wait_for_prior_kernels();
   release_dependents();
   const DecodeKeys keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
-  __shared__ float2 rope_cs[64];           // the rope table at the new token's position (D ≤ 128: ≤ 64 pairs)
-  __shared__ float rstd_s[kMmaRows + 1];   // qk_norm: the q rows' (whole: [0] alone), then k_new's
-  const bool transforms = rot.R > 0 || nw.q;  // q and the new key are normalised and/or rotated
+  __shared__ float2 rope_cs[64];  // the rope table at the new token's position (D ≤ 128: ≤ 64 pairs)
+  __shared__ float rstd_s[2];     // qk_norm from global rows: q's whole projection's [0], k_new's row [1]
+  const bool transforms = Norm || rot.R > 0;  // q and the new key are normalised and/or rotated
 
   if (keys.begin < keys.end) {  // uniform over the block; split 0 always has keys
+    // The rope table and qk_norm's statistics of the rows read from global memory (warp 0: q's
+    // whole projection; warp 1: the new key's row, where the split holds it), then the new row's
+    // store, all before the block's copies: issued after them, these loads queued behind the
+    // copies' (Llama-8B's decode step 3 % slower, docs/PERFORMANCE.md). A head's own statistic
+    // comes from its staged row, below.
+    const bool fresh_here = keys.fresh_j >= keys.begin && keys.fresh_j < keys.end;  // uniform
+    if (transforms) {
+      for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
+      if (Norm && nw.whole && warp == 0) {
+        const float r = row_rstd(q + blk.b * qs.b, int(sh.H) * DH, nw.eps);
+        if (lane == 0) rstd_s[0] = r;
+      }
+      if (Norm && fresh_here && warp == 1) {
+        const T* const row = fresh.k + blk.b * fresh.k_b + (nw.whole ? 0 : blk.kv_head * fresh.k_h);
+        const float r = row_rstd(row, (nw.whole ? int(sh.Hkv) : 1) * DH, nw.eps);
+        if (lane == 0) rstd_s[1] = r;
+      }
+      __syncthreads();
+    }
+    const RowNorm<T> k_norm{k_norm_w, Norm && fresh_here ? rstd_s[1] : 1.0f};
+    store_fresh<Norm>(fresh, sh, blk, keys, ks, vs, k_cache, v_cache, rot, rope_cs, k_norm);
     const T* const k_head = k + blk.b * ks.b + blk.kv_head * ks.h;
     const T* const v_head = v + blk.b * vs.b + blk.kv_head * vs.h;
     const T* const k_fresh = keys.fresh_j >= 0 ? fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h : k;
@@ -737,23 +774,17 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       cp_async_commit();
     };
     for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
-    // While the copies land: the rope table, qk_norm's row statistics, then the new row's store.
-    const bool fresh_here = keys.fresh_j >= keys.begin && keys.fresh_j < keys.end;  // uniform
-    const T* const k_norm_w = nw.k ? nw.k + (nw.whole ? blk.kv_head * sh.D : 0) : nullptr;
-    if (transforms) {
-      for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
-      if (nw.q) qk_norm_rstd(nw, q, qs, fresh, sh, blk, fresh_here, rstd_s, kMmaRows);
-      __syncthreads();
-    }
-    store_fresh(fresh, sh, blk, keys, ks, vs, k_cache, v_cache, rot, rope_cs,
-                RowNorm<T>{k_norm_w, k_norm_w ? rstd_s[kMmaRows] : 1.0f});
     cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
     __syncthreads();                // ... and for every thread's
     if (transforms) {  // the block's heads normalised and rotated in place: a warp per head
       for (int g = warp; g < blk.heads; g += kWarps) {
-        const RowNorm<T> q_norm{nw.q ? nw.q + (nw.whole ? (blk.h0 + g) * sh.D : 0) : nullptr,
-                                nw.q ? rstd_s[nw.whole ? 0 : g] : 1.0f};
-        norm_rotate_row(Qs + g * kPitch, Qs + g * kPitch, DH, rot, rope_cs, q_norm, warp * 32, 32);
+        RowNorm<T> q_norm;
+        if constexpr (Norm) {
+          q_norm.w = q_norm_w + (nw.whole ? g * DH : 0);
+          q_norm.rstd = nw.whole ? rstd_s[0] : staged_row_rstd(Qs + g * kPitch, DH, nw.eps);
+          __syncwarp();  // every lane has read the row before any rewrites it
+        }
+        norm_rotate_row<Norm>(Qs + g * kPitch, Qs + g * kPitch, DH, rot, rope_cs, q_norm, warp * 32, 32);
       }
       __syncthreads();
     }
@@ -777,8 +808,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
         // The new key came as k_new holds it: normalise and rotate its row of the tile before
         // anyone reads it.
         T* const row = ring + read_stage * 2 * kTileElems + (fresh_key - t * kMmaKeys) * kPitch;
-        norm_rotate_row(row, row, DH, rot, rope_cs, RowNorm<T>{k_norm_w, k_norm_w ? rstd_s[kMmaRows] : 1.0f}, 0,
-                        kDecodeThreads);
+        norm_rotate_row<Norm>(row, row, DH, rot, rope_cs, k_norm, 0, kDecodeThreads);
         __syncthreads();
       }
       const T* const Ks = ring + read_stage * 2 * kTileElems + warp * 16 * kPitch;  // this warp's 16 keys
@@ -913,7 +943,7 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
   const size_t shared = DecodeMmaTile<DH>::shared_bytes;
   if (shared > s.props().shared_per_block_optin) return false;
   const Rotary rot = a.rope ? rotary(*a.rope, DH) : Rotary{};
-  const auto kernel = attention_decode_mma_kernel<T, DH>;
+  const auto kernel = a.qk_norm ? attention_decode_mma_kernel<T, DH, true> : attention_decode_mma_kernel<T, DH, false>;
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), int(shared)));
   int per_sm = 0;
   DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kDecodeThreads, shared));
