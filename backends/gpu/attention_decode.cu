@@ -705,9 +705,8 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   if (keys.begin < keys.end) {  // uniform over the block; split 0 always has keys
     // The rope table and qk_norm's statistics of the rows read from global memory (warp 0: q's
     // whole projection; warp 1: the new key's row, where the split holds it), then the new row's
-    // store, all before the block's copies: issued after them, these loads queued behind the
-    // copies' (Llama-8B's decode step 3 % slower, docs/PERFORMANCE.md). A head's own statistic
-    // comes from its staged row, below.
+    // store, before the block's copies (the copies first measured the same, docs/PERFORMANCE.md).
+    // A head's own statistic comes from its staged row, below.
     const bool fresh_here = keys.fresh_j >= keys.begin && keys.fresh_j < keys.end;  // uniform
     if (transforms) {
       for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
