@@ -119,11 +119,13 @@ void validate(const Device& device, const AttentionDecodeArgs& a) {
     if (!a.k_new.defined())
       c.fail(ErrorCode::invalid_argument, "qk_norm normalises q and k_new: it needs k_new and v_new");
     const int64_t H = a.q.dim(1), Hkv = a.k_cache.dim(2), D = a.q.dim(2);
-    for (auto [name, w, heads] : {std::tuple{"qk_norm.q_weight", &n.q_weight, H}, {"qk_norm.k_weight", &n.k_weight, Hkv}}) {
+    for (auto [name, w, heads] :
+         {std::tuple{"qk_norm.q_weight", &n.q_weight, H}, {"qk_norm.k_weight", &n.k_weight, Hkv}}) {
       c.tensor(name, *w, 1, 1);
       c.float_dtype(name, *w);
       c.contiguous(name, *w);
-      c.dim(name, *w, 0, n.whole ? heads * D : D, n.whole ? "heads · D (whole: a token's projection)" : "D (each head)");
+      c.dim(name, *w, 0, n.whole ? heads * D : D,
+            n.whole ? "heads · D (whole: a token's projection)" : "D (each head)");
     }
     if (!(n.eps >= 0.0f) || !std::isfinite(n.eps))
       c.fail(ErrorCode::invalid_argument, fmt::format("qk_norm.eps = {} must be finite and ≥ 0", n.eps));
@@ -158,7 +160,8 @@ RmsNormArgs decode_norm(const AttentionDecodeArgs& a, Tensor out, Tensor x, Tens
 AttentionDecodeArgs transformed_first(Stream& stream, const AttentionDecodeArgs& a, Tensor q_out, Tensor k_out) {
   Tensor q = a.q, k = a.k_new;
   if (a.qk_norm) {
-    for (const RmsNormArgs& n : {decode_norm(a, q_out, q, a.qk_norm->q_weight), decode_norm(a, k_out, k, a.qk_norm->k_weight)})
+    for (const RmsNormArgs& n :
+         {decode_norm(a, q_out, q, a.qk_norm->q_weight), decode_norm(a, k_out, k, a.qk_norm->k_weight)})
       rms_norm(stream, n.out, n.x, n.weight, n.params);
     q = q_out, k = k_out;
   }
@@ -233,7 +236,8 @@ Cost cost(const AttentionDecodeArgs& a) {
   const double appended = a.k_new.defined() ? cost(decode_append(a, a.seq_lens)).bytes : 0.0;
   Cost c{4.0 * B * H * D * keys, double(a.q.nbytes() + a.out.nbytes()) + cache_bytes + appended};
   if (a.qk_norm) {  // as the two rms_norms count it, less their outputs, which stay in the kernel
-    for (const RmsNormArgs& n : {decode_norm(a, a.q, a.q, a.qk_norm->q_weight), decode_norm(a, a.k_new, a.k_new, a.qk_norm->k_weight)}) {
+    for (const RmsNormArgs& n : {decode_norm(a, a.q, a.q, a.qk_norm->q_weight),
+                                 decode_norm(a, a.k_new, a.k_new, a.qk_norm->k_weight)}) {
       const Cost norm = cost(n);
       c.flops += norm.flops;
       c.bytes += norm.bytes - double(n.out.nbytes());

@@ -293,12 +293,13 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
 }
 
 void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
-  if (a.qk_norm || a.rope) {  // copies in q's and k_new's dtypes, as a separate rms_norm and rope would leave them
+  if (a.qk_norm || a.rope) {  // copies in q's and k_new's dtypes, as separate rms_norm and rope would leave them
     thread_local std::vector<char> q, k;
     q.resize(a.q.nbytes());
     k.resize(a.k_new.nbytes());
     const Tensor q_out = Tensor::view(q.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
-    const Tensor k_out = Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
+    const Tensor k_out =
+        Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
     attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
     return;
   }

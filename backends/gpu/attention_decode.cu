@@ -326,8 +326,9 @@ __device__ inline DecodeKeys decode_keys(const int32_t* seq_lens, const DecodeSh
   return keys;
 }
 
-// attention_decode's qk_norm in the tensor-core kernel (weights of its T): q null where the op has
-// none. A row's scale is rms_norm's, x·rstd·w with rstd = 1 / √(mean(x²) + eps).
+// attention_decode's qk_norm in the tensor-core kernel's variant that applies it (weights of its T;
+// the other variant ignores them). A row's scale is rms_norm's, x·rstd·w with rstd = 1 / √(mean(x²)
+// + eps).
 template <class T>
 struct QkNormWeights {
   const T* q = nullptr;  // [H·D] (whole) or [D]
@@ -336,7 +337,7 @@ struct QkNormWeights {
   bool whole = false;
 };
 
-// One row's normalisation: its weights (from the row's first element) and rstd; w null for none.
+// One row's normalisation: its weights (from the row's first element) and rstd.
 template <class T>
 struct RowNorm {
   const T* w = nullptr;
@@ -344,11 +345,11 @@ struct RowNorm {
 };
 
 // A 16-bit row of D elements from `in` into `out` (the same row, or another) as the op's parts
-// would leave it: normalised where norm.w is given (rounded to T, as rms_norm's output), then its
+// would leave it: normalised where Norm (rounded to T, as rms_norm's output), then its
 // first R pairs rotated with the block's table cs[i] = (f·cos, f·sin) (rotary.cuh) and rounded
 // again. Thread t of `threads` from first_thread takes pairs t, t + threads, … and the elements
-// past R likewise, so no element is read after another thread wrote it. Norm is whether a norm
-// is given, known when compiling: a kernel without one keeps the rotation's code alone.
+// past R likewise, so no element is read after another thread wrote it. Norm is known when
+// compiling: a kernel without a norm keeps the rotation's code alone.
 template <bool Norm, class T>
 __device__ inline void norm_rotate_row(T* out, const T* in, int D, const Rotary& rot, const float2* cs,
                                        const RowNorm<T>& norm, int first_thread, int threads) {

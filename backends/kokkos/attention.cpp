@@ -110,10 +110,10 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   if (a.qk_norm || a.rope) {
     // q and k_new normalised and rotated into temporaries by those ops' kernels, then the op without them.
     const Buffer q_out = temporary(stream, a.q.nbytes()), k_out = temporary(stream, a.k_new.nbytes());
-    attention_decode(stream, ops::transformed_first(stream, a,
-                                                    Tensor::view(q_out.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)}),
-                                                    Tensor::view(k_out.data(), a.q.device, a.k_new.dtype,
-                                                                 {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)})));
+    const Tensor q_copy = Tensor::view(q_out.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
+    const Tensor k_copy =
+        Tensor::view(k_out.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
+    attention_decode(stream, ops::transformed_first(stream, a, q_copy, k_copy));
     stream.synchronize();  // before the temporaries are freed
     return;
   }

@@ -70,8 +70,8 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
   std::optional<ops::QkNorm> qk_norm;
   if (decode && c.qk_norm != QkNorm::none && c.clip_qkv <= 0) {
     if (c.qk_norm == QkNorm::whole_projection)
-      qk_norm = ops::QkNorm{.q_weight = w.qk_norm_w.slice(0, 0, H * D), .k_weight = w.qk_norm_w.slice(0, H * D, (H + Hkv) * D),
-                            .eps = c.norm_eps, .whole = true};
+      qk_norm = ops::QkNorm{.q_weight = w.qk_norm_w.slice(0, 0, H * D),
+                            .k_weight = w.qk_norm_w.slice(0, H * D, (H + Hkv) * D), .eps = c.norm_eps, .whole = true};
     else
       qk_norm = ops::QkNorm{.q_weight = w.q_norm_w, .k_weight = w.k_norm_w, .eps = c.norm_eps};
   } else if (c.qk_norm != QkNorm::none) {

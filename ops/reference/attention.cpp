@@ -69,10 +69,11 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
 }
 
 void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
-  if (a.qk_norm || a.rope) {  // copies in q's and k_new's dtypes, as ops::rms_norm and ops::rope into them would leave them
+  if (a.qk_norm || a.rope) {  // copies in q's and k_new's dtypes, as ops::rms_norm and ops::rope would leave them
     std::vector<double> q(size_t(a.q.numel())), k(size_t(a.k_new.numel()));  // 8-byte aligned, any dtype fits
     const Tensor q_out = Tensor::view(q.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
-    const Tensor k_out = Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
+    const Tensor k_out =
+        Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
     attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
     return;
   }
