@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "ding/ops/attention.h"
@@ -251,6 +252,19 @@ struct DecodeInputs {
     out = run.output("out", DType::f32, {B, 8, 16});
   }
   void call() { ops::attention_decode(run.stream, out, q, k_cache, v_cache, seq_lens); }
+  // The op with the step's own k and v (unless `append` is false), a rope and a q/k norm.
+  void call_step(const std::optional<ops::RopeParams>& rope, const std::optional<ops::QkNorm>& norm = std::nullopt,
+                 bool append = true) {
+    const int64_t B = q.dim(0);
+    const Tensor k_new = append ? run.normal(DType::f32, {B, 2, 16}) : Tensor{};
+    const Tensor v_new = append ? run.normal(DType::f32, {B, 2, 16}) : Tensor{};
+    ops::attention_decode(run.stream, out, q, k_cache, v_cache, seq_lens, {}, k_new, v_new, rope, norm);
+  }
+  // A q/k norm with weights of these sizes.
+  ops::QkNorm qk_norm(int64_t q_weights, int64_t k_weights, bool whole = false, float eps = 1e-6f) {
+    return {.q_weight = run.normal(DType::f32, {q_weights}), .k_weight = run.normal(DType::f32, {k_weights}), .eps = eps,
+            .whole = whole};
+  }
 };
 
 TEST(AttentionPrefillBadInput, HeadGrouping25Over2) {
@@ -460,78 +474,53 @@ TEST(KvAppendBadInput, RollingStartMinus1_ref) { expect_bad_start("ref", -1, tru
 
 TEST(AttentionDecodeBadInput, RopeWithoutKNew) {
   DecodeInputs in(cpu(), {5, 6});
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, {}, {}, ops::RopeParams{});
-  }, ErrorCode::invalid_argument, {"attention_decode", "rope", "needs k_new"});
+  expect_error([&] { in.call_step(ops::RopeParams{}, std::nullopt, false); }, ErrorCode::invalid_argument,
+               {"attention_decode", "rope", "needs k_new"});
 }
 
 // The positions of decode's rope are the lengths: a positions tensor or an offset is refused.
 TEST(AttentionDecodeBadInput, RopeWithPositionOffset3) {
   DecodeInputs in(cpu(), {5, 6});
-  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new,
-                          ops::RopeParams{.position_offset = 3});
-  }, ErrorCode::invalid_argument, {"attention_decode", "seq_lens − 1", "offset 3"});
+  expect_error([&] { in.call_step(ops::RopeParams{.position_offset = 3}); }, ErrorCode::invalid_argument,
+               {"attention_decode", "seq_lens − 1", "offset 3"});
 }
 
 TEST(AttentionDecodeBadInput, RopeRotaryDim7) {
   DecodeInputs in(cpu(), {5, 6});
-  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new,
-                          ops::RopeParams{.rotary_dim = 7});
-  }, ErrorCode::invalid_argument, {"rotary_dim", "7"});
+  expect_error([&] { in.call_step(ops::RopeParams{.rotary_dim = 7}); }, ErrorCode::invalid_argument, {"rotary_dim", "7"});
 }
 
 // qk_norm: weights of D (each head) or of the heads' D together (whole), applied to k_new too.
 TEST(AttentionDecodeBadInput, QkNormWithoutKNew) {
   DecodeInputs in(cpu(), {5, 6});
-  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {16}), .k_weight = in.run.normal(DType::f32, {16})};
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, {}, {}, std::nullopt, norm);
-  }, ErrorCode::invalid_argument, {"attention_decode", "qk_norm", "needs k_new"});
+  expect_error([&] { in.call_step(std::nullopt, in.qk_norm(16, 16), false); }, ErrorCode::invalid_argument,
+               {"attention_decode", "qk_norm", "needs k_new"});
 }
 
 TEST(AttentionDecodeBadInput, QkNormQWeightOf8ForD16) {
   DecodeInputs in(cpu(), {5, 6});
-  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
-  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {8}), .k_weight = in.run.normal(DType::f32, {16})};
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt, norm);
-  }, ErrorCode::shape_mismatch, {"attention_decode", "qk_norm.q_weight", "D (each head)", "= 8"});
+  expect_error([&] { in.call_step(std::nullopt, in.qk_norm(8, 16)); }, ErrorCode::shape_mismatch,
+               {"attention_decode", "qk_norm.q_weight", "D (each head)", "= 8"});
 }
 
 TEST(AttentionDecodeBadInput, QkNormWholeKWeightOf16ForHkv2D16) {
   DecodeInputs in(cpu(), {5, 6});
-  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
-  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {8 * 16}), .k_weight = in.run.normal(DType::f32, {16}),
-                         .whole = true};
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt, norm);
-  }, ErrorCode::shape_mismatch, {"attention_decode", "qk_norm.k_weight", "heads · D", "= 16"});
+  expect_error([&] { in.call_step(std::nullopt, in.qk_norm(8 * 16, 16, true)); }, ErrorCode::shape_mismatch,
+               {"attention_decode", "qk_norm.k_weight", "heads · D", "= 16"});
 }
 
 TEST(AttentionDecodeBadInput, QkNormEpsMinus1) {
   DecodeInputs in(cpu(), {5, 6});
-  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
-  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {16}), .k_weight = in.run.normal(DType::f32, {16}), .eps = -1};
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, in.q, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt, norm);
-  }, ErrorCode::invalid_argument, {"attention_decode", "qk_norm.eps = -1"});
+  expect_error([&] { in.call_step(std::nullopt, in.qk_norm(16, 16, false, -1)); }, ErrorCode::invalid_argument,
+               {"attention_decode", "qk_norm.eps = -1"});
 }
 
 // A whole-projection norm reads a token's heads as one row: q's heads must be adjacent.
 TEST(AttentionDecodeBadInput, QkNormWholeOverHeadsTwoDApart) {
   DecodeInputs in(cpu(), {5, 6});
-  const Tensor q_gated = in.run.normal(DType::f32, {2, 8, 32}).slice(2, 0, 16);  // [q_h ; gate_h] per head
-  const Tensor k_new = in.run.normal(DType::f32, {2, 2, 16}), v_new = in.run.normal(DType::f32, {2, 2, 16});
-  const ops::QkNorm norm{.q_weight = in.run.normal(DType::f32, {8 * 16}), .k_weight = in.run.normal(DType::f32, {2 * 16}),
-                         .whole = true};
-  expect_error([&] {
-    ops::attention_decode(in.run.stream, in.out, q_gated, in.k_cache, in.v_cache, in.seq_lens, {}, k_new, v_new, std::nullopt,
-                          norm);
-  }, ErrorCode::invalid_argument, {"attention_decode", "qk_norm.whole", "q's heads must be adjacent", "stride 32"});
+  in.q = in.run.normal(DType::f32, {2, 8, 32}).slice(2, 0, 16);  // [q_h ; gate_h] per head
+  expect_error([&] { in.call_step(std::nullopt, in.qk_norm(8 * 16, 2 * 16, true)); }, ErrorCode::invalid_argument,
+               {"attention_decode", "qk_norm.whole", "q's heads must be adjacent", "stride 32"});
 }
 
 TEST(AttentionDecodeBadInput, OverflowCacheShape2Pow62) {
