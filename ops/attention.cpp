@@ -169,7 +169,7 @@ AttentionDecodeArgs transformed_first(Stream& stream, const AttentionDecodeArgs&
     for (const RopeArgs& r : {decode_rope(a, q_out, q), decode_rope(a, k_out, k)}) rope(stream, r.out, r.x, r.params);
     q = q_out, k = k_out;
   }
-  AttentionDecodeArgs b = a;
+  AttentionDecodeArgs b = a;  // cache_from_earlier_op holds still: these ops write neither seq_lens nor the cache
   b.q = q;
   b.k_new = k;
   b.qk_norm.reset();
@@ -261,6 +261,8 @@ void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tens
                       const std::optional<QkNorm>& qk_norm) {
   dispatch(stream, AttentionDecodeArgs{out, q, k_cache, v_cache, seq_lens, params, k_new, v_new, rope, qk_norm});
 }
+
+void attention_decode(Stream& stream, const AttentionDecodeArgs& args) { dispatch(stream, args); }
 
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling) {
   dispatch(stream, KvAppendArgs{k_cache, v_cache, k, v, start, rolling});

@@ -81,6 +81,11 @@ struct AttentionDecodeArgs {
   Tensor v_new;     // given with k_new
   std::optional<RopeParams> rope;  // with k_new: its layout, frequencies and factor; no positions, offset 0
   std::optional<QkNorm> qk_norm;   // with k_new: before the rope
+  // A scheduling hint that changes no result: true when the op just before this one on the stream
+  // wrote neither seq_lens nor any cache row a query sees but its newest (seq_lens − 1): a decode
+  // step's attention after the q/k/v product. A backend whose kernels overlap their predecessor
+  // (the GPU's chained launches) may then start reading those rows before that op has finished.
+  bool cache_from_earlier_op = false;
 };
 
 // kv_append: writes a step's keys and values into the KV cache at start positions held on the
@@ -127,6 +132,7 @@ void attention_decode(Stream& stream, Tensor out, Tensor q, Tensor k_cache, Tens
                       const AttentionParams& params = {}, Tensor k_new = {}, Tensor v_new = {},
                       const std::optional<RopeParams>& rope = std::nullopt,
                       const std::optional<QkNorm>& qk_norm = std::nullopt);
+void attention_decode(Stream& stream, const AttentionDecodeArgs& args);
 void kv_append(Stream& stream, Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor start, bool rolling = false);
 
 }  // namespace ding::ops

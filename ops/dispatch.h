@@ -23,9 +23,13 @@ KernelFn<Args> kernel_for(const Kernels& k, const Device& device, const Args& ar
   return kernel;
 }
 
+// Whether `op` is among the stream's skipped ops (Stream::skipped_ops, for measurement).
+bool skipped(const Stream& stream, const char* op);
+
 template <class Args>
 void dispatch(Stream& stream, const Args& args) {
   validate(stream.device(), args);  // per-op overload; throws ding::Error naming op and values
+  if (stream.skipped_ops && skipped(stream, OpInfo<Args>::name)) return;
   const KernelFn<Args> kernel = kernel_for(stream.device().kernels(), stream.device(), args);
   ProfileScope scope(stream, OpInfo<Args>::name, cost(args));
   kernel(stream, args);

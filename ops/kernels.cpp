@@ -36,4 +36,9 @@ void throw_not_implemented(const char* op, const Device& device) {
   throw Error(ErrorCode::not_implemented, fmt::format("op {} is not implemented on backend {}", op, device.name()));
 }
 
+bool skipped(const Stream& stream, const char* op) {
+  const std::vector<std::string>& names = *stream.skipped_ops;
+  return std::find(names.begin(), names.end(), op) != names.end();
+}
+
 }  // namespace ding::ops

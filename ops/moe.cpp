@@ -276,6 +276,8 @@ void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets, 
   dispatch(stream, MoeMatmulArgs{out, x, w, offsets, activation});
 }
 
+void moe_matmul(Stream& stream, const MoeMatmulArgs& args) { dispatch(stream, args); }
+
 void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions, Tensor residual) {
   dispatch(stream, MoeCombineArgs{out, y_grouped, weights, positions, residual});
 }

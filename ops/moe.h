@@ -81,6 +81,11 @@ struct MoeMatmulArgs {
   Tensor w;        // [E, N, K]; swiglu: [E, 2N, K]; f32/f16/bf16, or i8/f8e4m3 with row scales
   Tensor offsets;  // i32 [E + 1], from moe_group: 0 = offsets[0] ≤ … ≤ offsets[E] = P (host backends check)
   Activation activation = Activation::none;  // none or swiglu
+  // A scheduling hint that changes no result: true when the op just before this one on the stream
+  // did not write offsets (a decode step's down projection, with the gate/up product between it
+  // and the routing). A backend whose kernels overlap their predecessor (the GPU's chained launches)
+  // may then read the offsets, and the weights they select, before that op has finished.
+  bool offsets_from_earlier_op = false;
 };
 
 struct MoeCombineArgs {
@@ -126,6 +131,7 @@ void moe_group(Stream& stream, Tensor offsets, Tensor slots, Tensor positions, T
                Tensor x = {}, Tensor x_grouped = {});
 void moe_matmul(Stream& stream, Tensor out, Tensor x, Tensor w, Tensor offsets,
                 Activation activation = Activation::none);
+void moe_matmul(Stream& stream, const MoeMatmulArgs& args);
 void moe_combine(Stream& stream, Tensor out, Tensor y_grouped, Tensor weights, Tensor positions,
                  Tensor residual = {});
 

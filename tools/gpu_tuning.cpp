@@ -59,6 +59,7 @@ std::optional<gpu::MatmulTuning> matmul_tuning_from_environment() {
     any = true;
   }
   if (auto v = count("DING_GEMV_EARLY")) t.gemv_early_units = *v, any = true;
+  if (auto v = flag("DING_GEMV_EARLY_SEGMENTS")) t.gemv_early_segments = *v, any = true;
   if (auto v = count("DING_GEMV_MMA_MIN_KB")) t.gemv_mma_min_bytes = int64_t(*v) * 1024, any = true;
   if (auto v = flag("DING_GEMM_E4M3")) t.e4m3_mma = *v, any = true;
   if (!any) return std::nullopt;
@@ -76,6 +77,7 @@ std::optional<gpu::AttentionTuning> attention_tuning_from_environment() {
   if (auto v = flag("DING_MLA_BULK")) t.mla_bulk_copies = *v, any = true;
   if (auto v = flag("DING_MLA_FOLD")) t.mla_fold_projection = *v, any = true;
   if (auto v = count("DING_DELTA_SEGMENT")) t.delta_rule_segment_chunks = *v, any = true;
+  if (auto v = flag("DING_DECODE_EARLY")) t.decode_early_tiles = *v, any = true;
   if (!any) return std::nullopt;
   return t;
 }

@@ -9,12 +9,15 @@
 //   DING_GEMV_PREFETCH=0   no L2 prefetch of GEMV weights before the wait
 //   DING_GEMV_L2=B         the tensor-core GEMV's L2 fetch size: 0, 128 or 256
 //   DING_GEMV_EARLY=N      units of the tensor-core GEMV's ring copied before the chained-launch wait
+//   DING_GEMV_EARLY_SEGMENTS=0  the tensor-core GEMV finds a mixture's experts after the wait only,
+//                          whatever the op's hint
 //   DING_GEMV_MMA_MIN_KB=N one row times weights below N KiB takes the FMA GEMV (0: never)
 //   DING_GEMM_E4M3=0       prefill products of E4M3 weights not on E4M3 tensor cores (x kept 16-bit)
 //   DING_MLA_STAGES=N      the latent attend kernel's ring: at most N tiles, 2 to 4 (0: automatic)
 //   DING_MLA_BULK=0        its tiles by cp.async, not by sm_90's bulk copies
 //   DING_MLA_FOLD=0        latent decode's splits merged, then projected: two launches, not one
 //   DING_DELTA_SEGMENT=N   the chunk-wise delta rule's chunks per pair of passes (0: by workspace size)
+//   DING_DECODE_EARLY=0    decode attention copies no K/V tile before the chained-launch wait
 #pragma once
 #include <optional>
 

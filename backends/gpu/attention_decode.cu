@@ -41,7 +41,10 @@
 // batch, the heads and the device only, never on the lengths: they live on the device and grow
 // between replays of a recorded decode step. The kernel is a chained launch (vendor.h): its index
 // math overlaps the previous kernel (the QKV product in a decode step), and it waits for that
-// kernel before reading anything.
+// kernel before reading q and k_new. Where the op says seq_lens and the cache come from earlier
+// ops (cache_from_earlier_op: a decode step's), the tensor-core kernel also reads the lengths,
+// builds its rope table and copies its first K/V tiles before that wait, every row but the newest,
+// which it copies after.
 //
 // The op's k_new and v_new (the current token's key and value): the blocks whose split holds
 // position seq_lens − 1 read that key from them rather than from the cache, and the first head
@@ -113,6 +116,8 @@ struct DecodeShape {
   int lanes;        // lanes per key
   int64_t window;   // > 0: the query (position seq_len − 1) sees the last `window` keys only
   bool rolling;     // a rolling cache (ops::rolling_cache): lengths past S, key j at slot j mod S
+  bool settled;     // seq_lens and every cache row but the newest were written two or more kernels
+                    // back (ops::AttentionDecodeArgs::cache_from_earlier_op): readable before the wait
 };
 
 // The current token's key and value (attention_decode's k_new and v_new, rows of the QKV
@@ -663,6 +668,64 @@ struct DecodeMmaTile {
   static constexpr size_t shared_bytes = sizeof(uint16_t) * size_t(kQElems) + kRingBytes;
 };
 
+// A block's copies of its split's K/V tiles into the ring, tile t into stage t % kStages. Rows
+// past the split's end are zero-filled (nothing read): a cache row there may hold anything, NaN
+// included. A thread copies chunk `c` of rows r + kRowsPerPass·i of every tile: its sources are
+// formed once, and a copy costs an offset, a bounds test, the fresh-row test and the test for the
+// keys from `wrap` on, which a rolling cache holds S slots back (KeySlots).
+template <class T, int DH>
+struct DecodeTileCopies {
+  using Tile = DecodeMmaTile<DH>;
+  static constexpr int kChunks = DH / 8, kRowsPerPass = kDecodeThreads / kChunks, kPasses = kMmaKeys / kRowsPerPass;
+  static constexpr uint32_t kStageBytes = 2 * Tile::kTileElems * sizeof(T), kVBytes = Tile::kTileElems * sizeof(T);
+  // Every row; every row but the newest (before the chained-launch wait, where only the newest
+  // may come from the kernel before); the newest alone (after it, in a tile copied before).
+  enum class Rows { all, settled, newest };
+
+  int split_keys = 0;  // keys from the split's first one, in 32 bits (≤ S < 2^31)
+  int newest = -1;     // the token's own key: k_new's row, or the one appended just before
+  int fresh = -1;      // the newest where it comes from k_new
+  int tiles = 0;
+  int wrap = 0;
+  int64_t S = 0, k_t = 0, v_t = 0;
+  const T *k_first = nullptr, *v_first = nullptr, *k_fresh = nullptr, *v_fresh = nullptr, *any = nullptr;
+  uint32_t ring_first = 0;
+
+  DecodeTileCopies() = default;
+  __device__ DecodeTileCopies(const DecodeKeys& keys, const DecodeShape& sh, const DecodeBlock& blk, const T* k,
+                              Strides3 ks, const T* v, Strides3 vs, const NewKv<T>& fresh_kv, T* ring)
+      : split_keys(int(keys.end - keys.begin)), newest(int(keys.len - 1 - keys.begin)),
+        fresh(keys.fresh_j >= keys.begin ? int(keys.fresh_j - keys.begin) : -1),
+        tiles((split_keys + kMmaKeys - 1) / kMmaKeys), S(sh.S), k_t(ks.t), v_t(vs.t), any(k) {
+    const int c = (int(threadIdx.x) % kChunks) * 8, r = int(threadIdx.x) / kChunks;
+    const KeySlots slot(sh.S, keys.begin);
+    wrap = int(min(sh.S - slot.first_slot, int64_t(split_keys)));
+    k_first = k + blk.b * ks.b + blk.kv_head * ks.h + (slot.first_slot + r) * ks.t + c;
+    v_first = v + blk.b * vs.b + blk.kv_head * vs.h + (slot.first_slot + r) * vs.t + c;
+    k_fresh = keys.fresh_j >= 0 ? fresh_kv.k + blk.b * fresh_kv.k_b + blk.kv_head * fresh_kv.k_h + c : k;
+    v_fresh = keys.fresh_j >= 0 ? fresh_kv.v + blk.b * fresh_kv.v_b + blk.kv_head * fresh_kv.v_h + c : v;
+    ring_first = smem_address(ring + r * Tile::kPitch + c);
+  }
+
+  __device__ void copy(int t, Rows which) const {
+    if (t >= tiles) return;
+    const int r = int(threadIdx.x) / kChunks;
+    const uint32_t dst = ring_first + uint32_t(t % Tile::kStages) * kStageBytes;
+#pragma unroll 4
+    for (int i = 0; i < kPasses; ++i) {
+      const int key = t * kMmaKeys + i * kRowsPerPass + r;
+      if (which != Rows::all && (key == newest) != (which == Rows::newest)) continue;
+      const bool in = key < split_keys, is_fresh = key == fresh;
+      const int64_t row = int64_t(key - r) - (key >= wrap ? S : 0);
+      const T* const k_src = is_fresh ? k_fresh : in ? k_first + row * k_t : any;
+      const T* const v_src = is_fresh ? v_fresh : in ? v_first + row * v_t : any;
+      const uint32_t at = dst + uint32_t(i * kRowsPerPass * Tile::kPitch * int(sizeof(T)));
+      cp_async_16(at, k_src, in ? 16 : 0);
+      cp_async_16(at + kVBytes, v_src, in ? 16 : 0);
+    }
+  }
+};
+
 // Norm: the op's qk_norm is given (nw), a variant of its own so that the kernels without one keep
 // their code size and registers: inlined into the one kernel, the norm's code (never run there)
 // cost Llama-8B's decode step 2–3 % (docs/PERFORMANCE.md; which of the two was not separated).
@@ -696,13 +759,40 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
     else if (i < q_lines + k_lines) prefetch_to_l1(reinterpret_cast<const char*>(k_norm_w) + 128 * (i - q_lines));
   }
 
-  // q, seq_lens and the caches come from earlier kernels of the step.
-  wait_for_prior_kernels();
-  release_dependents();
-  const DecodeKeys keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
+  // q and k_new come from the kernel before. seq_lens and the cache's rows but the newest come
+  // from earlier ones where sh.settled: the split's keys, the rope table at the new position and
+  // the first tiles' copies (below) then go before the wait, over the previous kernel's tail.
+  DecodeKeys keys{};
+  if (sh.settled) keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
   __shared__ float2 rope_cs[64];  // the rope table at the new token's position (D ≤ 128: ≤ 64 pairs)
   __shared__ float rstd_s[2];     // qk_norm from global rows: q's whole projection's [0], k_new's row [1]
   const bool transforms = Norm || rot.R > 0;  // q and the new key are normalised and/or rotated
+  auto rope_table = [&] {
+    for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
+  };
+  if (sh.settled && keys.begin < keys.end) rope_table();
+
+  // Copies in commit groups of whole K/V tiles: tile t + kStages - 1 goes out while tile t is
+  // computed on, one group per call (empty past the last tile) so that "tile t has landed" is
+  // always "at most kStages - 1 younger groups in flight".
+  DecodeTileCopies<T, DH> tiles_in;
+  if (sh.settled) tiles_in = DecodeTileCopies<T, DH>(keys, sh, blk, k, ks, v, vs, fresh, ring);
+  auto copy_kv = [&](int t) {
+    tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::all);
+    cp_async_commit();
+  };
+  if (sh.settled && keys.begin < keys.end)
+    for (int t = 0; t < kStages - 1; ++t) {
+      tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::settled);
+      cp_async_commit();
+    }
+
+  wait_for_prior_kernels();
+  release_dependents();
+  if (!sh.settled) {
+    keys = decode_keys(seq_lens, sh, blk, fresh.k != nullptr);
+    tiles_in = DecodeTileCopies<T, DH>(keys, sh, blk, k, ks, v, vs, fresh, ring);
+  }
 
   if (keys.begin < keys.end) {  // uniform over the block; split 0 always has keys
     // The rope table and qk_norm's statistics of the rows read from global memory (warp 0: q's
@@ -711,7 +801,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
     // A head's own statistic comes from its staged row, below.
     const bool fresh_here = keys.fresh_j >= keys.begin && keys.fresh_j < keys.end;  // uniform
     if (transforms) {
-      for (int i = threadIdx.x; i < rot.R / 2; i += kDecodeThreads) rope_cs[i] = rot.cos_sin(double(keys.len - 1), i);
+      if (!sh.settled) rope_table();
       if (Norm && nw.whole && warp == 0) {
         const float r = row_rstd(q + blk.b * qs.b, int(sh.H) * DH, nw.eps);
         if (lane == 0) rstd_s[0] = r;
@@ -725,58 +815,27 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
     }
     const RowNorm<T> k_norm{k_norm_w, Norm && fresh_here ? rstd_s[1] : 1.0f};
     store_fresh<Norm>(fresh, sh, blk, keys, ks, vs, k_cache, v_cache, rot, rope_cs, k_norm);
-    const T* const k_head = k + blk.b * ks.b + blk.kv_head * ks.h;
-    const T* const v_head = v + blk.b * vs.b + blk.kv_head * vs.h;
-    const T* const k_fresh = keys.fresh_j >= 0 ? fresh.k + blk.b * fresh.k_b + blk.kv_head * fresh.k_h : k;
-    const T* const v_fresh = keys.fresh_j >= 0 ? fresh.v + blk.b * fresh.v_b + blk.kv_head * fresh.v_h : v;
+    const int split_keys = tiles_in.split_keys, fresh_key = tiles_in.fresh, tiles = tiles_in.tiles;
 
-    // Copies in commit groups: Q, then key tiles 0 … kStages - 2; tile t + kStages - 1 goes out
-    // while tile t is computed on, one group per call (empty past the last tile) so that "tile t
-    // has landed" is always "at most kStages - 1 groups in flight". Rows past the split's end
-    // are zero-filled (nothing read): a cache row there may hold anything, NaN included.
+    // Q (with the newest rows of the tiles copied before the wait) as one group: first where the
+    // tiles come after it, last where they went before it.
     for (int idx = threadIdx.x; idx < kMmaRows * kChunks; idx += kDecodeThreads) {
       const int g = idx / kChunks, c = (idx % kChunks) * 8;
       const bool in = g < blk.heads;
       cp_async_16(smem_address(Qs + g * kPitch + c), in ? q + blk.b * qs.b + (blk.h0 + g) * qs.h + c : q, in ? 16 : 0);
     }
+    if (sh.settled)
+      for (int t = 0; t < kStages - 1; ++t) tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::newest);
     cp_async_commit();
-    // Keys from the split's first one, in 32 bits (a split is at most S keys, S < 2^31).
-    const int split_keys = int(keys.end - keys.begin);
-    const int fresh_key = keys.fresh_j >= keys.begin ? int(keys.fresh_j - keys.begin) : -1;
-    const int tiles = (split_keys + kMmaKeys - 1) / kMmaKeys;
-    constexpr uint32_t kStageBytes = 2 * kTileElems * sizeof(T), kVBytes = kTileElems * sizeof(T);
-    // A thread copies chunk copy_c of rows copy_r + kRowsPerPass·i of every tile: its sources are
-    // formed once, and a copy costs an offset, a bounds test, the fresh-row test and the test
-    // for the keys from `wrap` on, which a rolling cache holds S slots back (KeySlots).
-    constexpr int kRowsPerPass = kDecodeThreads / kChunks, kPasses = kMmaKeys / kRowsPerPass;
-    const int copy_c = (threadIdx.x % kChunks) * 8, copy_r = threadIdx.x / kChunks;
-    const KeySlots slot(sh.S, keys.begin);
-    const int wrap = int(min(sh.S - slot.first_slot, int64_t(split_keys)));
-    const T* const k_first = k_head + (slot.first_slot + copy_r) * ks.t + copy_c;
-    const T* const v_first = v_head + (slot.first_slot + copy_r) * vs.t + copy_c;
-    const uint32_t ring_first = smem_address(ring + copy_r * kPitch + copy_c);
-    int fill_stage = 0;  // the stage the next copy_kv fills: tile t's is t % kStages
-    auto copy_kv = [&](int t) {
-      if (t < tiles) {
-        const uint32_t dst = ring_first + uint32_t(fill_stage) * kStageBytes;
-#pragma unroll 4
-        for (int i = 0; i < kPasses; ++i) {
-          const int key = t * kMmaKeys + i * kRowsPerPass + copy_r;
-          const bool in = key < split_keys, is_fresh = key == fresh_key;
-          const int64_t row = int64_t(key - copy_r) - (key >= wrap ? sh.S : 0);
-          const T* k_src = is_fresh ? k_fresh + copy_c : in ? k_first + row * ks.t : k;
-          const T* v_src = is_fresh ? v_fresh + copy_c : in ? v_first + row * vs.t : v;
-          const uint32_t at = dst + uint32_t(i * kRowsPerPass * kPitch * int(sizeof(T)));
-          cp_async_16(at, k_src, in ? 16 : 0);
-          cp_async_16(at + kVBytes, v_src, in ? 16 : 0);
-        }
-      }
-      fill_stage = fill_stage + 1 == kStages ? 0 : fill_stage + 1;
-      cp_async_commit();
-    };
-    for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
-    cp_async_wait<kStages - 1>();  // Q (the oldest group) has landed for this thread's copies ...
-    __syncthreads();                // ... and for every thread's
+    if (!sh.settled)
+      for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
+    // Q has landed for this thread's copies (the oldest group, or the youngest: then the tiles
+    // before it too, whose copies went out before the wait) ...
+    if (sh.settled)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<kStages - 1>();
+    __syncthreads();  // ... and for every thread's
     if (transforms) {  // the block's heads normalised and rotated in place: a warp per head
       for (int g = warp; g < blk.heads; g += kWarps) {
         RowNorm<T> q_norm;
@@ -1003,7 +1062,7 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
     const Tensor q_out = Tensor::view(copies, a.q.device, a.q.dtype, {B, H, D});
     const size_t k_at = (a.q.nbytes() + 15) / 16 * 16;
     const Tensor k_out = Tensor::view(copies + k_at, a.q.device, a.k_new.dtype, {B, Hkv, D});
-    attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
+    gpu::attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
     return;
   }
   if (a.k_new.defined() && !fresh_in_kernel) launch_kv_append(s, ops::decode_append(a, a.seq_lens), -1);
@@ -1017,6 +1076,8 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   DecodeShape sh{};
   sh.H = H, sh.S = S, sh.Hkv = Hkv, sh.group = group, sh.D = int(D), sh.window = a.params.window;
   sh.rolling = ops::rolling_cache(a.params, S);
+  // A kv_append launched just above writes only the newest row, which the kernel reads after its wait.
+  sh.settled = a.cache_from_earlier_op && s.attention_tuning().decode_early_tiles;
 #if defined(DING_GPU_NVIDIA)
   // Up to 16 heads of a kv head's group per block (an m16 tile's rows); larger groups take
   // several blocks.

@@ -56,6 +56,9 @@ struct Params {
   // M the tile's rows. Null: batch b is batch b of x, w and out.
   const int32_t* segment_offsets = nullptr;  // [segments + 1]
   int segments = 0, segment_rows = 0;        // E and P (the offsets' range)
+  // The offsets were written two or more kernels back (ops::MoeMatmulArgs::offsets_from_earlier_op),
+  // so they, and the weights they select, may be read before the wait (vendor.h).
+  bool segment_offsets_settled = false;
 };
 
 // v[i] = float(p[i]) for N contiguous elements, in 16-byte loads where the width allows

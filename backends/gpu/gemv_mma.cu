@@ -9,9 +9,9 @@ DING_GPU_BEGIN
 template void launch_gemv_mma<ding::f16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv_mma<ding::bf16, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&);
 template void launch_gemv_mma_segments<ding::f16, ding::f16>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*,
-                                                              int, int);
+                                                              int, int, bool);
 template void launch_gemv_mma_segments<ding::bf16, ding::bf16>(GpuStream&, const GemmShape&, const Epilogue&,
-                                                                const int32_t*, int, int);
+                                                                const int32_t*, int, int, bool);
 #endif
 
 DING_GPU_END

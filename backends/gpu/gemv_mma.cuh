@@ -77,6 +77,10 @@
 // prologue started late. H200, Llama-8B's decode products (ding-bench ops): the o and down
 // products 4–7 % faster, 8-bit and bf16; the decode step the same within its noise for 2 to 8
 // units before the wait, 6 % slower for none (docs/PERFORMANCE.md).
+// A segmented product (a mixture's experts) knows which weights it reads only from the offsets:
+// it finds its batch and fills its ring before the wait only where they were written two or more
+// kernels back (the experts' down product, the routing two ops before it:
+// Params::segment_offsets_settled), else after it.
 #pragma once
 #include <iterator>
 
@@ -418,23 +422,26 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   const int64_t b0 = blockIdx.z;
   Cursor ahead = first;
   int filled = 0;  // slots of the batch's first Depth units issued
-  // Which segment a batch reads is known only from the offsets, written by an earlier kernel of
-  // the step: a segmented block fills its ring after the wait.
-  if (!segmented && b0 < p.batches) {
+  // Which segment a batch reads is known only from the offsets: a segmented block finds its first
+  // batch before the wait only where they were written two or more kernels back.
+  const bool early = (!segmented || a.segment_offsets_settled) && b0 < p.batches;
+  if (early) {
     batch = batch_at(b0);
-    filled = rs.early_units;  // ≤ Depth (launch_mma)
-    ahead = fill(first, batch.w, 0, filled);
+    if (batch.M > 0) {
+      filled = rs.early_units;  // ≤ Depth (launch_mma)
+      ahead = fill(first, batch.w, 0, filled);
+    }
   }
   wait_for_prior_kernels();
   release_dependents();
 
   // The batch loop is uniform across the block, so the barriers inside it are reached by all.
   for (int64_t b = b0; b < p.batches; b += gridDim.z) {
-    if (segmented || b != b0) {
+    if (b != b0 || !early) {
       batch = batch_at(b);
-      if (batch.M == 0) break;  // past the last tile, as is every later b (the same for the block)
       ahead = first, filled = 0;
     }
+    if (batch.M == 0) break;  // a segmented batch past the last tile, as is every later b (the same for the block)
     const W* const w = batch.w;
     // x [M, K] into shared memory (normalised there): read from there at every unit, it costs no
     // L2 round trip in the chain wait → mma → refill. Its copies go out before the rest of the
@@ -725,14 +732,16 @@ bool gemv_mma_segments_fit(const Props& props, const GemmShape& p, bool swiglu) 
 // out[rows of tile b] = epilogue(x[rows of tile b] · w[segment of tile b]ᵀ) for the row tiles of
 // the segments (row_tiles.cuh): p.batches = max_row_tiles(P, E), p.M = min(P, kSegmentTileRows),
 // p.w_batch the elements between segments' w; x and out rows as the offsets place them. W: T, or
-// 8 bits with p.w_scales, every segment's rows in order.
+// 8 bits with p.w_scales, every segment's rows in order. offsets_settled: written two or more
+// kernels back (gemv::Params::segment_offsets_settled).
 template <class T, class W>
 void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
-                              int P) {
+                              int P, bool offsets_settled) {
   gemv::Params a{p, ep, {}, 1, p.K, 0};
   a.segment_offsets = offsets;
   a.segments = E;
   a.segment_rows = P;
+  a.segment_offsets_settled = offsets_settled && s.matmul_tuning().gemv_early_segments;
   gemv::launch_mma<T, W>(s, a);
 }
 

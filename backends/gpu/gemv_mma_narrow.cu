@@ -8,7 +8,7 @@ DING_GPU_BEGIN
 #if defined(DING_GPU_NVIDIA)
 #define DING_GEMV_MMA_NARROW(X, W)                                                                         \
   template void launch_gemv_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&); \
-  template void launch_gemv_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int, int);
+  template void launch_gemv_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int, int, bool);
 DING_GEMV_MMA_NARROW(ding::f16, int8_t)
 DING_GEMV_MMA_NARROW(ding::f16, ding::f8e4m3)
 DING_GEMV_MMA_NARROW(ding::bf16, int8_t)

@@ -26,7 +26,7 @@ template <class T, class W>
 void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm);
 template <class T, class W>
 void launch_gemv_mma_segments(GpuStream& s, const GemmShape& p, const Epilogue& ep, const int32_t* offsets, int E,
-                              int P);
+                              int P, bool offsets_settled);
 // launch_gemm_mma, launch_gemm_mma_segments and launch_gemm_mma_tile: gemm_mma.cuh.
 #if defined(DING_GPU_NVIDIA)
 // Whether 16-bit x times E4M3 w over many rows takes the E4M3 tensor cores here: an sm_89+ GPU,
@@ -62,7 +62,7 @@ DING_FOR_W(DING_GEMM_SIMT, ding::bf16)
 #if defined(DING_GPU_NVIDIA)
 #define DING_GEMV_MMA(X, W)                                                                                   \
   extern template void launch_gemv_mma<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const ops::MatmulNorm&); \
-  extern template void launch_gemv_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int, int);
+  extern template void launch_gemv_mma_segments<X, W>(GpuStream&, const GemmShape&, const Epilogue&, const int32_t*, int, int, bool);
 DING_GEMV_MMA(ding::f16, ding::f16)
 DING_GEMV_MMA(ding::bf16, ding::bf16)
 DING_GEMV_MMA(ding::f16, int8_t)

@@ -6,7 +6,9 @@
 // Decode (P ≤ E) with 16-bit x and w of x's type or 8 bits on NVIDIA sm_80+: the tensor-core GEMV
 // core (gemv_mma.cuh) takes the product, one of its batches per row tile: its weight stream
 // through a cp.async ring is what reaches the copy bandwidth on a decode step's few rows (the
-// kernel below stalls on the latency of the loads its registers can hold).
+// kernel below stalls on the latency of the loads its registers can hold). Where the op says the
+// offsets come from an earlier op (offsets_from_earlier_op), its blocks find their experts and fill
+// their rings before waiting for the kernel before.
 //
 // Otherwise the kernel below: a weight stream in the manner of the FMA GEMV (gemv.cuh), a block
 // computing one row tile × one range of output columns.
@@ -280,7 +282,7 @@ void moe_matmul(Stream& stream, const ops::MoeMatmulArgs& a) {
       using T = decltype(x_tag);
       using W = decltype(w_tag);
       if (!gemv_mma_segments_fit<T, W>(s.props(), g, p.swiglu)) return false;
-      launch_gemv_mma_segments<T, W>(s, g, ep, p.offsets, p.E, p.P);
+      launch_gemv_mma_segments<T, W>(s, g, ep, p.offsets, p.E, p.P, a.offsets_from_earlier_op);
       return true;
     };
     // In prefill, 8-bit experts are read as stored: E4M3 on E4M3 tensor cores (x rounded per

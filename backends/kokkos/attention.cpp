@@ -113,7 +113,7 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
     const Tensor q_copy = Tensor::view(q_out.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
     const Tensor k_copy =
         Tensor::view(k_out.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
-    attention_decode(stream, ops::transformed_first(stream, a, q_copy, k_copy));
+    kokkos::attention_decode(stream, ops::transformed_first(stream, a, q_copy, k_copy));
     stream.synchronize();  // before the temporaries are freed
     return;
   }

@@ -111,8 +111,11 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
     // The token's k and v go into the cache inside the attention op, at seq_lens − 1 = its
     // position, and q and k are normalised and rotated there too (no norm or rope launches in a
     // decode step).
-    ops::attention_decode(*s.stream, attended.reshape({n, H, D}), q, cache->k.slice(0, 0, n), cache->v.slice(0, 0, n),
-                          s.seq_lens, params, k, v, rope ? std::optional(rotation(c, w)) : std::nullopt, qk_norm);
+    // seq_lens were uploaded before the step and the cache's older rows written by earlier steps.
+    ops::attention_decode(*s.stream, {.out = attended.reshape({n, H, D}), .q = q, .k_cache = cache->k.slice(0, 0, n),
+                                      .v_cache = cache->v.slice(0, 0, n), .seq_lens = s.seq_lens, .params = params,
+                                      .k_new = k, .v_new = v, .rope = rope ? std::optional(rotation(c, w)) : std::nullopt,
+                                      .qk_norm = qk_norm, .cache_from_earlier_op = true});
   } else {
     // q and k are adjacent heads of the product and rotate alike: one launch for both.
     if (rope) rotate_chunk(s, w, heads.slice(1, 0, H + Hkv));

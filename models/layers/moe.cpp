@@ -69,7 +69,8 @@ void mixture_of_experts(const Step& s, const MoeWeights& w) {
   const Tensor hidden = scratch.take(dt, {slots, F});
   ops::moe_matmul(stream, hidden, h_grouped, w.up_w.reshape({E, 2 * F, C}), offsets, ops::Activation::swiglu);
   const Tensor y = scratch.take(dt, {slots, C});
-  ops::moe_matmul(stream, y, hidden, w.down_w.reshape({E, C, F}), offsets);
+  ops::moe_matmul(stream, {.out = y, .x = hidden, .w = w.down_w.reshape({E, C, F}), .offsets = offsets,
+                           .offsets_from_earlier_op = true});
 
   if (c.moe.shared_d_ff > 0) {
     const Tensor shared = scratch.take(dt, {n, c.moe.shared_d_ff});

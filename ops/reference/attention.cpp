@@ -74,7 +74,7 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
     const Tensor q_out = Tensor::view(q.data(), a.q.device, a.q.dtype, {a.q.dim(0), a.q.dim(1), a.q.dim(2)});
     const Tensor k_out =
         Tensor::view(k.data(), a.q.device, a.k_new.dtype, {a.k_new.dim(0), a.k_new.dim(1), a.k_new.dim(2)});
-    attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
+    reference::attention_decode(stream, ops::transformed_first(stream, a, q_out, k_out));
     return;
   }
   const int64_t B = a.q.dim(0), H = a.q.dim(1), S = a.k_cache.dim(1), Hkv = a.k_cache.dim(2);

@@ -102,6 +102,9 @@ struct Decode {
   // whole projection; the weights of norm_w's dtype (none: q's).
   enum class QkNorm { none, per_head, whole } qk_norm = QkNorm::none;
   std::optional<DType> norm_w;
+  // The op told that seq_lens and the cache's rows but the newest come from earlier ops
+  // (cache_from_earlier_op: true here, where they are uploaded).
+  bool settled = false;
 };
 
 OpCase decode_case(const Decode& p) {
@@ -120,6 +123,7 @@ OpCase decode_case(const Decode& p) {
   if (p.qk_norm != Decode::QkNorm::none)
     name += fmt::format("_qknorm{}{}", p.qk_norm == Decode::QkNorm::whole ? "_whole" : "",
                         p.norm_w ? fmt::format("_w{}", dtype_name(*p.norm_w)) : "");
+  if (p.settled) name += "_settled";
   OpCase c{"attention_decode", name, tolerance(p.out, p.B * p.H * p.D), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
     Tensor q, k, v, k_new, v_new;
@@ -174,10 +178,11 @@ OpCase decode_case(const Decode& p) {
       qk_norm = ops::QkNorm{.q_weight = run.normal(w, {whole ? p.H * p.D : p.D}),
                             .k_weight = run.normal(w, {whole ? p.Hkv * p.D : p.D}), .eps = 1e-5f, .whole = whole};
     }
-    run.launch = [=](Stream& s) {
-      ops::attention_decode(s, out, q, k, v, seq_lens, params, k_new, v_new, rope, qk_norm);
-    };
-    run.cost = ops::cost(ops::AttentionDecodeArgs{out, q, k, v, seq_lens, params, k_new, v_new, rope, qk_norm});
+    const ops::AttentionDecodeArgs args{.out = out, .q = q, .k_cache = k, .v_cache = v, .seq_lens = seq_lens,
+                                        .params = params, .k_new = k_new, .v_new = v_new, .rope = rope,
+                                        .qk_norm = qk_norm, .cache_from_earlier_op = p.settled};
+    run.launch = [=](Stream& s) { ops::attention_decode(s, args); };
+    run.cost = ops::cost(args);
   };
   return c;
 }
@@ -414,6 +419,23 @@ std::vector<OpCase> attention_cases() {
           .qk_norm = per_head, .norm_w = f32});
   decode({.B = 2, .S = 40, .H = 2, .Hkv = 1, .D = 300, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
           .qk_norm = whole});
+  // Decode told that its cache comes from earlier ops: on the GPU the tensor-core kernel copies its
+  // first K/V tiles before the chained-launch wait and the newest row after it. Appending (D = 128:
+  // two stages; D = 64: three), over several tiles, a window, a rolling cache with rope, OLMoE's
+  // norm, f32 rows appended by a kv_append launch first, and one key (the newest alone).
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16,
+          .settled = true});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 8, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .append = bf16,
+          .settled = true});
+  decode({.B = 3, .S = 700, .H = 12, .Hkv = 4, .D = 128, .q = f16, .kv = f16, .out = bf16, .settled = true});
+  decode({.B = 3, .S = 300, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .window = 50,
+          .settled = true});
+  decode({.B = 3, .S = 130, .H = 8, .Hkv = 2, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .window = 129,
+          .max_len = 5000, .rope = true, .rotary_dim = 96, .settled = true});
+  decode({.B = 3, .S = 200, .H = 16, .Hkv = 16, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .append = bf16, .rope = true,
+          .qk_norm = whole, .settled = true});
+  decode({.B = 3, .S = 40, .H = 4, .Hkv = 2, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .append = f32, .settled = true});
+  decode({.B = 1, .S = 3000, .H = 2, .Hkv = 1, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .len = 1, .settled = true});
   // Bench: the Llama-3.1-8B decode step's attention with its rope.
   decode({.S = 512, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 384, .append = bf16,
           .in_tests = false, .rope = true});

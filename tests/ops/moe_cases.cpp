@@ -306,14 +306,15 @@ struct ExpertShape {
 };
 
 // One moe_matmul case: T tokens' k routed experts of E, [N(·2), K] each; w f32/f16/bf16, or 8-bit
-// (i8, f8e4m3) with row scales.
-OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu) {
+// (i8, f8e4m3) with row scales. settled: the call says its offsets come from an earlier op (true
+// here: they are uploaded), which lets a GPU read them before its wait.
+OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu, bool settled = false) {
   const int64_t P = s.T * s.k, rows = swiglu ? 2 * s.N : s.N;
   const bool narrow = ops::quantized_weight(ty.w);
   OpCase c;
   c.op = "moe_matmul";
-  c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
-                       dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "");
+  c.name = fmt::format("moe_matmul/T{}_k{}_E{}_N{}_K{}_x{}_w{}_out{}{}{}", s.T, s.k, s.E, s.N, s.K, dtype_name(ty.x),
+                       dtype_name(ty.w), dtype_name(ty.out), swiglu ? "_swiglu" : "", settled ? "_settled" : "");
   // Each output is one matmul output (f32 sums of K products), so matmul's budget holds; 8-bit
   // values and their scales are the weights, exact on both sides.
   c.tolerance = matmul_tolerance(ty.out, s.K, P * s.N, swiglu);
@@ -335,8 +336,10 @@ OpCase expert_matmul_case(ExpertShape s, ExpertTypes ty, bool swiglu) {
     Tensor w = narrow ? run.quantized(ty.w, {s.E, rows, s.K}, w_scale) : run.normal(ty.w, {s.E, rows, s.K}, w_scale);
     Tensor out = run.output("out", ty.out, {P, s.N});
     const ops::Activation act = swiglu ? ops::Activation::swiglu : ops::Activation::none;
-    run.launch = [=](Stream& st) { ops::moe_matmul(st, out, x, w, offsets, act); };
-    run.cost = ops::cost(ops::MoeMatmulArgs{out, x, w, offsets, act});
+    const ops::MoeMatmulArgs args{.out = out, .x = x, .w = w, .offsets = offsets, .activation = act,
+                                  .offsets_from_earlier_op = settled};
+    run.launch = [=](Stream& st) { ops::moe_matmul(st, args); };
+    run.cost = ops::cost(args);
   };
   return c;
 }
@@ -369,6 +372,13 @@ void add_expert_matmul_cases(std::vector<OpCase>& cases) {
   for (ExpertShape s : narrow_shapes)
     for (bool swiglu : {false, true})
       for (int t = 0; t < 2; ++t) cases.push_back(expert_matmul_case(s, narrow_types[size_t(variant++ % 4)], swiglu));
+
+  // Decode products whose offsets are marked as an earlier op's: one token's 8 of 64 experts, eight
+  // tokens' union, 16-bit and 8-bit w, plain and swiglu (on a GPU the tensor-core GEMV finds its
+  // experts and fills its ring before the chained-launch wait).
+  for (ExpertShape s : {ExpertShape{1, 8, 64, 40, 256}, ExpertShape{8, 8, 64, 48, 64}})
+    for (ExpertTypes ty : {types[0], types[2], narrow_types[0], narrow_types[1]})
+      for (bool swiglu : {false, true}) cases.push_back(expert_matmul_case(s, ty, swiglu, true));
 }
 
 struct CombineTypes {

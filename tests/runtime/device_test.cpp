@@ -154,6 +154,23 @@ TEST(Profiler, RecordsCallsFlopsAndBytesPerOp) {
   EXPECT_TRUE(contains(profiler.report(), "rms_norm"));
 }
 
+TEST(Dispatch, SkippedOpIsValidatedButNotRun) {
+  Device& cpu = Device::open("cpu");
+  Stream& stream = cpu.default_stream();
+  const std::vector<std::string> skipped = {"rms_norm"};
+  std::vector<float> x(16, 2.0f), w(4, 1.0f), y(16, -7.0f);
+  const Tensor tx = Tensor::view(x.data(), &cpu, DType::f32, {4, 4}), ty = Tensor::view(y.data(), &cpu, DType::f32, {4, 4});
+  stream.skipped_ops = &skipped;
+  ops::rms_norm(stream, ty, tx, Tensor::view(w.data(), &cpu, DType::f32, {4}));
+  for (float v : y) EXPECT_EQ(v, -7.0f);  // out as it was
+  // A bad call is still refused: the arguments are checked before the op is skipped.
+  testing::expect_error([&] { ops::rms_norm(stream, ty, tx, Tensor::view(w.data(), &cpu, DType::f32, {3})); },
+                        ErrorCode::shape_mismatch, {"rms_norm", "weight"});
+  stream.skipped_ops = nullptr;
+  ops::rms_norm(stream, ty, tx, Tensor::view(w.data(), &cpu, DType::f32, {4}));
+  for (float v : y) EXPECT_NEAR(v, 1.0f, 1e-5f);  // x / rms(x), weight 1
+}
+
 // A partial backend's table: cpu's, less rope, with a matmul that refuses bf16 x.
 ops::Kernels partial_table() {
   ops::Kernels k = Device::open("cpu").kernels();

@@ -94,7 +94,7 @@ TEST(GpuTuning, MissingTmaCoreIsRefused) {
 TEST(GpuTuning, EnvironmentIsRead) {
   ScopedVariable tile("DING_GEMM_TILE", "64x128"), split("DING_GEMM_SPLIT", "3"), wgmma("DING_GEMM_WGMMA", "0"),
       l2("DING_GEMV_L2", "256"), mma_min("DING_GEMV_MMA_MIN_KB", "4"), e4m3("DING_GEMM_E4M3", "0"),
-      early("DING_GEMV_EARLY", "3");
+      early("DING_GEMV_EARLY", "3"), early_segments("DING_GEMV_EARLY_SEGMENTS", "0");
   const auto t = tools::matmul_tuning_from_environment();
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->tile_m, 64);
@@ -104,17 +104,19 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_EQ(t->gemv_l2_fetch, 256);
   EXPECT_EQ(t->gemv_mma_min_bytes, 4096);
   EXPECT_EQ(t->gemv_early_units, 3);
+  EXPECT_FALSE(t->gemv_early_segments);  // the default is true
   EXPECT_FALSE(t->e4m3_mma);
   EXPECT_FALSE(t->tma);  // unset: the default
   EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
   ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0"), fold("DING_MLA_FOLD", "0"),
-      segment("DING_DELTA_SEGMENT", "5");
+      segment("DING_DELTA_SEGMENT", "5"), decode_early("DING_DECODE_EARLY", "0");
   const auto a = tools::attention_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->mla_stages, 2);
   EXPECT_FALSE(a->mla_bulk_copies);
   EXPECT_FALSE(a->mla_fold_projection);  // the default is true
   EXPECT_EQ(a->delta_rule_segment_chunks, 5);
+  EXPECT_FALSE(a->decode_early_tiles);  // the default is true
 }
 
 TEST(GpuTuning, UnreadableVariableIsNamed) {
@@ -122,14 +124,14 @@ TEST(GpuTuning, UnreadableVariableIsNamed) {
                                     std::pair{"DING_GEMM_SPLIT", "-1"}, std::pair{"DING_GEMM_SPLIT", "two"},
                                     std::pair{"DING_GEMM_WGMMA", "off"}, std::pair{"DING_GEMV_L2", "64"},
                                     std::pair{"DING_GEMV_MMA_MIN_KB", "-1"}, std::pair{"DING_GEMM_E4M3", "no"},
-                                    std::pair{"DING_GEMV_EARLY", "-2"}}) {
+                                    std::pair{"DING_GEMV_EARLY", "-2"}, std::pair{"DING_GEMV_EARLY_SEGMENTS", "yes"}}) {
     ScopedVariable v(name, value);
     testing::expect_error([] { (void)tools::matmul_tuning_from_environment(); }, ErrorCode::invalid_argument,
                           {std::string(name) + "=" + value});
   }
   for (const auto& [name, value] : {std::pair{"DING_MLA_STAGES", "5"}, std::pair{"DING_MLA_STAGES", "1"},
                                     std::pair{"DING_MLA_STAGES", "four"}, std::pair{"DING_MLA_BULK", "yes"}, std::pair{"DING_MLA_FOLD", "on"},
-                                    std::pair{"DING_DELTA_SEGMENT", "-3"}}) {
+                                    std::pair{"DING_DELTA_SEGMENT", "-3"}, std::pair{"DING_DECODE_EARLY", "2"}}) {
     ScopedVariable v(name, value);
     testing::expect_error([] { (void)tools::attention_tuning_from_environment(); }, ErrorCode::invalid_argument,
                           {std::string(name) + "=" + value});

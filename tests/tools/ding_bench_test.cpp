@@ -67,6 +67,16 @@ TEST(DingBench, PairedDecodesTheUnquantizedTwinInTurn) {
   expect_clean_failure(ding_bench(run + " --paired"), "ding-bench", "give --quantize int8 or fp8");
 }
 
+// --skip-op leaves an op out of every step (timing only) and says so; a name that is no op is refused.
+TEST(DingBench, SkipOpLeavesTheOpOutAndNamesIt) {
+  const std::string run = "model -m " + kTiny.string() + " --backend cpu --dtype f32 --prompt 4 --new 3";
+  const ToolResult r = ding_bench(run + " --skip-op attention_decode");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(line_starting(r.stdout_only, "skipped ops ").find("attention_decode"), std::string::npos) << r.out;
+  EXPECT_NE(line_starting(r.stdout_only, "decode ").find("3 steps"), std::string::npos) << r.out;
+  expect_clean_failure(ding_bench(run + " --skip-op attention"), "ding-bench", "--skip-op attention: not an op");
+}
+
 // The cache table at toy size on the CPU: a row per attention kind with its bytes per token. At
 // width 128 (one head of 128) in f32 over one layer, MHA, GQA and MQA all keep K and V of one
 // head, 2·128·4 = 1024 bytes; MLA its latent and rope key, (512 + 64)·4 = 2304.

@@ -193,6 +193,9 @@ int main(int argc, char** argv) {
                         "prompt tokens per prefill step, as a Session takes them (default: the whole prompt at once)")
       ->check(ding::tools::at_least(1));
   model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of the prefill and of decode steps");
+  model_cmd->add_option("--skip-op", model.skip_ops,
+                        "an op (ops/op_list.h) not run at all, its outputs left as they were: the step's time without "
+                        "it, timing only (repeatable)");
   model_cmd->add_flag("!--no-graphs", model.graphs, "decode op by op instead of replaying recorded CUDA graphs");
   model_cmd->add_option("--threads", threads, "CPU threads (default: all cores)")->check(ding::tools::at_least(1));
   ding::bench::LoadBenchOptions load;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -391,6 +392,18 @@ int run_model(const ModelBenchOptions& o) {
   // context (131072 positions for Llama 3).
   const SessionOptions session_options{.max_batch = o.batch, .max_tokens = o.prompt + 1 + o.new_tokens,
                                        .prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : o.prompt, .graphs = o.graphs};
+  // Skipped ops are left out of the session's recorded steps too (it records when it is made).
+  for (const std::string& op : o.skip_ops)
+    if (std::find(std::begin(ops::kOpNames), std::end(ops::kOpNames), op) == std::end(ops::kOpNames))
+      throw Error(ErrorCode::invalid_argument, fmt::format("--skip-op {}: not an op of ops/op_list.h", op));
+  struct SkipScope {  // the stream outlives this run: it skips nothing after it
+    Stream& stream;
+    ~SkipScope() { stream.skipped_ops = nullptr; }
+  } skip_scope{device.default_stream()};
+  if (!o.skip_ops.empty()) {
+    device.default_stream().skipped_ops = &o.skip_ops;
+    fmt::print("skipped ops (their outputs left as they were, results meaningless): {}\n", fmt::join(o.skip_ops, ", "));
+  }
   Session session(model, session_options);
   std::mt19937 rng(7);
   std::uniform_int_distribution<Token> any_token(0, Token(c.vocab_size - 2));

@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ding/dtype.h"
 
@@ -23,6 +24,7 @@ struct ModelBenchOptions {
   bool profile = false;  // print per-op time of the prefill and the decode steps (synchronises around each op)
   bool graphs = true;    // replay recorded decode steps where the backend can (CUDA graphs)
   bool paired = false;   // with quantize: also decode the unquantized model, a step of each in turn
+  std::vector<std::string> skip_ops;  // ops not run at all (Stream::skipped_ops): timing only
 };
 
 // --dtype (f32, bf16, f16) and --quantize (int8, fp8; empty: none) as the subcommands take them:

@@ -112,6 +112,11 @@ class Stream {
   virtual std::unique_ptr<StreamTimer> make_timer();
   // Optional per-op profiler; ops record time, FLOPs and bytes into it when set.
   Profiler* profiler = nullptr;
+  // Measurement only: ops (names from ops/op_list.h) that are validated and then not run, their
+  // outputs left as they were, so that a benchmark can time a step without them (ding-bench model
+  // --skip-op: what an op costs inside a recorded step, launch gaps included). Results are
+  // meaningless while it is set.
+  const std::vector<std::string>* skipped_ops = nullptr;
 };
 
 class Device {

@@ -28,6 +28,8 @@ struct MatmulTuning {
                                // 0, 128 or 256 (-1: its default)
   int gemv_early_units = -1;   // units of each thread's ring the tensor-core GEMV copies before the
                                // chained-launch wait, the rest after x's copies (-1: its default)
+  bool gemv_early_segments = true;  // and a mixture's experts found there too, where the offsets
+                                    // that select them come from an earlier op (ops::MoeMatmulArgs)
   int64_t gemv_mma_min_bytes = -1;  // one row of x times weights below this many bytes takes the
                                     // FMA GEMV, not the tensor-core one (-1: its default, 1 MiB; 0: never)
   bool e4m3_mma = true;        // prefill products of 16-bit x and E4M3 w on E4M3 tensor cores, x
@@ -55,6 +57,8 @@ struct AttentionTuning {
                                     // a projection launch
   int delta_rule_segment_chunks = 0;  // the chunk-wise delta rule's chunks per pair of passes
                                       // (0: equal segments of at most 192 MB of first-pass output)
+  bool decode_early_tiles = true;  // decode attention's first K/V tiles copied before the chained-launch
+                                   // wait, where the op says the cache comes from earlier ops
 };
 
 // Applies to the calls enqueued after it on every stream of `device`.
