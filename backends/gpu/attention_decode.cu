@@ -687,8 +687,7 @@ struct DecodeTileCopies {
   int fresh = -1;      // the newest where it comes from k_new
   int tiles = 0;
   int wrap = 0;
-  int64_t S = 0, k_t = 0, v_t = 0;
-  const T *k_first = nullptr, *v_first = nullptr, *k_fresh = nullptr, *v_fresh = nullptr, *any = nullptr;
+  const T *k_first = nullptr, *v_first = nullptr, *k_fresh = nullptr, *v_fresh = nullptr;
   uint32_t ring_first = 0;
 
   DecodeTileCopies() = default;
@@ -696,7 +695,7 @@ struct DecodeTileCopies {
                               Strides3 ks, const T* v, Strides3 vs, const NewKv<T>& fresh_kv, T* ring)
       : split_keys(int(keys.end - keys.begin)), newest(int(keys.len - 1 - keys.begin)),
         fresh(keys.fresh_j >= keys.begin ? int(keys.fresh_j - keys.begin) : -1),
-        tiles((split_keys + kMmaKeys - 1) / kMmaKeys), S(sh.S), k_t(ks.t), v_t(vs.t), any(k) {
+        tiles((split_keys + kMmaKeys - 1) / kMmaKeys) {
     const int c = (int(threadIdx.x) % kChunks) * 8, r = int(threadIdx.x) / kChunks;
     const KeySlots slot(sh.S, keys.begin);
     wrap = int(min(sh.S - slot.first_slot, int64_t(split_keys)));
@@ -707,7 +706,10 @@ struct DecodeTileCopies {
     ring_first = smem_address(ring + r * Tile::kPitch + c);
   }
 
-  __device__ void copy(int t, Rows which) const {
+  // The cache's length and row strides, and an address for the zero-fills (`any`), come with each
+  // call from the kernel's parameters: members held in registers across the walk would spill in
+  // the q/k-norm variants, which are at the register cap.
+  __device__ void copy(int t, Rows which, int64_t S, Strides3 ks, Strides3 vs, const T* any) const {
     if (t >= tiles) return;
     const int r = int(threadIdx.x) / kChunks;
     const uint32_t dst = ring_first + uint32_t(t % Tile::kStages) * kStageBytes;
@@ -717,8 +719,8 @@ struct DecodeTileCopies {
       if (which != Rows::all && (key == newest) != (which == Rows::newest)) continue;
       const bool in = key < split_keys, is_fresh = key == fresh;
       const int64_t row = int64_t(key - r) - (key >= wrap ? S : 0);
-      const T* const k_src = is_fresh ? k_fresh : in ? k_first + row * k_t : any;
-      const T* const v_src = is_fresh ? v_fresh : in ? v_first + row * v_t : any;
+      const T* const k_src = is_fresh ? k_fresh : in ? k_first + row * ks.t : any;
+      const T* const v_src = is_fresh ? v_fresh : in ? v_first + row * vs.t : any;
       const uint32_t at = dst + uint32_t(i * kRowsPerPass * Tile::kPitch * int(sizeof(T)));
       cp_async_16(at, k_src, in ? 16 : 0);
       cp_async_16(at + kVBytes, v_src, in ? 16 : 0);
@@ -778,12 +780,12 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   DecodeTileCopies<T, DH> tiles_in;
   if (sh.settled) tiles_in = DecodeTileCopies<T, DH>(keys, sh, blk, k, ks, v, vs, fresh, ring);
   auto copy_kv = [&](int t) {
-    tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::all);
+    tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::all, sh.S, ks, vs, k);
     cp_async_commit();
   };
   if (sh.settled && keys.begin < keys.end)
     for (int t = 0; t < kStages - 1; ++t) {
-      tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::settled);
+      tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::settled, sh.S, ks, vs, k);
       cp_async_commit();
     }
 
@@ -825,7 +827,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       cp_async_16(smem_address(Qs + g * kPitch + c), in ? q + blk.b * qs.b + (blk.h0 + g) * qs.h + c : q, in ? 16 : 0);
     }
     if (sh.settled)
-      for (int t = 0; t < kStages - 1; ++t) tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::newest);
+      for (int t = 0; t < kStages - 1; ++t) tiles_in.copy(t, DecodeTileCopies<T, DH>::Rows::newest, sh.S, ks, vs, k);
     cp_async_commit();
     if (!sh.settled)
       for (int t = 0; t < kStages - 1; ++t) copy_kv(t);
