@@ -10,30 +10,13 @@
 
 namespace ding::ops {
 
-void check_norm(const Check& c, const MatmulNorm& norm, const Tensor& x, const char* out_name, const Tensor& out,
-                bool groups_and_gate) {
-  if (norm.kind == NormKind::none) {
-    if (norm.gate.defined()) c.fail(ErrorCode::invalid_argument, "norm.gate is given but there is no norm (norm.kind none)");
-    return;
-  }
-  const int64_t K = x.dim(-1);
+void check_norm(const Check& c, const MatmulNorm& norm, int64_t K, const char* out_name, const Tensor& out) {
+  if (norm.kind == NormKind::none) return;
   c.tensor("norm.weight", norm.weight, 1, 1);
   c.float_dtype("norm.weight", norm.weight);
   c.contiguous("norm.weight", norm.weight);
-  const int64_t C = norm.weight.dim(0);
-  const bool grouped = groups_and_gate && norm.kind == NormKind::rms_norm;
-  if (!grouped || C == 0 || K % C != 0)
-    c.dim("norm.weight", norm.weight, 0, K, grouped ? "K (from x), or a divisor of K (a norm per group of that many)" : "K (from x)");
+  c.dim("norm.weight", norm.weight, 0, K, "K (from x)");
   c.disjoint(out_name, out, "norm.weight", norm.weight);
-  if (const Tensor& gate = norm.gate; gate.defined()) {
-    if (!groups_and_gate) c.fail(ErrorCode::invalid_argument, "norm.gate is given but this op's norm takes no gate");
-    if (norm.kind != NormKind::rms_norm) c.fail(ErrorCode::invalid_argument, "norm.gate is given but only rms_norm takes a gate");
-    c.tensor("norm.gate", gate, x.rank, x.rank);
-    c.float_dtype("norm.gate", gate);
-    c.last_dim_contiguous("norm.gate", gate);
-    c.same_shape("norm.gate", gate, "x", x);
-    c.disjoint(out_name, out, "norm.gate", gate);
-  }
   if (norm.bias.defined()) {
     if (norm.kind != NormKind::layer_norm) c.fail(ErrorCode::invalid_argument, "norm.bias is given but rms_norm has no bias");
     c.tensor("norm.bias", norm.bias, 1, 1);
@@ -83,7 +66,7 @@ void validate(const Device& device, const MatmulArgs& a) {
     c.same_shape("residual", a.params.residual, "out", a.out);
     c.same_or_disjoint("out", a.out, "residual", a.params.residual);
   }
-  check_norm(c, a.params.norm, a.x, "out", a.out, true);
+  check_norm(c, a.params.norm, K, "out", a.out);
   c.disjoint("out", a.out, "x", a.x);
   c.disjoint("out", a.out, "w", a.w);
 }
@@ -105,10 +88,6 @@ Cost cost(const MatmulArgs& a) {
     c.flops += 8.0 * double(a.x.numel());
     c.bytes += double(a.params.norm.weight.nbytes());
     if (a.params.norm.bias.defined()) c.bytes += double(a.params.norm.bias.nbytes());
-    if (a.params.norm.gate.defined()) {  // silu and the product: an exp, a divide, two multiplies
-      c.flops += 4.0 * double(a.x.numel());
-      c.bytes += double(a.params.norm.gate.nbytes());
-    }
   }
   return c;
 }
@@ -118,11 +97,7 @@ LayerNormArgs prologue_layer_norm(const MatmulArgs& a, const Tensor& h) {
 }
 
 RmsNormArgs prologue_rms_norm(const MatmulArgs& a, const Tensor& h) {
-  const MatmulNorm& norm = a.params.norm;
-  const int64_t K = a.x.dim(-1), C = norm_group(norm, K);
-  // A grouped norm is rms_norm over the [..., K/C, C] views.
-  const auto groups = [&](const Tensor& t) { return C == K ? t : t.unflatten(t.rank - 1, K / C); };
-  return {groups(h), groups(a.x), norm.weight, {.eps = norm.eps, .gate = norm.gate.defined() ? groups(norm.gate) : Tensor{}}};
+  return {h, a.x, a.params.norm.weight, {.eps = a.params.norm.eps}};
 }
 
 void matmul_with_staged_prologue(Stream& stream, const MatmulArgs& a, const HostKernels& kernels) {

@@ -35,15 +35,11 @@ enum class NormKind : uint8_t { none, layer_norm, rms_norm };
 // (ding/ops/norm.h) define it, the result rounded to x's dtype as those ops' output would be, and
 // that is what multiplies W. So "layer_norm into h, then matmul(h)" and "matmul(x, norm)" mean the
 // same; a backend may fuse the two (the decode GEMV does), and then never writes h at all.
-// rms_norm may also norm each run of C elements of a row apart (weight [C], C dividing K: a norm per
-// head, rms_norm over x viewed as [..., K/C, C]) and take rms_norm's gate (norm(x)·silu(gate)):
-// Qwen3-Next's gated norm of the linear attention's heads, folded into the out-projection.
 struct MatmulNorm {
   NormKind kind = NormKind::none;
-  Tensor weight;     // [K]; rms_norm: or [C], C dividing K
+  Tensor weight;     // [K]
   Tensor bias;       // [K], optional, layer_norm only
   float eps = 1e-5f;
-  Tensor gate;       // shaped like x, its last dim contiguous, optional, rms_norm only
 };
 
 struct MatmulParams {
@@ -80,13 +76,9 @@ inline constexpr int64_t kMatmulDecodeRows = 8;
 inline bool quantized_weight(DType d) { return d == DType::i8 || d == DType::f8e4m3; }
 
 class Check;
-// MatmulNorm's checks for the rows of x (weight and bias [K], eps > 0), each kept apart from
-// `out`: for matmul's prologue and for other ops that take one. Groups of C elements and the gate
-// only where `groups_and_gate` says the op takes them (matmul's prologue does).
-void check_norm(const Check& c, const MatmulNorm& norm, const Tensor& x, const char* out_name, const Tensor& out,
-                bool groups_and_gate = false);
-// Elements each statistic of the prologue runs over: K, or the weight's C for a grouped rms_norm.
-inline int64_t norm_group(const MatmulNorm& norm, int64_t K) { return norm.weight.defined() ? norm.weight.dim(0) : K; }
+// MatmulNorm's checks for rows of K elements (weight and bias [K], eps > 0), each kept apart from
+// `out`: for matmul's prologue and for other ops that take one.
+void check_norm(const Check& c, const MatmulNorm& norm, int64_t K, const char* out_name, const Tensor& out);
 void validate(const Device& device, const MatmulArgs& a);
 Cost cost(const MatmulArgs& a);
 // The prologue as the norm op it stands for, h ← norm(x) (x, weight, bias, eps from a), for a

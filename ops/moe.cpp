@@ -76,7 +76,6 @@ void validate(const Device& device, const MoeRouteArgs& a) {
     c.disjoint(name, *t, "logits", a.logits);
   }
   c.disjoint("weights", a.weights, "experts", a.experts);
-  if (a.norm.gate.defined()) c.fail(ErrorCode::invalid_argument, "norm.gate is given but moe_route's norm takes no gate");
   if (a.norm.kind != NormKind::none) {
     if (!a.x.defined()) c.fail(ErrorCode::invalid_argument, "norm needs x, the rows it normalises");
     if (!a.h.defined()) c.fail(ErrorCode::invalid_argument, "norm needs h, where the normed rows go");
@@ -85,7 +84,7 @@ void validate(const Device& device, const MoeRouteArgs& a) {
     c.same_shape("h", a.h, "x", a.x);
     if (a.h.dtype != a.x.dtype)
       c.fail(ErrorCode::dtype_mismatch, fmt::format("h must be x's dtype {}, got {}", dtype_name(a.x.dtype), dtype_name(a.h.dtype)));
-    check_norm(c, a.norm, a.x, "h", a.h);
+    check_norm(c, a.norm, a.x.dim(-1), "h", a.h);
     for (auto [name, t] : {std::pair{"x", &a.x}, {"logits", &a.logits}, {"weights", &a.weights}, {"experts", &a.experts},
                            {"router_w", &a.router_w}, {"offsets", &a.offsets}, {"slots", &a.slots},
                            {"positions", &a.positions}, {"x_grouped", &a.x_grouped}})

@@ -15,9 +15,6 @@
 //  - The optional norm prologue (ops::MatmulNorm): each block normalises the M rows of x into
 //    shared memory (f32 statistics, two passes; norm(x) rounded to x's dtype, as the unfused norm
 //    op's output would be) and the product reads them from there. Nothing writes them to memory.
-//    A grouped or gated rms_norm (a norm per C elements, times silu(gate)) is the tensor-core
-//    GEMV's alone (gemv_mma.cuh): here its code cost the f32 instances' registers, and the
-//    products that would take it here (f32 x, small w) gain nothing from the fusion.
 #pragma once
 #include <algorithm>
 #include <type_traits>
@@ -45,20 +42,7 @@ struct Norm {
   const void* weight = nullptr;
   const void* bias = nullptr;  // null: none
   float eps = 0.0f;
-  int group = 0;                // elements per statistic: K, or a grouped rms_norm's C (its weight's)
-  const void* gate = nullptr;   // rms_norm's gate, x's dtype, or null: norm(x)·silu(gate)
-  int64_t gate_stride = 0;      // elements from the gate's row r to row r + 1, rows over every batch
-  // No norm, or one statistic over the whole row without a gate.
-  __host__ __device__ bool plain(int64_t K) const { return weight == nullptr || (group == K && gate == nullptr); }
 };
-
-// The GEMVs' prologue from the op's (kind none: an empty one) for x [.., M, K].
-inline Norm norm_of(const ops::MatmulNorm& norm, int64_t K) {
-  if (norm.kind == ops::NormKind::none) return {};
-  const Tensor& g = norm.gate;
-  return {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps,
-          int(ops::norm_group(norm, K)), g.defined() ? g.data : nullptr, g.defined() ? g.strides[g.rank - 2] : 0};
-}
 
 struct Params {
   GemmShape p;
@@ -272,17 +256,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
 // Shared memory a block may take without opting in: the staged rows of norm(x) must fit it.
 inline constexpr int64_t kGemvStagedBytes = 48 * 1024;
 
-// Whether the norm prologue can run inside the GEMV: its parameters (and gate) have x's dtype, the
-// M normalised rows fit the block's shared memory, a group is whole runs of 8 elements, and the
-// gate's rows are 16-byte aligned and evenly spaced over the batches (norm_of's gate_stride).
+// Whether the norm prologue can run inside the GEMV: its parameters have x's dtype, and the M
+// normalised rows fit the block's shared memory.
 inline bool gemv_fuses(const ops::MatmulNorm& norm, DType x, int64_t M, int64_t K) {
-  if (norm.kind == ops::NormKind::none) return true;
-  const Tensor& g = norm.gate;
-  const bool gate_ok = !g.defined() || (g.dtype == x && (g.rank == 2 || g.strides[0] == g.dim(1) * g.strides[1]) &&
-                                        g.strides[g.rank - 2] % 8 == 0 && aligned_to(g.data, 16));
-  const bool whole_runs = gemv::norm_of(norm, K).plain(K) || ops::norm_group(norm, K) % 8 == 0;
-  return norm.weight.dtype == x && (!norm.bias.defined() || norm.bias.dtype == x) && whole_runs && gate_ok &&
-         M * K * int64_t(dtype_size(x)) <= kGemvStagedBytes;
+  return norm.kind == ops::NormKind::none ||
+         (norm.weight.dtype == x && (!norm.bias.defined() || norm.bias.dtype == x) &&
+          M * K * int64_t(dtype_size(x)) <= kGemvStagedBytes);
 }
 
 // Chained launch and L2 prefetch for the decode GEMVs, unless switched off for a measurement
@@ -302,8 +281,7 @@ void launch_gemv(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops
   const int warps = kThreads / s.props().warp_size;
 
   Params a{p, ep, {}, 1, p.K, 0};
-  a.norm = norm_of(norm, p.K);
-  if (!a.norm.plain(p.K)) throw Error(ErrorCode::internal, "launch_gemv: a grouped or gated norm prologue is staged first");
+  if (normed) a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
   // Split K inside the block while the row groups alone give fewer than ~16 warps per SM (too
   // few loads in flight to cover memory latency), keeping ≥ 2 vectors per lane per slice.
   const int cols = ep.swiglu ? 1 : kRowsPerWarp;  // output columns per row group (gemv_kernel)

@@ -120,16 +120,8 @@ struct MmaRows {
   size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory, rows x_stride apart
   int x_stride = 0;         // elements from a staged row of x to the next: K rounded up to unit_k,
                             // the rest zero, so a unit's loads of x need no bounds check
-  size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x (norm_params_bytes)
+  size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
   size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
-  // The tile sums over the norm's parameters' bytes: those are read only by the prologue, which
-  // ends at a barrier before the first tile's sums, so the two share one region where a block
-  // runs one batch (its parameters are staged once, before the batch loop).
-  bool sums_over_params = false;
-  __host__ __device__ size_t sums_offset() const { return staged_bytes + (sums_over_params ? 0 : params_bytes); }
-  __host__ __device__ size_t ring_offset() const {
-    return staged_bytes + (sums_over_params ? (params_bytes > sums_bytes ? params_bytes : sums_bytes) : params_bytes + sums_bytes);
-  }
   bool staged_x = true;     // false: x read from global memory (L2) at each unit, staged_bytes 0
   int early_units = 0;      // ring slots filled before the chained-launch wait; the rest after x's
                             // copies are issued (launch_mma)
@@ -150,50 +142,12 @@ struct MmaPlan {
 // GEMV at batch 1 under ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
 // f32, two passes over the row (no cancellation); a thread writes back only the vectors it read,
 // and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are in
-// shared memory already; `red` holds kMmaWarps floats. A grouped or gated rms_norm (a head's C
-// elements a statistic, C % 8 == 0; `gate`: its [M, K] rows in shared memory too, or null) takes
-// C/8 lanes (rounded up to a power of two, at most 32) per (row, group), each a vector at a time.
+// shared memory already; `red` holds kMmaWarps floats.
 template <class T>
 __device__ void normalize_rows(T* rows, int stride, const T* gamma, const T* beta, int M, int K, const Norm& norm,
-                               float* red, const T* gate) {
+                               float* red) {
   using Vec = Pack<T, 8>;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  if (!norm.plain(K)) {
-    // `span` lanes (a power of two, up to 32) per (row, group): several short groups a warp at once.
-    const int C = norm.group, pairs = M * (K / C), vectors = C / 8;
-    int span = 1;
-    while (span < vectors && span < 32) span *= 2;
-    const int per_warp = 32 / span, sub_lane = lane % span;
-    for (int first = warp * per_warp; first < pairs; first += kMmaWarps * per_warp) {  // uniform over the warp
-      const int pair = first + lane / span;
-      const bool live = pair < pairs;  // lanes past the last pair add zeros, so the shuffles stay whole
-      const int m = live ? pair / (K / C) : 0, g0 = live ? pair % (K / C) * C : 0;
-      Vec* const row = reinterpret_cast<Vec*>(rows + int64_t(m) * stride + g0);
-      const Vec* const gate_row = gate ? reinterpret_cast<const Vec*>(gate + m * K + g0) : nullptr;
-      float q = 0.0f;
-      for (int v = sub_lane; live && v < vectors; v += span) {
-        const Vec pk = row[v];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) q += to_float(pk.v[e]) * to_float(pk.v[e]);
-      }
-      for (int offset = span / 2; offset > 0; offset /= 2) q += shfl_xor(q, offset);
-      const float rstd = 1.0f / sqrtf(q / float(C) + norm.eps);
-      for (int v = sub_lane; live && v < vectors; v += span) {
-        const Vec pk = row[v], gv = reinterpret_cast<const Vec*>(gamma)[v];
-        Vec zv{};
-        if (gate_row) zv = gate_row[v];
-        Vec o;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float y = to_float(pk.v[e]) * rstd * to_float(gv.v[e]);
-          o.v[e] = from_float<T>(gate_row ? silu_times(to_float(zv.v[e]), y) : y);
-        }
-        row[v] = o;
-      }
-    }
-    __syncthreads();
-    return;
-  }
   const int wpr = M == 1 ? 8 : M == 2 ? 4 : M <= 4 ? 2 : 1;
   const int m = warp / wpr;
   const bool mine = m < M;
@@ -382,9 +336,8 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   T* staged = reinterpret_cast<T*>(shared);
   T* gamma = reinterpret_cast<T*>(shared + rs.staged_bytes);
   T* beta = a.norm.bias ? gamma + p.K : nullptr;
-  T* gate_rows = a.norm.gate ? gamma + a.norm.group : nullptr;  // a gated norm's gate [M, K], staged with x
-  float4* sums = reinterpret_cast<float4*>(shared + rs.sums_offset());
-  uint4* ring = reinterpret_cast<uint4*>(shared + rs.ring_offset());
+  float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes + rs.params_bytes);
+  uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.params_bytes + rs.sums_bytes);
   __shared__ float red[kMmaWarps];
   __shared__ float x_scale[8];        // 8-bit w: 2^-s of each staged row of x
   __shared__ unsigned peak_bits[8];  // 8-bit w: each staged row's largest magnitude, as 16-bit patterns (find_peaks)
@@ -460,7 +413,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   };
   // The norm's parameters (constants of the model) as the first group, before the ring's.
   if constexpr (Normed) {
-    for (int v = tid; v < a.norm.group / 8; v += kMmaThreads) {  // K, or a grouped norm's C
+    for (int v = tid; v < K / 8; v += kMmaThreads) {
       cp_async_16(smem_address(gamma + 8 * v), static_cast<const T*>(a.norm.weight) + 8 * v, 16);
       if (beta) cp_async_16(smem_address(beta + 8 * v), static_cast<const T*>(a.norm.bias) + 8 * v, 16);
     }
@@ -499,12 +452,6 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       for (int m = 0; m < batch.M; ++m)
         for (int v = tid; v < vectors; v += kMmaThreads)
           cp_async_16(smem_address(staged + m * rs.x_stride + 8 * v), x + int64_t(m) * K + 8 * v, 16);
-      if (Normed && gate_rows) {
-        const T* const gate = static_cast<const T*>(a.norm.gate) + batch.out_row * a.norm.gate_stride;
-        for (int m = 0; m < batch.M; ++m)
-          for (int v = tid; v < vectors; v += kMmaThreads)
-            cp_async_16(smem_address(gate_rows + m * K + 8 * v), gate + m * a.norm.gate_stride + 8 * v, 16);
-      }
       cp_async_commit();
     }
     ahead = fill(ahead, w, filled, Depth);
@@ -515,7 +462,7 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
         reinterpret_cast<uint4*>(staged + (tid / tail) * rs.x_stride + K)[tid % tail] = make_uint4(0, 0, 0, 0);
       if (kNarrow && tid < 8) peak_bits[tid] = 0;  // read and rewritten only after the barriers below
       __syncthreads();  // every thread's copies
-      if constexpr (Normed) normalize_rows(staged, rs.x_stride, gamma, beta, batch.M, K, a.norm, red, gate_rows);
+      if constexpr (Normed) normalize_rows(staged, rs.x_stride, gamma, beta, batch.M, K, a.norm, red);
     }
     x_row = StagedX ? reinterpret_cast<const MmaT*>(staged) + min(g, batch.M - 1) * rs.x_stride
                     : reinterpret_cast<const MmaT*>(x) + int64_t(min(g, batch.M - 1)) * K;
@@ -628,15 +575,6 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
 #endif
 }
 
-// Shared memory of the norm's parameters after the staged x (none without a norm): its weight [K or
-// C] and bias [K]; a gated norm's weight [C] and the gate's M rows of K, staged with x
-// (normalize_rows).
-inline size_t norm_params_bytes(const Norm& norm, int64_t M, int64_t K) {
-  if (!norm.weight) return 0;
-  const int64_t elements = norm.gate ? norm.group + M * K : norm.bias ? 2 * K : norm.group;
-  return size_t(elements) * 2;  // K and C are multiples of 8: 16-byte runs
-}
-
 // The ring depths the core is built for (units in flight per thread).
 constexpr int kMmaDepths[] = {12, 8, 4};
 
@@ -645,7 +583,7 @@ constexpr int kMmaDepths[] = {12, 8, 4};
 // fit (many tiles per block: long products at batch 8), more blocks of fewer rows. depth == 0:
 // the core cannot take it (the staged rows alone overflow).
 // narrow: 8-bit w (64 elements of K per unit).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, size_t params_bytes, bool swiglu, bool staged_x, bool narrow) {
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool staged_x, bool narrow) {
   MmaPlan plan;
   MmaRows& r = plan.rows;
   r.staged_x = staged_x;
@@ -657,13 +595,8 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, size_t params_by
   r.x_pairs = int(ceil_div(p.M, 2));
   r.x_stride = int(r.chunks) * r.unit_k;
   r.staged_bytes = staged_x ? size_t(p.M) * size_t(r.x_stride) * 2 : 0;  // 16-bit x
-  r.params_bytes = params_bytes;
-  r.sums_over_params = params_bytes > 0 && p.batches <= kMaxGridYZ;  // a block per batch
+  r.params_bytes = normed ? size_t(p.K) * 2 * 2 : 0;  // K % 8 == 0: 16-byte multiples
   const size_t fixed_bytes = r.staged_bytes + r.params_bytes;
-  // x, then the norm's parameters and the tile sums (one region where they share it), as the kernel lays them out.
-  auto region_bytes = [&](size_t sums) {
-    return r.staged_bytes + (r.sums_over_params ? std::max(r.params_bytes, sums) : r.params_bytes + sums);
-  };
   const size_t per_tile = size_t(kMmaWarps) * 8 * size_t(r.x_pairs) * sizeof(float4);
   const int64_t batches = std::min(p.batches, kMaxGridYZ);
   auto budget = [&](int per_sm) {
@@ -677,7 +610,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, size_t params_by
     r.sums_bytes = sums_bytes(blocks);
     plan.depth = depth;
     plan.blocks = blocks;
-    plan.shared_bytes = region_bytes(r.sums_bytes) + size_t(depth) * kMmaSlotBytes;
+    plan.shared_bytes = fixed_bytes + r.sums_bytes + size_t(depth) * kMmaSlotBytes;
   };
   // Blocks of one batch in a wave of per_sm blocks per SM, the wave spread over the batches.
   auto wave = [&](int per_sm) {
@@ -687,7 +620,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, size_t params_by
   int best_per_sm = 0, best_depth = 0;
   for (int per_sm = kMmaMaxBlocksPerSm; per_sm >= 1; --per_sm)
     for (int depth : kMmaDepths) {
-      const size_t bytes = region_bytes(sums_bytes(wave(per_sm))) + size_t(depth) * kMmaSlotBytes;
+      const size_t bytes = fixed_bytes + sums_bytes(wave(per_sm)) + size_t(depth) * kMmaSlotBytes;
       if (bytes <= budget(per_sm) && per_sm * depth > best_per_sm * best_depth) best_per_sm = per_sm, best_depth = depth;
     }
   if (best_depth) {
@@ -707,9 +640,9 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, size_t params_by
 
 // Staged x where it fits, else x from L2 (no norm to fuse there: the caller stages norm(x) apart;
 // 8-bit w needs the staged f16 rows).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, size_t params_bytes, bool swiglu, bool narrow = false) {
-  const MmaPlan staged = mma_plan(props, p, params_bytes, swiglu, true, narrow);
-  return staged.depth > 0 || params_bytes > 0 || narrow ? staged : mma_plan(props, p, 0, swiglu, false, false);
+inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool narrow = false) {
+  const MmaPlan staged = mma_plan(props, p, normed, swiglu, true, narrow);
+  return staged.depth > 0 || normed || narrow ? staged : mma_plan(props, p, normed, swiglu, false, false);
 }
 
 }  // namespace gemv
@@ -734,7 +667,7 @@ bool gemv_mma_fits(const Props& props, const GemmShape& p, const Epilogue& ep, c
   // The norm's parameters are copied to shared memory in 16-byte pieces.
   if (normed && !(aligned_to(norm.weight.data, 16) && (!norm.bias.defined() || aligned_to(norm.bias.data, 16))))
     return false;
-  return gemv::mma_plan(props, p, gemv::norm_params_bytes(gemv::norm_of(norm, p.K), p.M, p.K), ep.swiglu, sizeof(W) == 1).depth > 0;
+  return gemv::mma_plan(props, p, normed, ep.swiglu, sizeof(W) == 1).depth > 0;
 }
 
 namespace gemv {
@@ -746,7 +679,7 @@ void launch_mma(GpuStream& s, const Params& a) {
   const GemmShape& p = a.p;
   const Epilogue& ep = a.ep;
   const bool normed = a.norm.weight != nullptr;
-  MmaPlan plan = mma_plan(s.props(), p, norm_params_bytes(a.norm, p.M, p.K), ep.swiglu, sizeof(W) == 1);
+  MmaPlan plan = mma_plan(s.props(), p, normed, ep.swiglu, sizeof(W) == 1);
   if (const int fetch = s.matmul_tuning().gemv_l2_fetch; fetch == 0 || fetch == 128 || fetch == 256) plan.rows.l2_fetch = fetch;
   const int early = s.matmul_tuning().gemv_early_units;
   plan.rows.early_units = early >= 0 ? std::min(early, plan.depth) : plan.depth / 2;
@@ -783,7 +716,9 @@ void launch_mma(GpuStream& s, const Params& a) {
 // W: T, or an 8-bit weight (int8_t, ding::f8e4m3) whose row scales are p.w_scales.
 template <class T, class W>
 void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
-  gemv::Params a{p, ep, gemv::norm_of(norm, p.K), 1, p.K, 0};
+  gemv::Params a{p, ep, {}, 1, p.K, 0};
+  if (norm.kind != ops::NormKind::none)
+    a.norm = {norm.kind == ops::NormKind::layer_norm, norm.weight.data, norm.bias.data, norm.eps};
   gemv::launch_mma<T, W>(s, a);
 }
 
@@ -791,7 +726,7 @@ void launch_gemv_mma(GpuStream& s, const GemmShape& p, const Epilogue& ep, const
 // gemv_mma_fits, with p.M = min(P, kSegmentTileRows), the most rows a tile has.
 template <class X, class W>
 bool gemv_mma_segments_fit(const Props& props, const GemmShape& p, bool swiglu) {
-  return gemv_mma_operands_fit<X, W>(props, p) && gemv::mma_plan(props, p, 0, swiglu, sizeof(W) == 1).depth > 0;
+  return gemv_mma_operands_fit<X, W>(props, p) && gemv::mma_plan(props, p, false, swiglu, sizeof(W) == 1).depth > 0;
 }
 
 // out[rows of tile b] = epilogue(x[rows of tile b] · w[segment of tile b]ᵀ) for the row tiles of

@@ -99,48 +99,23 @@ ops::MatmulArgs dequantized(GpuStream& s, const ops::MatmulArgs& a) {
 // its blocks load, add and store in a shorter chain than the tensor-core core's ring, staged x and
 // tile sums. On an H200, OLMoE's router: 2.6 µs against 3.2, Mixtral's 2.5 against 4.9; at 8 rows
 // the FMA GEMV's per-row FMAs make it the slower one (6.1 µs against 3.5).
-#if defined(DING_GPU_NVIDIA)
 inline constexpr int64_t kGemvMmaMinBytes = int64_t(1) << 20;
-#endif
 
-// The few-rows product (M ≤ kGemvMaxRows) goes to the tensor-core GEMV where it takes x and w
-// (16-bit x, w of x's type or 8-bit) unless one row meets small weights, else to the FMA GEMV.
+// The few-rows product (M ≤ kGemvMaxRows): the tensor-core GEMV where it takes x and w (16-bit x,
+// w of x's type or 8-bit) unless one row meets small weights, else the FMA GEMV.
 template <class X, class W>
-bool few_rows_on_tensor_cores(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& prologue) {
+void launch_few_rows(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& prologue) {
 #if defined(DING_GPU_NVIDIA)
   if constexpr (!std::is_same_v<X, float> && (std::is_same_v<X, W> || sizeof(W) == 1)) {
     const int64_t min_bytes = s.matmul_tuning().gemv_mma_min_bytes;
     const bool small = p.M == 1 && p.N * p.K * int64_t(sizeof(W)) < (min_bytes >= 0 ? min_bytes : kGemvMmaMinBytes);
-    return !small && gemv_mma_fits<X, W>(s.props(), p, ep, prologue);
-  }
-#endif
-  return false;
-}
-
-template <class X, class W>
-void launch_few_rows(GpuStream& s, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& prologue) {
-#if defined(DING_GPU_NVIDIA)
-  if constexpr (!std::is_same_v<X, float> && (std::is_same_v<X, W> || sizeof(W) == 1))
-    if (few_rows_on_tensor_cores<X, W>(s, p, ep, prologue)) {
+    if (!small && gemv_mma_fits<X, W>(s.props(), p, ep, prologue)) {
       launch_gemv_mma<X, W>(s, p, ep, prologue);
       return;
     }
+  }
 #endif
   launch_gemv<X, W>(s, p, ep, prologue);
-}
-
-// Whether the tensor-core GEMV takes a few-rows product with a grouped or gated norm prologue
-// (only it fuses one: gemv.cuh).
-bool takes_grouped_norm(GpuStream& s, const ops::MatmulArgs& a, const GemmShape& p, const Epilogue& ep) {
-  bool takes = false;
-  with_float_type(a.x.dtype, [&](auto x_tag) {
-    using X = decltype(x_tag);
-    if (ops::quantized_weight(a.w.dtype))
-      with_quantized_type(a.w.dtype, [&](auto w_tag) { takes = few_rows_on_tensor_cores<X, decltype(w_tag)>(s, p, ep, a.params.norm); });
-    else
-      with_float_type(a.w.dtype, [&](auto w_tag) { takes = few_rows_on_tensor_cores<X, decltype(w_tag)>(s, p, ep, a.params.norm); });
-  });
-  return takes;
 }
 
 // The product of more rows (M > kGemvMaxRows): the tensor-core cores where they take x and w,
@@ -253,9 +228,7 @@ void matmul(Stream& stream, const ops::MatmulArgs& a) {
   p.w_scales = quantized ? a.w.scales : nullptr;
   Epilogue ep = epilogue_of(a);
   const ops::MatmulNorm& norm = a.params.norm;
-  const bool fused = p.M <= kGemvMaxRows && gemv_fuses(norm, a.x.dtype, p.M, p.K) &&
-                     (gemv::norm_of(norm, p.K).plain(p.K) ||
-                      (s.matmul_tuning().gemv_grouped_norm && takes_grouped_norm(s, a, p, ep)));
+  const bool fused = p.M <= kGemvMaxRows && gemv_fuses(norm, a.x.dtype, p.M, p.K);
   if (norm.kind != ops::NormKind::none && !fused) {
     // The prologue unfused: this backend's norm kernel stages norm(x), then the plain product.
     const Tensor h = Tensor::view(s.scratch(a.x.nbytes(), GpuStream::ScratchSlot::staged_input), a.x.device,

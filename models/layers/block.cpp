@@ -67,8 +67,8 @@ size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
   // A block takes its mixer's tensors and then its feed-forward's between resets; each take is
   // rounded up to 256 bytes. Attention takes two (qkv, its output), three with q/k norms (the
   // normalised q and k); latent attention five (q, the query bottleneck, the kv_a product, the
-  // cache rows, its output); linear attention three (the projection with z, the convolution's
-  // output, the recurrence's output; its gated norm is the out-projection's prologue).
+  // cache rows, its output); linear attention four (the projection with z, the convolution's
+  // output, the recurrence's output, its gated norm).
   const int64_t qk_normed = c.qk_norm != QkNorm::none ? (c.n_head + c.n_kv_head) * c.d_head : 0;
   const int64_t q_rows = (c.attention_gate ? 2 : 1) * c.n_head * c.d_head;
   const size_t attention =
@@ -76,8 +76,8 @@ size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
   const LinearAttentionSpec& la = c.linear;
   const int64_t values = la.value_heads * la.value_dim;
   const int64_t linear_elements =
-      rows * ((la.conv_channels() + 2 * la.value_heads + values) + la.conv_channels() + values);
-  const size_t linear = size_t(linear_elements) * dtype_size(dtype) + 3 * 256;
+      rows * ((la.conv_channels() + 2 * la.value_heads + values) + la.conv_channels() + 2 * values);
+  const size_t linear = size_t(linear_elements) * dtype_size(dtype) + 4 * 256;
   const MlaSpec& m = c.mla;
   const int64_t latent_elements = rows * (c.n_head * (m.nope_dim + m.rope_dim) + m.q_lora_rank +
                                           2 * (m.kv_lora_rank + m.rope_dim) + c.n_head * m.value_dim);

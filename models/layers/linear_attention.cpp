@@ -3,8 +3,8 @@
 //   q, k, v = silu(conv(q k v))                             causal_conv1d, state: the last K − 1 inputs
 //   o = gated_delta_rule(q/‖q‖, k/‖k‖, v; g(a), β(b))       the L2 norms per head and the gates (from
 //                                                           A_log, dt_bias) formed in the op
-//   x += W_out · (rms_norm(o) ⊙ silu(z))                    matmul, the norm (per head, z its gate)
-//                                                           in its prologue, x as residual
+//   x += W_out · (rms_norm(o) ⊙ silu(z))                    rms_norm with z as its gate, matmul with
+//                                                           x as residual
 // A prefill chunk is one sequence's consecutive tokens (B = 1, T = n); a decode step is one token
 // of each of n sequences (B = n, T = 1). The cache holds per sequence what the next token needs,
 // whatever the context: the convolution's last inputs and the state.
@@ -33,7 +33,7 @@ void LinearAttentionCache::clear(Stream& stream, int64_t seq) {
 }
 
 std::vector<std::string_view> linear_attention_ops(const ModelConfig&) {
-  return {"matmul", "causal_conv1d", "gated_delta_rule"};
+  return {"matmul", "causal_conv1d", "gated_delta_rule", "rms_norm"};
 }
 
 void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache& layer_cache) {
@@ -50,7 +50,7 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
   const ops::MatmulNorm prologue{.kind = c.norm, .weight = w.norm_w, .eps = c.norm_eps};
   const Tensor proj = scratch.take(dt, {n, channels + 2 * Hv + Vd});
   ops::matmul(stream, proj, s.x, w.in_w, {.norm = prologue});
-  const Tensor z = proj.slice(1, channels + 2 * Hv, channels + 2 * Hv + Vd);
+  const Tensor z = proj.slice(1, channels + 2 * Hv, channels + 2 * Hv + Vd).unflatten(1, Hv);
 
   // This step's sequences and their states: one sequence's tokens in a row, or one token each.
   const bool prefill = s.kind == StepKind::prefill;
@@ -70,8 +70,9 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
                         as_batch(a), as_batch(b), state,
                         {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias}, .l2_normalize_qk = true});
 
-  const ops::MatmulNorm gated_norm{.kind = ops::NormKind::rms_norm, .weight = w.out_norm_w, .eps = c.norm_eps, .gate = z};
-  ops::matmul(stream, s.x, o.reshape({n, Vd}), w.out_w, {.residual = s.x, .norm = gated_norm});
+  const Tensor normed = scratch.take(dt, {n, Hv, Dv});
+  ops::rms_norm(stream, normed, o, w.out_norm_w, {.eps = c.norm_eps, .gate = z});
+  ops::matmul(stream, s.x, normed.reshape({n, Vd}), w.out_w, {.residual = s.x});
 }
 
 }  // namespace ding

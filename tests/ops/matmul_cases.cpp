@@ -30,8 +30,6 @@ struct MatmulCase {
   bool swiglu = false;  // w [2N, K] = [W_gate; W_up], bias [2N]
   Residual residual = Residual::none;
   ops::NormKind norm = ops::NormKind::none;  // the prologue; layer_norm with a bias
-  int64_t norm_group = 0;  // rms_norm: elements per statistic, dividing K (a norm per head); 0: K
-  bool gated = false;      // rms_norm's gate, a run of columns of a wider tensor (Qwen3-Next's z)
   bool in_tests = true;
 };
 
@@ -47,8 +45,6 @@ std::string case_name(const MatmulCase& c) {
   if (c.residual == Residual::in_place) name += "_residual_inplace";
   if (c.norm == ops::NormKind::layer_norm) name += "_layernorm";
   if (c.norm == ops::NormKind::rms_norm) name += "_rmsnorm";
-  if (c.norm_group) name += fmt::format("_group{}", c.norm_group);
-  if (c.gated) name += "_gated";
   return name;
 }
 
@@ -97,10 +93,8 @@ OpCase make_case(const MatmulCase& c) {
                         : c.swiglu ? ops::Activation::swiglu
                                    : ops::Activation::none;
     if (c.norm != ops::NormKind::none) {
-      params.norm = {.kind = c.norm, .weight = run.normal(c.x, {c.norm_group ? c.norm_group : c.K}, 1.0), .eps = 1e-5f};
+      params.norm = {.kind = c.norm, .weight = run.normal(c.x, {c.K}, 1.0), .eps = 1e-5f};
       if (c.norm == ops::NormKind::layer_norm) params.norm.bias = run.normal(c.x, {c.K}, 0.5);
-      // The gate 8 columns into rows of K + 24: its own row stride, rows still 16-byte aligned.
-      if (c.gated) params.norm.gate = normal3(run, c.x, c.B, c.M, c.K + 24, 2.0).slice(c.B ? 2 : 1, 8, 8 + c.K);
     }
     Tensor out;
     if (c.residual == Residual::in_place) {
@@ -258,26 +252,6 @@ std::vector<OpCase> matmul_cases() {
       {.B = 2, .M = 3, .N = 40, .K = 1024, .x = bf16, .w = bf16, .out = bf16, .batched_w = true, .norm = ops::NormKind::layer_norm},
       {.M = 17, .N = 33, .K = 259, .bias = true, .norm = ops::NormKind::layer_norm},
       {.M = 130, .N = 72, .K = 72, .x = bf16, .w = bf16, .out = bf16, .residual = sep, .norm = ops::NormKind::rms_norm},
-      // A norm per head of C elements times silu(gate) (Qwen3-Next's gated norm as the
-      // out-projection's prologue): fused into the tensor-core GEMV on the GPU (one row of x and
-      // 1.3 MB of w; several rows; 8-bit w; batched x), staged by rms_norm's kernel where the FMA
-      // GEMV takes the product (small w; f32) or a group is not whole runs of 8; whole-row
-      // statistics with the gate, groups without it, and prefill rows.
-      {.M = 1, .N = 160, .K = 4096, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .norm = ops::NormKind::rms_norm,
-       .norm_group = 128, .gated = true},
-      {.M = 3, .N = 40, .K = 256, .x = f16, .w = f16, .out = f16, .norm = ops::NormKind::rms_norm, .norm_group = 64, .gated = true},
-      {.M = 1, .N = 64, .K = 1024, .x = bf16, .w = i8, .out = bf16, .residual = inplace, .norm = ops::NormKind::rms_norm,
-       .norm_group = 128, .gated = true},
-      {.B = 2, .M = 3, .N = 40, .K = 256, .x = bf16, .w = bf16, .out = bf16, .norm = ops::NormKind::rms_norm, .norm_group = 64,
-       .gated = true},
-      {.M = 1, .N = 64, .K = 4096, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .norm = ops::NormKind::rms_norm,
-       .norm_group = 128, .gated = true},
-      {.M = 2, .N = 33, .K = 192, .norm = ops::NormKind::rms_norm, .norm_group = 64, .gated = true},
-      {.M = 2, .N = 48, .K = 512, .x = bf16, .w = bf16, .out = bf16, .norm = ops::NormKind::rms_norm, .gated = true},
-      {.M = 1, .N = 24, .K = 96, .norm = ops::NormKind::rms_norm, .norm_group = 32},
-      {.M = 2, .N = 16, .K = 60, .norm = ops::NormKind::rms_norm, .norm_group = 12, .gated = true},
-      {.M = 20, .N = 40, .K = 256, .x = bf16, .w = bf16, .out = bf16, .residual = sep, .norm = ops::NormKind::rms_norm,
-       .norm_group = 128, .gated = true},
       // Tensor cores (bf16/f16 x and w, K a multiple of 8): M, N and K off the 64/128-row and
       // 32-deep tiles; K = 520 runs 17 slices through the 4-stage ring; the batched case has
       // enough 128 × 128 tiles (33 · 2 · 2 ≥ the SM count) to take the large-tile kernel.
@@ -449,13 +423,6 @@ std::vector<OpCase> matmul_cases() {
   for (auto [E, C] : {std::pair<int64_t, int64_t>{64, 2048}, {8, 4096}, {512, 2048}})
     for (int64_t M : {1, 8})
       list.push_back({.M = M, .N = E, .K = C, .x = bf16, .w = bf16, .out = f32, .in_tests = false});
-  // Qwen3-Next's linear-attention out-projection at decode rows: its gated norm per head (32 heads
-  // of 128, z the gate) as the prologue, and without it (what follows the norm's own launch).
-  for (int64_t M : {1, 8}) {
-    list.push_back({.M = M, .N = 2048, .K = 4096, .x = bf16, .w = bf16, .out = bf16, .residual = inplace,
-                    .norm = ops::NormKind::rms_norm, .norm_group = 128, .gated = true, .in_tests = false});
-    list.push_back({.M = M, .N = 2048, .K = 4096, .x = bf16, .w = bf16, .out = bf16, .residual = inplace, .in_tests = false});
-  }
   // The same prefill products without their fused prologue and epilogues: what `--matmul cublas`
   // can run too (it falls back to ding's kernels for a fused one), so the two compare like for like.
   for (const LlamaShape& l : llama)

@@ -146,24 +146,6 @@ TEST(MatmulReference, NormPrologueIsTheNormOpThenTheProduct_M2_K4) {
   EXPECT_LT(got[0], 0.0f);
 }
 
-// A grouped, gated prologue is rms_norm over the [M, K/C, C] view with the gate: with identity
-// weights the product returns what the reference rms_norm computes on that view.
-TEST(MatmulReference, GroupedGatedNormIsRmsNormPerGroupWithTheGate_M2_K6_C3) {
-  Tensors t(Device::open("ref"));
-  const Tensor x = t.f32({2, 6}, {1, 2, 3, 10, -4, 0, 4, 8, -1, 0.5f, 2, 2}), w = t.f32({6, 6}, identity(6));
-  const Tensor g = t.f32({3}, {1, 2, -0.5f});
-  const Tensor z = t.f32({2, 6}, {0, 1, -2, 3, 0.5f, -1, 2, -3, 1, 0, 4, -0.25f});
-  const Tensor fused = t.f32({2, 6}), h = t.f32({2, 2, 3});
-  ops::matmul(t.stream, fused, x, w, {.norm = {.kind = ops::NormKind::rms_norm, .weight = g, .eps = 1e-5f, .gate = z}});
-  ops::rms_norm(t.stream, h, x.reshape({2, 2, 3}), g, {.eps = 1e-5f, .gate = z.reshape({2, 2, 3})});
-  const std::vector<float> got = t.read(fused), want = t.read(h);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << "element " << i;
-  // Each group has its own statistic: (1, 2, 3) and (10, −4, 0) normed apart, so the first
-  // element is 1/√(14/3)·silu(0) = 0 and the fourth 10/√(116/3)·silu(3) ≈ 1.519·2.858.
-  EXPECT_FLOAT_EQ(got[0], 0.0f);
-  EXPECT_NEAR(got[3], 10.0 / std::sqrt(116.0 / 3.0 + 1e-5) * (3.0 / (1.0 + std::exp(-3.0))), 1e-5);
-}
-
 TEST(MatmulReference, BatchedWeightsUseTheirOwnBatch_B2_M1_N1_K2) {
   Tensors t(Device::open("ref"));
   const Tensor x = t.f32({2, 1, 2}, {1, 1, 1, 1}), w = t.f32({2, 1, 2}, {1, 2, 10, 20}), out = t.f32({2, 1, 1});
@@ -585,45 +567,6 @@ TEST_F(MatmulBadInput, NormWeightOverlapsOut) {
   const Tensor g = out.reshape({4});
   expect_error([&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::layer_norm, .weight = g}}); },
                ErrorCode::aliasing, {"matmul", "out", "norm.weight"});
-}
-
-TEST_F(MatmulBadInput, NormGroupNotDividingK_K4_weight3) {
-  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), g = t.f32({3});
-  expect_error([&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::rms_norm, .weight = g}}); },
-               ErrorCode::shape_mismatch, {"matmul", "norm.weight", "3", "divisor"});
-}
-
-TEST_F(MatmulBadInput, LayerNormInGroups_K4_weight2) {
-  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), g = t.f32({2});
-  expect_error([&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::layer_norm, .weight = g}}); },
-               ErrorCode::shape_mismatch, {"matmul", "norm.weight", "2", "4"});
-}
-
-TEST_F(MatmulBadInput, NormGateWithLayerNorm) {
-  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), g = t.f32({4}), z = t.f32({3, 4});
-  expect_error(
-      [&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::layer_norm, .weight = g, .gate = z}}); },
-      ErrorCode::invalid_argument, {"matmul", "norm.gate", "rms_norm"});
-}
-
-TEST_F(MatmulBadInput, NormGateWithoutNorm) {
-  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), z = t.f32({3, 4});
-  expect_error([&] { ops::matmul(t.stream, out, x, w, {.norm = {.gate = z}}); }, ErrorCode::invalid_argument,
-               {"matmul", "norm.gate", "no norm"});
-}
-
-TEST_F(MatmulBadInput, NormGateShape_x3x4_gate3x5) {
-  const Tensor x = t.f32({3, 4}), w = t.f32({5, 4}), out = t.f32({3, 5}), g = t.f32({2}), z = t.f32({3, 5});
-  expect_error(
-      [&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::rms_norm, .weight = g, .gate = z}}); },
-      ErrorCode::shape_mismatch, {"matmul", "norm.gate"});
-}
-
-TEST_F(MatmulBadInput, NormGateOverlapsOut) {
-  const Tensor x = t.f32({1, 4}), w = t.f32({4, 4}), out = t.f32({1, 4}), g = t.f32({4});
-  expect_error(
-      [&] { ops::matmul(t.stream, out, x, w, {.norm = {.kind = ops::NormKind::rms_norm, .weight = g, .gate = out}}); },
-      ErrorCode::aliasing, {"matmul", "out", "norm.gate"});
 }
 
 TEST_F(MatmulBadInput, IntegerWeights_wi32) {
