@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "ding/device.h"
@@ -15,7 +16,7 @@ int64_t now_ns() {
 }  // namespace
 
 void Profiler::record(const std::string& op, double seconds, const Cost& cost) {
-  OpStats& s = stats_[op];
+  OpStats& s = stats_[grouping_ == Grouping::op ? op : fmt::format("{} ({:.3g} MB)", op, cost.bytes * 1e-6)];
   s.calls += 1;
   s.seconds += seconds;
   s.flops += cost.flops;
@@ -23,11 +24,13 @@ void Profiler::record(const std::string& op, double seconds, const Cost& cost) {
 }
 
 std::string Profiler::report() const {
-  std::string out = fmt::format("{:<20} {:>8} {:>12} {:>10} {:>10}\n", "op", "calls", "total ms", "GFLOP/s", "GB/s");
+  size_t width = 20;
+  for (const auto& [op, s] : stats_) width = std::max(width, op.size());
+  std::string out = fmt::format("{:<{}} {:>8} {:>12} {:>10} {:>10}\n", "op", width, "calls", "total ms", "GFLOP/s", "GB/s");
   for (const auto& [op, s] : stats_) {
     const double t = s.seconds > 0 ? s.seconds : 1e-30;
-    out += fmt::format("{:<20} {:>8} {:>12.3f} {:>10.2f} {:>10.2f}\n", op, s.calls, s.seconds * 1e3, s.flops / t * 1e-9,
-                       s.bytes / t * 1e-9);
+    out += fmt::format("{:<{}} {:>8} {:>12.3f} {:>10.2f} {:>10.2f}\n", op, width, s.calls, s.seconds * 1e3,
+                       s.flops / t * 1e-9, s.bytes / t * 1e-9);
   }
   return out;
 }

@@ -154,6 +154,25 @@ TEST(Profiler, RecordsCallsFlopsAndBytesPerOp) {
   EXPECT_TRUE(contains(profiler.report(), "rms_norm"));
 }
 
+// Grouped by bytes, calls of one op on two shapes stand apart, each with its own count.
+TEST(Profiler, GroupsCallsByTheBytesTheyMove) {
+  Device& cpu = Device::open("cpu");
+  Stream& stream = cpu.default_stream();
+  Profiler profiler(Profiler::Grouping::op_and_bytes);
+  stream.profiler = &profiler;
+  std::vector<float> x(64, 1.0f), w(8, 1.0f), y(64);
+  const Tensor weight = Tensor::view(w.data(), &cpu, DType::f32, {8});
+  for (int64_t rows : {8, 8, 4})
+    ops::rms_norm(stream, Tensor::view(y.data(), &cpu, DType::f32, {rows, 8}), Tensor::view(x.data(), &cpu, DType::f32, {rows, 8}),
+                  weight);
+  stream.profiler = nullptr;
+  // x and out, plus the weight: 8 rows 544 bytes, 4 rows 288.
+  ASSERT_EQ(profiler.stats().size(), 2u) << profiler.report();
+  EXPECT_EQ(profiler.stats().at("rms_norm (0.000544 MB)").calls, 2);
+  EXPECT_EQ(profiler.stats().at("rms_norm (0.000288 MB)").calls, 1);
+  EXPECT_TRUE(contains(profiler.report(), "rms_norm (0.000288 MB)"));
+}
+
 TEST(Dispatch, SkippedOpIsValidatedButNotRun) {
   Device& cpu = Device::open("cpu");
   Stream& stream = cpu.default_stream();

@@ -77,6 +77,19 @@ TEST(DingBench, SkipOpLeavesTheOpOutAndNamesIt) {
   expect_clean_failure(ding_bench(run + " --skip-op attention"), "ding-bench", "--skip-op attention: not an op");
 }
 
+// --profile-by-bytes splits the profile's rows of an op by the bytes its calls move: the tiny model's
+// decode step has products of several sizes; without --profile it is refused.
+TEST(DingBench, ProfileByBytesGivesAnOpARowPerSize) {
+  const std::string run = "model -m " + kTiny.string() + " --backend cpu --dtype f32 --prompt 4 --new 3";
+  const ToolResult r = ding_bench(run + " --profile --profile-by-bytes");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string decode = r.stdout_only.substr(r.stdout_only.find("per-op profile of 3 decode steps"));
+  size_t rows = 0;
+  for (size_t at = decode.find("\nmatmul ("); at != std::string::npos; at = decode.find("\nmatmul (", at + 1)) ++rows;
+  EXPECT_GE(rows, 3u) << r.out;  // the fused QKV, the out-projection, the MLP's two and the LM head: sizes apart
+  expect_clean_failure(ding_bench(run + " --profile-by-bytes"), "ding-bench", "--profile");
+}
+
 // The cache table at toy size on the CPU: a row per attention kind with its bytes per token. At
 // width 128 (one head of 128) in f32 over one layer, MHA, GQA and MQA all keep K and V of one
 // head, 2·128·4 = 1024 bytes; MLA its latent and rope key, (512 + 64)·4 = 2304.

@@ -192,7 +192,11 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--prefill-chunk", model.prefill_chunk,
                         "prompt tokens per prefill step, as a Session takes them (default: the whole prompt at once)")
       ->check(ding::tools::at_least(1));
-  model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of the prefill and of decode steps");
+  CLI::Option* profile =
+      model_cmd->add_flag("--profile", model.profile, "also print a per-op time profile of the prefill and of decode steps");
+  model_cmd->add_flag("--profile-by-bytes", model.profile_by_bytes,
+                      "with --profile: each op's calls apart by the bytes they move (a layer's products, each on its own row)")
+      ->needs(profile);
   model_cmd->add_option("--skip-op", model.skip_ops,
                         "an op (ops/op_list.h) not run at all, its outputs left as they were: the step's time without "
                         "it, timing only (repeatable)");

@@ -459,7 +459,7 @@ int run_model(const ModelBenchOptions& o) {
              tokens_per_second);
   if (o.paired) paired_decode(o, device, model, session, session_options, prompt);
   if (o.profile) {  // a second, profiled run: per-op synchronisation makes it slower
-    Profiler profiler;
+    Profiler profiler(o.profile_by_bytes ? Profiler::Grouping::op_and_bytes : Profiler::Grouping::op);
     session.stream().profiler = &profiler;
     for (int64_t b = 0; b < o.batch; ++b) {
       session.reset(b);

@@ -22,6 +22,7 @@ struct ModelBenchOptions {
   int64_t batch = 1;
   int64_t prefill_chunk = 0;  // prompt tokens per prefill step; 0 = the whole prompt at once
   bool profile = false;  // print per-op time of the prefill and the decode steps (synchronises around each op)
+  bool profile_by_bytes = false;  // the profile's calls of one op apart by the bytes they move (Profiler::Grouping)
   bool graphs = true;    // replay recorded decode steps where the backend can (CUDA graphs)
   bool paired = false;   // with quantize: also decode the unquantized model, a step of each in turn
   std::vector<std::string> skip_ops;  // ops not run at all (Stream::skipped_ops): timing only

@@ -24,13 +24,20 @@ struct OpStats {
 
 class Profiler {
  public:
+  // How calls are counted together: by op, or by op and the bytes a call moves (three significant
+  // digits), so that calls of one op on different shapes, such as a layer's four products, stand
+  // apart (and a decode step's attention by its context, which grows by a row a step).
+  enum class Grouping { op, op_and_bytes };
+  explicit Profiler(Grouping grouping = Grouping::op) : grouping_(grouping) {}
+
   void record(const std::string& op, double seconds, const Cost& cost);
   const std::map<std::string, OpStats>& stats() const { return stats_; }
   void clear() { stats_.clear(); }
   std::string report() const;  // a table: op, calls, ms, GFLOP/s, GB/s
 
  private:
-  std::map<std::string, OpStats> stats_;
+  Grouping grouping_;
+  std::map<std::string, OpStats> stats_;  // by op, or by "op (N MB)" (op_and_bytes)
 };
 
 // Records one op into stream.profiler (when set) for the scope's lifetime.
