@@ -83,7 +83,9 @@ TEST(DingBench, ProfileByBytesGivesAnOpARowPerSize) {
   const std::string run = "model -m " + kTiny.string() + " --backend cpu --dtype f32 --prompt 4 --new 3";
   const ToolResult r = ding_bench(run + " --profile --profile-by-bytes");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::string decode = r.stdout_only.substr(r.stdout_only.find("per-op profile of 3 decode steps"));
+  const size_t profile_at = r.stdout_only.find("per-op profile of 3 decode steps");
+  ASSERT_NE(profile_at, std::string::npos) << r.out;
+  const std::string decode = r.stdout_only.substr(profile_at);
   size_t rows = 0;
   for (size_t at = decode.find("\nmatmul ("); at != std::string::npos; at = decode.find("\nmatmul (", at + 1)) ++rows;
   EXPECT_GE(rows, 3u) << r.out;  // the fused QKV, the out-projection, the MLP's two and the LM head: sizes apart
