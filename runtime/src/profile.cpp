@@ -16,7 +16,7 @@ int64_t now_ns() {
 }  // namespace
 
 void Profiler::record(const std::string& op, double seconds, const Cost& cost) {
-  OpStats& s = stats_[grouping_ == Grouping::op ? op : fmt::format("{} ({:.3g} MB)", op, cost.bytes * 1e-6)];
+  OpStats& s = grouping_ == Grouping::op ? stats_[op] : stats_[fmt::format("{} ({:.3g} MB)", op, cost.bytes * 1e-6)];
   s.calls += 1;
   s.seconds += seconds;
   s.flops += cost.flops;
