@@ -54,7 +54,7 @@
 //
 // 8-bit weights (i8, E4M3 with row scales; ops/matmul.h): the same stream, each lane's 16 bytes then
 // 16 elements of its row (a unit is 64 of K). Each row of x is staged times a power of two 2^s that
-// puts its largest magnitude in [2^14, 2^15) (to_scaled_f16, to_int16_planes), and the epilogue
+// puts its largest magnitude in [2^14, 2^15) (prepare_staged_rows), and the epilogue
 // multiplies each sum by its row's scale and 2^-s of its x row.
 //   E4M3: widened in registers to f16, which holds every E4M3 value exactly (the conversion
 //     instruction on sm_89+; elsewhere its bits moved into an f16's, the value times 2^-8, undone in
@@ -70,9 +70,10 @@
 //
 // The prologue: weights (and the norm's parameters) are never written by a kernel of the step, so
 // before waiting for the previous kernel (chained launch, vendor.h) each thread copies the first
-// units of its ring (MmaRows::early_units, half the ring by default). After the wait the block's
-// copies of x go out, then the rest of the ring's, and x is normalised in place (normalize_rows)
-// once its copies have landed. x's copies ahead of the rest: issued after the whole ring they
+// units of its ring (MmaRows::early_units, half the ring by default) and loads its part of the
+// norm's parameters into registers. After the wait the block's copies of x go out, then the rest
+// of the ring's, and each thread normalises (and, for 8-bit w, rescales) the vectors of x it
+// copied once they have landed (prepare_staged_rows). x's copies ahead of the rest: issued after the whole ring they
 // queued behind it (ncu, an earlier layout: 23 % of the stall samples on staging x), and the
 // prologue started late. H200, Llama-8B's decode products (ding-bench ops): the o and down
 // products 4–7 % faster, 8-bit and bf16; the decode step the same within its noise for 2 to 8
@@ -102,8 +103,9 @@ constexpr int kMmaThreads = kMmaWarps * 32;
 constexpr int kMmaMaxBlocksPerSm = 2;
 // One ring slot of the block: each thread's 16 bytes of rows g and g + 8 of one unit.
 constexpr size_t kMmaSlotBytes = size_t(kMmaThreads) * 2 * sizeof(uint4);
+constexpr int kMaxRows = 8;    // rows of x a GEMV takes (the mma's n)
 // Shared memory a block holds beside its dynamic share: the driver's reserve (1 KB, sm_80+) and
-// the kernel's static `red`, `x_scale` and `peak_bits`.
+// the kernel's static red_mean, red_square, red_peak and x_scale.
 constexpr size_t kSharedReservedPerBlock = 1024 + 128;
 
 // How the rows of w are dealt to the blocks: block i takes `base` rows, one more if i < extra,
@@ -120,7 +122,6 @@ struct MmaRows {
   size_t staged_bytes = 0;  // x [M, K] (Normed: norm(x)) first in shared memory, rows x_stride apart
   int x_stride = 0;         // elements from a staged row of x to the next: K rounded up to unit_k,
                             // the rest zero, so a unit's loads of x need no bounds check
-  size_t params_bytes = 0;  // Normed: the norm's weight [K] and bias [K], after x
   size_t sums_bytes = 0;    // the warps' tile sums [tile][warp][g][x_pairs] float4, then the ring
   bool staged_x = true;     // false: x read from global memory (L2) at each unit, staged_bytes 0
   int early_units = 0;      // ring slots filled before the chained-launch wait; the rest after x's
@@ -136,65 +137,6 @@ struct MmaPlan {
   size_t shared_bytes = 0;
 };
 
-// norm(x) in place over the staged rows [M, K] of x (`stride` elements apart) by the whole block:
-// row m by the warps [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all 8 for
-// one row), in 16-byte vectors (one warp per row with 2-byte parameter loads cost ~1 µs per normed
-// GEMV at batch 1 under ncu, 0.41 ms per decode step at batch 8: PERFORMANCE.md). Statistics in
-// f32, two passes over the row (no cancellation); a thread writes back only the vectors it read,
-// and the warps' partial sums add in warp order. `gamma` and `beta` (null: rms_norm) are in
-// shared memory already; `red` holds kMmaWarps floats.
-template <class T>
-__device__ void normalize_rows(T* rows, int stride, const T* gamma, const T* beta, int M, int K, const Norm& norm,
-                               float* red) {
-  using Vec = Pack<T, 8>;
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const int wpr = M == 1 ? 8 : M == 2 ? 4 : M <= 4 ? 2 : 1;
-  const int m = warp / wpr;
-  const bool mine = m < M;
-  const int vectors = K / 8, step = 32 * wpr, first = (warp % wpr) * 32 + lane;
-  Vec* row = reinterpret_cast<Vec*>(rows + int64_t(m) * stride);
-  // Over the row's warps, the same total in every lane; uniform over the block (two barriers).
-  auto row_total = [&](float part) {
-    part = warp_sum(part);
-    if (lane == 0) red[warp] = part;
-    __syncthreads();
-    float total = 0.0f;
-    for (int i = 0; mine && i < wpr; ++i) total += red[m * wpr + i];
-    __syncthreads();
-    return total;
-  };
-  float mean = 0.0f;
-  if (norm.center) {
-    float sum = 0.0f;
-    for (int v = first; mine && v < vectors; v += step) {
-      const Vec pk = row[v];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum += to_float(pk.v[e]);
-    }
-    mean = row_total(sum) / float(K);
-  }
-  float q = 0.0f;  // Σ(x − mean)²; rms_norm: Σx²
-  for (int v = first; mine && v < vectors; v += step) {
-    const Vec pk = row[v];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float d = to_float(pk.v[e]) - mean;
-      q += d * d;
-    }
-  }
-  const float rstd = 1.0f / sqrtf(row_total(q) / float(K) + norm.eps);
-  for (int v = first; mine && v < vectors; v += step) {
-    const Vec pk = row[v], gv = reinterpret_cast<const Vec*>(gamma)[v];
-    Vec bv{};
-    if (beta) bv = reinterpret_cast<const Vec*>(beta)[v];
-    Vec o;
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      o.v[e] = from_float<T>((to_float(pk.v[e]) - mean) * rstd * to_float(gv.v[e]) + (beta ? to_float(bv.v[e]) : 0.0f));
-    row[v] = o;
-  }
-}
-
 #if defined(DING_GPU_NVIDIA_MMA)
 // A lane's 16 bytes of an E4M3 row as 8 f16x2 words, elements 2i and 2i + 1 in word i, each the
 // value over kWidenedE4m3Unit.
@@ -205,35 +147,7 @@ __device__ inline void widen_e4m3_row16(const uint4& v, uint32_t (&out)[8]) {
 }
 #endif
 
-// With 8-bit w the staged rows [M, K] of x (`stride` elements apart, rounded as X) are rewritten in
-// place as the mma takes them, each row times a power of two 2^s that puts its largest magnitude
-// in [2^14, 2^15), and 2^-s goes to x_scale[m] for the epilogue:
-//   E4M3 w: f16 (to_scaled_f16; an f16 row is taken as it is, s = 0), exact for a bf16 x (8
-//     significant bits, f16's 11) down to 2^-31 of the row's largest value;
-//   i8 w: the integers round(x · 2^s), |·| ≤ 2^15 − 16, each split as 256 · hi + lo with hi a signed
-//     and lo an unsigned byte (to_int16_planes), for the integer mma: each element within 2^-15 of
-//     its row's largest magnitude, as the CPU backend rounds x to int16 (ops/matmul.h).
-// A row holding Inf or NaN gets a NaN x_scale, so its sums are NaN as the products would make them.
-// By the whole block, between barriers the caller places: peak_bits[m] is zeroed before the rows
-// are staged, find_peaks runs after, then (a barrier later) the rewrite.
-// The peaks are 16-bit patterns with the sign cleared, which order as the magnitudes do (bf16 and
-// f16 alike), so one integer max per element and one shared atomic per thread and row find them.
-template <class X>
-__device__ void find_peaks(const void* staged, int stride, int M, int K, unsigned* peak_bits) {
-  const uint4* rows = static_cast<const uint4*>(staged);
-  const int vectors = K / 8;  // K % 16 == 0 for 8-bit w
-  for (int m = 0; m < M; ++m) {
-    unsigned peak = 0;
-    for (int v = int(threadIdx.x); v < vectors; v += kMmaThreads) {
-      const uint4 q = rows[m * (stride / 8) + v];
-      const auto magnitudes = [](uint32_t word) { return max(word & 0x7FFFu, (word >> 16) & 0x7FFFu); };
-      peak = max(max(peak, max(magnitudes(q.x), magnitudes(q.y))), max(magnitudes(q.z), magnitudes(q.w)));
-    }
-    if (peak) atomicMax(peak_bits + m, peak);
-  }
-}
-
-// s for a row whose largest magnitude has the bits `peak` (find_peaks): from its exponent field e,
+// s for a row whose largest magnitude has the bits `peak` (row_peak): from its exponent field e,
 // the peak is below 2^(e − 126) in bf16 and 2^(e − 14) in f16, so 2^(141 − e), or 2^(29 − e),
 // takes it to [2^14, 2^15). 0 for a row of zeros.
 template <class X>
@@ -256,58 +170,196 @@ __device__ inline float2 pair_to_float2(uint32_t word) {
     return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xFFFF0000u));
 }
 
+// ---- The staged rows' prologue: x as the mma takes it ------------------------------------------
+// It sits between x's copies landing and the first mma, while the ring's early units wait in
+// shared memory, so every pass and barrier in it lengthens the whole GEMV. Hence each thread works
+// on the vectors of x it copied into shared memory itself: once its own copies have landed it
+// reads and rewrites them with no barrier, and only the rows' statistics cross threads, one
+// barrier each (rms_norm: one; layer_norm: two; an 8-bit w's peak: one more). Its loops are not
+// unrolled over the rows: the code runs once per block, so its length is instruction-cache misses
+// on the critical path.
+// Row m of x goes to warps [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all
+// 8 for one row): its 16-byte vector v by lane (warp % wpr) · 32 + lane, v = that, + 32 · wpr, ...
+// (a warp's copies 512 contiguous bytes).
+struct RowShare {
+  int m;      // the thread's row of x
+  bool mine;  // m < M: warps past the rows have none
+  int first;  // its first vector of the row
+  int step;   // vectors between its vectors
+  int wpr;    // warps per row
+};
+__device__ inline RowShare row_share(int M) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int wpr = M == 1 ? 8 : M == 2 ? 4 : M <= 4 ? 2 : 1;
+  return {warp / wpr, warp / wpr < M, (warp % wpr) * 32 + lane, 32 * wpr, wpr};
+}
+
+// Vector v (8 elements) of a norm parameter, through the read-only path.
+template <class T>
+__device__ inline Pack<T, 8> param_vector(const void* param, int v) {
+  const uint4 raw = __ldg(static_cast<const uint4*>(param) + v);
+  return *reinterpret_cast<const Pack<T, 8>*>(&raw);
+}
+
+// The norm's parameters are constants of the model, so the kernel asks for them before the
+// chained-launch wait: the weight's vector for the thread's first vector of x into a register
+// (the prologue finds it there), its other vectors of the weight and the bias into L1.
+template <class T>
+__device__ inline Pack<T, 8> ask_norm_params(const Norm& norm, int M, int K) {
+  const RowShare r = row_share(M);
+  Pack<T, 8> first{};
+  if (!r.mine) return first;
+  for (int v = r.first; v < K / 8; v += r.step) {
+    if (v == r.first) first = param_vector<T>(norm.weight, v);
+    else prefetch_to_l1(static_cast<const Pack<T, 8>*>(norm.weight) + v);
+    if (norm.bias) prefetch_to_l1(static_cast<const Pack<T, 8>*>(norm.bias) + v);
+  }
+  return first;
+}
+
+// The total over the row's warps of each thread's part, the same in every thread of the row; the
+// warps' sums in warp order (deterministic). One barrier; `red` [kMmaWarps] is not written again
+// before the caller's next barrier.
+__device__ inline float row_total(float part, const RowShare& r, float* red) {
+  part = warp_sum(part);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = part;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; r.mine && i < r.wpr; ++i) total += red[r.m * r.wpr + i];
+  return total;
+}
+
+// The same for the largest magnitude, as 16-bit patterns with the sign cleared (which order as the
+// magnitudes do, bf16 and f16 alike; NaN above Inf).
+__device__ inline unsigned row_peak(unsigned part, const RowShare& r, unsigned* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) part = max(part, shfl_xor(part, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = part;
+  __syncthreads();
+  unsigned peak = 0;
+  for (int i = 0; r.mine && i < r.wpr; ++i) peak = max(peak, red[r.m * r.wpr + i]);
+  return peak;
+}
+
+__device__ inline unsigned vector_peak(const uint4& q) {
+  const auto magnitudes = [](uint32_t word) { return max(word & 0x7FFFu, (word >> 16) & 0x7FFFu); };
+  return max(max(magnitudes(q.x), magnitudes(q.y)), max(magnitudes(q.z), magnitudes(q.w)));
+}
+
+// A vector of 8 X values times `factor`, as f16 (exact: a power of two, in f16's range).
 template <class X>
-__device__ void to_scaled_f16(void* staged, int stride, int M, int K, const unsigned* peak_bits, float* x_scale) {
-  if constexpr (std::is_same_v<X, ding::f16>) {
-    if (threadIdx.x < 8) x_scale[threadIdx.x] = 1.0f;
-  } else {
-    uint4* rows = static_cast<uint4*>(staged);
-    const int vectors = K / 8;
-    for (int m = 0; m < M; ++m) {
-      const int shift = peak_shift<X>(peak_bits[m]);
-      const float factor = power_of_two(shift);
-      if (threadIdx.x == 0) x_scale[m] = peak_finite<X>(peak_bits[m]) ? power_of_two(-shift) : __int_as_float(0x7FC00000);
-      for (int v = int(threadIdx.x); v < vectors; v += kMmaThreads) {
-        const uint4 q = rows[m * (stride / 8) + v];
-        const auto scaled = [factor](uint32_t word) {
-          const float2 f = pair_to_float2<X>(word);
-          const __half2 h = __floats2half2_rn(f.x * factor, f.y * factor);
-          return *reinterpret_cast<const uint32_t*>(&h);
-        };
-        rows[m * (stride / 8) + v] = make_uint4(scaled(q.x), scaled(q.y), scaled(q.z), scaled(q.w));
-      }
-    }
+__device__ inline uint4 scaled_f16(const uint4& q, float factor) {
+  const auto scaled = [factor](uint32_t word) {
+    const float2 f = pair_to_float2<X>(word);
+    const __half2 h = __floats2half2_rn(f.x * factor, f.y * factor);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
+  return make_uint4(scaled(q.x), scaled(q.y), scaled(q.z), scaled(q.w));
+}
+
+// A vector of 8 X values times `factor`, rounded to integers, as their 8 high bytes (hi) and their
+// 8 low bytes (lo). round(v · 2^s) is in the low 16 bits of the float v · 2^s + 1.5 · 2^23, two's
+// complement (one rounding: v · 2^s is exact); the low bytes of 4 elements go into one word and
+// their high bytes into another.
+template <class X>
+__device__ inline void int16_bytes(const uint4& q, float factor, uint32_t (&hi)[2], uint32_t (&lo)[2]) {
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    const float2 f0 = pair_to_float2<X>(words[2 * t]), f1 = pair_to_float2<X>(words[2 * t + 1]);
+    const uint32_t e0 = __float_as_uint(fmaf(f0.x, factor, 12582912.0f)), e1 = __float_as_uint(fmaf(f0.y, factor, 12582912.0f));
+    const uint32_t e2 = __float_as_uint(fmaf(f1.x, factor, 12582912.0f)), e3 = __float_as_uint(fmaf(f1.y, factor, 12582912.0f));
+    const uint32_t p01 = __byte_perm(e0, e1, 0x5140), p23 = __byte_perm(e2, e3, 0x5140);  // lo0 lo1 hi0 hi1
+    lo[t] = __byte_perm(p01, p23, 0x5410);
+    hi[t] = __byte_perm(p01, p23, 0x7632);
   }
 }
 
-// Each group of 16 elements (32 bytes) becomes its 16 high bytes, then its 16 low bytes.
-template <class X>
-__device__ void to_int16_planes(void* staged, int stride, int M, int K, const unsigned* peak_bits, float* x_scale) {
-  uint4* rows = static_cast<uint4*>(staged);
-  const int groups = K / 16;  // K % 16 == 0 for 8-bit w
-  for (int m = 0; m < M; ++m) {
-    const int shift = peak_shift<X>(peak_bits[m]);
-    const float factor = power_of_two(shift);
-    if (threadIdx.x == 0) x_scale[m] = peak_finite<X>(peak_bits[m]) ? power_of_two(-shift) : __int_as_float(0x7FC00000);
-    for (int j = int(threadIdx.x); j < groups; j += kMmaThreads) {
-      uint4* group = rows + m * (stride / 8) + 2 * j;
-      const uint4 a = group[0], b = group[1];
-      const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      // round(v · 2^s) in the low 16 bits of the float v · 2^s + 1.5 · 2^23, two's complement (one
-      // rounding: v · 2^s is exact); then the low bytes of 4 elements gathered into one word and
-      // their high bytes into another.
-      uint32_t hi[4], lo[4];
+// The staged rows [M, K] of x (`stride` elements apart), each thread on its own vectors once its
+// own copies have landed; the caller's barrier then publishes them to the mmas.
+//  Normed: norm(x) in place, rounded to T: statistics in f32, two passes for layer_norm (the mean,
+//    then Σ(x − mean)²: no cancellation), (x − mean) · rstd · weight (+ bias) per element.
+//    weight_first: the weight's vector for the thread's first vector (ask_norm_params).
+//  8-bit w: each row times a power of two 2^s that puts its largest magnitude in [2^14, 2^15),
+//    2^-s into x_scale[m] for the epilogue:
+//    E4M3 w: f16, exact for a bf16 x (8 significant bits, f16's 11) down to 2^-31 of the row's
+//      largest value; an f16 row is taken as it is (s = 0);
+//    i8 w: the integers round(x · 2^s), |·| ≤ 2^15 − 16, each split as 256 · hi + lo with hi a
+//      signed and lo an unsigned byte, for the integer mma: each element within 2^-15 of its row's
+//      largest magnitude, as the CPU backend rounds x to int16 (ops/matmul.h). A group of 16
+//      elements (two vectors, those of lanes 2i and 2i + 1) becomes its 16 high bytes, then its 16
+//      low bytes: each lane of the pair stores one of the two, taking the other's half by a shuffle.
+//    A row holding Inf or NaN gets a NaN x_scale, so its sums are NaN as the products would make them.
+// red_mean, red_square, red_peak: kMmaWarps each.
+template <class T, class W, bool Normed>
+__device__ void prepare_staged_rows(T* staged, int stride, int M, int K, const Norm& norm, const Pack<T, 8>& weight_first,
+                                    float* red_mean, float* red_square, unsigned* red_peak, float* x_scale) {
+  constexpr bool kNarrow = sizeof(W) == 1, kIntegerMma = std::is_same_v<W, int8_t>;
+  constexpr bool kScaled = kNarrow && (kIntegerMma || !std::is_same_v<T, ding::f16>);  // s from the row's peak
+  using Vec = Pack<T, 8>;
+  const RowShare r = row_share(M);
+  const int vectors = r.mine ? K / 8 : 0;
+  Vec* const row = reinterpret_cast<Vec*>(staged + r.m * stride);
+  unsigned peak = 0;
+  if constexpr (Normed) {
+    float mean = 0.0f;
+    if (norm.center) {
+      float sum = 0.0f;
+      for (int v = r.first; v < vectors; v += r.step) {
+        const Vec x = row[v];
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const float2 f0 = pair_to_float2<X>(words[2 * t]), f1 = pair_to_float2<X>(words[2 * t + 1]);
-        const uint32_t e0 = __float_as_uint(fmaf(f0.x, factor, 12582912.0f)), e1 = __float_as_uint(fmaf(f0.y, factor, 12582912.0f));
-        const uint32_t e2 = __float_as_uint(fmaf(f1.x, factor, 12582912.0f)), e3 = __float_as_uint(fmaf(f1.y, factor, 12582912.0f));
-        const uint32_t p01 = __byte_perm(e0, e1, 0x5140), p23 = __byte_perm(e2, e3, 0x5140);  // lo0 lo1 hi0 hi1
-        lo[t] = __byte_perm(p01, p23, 0x5410);
-        hi[t] = __byte_perm(p01, p23, 0x7632);
+        for (int e = 0; e < 8; ++e) sum += to_float(x.v[e]);
       }
-      group[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      group[1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      mean = row_total(sum, r, red_mean) / float(K);
+    }
+    float square = 0.0f;
+    for (int v = r.first; v < vectors; v += r.step) {
+      const Vec x = row[v];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float d = to_float(x.v[e]) - mean;
+        square += d * d;
+      }
+    }
+    const float rstd = 1.0f / sqrtf(row_total(square, r, red_square) / float(K) + norm.eps);
+    for (int v = r.first; v < vectors; v += r.step) {
+      const Vec gv = v == r.first ? weight_first : param_vector<T>(norm.weight, v);
+      const Vec bv = norm.bias ? param_vector<T>(norm.bias, v) : Vec{};
+      const Vec x = row[v];
+      Vec o;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        o.v[e] = from_float<T>((to_float(x.v[e]) - mean) * rstd * to_float(gv.v[e]) + (norm.bias ? to_float(bv.v[e]) : 0.0f));
+      row[v] = o;
+      if constexpr (kScaled) peak = max(peak, vector_peak(*reinterpret_cast<const uint4*>(&o)));
+    }
+  } else if constexpr (kScaled) {
+    for (int v = r.first; v < vectors; v += r.step) peak = max(peak, vector_peak(*reinterpret_cast<const uint4*>(&row[v])));
+  }
+  if constexpr (kNarrow) {
+    if constexpr (!kScaled) {
+      if (threadIdx.x < kMaxRows) x_scale[threadIdx.x] = 1.0f;
+    } else {
+      peak = row_peak(peak, r, red_peak);
+      const int shift = peak_shift<T>(peak);
+      const float factor = power_of_two(shift);
+      if (r.mine && r.first == 0)
+        x_scale[r.m] = peak_finite<T>(peak) ? power_of_two(-shift) : __int_as_float(0x7FC00000);
+      uint4* const vecs = reinterpret_cast<uint4*>(row);
+      if constexpr (kIntegerMma) {
+        // Every lane of the warp through each round (the pair's shuffle); K % 16 == 0, so both
+        // lanes of a pair are in or out together.
+        const bool odd = threadIdx.x % 2;
+        for (int v0 = r.first - int(threadIdx.x % 32); v0 < vectors; v0 += r.step) {
+          const int v = v0 + int(threadIdx.x % 32);
+          uint32_t hi[2] = {0, 0}, lo[2] = {0, 0};
+          if (v < vectors) int16_bytes<T>(vecs[v], factor, hi, lo);
+          const uint32_t other0 = shfl_xor(odd ? hi[0] : lo[0], 1), other1 = shfl_xor(odd ? hi[1] : lo[1], 1);
+          if (v < vectors) vecs[v] = odd ? make_uint4(other0, other1, lo[0], lo[1]) : make_uint4(hi[0], hi[1], other0, other1);
+        }
+      } else {
+        for (int v = r.first; v < vectors; v += r.step) vecs[v] = scaled_f16<T>(vecs[v], factor);
+      }
     }
   }
 }
@@ -334,13 +386,12 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
 
   extern __shared__ __align__(16) unsigned char shared[];
   T* staged = reinterpret_cast<T*>(shared);
-  T* gamma = reinterpret_cast<T*>(shared + rs.staged_bytes);
-  T* beta = a.norm.bias ? gamma + p.K : nullptr;
-  float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes + rs.params_bytes);
-  uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.params_bytes + rs.sums_bytes);
-  __shared__ float red[kMmaWarps];
-  __shared__ float x_scale[8];        // 8-bit w: 2^-s of each staged row of x
-  __shared__ unsigned peak_bits[8];  // 8-bit w: each staged row's largest magnitude, as 16-bit patterns (find_peaks)
+  float4* sums = reinterpret_cast<float4*>(shared + rs.staged_bytes);
+  uint4* ring = reinterpret_cast<uint4*>(shared + rs.staged_bytes + rs.sums_bytes);
+  // The prologue's row statistics (prepare_staged_rows), one per warp.
+  __shared__ float red_mean[kMmaWarps], red_square[kMmaWarps];
+  __shared__ unsigned red_peak[kMmaWarps];
+  __shared__ float x_scale[kMaxRows];  // 8-bit w: 2^-s of each staged row of x
   auto sum_at = [&](int tile, int w) { return sums + ((tile * kMmaWarps + w) * 8 + g) * rs.x_pairs + q; };
   // Slot s of this thread: rows g and g + 8 of a unit, each array lane-contiguous (no bank conflicts).
   auto slot_lo = [&](int s) { return ring + s * kMmaThreads + tid; };
@@ -411,14 +462,9 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     for (int s = from; s < to; ++s, advance(c)) issue(s, c, w, rs.l2_fetch);
     return c;
   };
-  // The norm's parameters (constants of the model) as the first group, before the ring's.
-  if constexpr (Normed) {
-    for (int v = tid; v < K / 8; v += kMmaThreads) {
-      cp_async_16(smem_address(gamma + 8 * v), static_cast<const T*>(a.norm.weight) + 8 * v, 16);
-      if (beta) cp_async_16(smem_address(beta + 8 * v), static_cast<const T*>(a.norm.bias) + 8 * v, 16);
-    }
-    cp_async_commit();
-  }
+  // The norm's parameters (constants of the model) into registers, ahead of the wait.
+  Pack<T, 8> norm_weight_first{};
+  if constexpr (Normed) norm_weight_first = ask_norm_params<T>(a.norm, int(p.M), K);  // never segmented
   const int64_t b0 = blockIdx.z;
   Cursor ahead = first;
   int filled = 0;  // slots of the batch's first Depth units issued
@@ -448,34 +494,26 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
     // ring's, as one group, so that they do not queue behind them.
     const T* const x = batch.x;
     if constexpr (StagedX) {
-      const int vectors = K / 8;  // K % 8 == 0, x 16-byte aligned (gemv_mma_fits)
-      for (int m = 0; m < batch.M; ++m)
-        for (int v = tid; v < vectors; v += kMmaThreads)
-          cp_async_16(smem_address(staged + m * rs.x_stride + 8 * v), x + int64_t(m) * K + 8 * v, 16);
+      // The thread's vectors of its row (row_share: prepare_staged_rows rewrites them). K % 8 == 0,
+      // x 16-byte aligned (gemv_mma_fits).
+      const RowShare r = row_share(batch.M);
+      for (int v = r.first; r.mine && v < K / 8; v += r.step)
+        cp_async_16(smem_address(staged + r.m * rs.x_stride + 8 * v), x + int64_t(r.m) * K + 8 * v, 16);
       cp_async_commit();
     }
     ahead = fill(ahead, w, filled, Depth);
     if constexpr (StagedX) {
-      cp_async_wait_for<Depth>(Depth - filled);  // x's group, and the older ones (the norm's parameters)
+      cp_async_wait_for<Depth>(Depth - filled);  // x's group, and the older ones
       const int tail = (rs.x_stride - K) / 8;    // vectors of zeros after each row
       if (tid < batch.M * tail)
         reinterpret_cast<uint4*>(staged + (tid / tail) * rs.x_stride + K)[tid % tail] = make_uint4(0, 0, 0, 0);
-      if (kNarrow && tid < 8) peak_bits[tid] = 0;  // read and rewritten only after the barriers below
-      __syncthreads();  // every thread's copies
-      if constexpr (Normed) normalize_rows(staged, rs.x_stride, gamma, beta, batch.M, K, a.norm, red);
+      if constexpr (Normed || kNarrow)
+        prepare_staged_rows<T, W, Normed>(staged, rs.x_stride, batch.M, K, a.norm, norm_weight_first, red_mean, red_square, red_peak,
+                                          x_scale);
     }
     x_row = StagedX ? reinterpret_cast<const MmaT*>(staged) + min(g, batch.M - 1) * rs.x_stride
                     : reinterpret_cast<const MmaT*>(x) + int64_t(min(g, batch.M - 1)) * K;
-    __syncthreads();
-    if constexpr (kNarrow) {
-      if constexpr (kIntegerMma || !std::is_same_v<T, ding::f16>) find_peaks<T>(staged, rs.x_stride, batch.M, K, peak_bits);
-      __syncthreads();
-      if constexpr (kIntegerMma)
-        to_int16_planes<T>(staged, rs.x_stride, batch.M, K, peak_bits, x_scale);
-      else
-        to_scaled_f16<T>(staged, rs.x_stride, batch.M, K, peak_bits, x_scale);
-      __syncthreads();
-    }
+    __syncthreads();  // every thread's rows of x
 
     // The units in order, tile by tile: the warp's chunks of a tile are chunk, chunk + 8, ... below
     // `chunks`, and what is left past the end starts the next tile. Every warp leaves a sum for
@@ -581,9 +619,9 @@ constexpr int kMmaDepths[] = {12, 8, 4};
 // The launch for a product: the most bytes in flight per SM (blocks per SM × ring depth) whose
 // shared memory fits, over one wave of blocks; if even the shallowest ring over one wave does not
 // fit (many tiles per block: long products at batch 8), more blocks of fewer rows. depth == 0:
-// the core cannot take it (the staged rows alone overflow).
-// narrow: 8-bit w (64 elements of K per unit).
-inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool staged_x, bool narrow) {
+// the core cannot take it (the staged rows alone overflow). staged_x: x staged in shared memory
+// (MmaRows::staged_x); narrow: 8-bit w (64 elements of K per unit).
+inline MmaPlan mma_plan_for_x(const Props& props, const GemmShape& p, bool swiglu, bool staged_x, bool narrow) {
   MmaPlan plan;
   MmaRows& r = plan.rows;
   r.staged_x = staged_x;
@@ -595,8 +633,7 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, boo
   r.x_pairs = int(ceil_div(p.M, 2));
   r.x_stride = int(r.chunks) * r.unit_k;
   r.staged_bytes = staged_x ? size_t(p.M) * size_t(r.x_stride) * 2 : 0;  // 16-bit x
-  r.params_bytes = normed ? size_t(p.K) * 2 * 2 : 0;  // K % 8 == 0: 16-byte multiples
-  const size_t fixed_bytes = r.staged_bytes + r.params_bytes;
+  const size_t fixed_bytes = r.staged_bytes;
   const size_t per_tile = size_t(kMmaWarps) * 8 * size_t(r.x_pairs) * sizeof(float4);
   const int64_t batches = std::min(p.batches, kMaxGridYZ);
   auto budget = [&](int per_sm) {
@@ -641,8 +678,8 @@ inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, boo
 // Staged x where it fits, else x from L2 (no norm to fuse there: the caller stages norm(x) apart;
 // 8-bit w needs the staged f16 rows).
 inline MmaPlan mma_plan(const Props& props, const GemmShape& p, bool normed, bool swiglu, bool narrow = false) {
-  const MmaPlan staged = mma_plan(props, p, normed, swiglu, true, narrow);
-  return staged.depth > 0 || normed || narrow ? staged : mma_plan(props, p, normed, swiglu, false, false);
+  const MmaPlan staged = mma_plan_for_x(props, p, swiglu, true, narrow);
+  return staged.depth > 0 || normed || narrow ? staged : mma_plan_for_x(props, p, swiglu, false, false);
 }
 
 }  // namespace gemv
@@ -664,7 +701,7 @@ template <class X, class W>
 bool gemv_mma_fits(const Props& props, const GemmShape& p, const Epilogue& ep, const ops::MatmulNorm& norm) {
   const bool normed = norm.kind != ops::NormKind::none;
   if (!gemv_mma_operands_fit<X, W>(props, p)) return false;
-  // The norm's parameters are copied to shared memory in 16-byte pieces.
+  // The norm's parameters are loaded in 16-byte vectors.
   if (normed && !(aligned_to(norm.weight.data, 16) && (!norm.bias.defined() || aligned_to(norm.bias.data, 16))))
     return false;
   return gemv::mma_plan(props, p, normed, ep.swiglu, sizeof(W) == 1).depth > 0;
