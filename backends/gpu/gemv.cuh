@@ -74,56 +74,114 @@ __device__ inline void load_floats(const T* p, float (&v)[N]) {
   }
 }
 
-// The norm prologue for one row of x (K elements), by one warp: the row is copied into `out`
-// (shared memory), its mean and 1/σ found from there (f32, two passes: no cancellation), and
-// `out` overwritten with norm(x) rounded to X. Global memory is read once, every load of the
-// warp independent of the sums, so the row arrives in about one memory latency.
+// The elements of x a thread's norm prologue copies and rewrites: chunks tid, tid + kThreads, ...
+// of every row (Vec elements each, at most 16 bytes: the alignment launch_gemv checked for x; a
+// Vec-element run of x may be wider than that when x is f32 and w 16-bit).
 template <class X, int Vec>
-__device__ inline void normalize_row(const X* row, X* out, int64_t K, const Norm& norm) {
-  const int lane = int(threadIdx.x) % warp_size();
-  // Up to 16 bytes per load: the alignment launch_gemv checked for x (a Vec-element run of x
-  // may be wider than that when x is f32 and w 16-bit).
-  constexpr int kChunk = int(Vec * sizeof(X)) > 16 ? 16 / int(sizeof(X)) : Vec;
-  // kBatch loads per lane issued before any store: the compiler cannot move a load of `row`
-  // above a store to `out` (both generic pointers), so interleaving them would serialise the
-  // loads, one memory latency each.
-  constexpr int kBatch = 8;
-  using Chunk = Pack<X, kChunk>;
-  const int64_t chunks = K / kChunk;
-  float s = 0.0f;
-  for (int64_t v0 = lane; v0 < chunks; v0 += int64_t(kBatch) * warp_size()) {
-    Chunk pk[kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int64_t v = v0 + int64_t(i) * warp_size();
-      if (v < chunks) pk[i] = *reinterpret_cast<const Chunk*>(row + v * kChunk);
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int64_t v = v0 + int64_t(i) * warp_size();
-      if (v >= chunks) break;
-      *reinterpret_cast<Chunk*>(out + v * kChunk) = pk[i];
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) s += to_float(pk[i].v[e]);
-    }
+constexpr int kNormChunk = int(Vec * sizeof(X)) > 16 ? 16 / int(sizeof(X)) : Vec;
+
+// The norm's weight and bias (constants of the model) for the thread's chunks, asked into L1
+// before the chained-launch wait, so the prologue's last pass does not wait on L2.
+template <class X, int Vec>
+__device__ inline void prefetch_norm_params(const Norm& norm, int64_t K) {
+  constexpr int kChunk = kNormChunk<X, Vec>;
+  for (int64_t v = threadIdx.x; v < K / kChunk; v += kThreads) {
+    prefetch_to_l1(static_cast<const X*>(norm.weight) + v * kChunk);
+    if (norm.bias) prefetch_to_l1(static_cast<const X*>(norm.bias) + v * kChunk);
   }
-  // Each lane reads back only the elements it wrote: no barrier needed between the passes.
-  const float mean = norm.center ? warp_sum(s) / float(K) : 0.0f;
-  float q = 0.0f;  // Σ(x − mean)²; rms_norm: Σx²
-  for (int64_t v = lane; v < K / kChunk; v += warp_size())
+}
+
+// The norm prologue for the rows [M, K] of x (Rows ≥ M, a compile-time bound), by the whole block,
+// into `staged` (shared memory) rounded to X. It runs between the wait for the previous kernel
+// and the first weight load, so its length is the product's: each thread copies its own chunks
+// of every row, adds their sums as it goes, and rewrites only what it copied, so only the rows'
+// statistics cross threads, one barrier each (rms_norm: Σx² from the copying pass, one barrier;
+// layer_norm: the mean, then Σ(x − mean)² from shared memory, no cancellation: two). Sums in f32,
+// the warps' added in warp order (deterministic). red: [2][Rows][kThreads / 32] floats.
+template <class X, int Vec, int Rows>
+__device__ inline void normalize_rows(const X* x, X* staged, int M, int64_t K, const Norm& norm, float* red) {
+  constexpr int kChunk = kNormChunk<X, Vec>;
+  // kBatch loads per thread issued before any store: the compiler cannot move a load of x above
+  // a store to `staged` (both generic pointers), so interleaving them would serialise the loads,
+  // one memory latency each.
+  constexpr int kBatch = 4;
+  using Chunk = Pack<X, kChunk>;
+  const int tid = int(threadIdx.x), lane = tid % warp_size(), warp = tid / warp_size();
+  const int warps = kThreads / warp_size();
+  const int64_t chunks = K / kChunk;
+  // Each row's total of the threads' parts v[m], in every thread.
+  auto rows_total = [&](float (&v)[Rows], float* space) {
 #pragma unroll
-    for (int e = 0; e < kChunk; ++e) {
-      const float d = to_float(out[v * kChunk + e]) - mean;
-      q += d * d;
+    for (int m = 0; m < Rows; ++m)
+      if (m < M) {
+        const float s = warp_sum(v[m]);
+        if (lane == 0) space[m * warps + warp] = s;
+      }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < Rows; ++m) {
+      float total = 0.0f;
+      for (int w = 0; m < M && w < warps; ++w) total += space[m * warps + w];
+      v[m] = total;
     }
-  const float rstd = 1.0f / sqrtf(warp_sum(q) / float(K) + norm.eps);
+  };
+  float sum[Rows] = {}, square[Rows] = {};  // Σx (layer_norm), Σx² (rms_norm)
+  for (int64_t v0 = tid; v0 < chunks; v0 += int64_t(kBatch) * kThreads)
+#pragma unroll
+    for (int m = 0; m < Rows; ++m) {
+      if (m >= M) break;
+      Chunk pk[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int64_t v = v0 + int64_t(i) * kThreads;
+        if (v < chunks) pk[i] = *reinterpret_cast<const Chunk*>(x + m * K + v * kChunk);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int64_t v = v0 + int64_t(i) * kThreads;
+        if (v >= chunks) break;
+        *reinterpret_cast<Chunk*>(staged + m * K + v * kChunk) = pk[i];
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          const float f = to_float(pk[i].v[e]);
+          sum[m] += f;
+          square[m] = fmaf(f, f, square[m]);
+        }
+      }
+    }
+  float mean[Rows] = {};
+  if (norm.center) {
+    rows_total(sum, red);
+#pragma unroll
+    for (int m = 0; m < Rows; ++m) {
+      mean[m] = sum[m] / float(K);
+      square[m] = 0.0f;
+    }
+    // Each thread reads back only the chunks it wrote: no barrier between the passes.
+    for (int64_t v = tid; v < chunks; v += kThreads)
+#pragma unroll
+      for (int m = 0; m < Rows; ++m)
+        if (m < M)
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) {
+            const float d = to_float(staged[m * K + v * kChunk + e]) - mean[m];
+            square[m] = fmaf(d, d, square[m]);
+          }
+  }
+  rows_total(square, red + Rows * warps);
+  float rstd[Rows];
+#pragma unroll
+  for (int m = 0; m < Rows; ++m) rstd[m] = 1.0f / sqrtf(square[m] / float(K) + norm.eps);
   const X* g = static_cast<const X*>(norm.weight);
   const X* beta = static_cast<const X*>(norm.bias);
-  for (int64_t v = lane; v < K / kChunk; v += warp_size())
+  for (int64_t v = tid; v < chunks; v += kThreads)
 #pragma unroll
     for (int e = 0; e < kChunk; ++e) {
       const int64_t k = v * kChunk + e;
-      out[k] = from_float<X>((to_float(out[k]) - mean) * rstd * to_float(g[k]) + (beta ? to_float(beta[k]) : 0.0f));
+      const float gk = to_float(g[k]), bk = beta ? to_float(beta[k]) : 0.0f;
+#pragma unroll
+      for (int m = 0; m < Rows; ++m)
+        if (m < M) staged[m * K + k] = from_float<X>((to_float(staged[m * K + k]) - mean[m]) * rstd[m] * gk + bk);
     }
 }
 
@@ -153,6 +211,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
     prefetch_to_l2(tile, bytes);
     if (swiglu) prefetch_to_l2(tile + p.N * p.K, bytes);
   }
+  if constexpr (Normed) prefetch_norm_params<X, Vec>(a.norm, p.K);
   wait_for_prior_kernels();
   release_dependents();  // after the wait: at most one kernel runs ahead, so L2 holds its prefetch
 
@@ -167,16 +226,16 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params a) {
 
   __shared__ float partial[kThreads / 32][Rows * kRowsPerWarp];  // a warp's sums, when K is split
   extern __shared__ __align__(16) unsigned char staged_rows[];     // Normed: norm(x), [M, K]
+  __shared__ float norm_red[Normed ? 2 * Rows * kThreads / 32 : 1];  // Normed: the rows' statistics
 
   // The batch loop is uniform across the block, so the barriers inside it are reached by all.
   for (int64_t b = blockIdx.z; b < p.batches; b += gridDim.z) {
     const X* x = static_cast<const X*>(p.x) + b * p.x_batch;
     const W* w = static_cast<const W*>(p.w) + b * p.w_batch + n0 * p.K;
     if constexpr (Normed) {
-      // One warp per row of x; the product then reads norm(x) from shared memory.
+      // The product then reads norm(x) from shared memory.
       X* staged = reinterpret_cast<X*>(staged_rows);
-      for (int m = warp; m < Rows && m < p.M; m += int(blockDim.x) / warp_size())
-        normalize_row<X, Vec>(x + m * p.K, staged + m * p.K, p.K, a.norm);
+      normalize_rows<X, Vec, Rows>(x, staged, int(p.M), p.K, a.norm, norm_red);
       __syncthreads();
       x = staged;
     }
