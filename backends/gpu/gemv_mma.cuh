@@ -70,14 +70,14 @@
 //
 // The prologue: weights (and the norm's parameters) are never written by a kernel of the step, so
 // before waiting for the previous kernel (chained launch, vendor.h) each thread copies the first
-// units of its ring (MmaRows::early_units, half the ring by default) and loads its part of the
-// norm's parameters into registers. After the wait the block's copies of x go out, then the rest
-// of the ring's, and each thread normalises (and, for 8-bit w, rescales) the vectors of x it
-// copied once they have landed (prepare_staged_rows). x's copies ahead of the rest: issued after the whole ring they
-// queued behind it (ncu, an earlier layout: 23 % of the stall samples on staging x), and the
-// prologue started late. H200, Llama-8B's decode products (ding-bench ops): the o and down
-// products 4–7 % faster, 8-bit and bf16; the decode step the same within its noise for 2 to 8
-// units before the wait, 6 % slower for none (docs/PERFORMANCE.md).
+// units of its ring (MmaRows::early_units, half the ring by default) and asks for its part of the
+// norm's parameters (ask_norm_params). After the wait the block's copies of x go out, then the
+// rest of the ring's, and each thread normalises (and, for 8-bit w, rescales) the vectors of x it
+// copied once they have landed (prepare_staged_rows). x's copies ahead of the rest: issued after
+// the whole ring they queued behind it (ncu, an earlier layout: 23 % of the stall samples on
+// staging x), and the prologue started late. H200, Llama-8B's decode products (ding-bench ops):
+// the o and down products 4–7 % faster, 8-bit and bf16; the decode step the same within its noise
+// for 2 to 8 units before the wait, 6 % slower for none (docs/PERFORMANCE.md).
 // A segmented product (a mixture's experts) knows which weights it reads only from the offsets:
 // it finds its batch and fills its ring before the wait only where they were written two or more
 // kernels back (the experts' down product, the routing two ops before it:
@@ -176,8 +176,8 @@ __device__ inline float2 pair_to_float2(uint32_t word) {
 // on the vectors of x it copied into shared memory itself: once its own copies have landed it
 // reads and rewrites them with no barrier, and only the rows' statistics cross threads, one
 // barrier each (rms_norm: one; layer_norm: two; an 8-bit w's peak: one more). Its loops are not
-// unrolled over the rows: the code runs once per block, so its length is instruction-cache misses
-// on the critical path.
+// unrolled over the rows: the code runs once per block, so its length costs instruction fetches
+// on the critical path (a form unrolled over 8 rows measured far slower: docs/PERFORMANCE.md).
 // Row m of x goes to warps [m · wpr, (m + 1) · wpr), wpr = 8 / M rounded up to a power of two (all
 // 8 for one row): its 16-byte vector v by lane (warp % wpr) · 32 + lane, v = that, + 32 · wpr, ...
 // (a warp's copies 512 contiguous bytes).
@@ -292,8 +292,9 @@ __device__ inline void int16_bytes(const uint4& q, float factor, uint32_t (&hi)[
 //    A row holding Inf or NaN gets a NaN x_scale, so its sums are NaN as the products would make them.
 // red_mean, red_square, red_peak: kMmaWarps each.
 template <class T, class W, bool Normed>
-__device__ void prepare_staged_rows(T* staged, int stride, int M, int K, const Norm& norm, const Pack<T, 8>& weight_first,
-                                    float* red_mean, float* red_square, unsigned* red_peak, float* x_scale) {
+__device__ void prepare_staged_rows(T* staged, int stride, int M, int K, const Norm& norm,
+                                    const Pack<T, 8>& weight_first, float* red_mean, float* red_square,
+                                    unsigned* red_peak, float* x_scale) {
   constexpr bool kNarrow = sizeof(W) == 1, kIntegerMma = std::is_same_v<W, int8_t>;
   constexpr bool kScaled = kNarrow && (kIntegerMma || !std::is_same_v<T, ding::f16>);  // s from the row's peak
   using Vec = Pack<T, 8>;
@@ -329,12 +330,14 @@ __device__ void prepare_staged_rows(T* staged, int stride, int M, int K, const N
       Vec o;
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        o.v[e] = from_float<T>((to_float(x.v[e]) - mean) * rstd * to_float(gv.v[e]) + (norm.bias ? to_float(bv.v[e]) : 0.0f));
+        o.v[e] = from_float<T>((to_float(x.v[e]) - mean) * rstd * to_float(gv.v[e]) +
+                               (norm.bias ? to_float(bv.v[e]) : 0.0f));
       row[v] = o;
       if constexpr (kScaled) peak = max(peak, vector_peak(*reinterpret_cast<const uint4*>(&o)));
     }
   } else if constexpr (kScaled) {
-    for (int v = r.first; v < vectors; v += r.step) peak = max(peak, vector_peak(*reinterpret_cast<const uint4*>(&row[v])));
+    for (int v = r.first; v < vectors; v += r.step)
+      peak = max(peak, vector_peak(*reinterpret_cast<const uint4*>(&row[v])));
   }
   if constexpr (kNarrow) {
     if constexpr (!kScaled) {
@@ -355,7 +358,8 @@ __device__ void prepare_staged_rows(T* staged, int stride, int M, int K, const N
           uint32_t hi[2] = {0, 0}, lo[2] = {0, 0};
           if (v < vectors) int16_bytes<T>(vecs[v], factor, hi, lo);
           const uint32_t other0 = shfl_xor(odd ? hi[0] : lo[0], 1), other1 = shfl_xor(odd ? hi[1] : lo[1], 1);
-          if (v < vectors) vecs[v] = odd ? make_uint4(other0, other1, lo[0], lo[1]) : make_uint4(hi[0], hi[1], other0, other1);
+          if (v < vectors)
+            vecs[v] = odd ? make_uint4(other0, other1, lo[0], lo[1]) : make_uint4(hi[0], hi[1], other0, other1);
         }
       } else {
         for (int v = r.first; v < vectors; v += r.step) vecs[v] = scaled_f16<T>(vecs[v], factor);
@@ -508,8 +512,8 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
       if (tid < batch.M * tail)
         reinterpret_cast<uint4*>(staged + (tid / tail) * rs.x_stride + K)[tid % tail] = make_uint4(0, 0, 0, 0);
       if constexpr (Normed || kNarrow)
-        prepare_staged_rows<T, W, Normed>(staged, rs.x_stride, batch.M, K, a.norm, norm_weight_first, red_mean, red_square, red_peak,
-                                          x_scale);
+        prepare_staged_rows<T, W, Normed>(staged, rs.x_stride, batch.M, K, a.norm, norm_weight_first, red_mean,
+                                          red_square, red_peak, x_scale);
     }
     x_row = StagedX ? reinterpret_cast<const MmaT*>(staged) + min(g, batch.M - 1) * rs.x_stride
                     : reinterpret_cast<const MmaT*>(x) + int64_t(min(g, batch.M - 1)) * K;
