@@ -15,8 +15,9 @@
 #                                         tar xJf DIR/bin/programs.tar.xz -C /tmp/base ding-bench
 # The programs share the library's kernels, which are most of their bytes: packed together with a
 # window that spans both, ding-bench and ding_tests take 21 MB (41 MB packed apart), so both fit
-# the device tool's 64 MiB beside the working tree; with a base ding-bench beside them, 25 MB. ding_tests reads tests/data by its path here
-# (/work/main/tests/data); --unpack links that path to the copied tree where it is free.
+# the device tool's 64 MiB beside the working tree; with a base ding-bench beside them, 25 MB.
+# ding_tests reads tests/data by its path here (/work/main/tests/data); --unpack links that path
+# to the copied tree where it is free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == --unpack ]]; then
@@ -46,7 +47,7 @@ while (($#)); do
   case $1 in
     --dir | --base)
       (($# >= 2)) || { echo "device_pack.sh: error: $1 needs a value" >&2; exit 1; }
-      [[ $1 == --dir ]] && dir=$2 || base=$2
+      if [[ $1 == --dir ]]; then dir=$2; else base=$2; fi
       shift 2 ;;
     ding-bench | ding_tests) targets+=("$1"); shift ;;
     *) echo "device_pack.sh: error: unknown argument '$1' (targets: ding-bench, ding_tests; --dir DIR; --base FILE)" >&2; exit 1 ;;
@@ -54,6 +55,10 @@ while (($#)); do
 done
 if [[ -n $base && ! -x $base ]]; then
   echo "device_pack.sh: error: --base '$base' is not an executable file" >&2
+  exit 1
+fi
+if [[ -n $base && ! " ${targets[*]} " == *" ding-bench "* ]]; then
+  echo "device_pack.sh: error: --base packs a ding-bench to compare with the new one: name the ding-bench target" >&2
   exit 1
 fi
 ((${#targets[@]})) || { echo "device_pack.sh: error: name at least one target: ding-bench, ding_tests" >&2; exit 1; }
@@ -78,10 +83,6 @@ for binary in "${binaries[@]}"; do
     order+=(ding-bench-base)
   fi
 done
-if [[ -n $base && ! -e $stage/ding-bench-base ]]; then
-  ln -s "$(realpath "$base")" "$stage/ding-bench-base"
-  order+=(ding-bench-base)
-fi
 dict=256MiB
 [[ -n $base ]] && dict=384MiB
 tar chf - -C "$stage" "${order[@]}" | xz -T0 --lzma2=preset=6,dict=$dict -c >"$dir/bin/programs.tar.xz"

@@ -293,10 +293,11 @@ std::vector<OpCase> matmul_cases() {
       {.M = 7, .N = 33, .K = 80, .x = f16, .w = f8, .out = f32, .residual = sep},
       // The GEMV's prologue over long rows: many vectors a thread (the norm weight's first from a
       // register, the rest from L1 or L2), rounds that end partway through a warp (an i8 pair's
-      // shuffle included), warps past the rows (M = 3), an f16 row taken unscaled by E4M3 w.
+      // shuffle included), warps past the rows (M = 3), f16 rows taken unscaled by E4M3 w (two
+      // rows: one row of weights under 1 MB would take the FMA GEMV instead).
       {.M = 2, .N = 40, .K = 8448, .x = bf16, .w = bf16, .out = bf16, .norm = ops::NormKind::rms_norm},
       {.M = 3, .N = 24, .K = 9232, .x = bf16, .w = i8, .out = bf16, .bias = true, .norm = ops::NormKind::layer_norm},
-      {.M = 1, .N = 40, .K = 8320, .x = f16, .w = f8, .out = f16, .residual = inplace, .norm = ops::NormKind::rms_norm},
+      {.M = 2, .N = 40, .K = 8320, .x = f16, .w = f8, .out = f16, .residual = inplace, .norm = ops::NormKind::rms_norm},
       // The 16-bit GEMV with K off its 32-element unit over several rows of x, normed.
       {.M = 6, .N = 24, .K = 40, .x = f16, .w = f16, .out = f16, .norm = ops::NormKind::layer_norm},
       // Plans of the tensor-core cores as an H100 (132 SMs) picks them; other GPUs pick others,
