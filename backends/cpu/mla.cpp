@@ -1,8 +1,11 @@
-// CPU multi-head latent attention, prefill and decode alike in the absorbed form (ops/mla.h): per
-// (query, head) task the query is moved into latent space once, q_lat = (W_uk)ᵀ q_nope, and then
-// every key costs one dot over its L + Dr cached elements and one axpy of its latent into the
-// running output (online softmax, FlashAttention-style), so the cache is read as stored and no
-// per-head key or value is ever formed; W_uv is applied to the attended latent at the end.
+// CPU multi-head latent attention, prefill and decode alike in the absorbed form (ops/mla.h): each
+// query is moved into latent space once, q_lat = (W_uk)ᵀ q_nope, and then every key costs one dot
+// over its L + Dr cached elements and one axpy of its latent into the running output (online
+// softmax), so the cache is read as stored and no per-head key or value is ever formed; W_uv is
+// applied to the attended latent at the end. Decode is multi-query attention over the cache
+// (keys: the cache rows, values: their latents; every head reads the one cache) on the shared
+// core (attention_core.h): a task takes every head over one split of the keys, so a cache row is
+// read from memory once for all heads. Prefill runs a task per (query, head).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_core.h"
 #include "ding/error.h"
 #include "ding/ops/mla.h"
 #include "kernels.h"
@@ -107,11 +111,41 @@ void mla_decode(Stream&, const ops::MlaDecodeArgs& a) {
                 a.cache.dtype, row.data(), n);
     }
   }
-  latent_attention(
-      d, ops::mla_scale(a.params, d), a.q, a.cache, a.w_kv, a.out, B,
-      [&](int64_t b, int64_t h) { return b * a.q.strides[0] + h * a.q.strides[1]; },
-      [&](int64_t b) { return int64_t(lens[b]); },
-      [&](int64_t b, int64_t h) { return b * a.out.strides[0] + h * a.out.strides[1]; }, [](int64_t b) { return b; });
+  const int64_t H = d.heads, L = d.latent, E = L + d.rope;
+  const float scale = ops::mla_scale(a.params, d);
+  // Every head's query in latent space, [B, H, L + Dr]: scale · (W_ukᵀ q_nope ; q_rope), formed
+  // once here rather than by each split's task.
+  thread_local std::vector<float> query_rows;  // this thread's; the parallel loops reach it by pointer
+  query_rows.resize(size_t(B * H * E));
+  float* const queries = query_rows.data();
+  with_float_type(a.w_kv.dtype, static_cast<const void*>(a.w_kv.data), [&](const auto* w) {
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      float* q_row = thread_scratch(ScratchSlot::second, size_t(d.nope + d.rope));
+      load_row(q_row, static_cast<const char*>(a.q.data) + (b * a.q.strides[0] + h * a.q.strides[1]) * int64_t(dtype_size(a.q.dtype)),
+               a.q.dtype, d.nope + d.rope);
+      float* q_cat = queries + bh * E;
+      std::fill(q_cat, q_cat + L, 0.0f);
+      const auto* w_uk = w + h * (d.nope + d.value) * L;
+      for (int64_t r = 0; r < d.nope; ++r) axpy(q_cat, q_row[r], w_uk + r * L, L);
+      std::copy_n(q_row + d.nope, d.rope, q_cat + L);
+      scale_in_place(q_cat, scale, E);
+    }
+    const DecodeCache cache{S, a.cache.strides[0], a.cache.strides[1], 0, a.cache.strides[0], a.cache.strides[1], 0};
+    with_float_type(a.cache.dtype, static_cast<const void*>(a.cache.data), [&](const auto* c) {
+      decode_attention(
+          c, c, cache, B, H, 1, E, L, lens, 0,
+          [&](int64_t b, int64_t h, float* q) { std::copy_n(queries + (b * H + h) * E, E, q); },
+          [&](int64_t b, int64_t h, const float* latent) {  // out = W_uv · the attended latent
+            const auto* w_uv = w + (h * (d.nope + d.value) + d.nope) * L;
+            float* o = thread_scratch(ScratchSlot::second, size_t(d.value));
+            for (int64_t e = 0; e < d.value; ++e) o[e] = dot(latent, w_uv + e * L, L);
+            store_row(static_cast<char*>(a.out.data) + (b * a.out.strides[0] + h * a.out.strides[1]) * int64_t(dtype_size(a.out.dtype)),
+                      a.out.dtype, o, d.value);
+          });
+    });
+  });
 }
 
 }  // namespace ding::cpu
