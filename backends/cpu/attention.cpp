@@ -1,10 +1,9 @@
-// CPU attention on the online-softmax core (attention_core.h). Prefill tasks gather the query rows that read one kv head (the
-// group's heads × a run of positions), so a block of K/V rows is fetched from memory once and
-// reused from cache by all of them. Decode tasks take the heads of a run of kv heads over one
-// fixed chunk of keys; the chunks' partial (m, l, acc) are combined afterwards (flash-decoding),
-// so batch 1 still fills every core. A sliding window narrows each row's keys to the band
-// [p − window + 1, p]: prefill tasks start at the first key their first row sees, and decode
-// splits cover only the window's keys.
+// CPU attention on the online-softmax core (attention_core.h). Prefill tasks gather the query rows
+// that read one kv head (the group's heads × a run of positions), so a block of K/V rows is
+// fetched from memory once and reused from cache by all of them; decode is the core's
+// decode_attention (flash-decoding over fixed splits of the keys). A sliding window narrows each
+// row's keys to the band [p − window + 1, p]: prefill tasks start at the first key their first row
+// sees, and decode splits cover only the window's keys.
 #include <fmt/format.h>
 
 #include <algorithm>
