@@ -18,8 +18,6 @@
 namespace ding::cpu {
 namespace {
 
-constexpr int64_t kPrefillRows = 16;    // query rows per prefill task (group heads × positions)
-
 const char* element(const Tensor& t, std::initializer_list<int64_t> index) {
   int64_t at = 0, d = 0;
   for (int64_t i : index) at += i * t.strides[d++];
@@ -38,43 +36,20 @@ void with_kv_types(const Tensor& k, const Tensor& v, F&& f) {
 
 void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
   const int64_t B = a.q.dim(0), Tq = a.q.dim(1), H = a.q.dim(2), D = a.q.dim(3);
-  const int64_t Tk = ops::key_positions(a), S = a.k.dim(1), Hkv = a.k.dim(2), group = H / Hkv;
+  const int64_t Tk = ops::key_positions(a), S = a.k.dim(1), Hkv = a.k.dim(2);
   const float scale = ops::attention_scale(a.params, D);
   const int64_t window = a.params.window;  // validated: > 0 only with causal
-  // A task: the `group` heads of one kv head × `positions` consecutive queries.
-  const int64_t positions = std::max<int64_t>(1, kPrefillRows / group);
-  const int64_t position_blocks = (Tq + positions - 1) / positions;
-  const int64_t tasks = B * position_blocks * Hkv;
+  const KvLayout layout{S, a.k.strides[0], a.k.strides[1], a.k.strides[2], a.v.strides[0], a.v.strides[1], a.v.strides[2]};
   with_kv_types(a.k, a.v, [&](auto* k_data, auto* v_data) {
-    // Round-robin (static, 1): causal tasks grow with the position block, so interleave them.
-#pragma omp parallel for schedule(static, 1)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t hk = t % Hkv, block = (t / Hkv) % position_blocks, b = t / (Hkv * position_blocks);
-      const int64_t i0 = block * positions, i1 = std::min(Tq, i0 + positions);
-      thread_local Scratch scratch;
-      RowBlock rows = row_block(scratch, (i1 - i0) * group, D, D, true);
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t r = (i - i0) * group + g;
-          load_query(rows, r, element(a.q, {b, i, hk * group + g, 0}), a.q.dtype, scale);
-          // Query i sits at position i + Tk - Tq of the keys.
-          rows.first[r] = window > 0 ? std::max<int64_t>(0, i + (Tk - Tq) - window + 1) : 0;
-          rows.keys[r] = a.params.causal ? i + (Tk - Tq) + 1 : Tk;
-          rows.k_at[r] = rows.v_at[r] = 0;
-        }
-      reset_state(rows);
-      // Keys from the first that the task's first row sees to the last that its last row sees.
-      const int64_t kv_begin = rows.first[0], kv_end = a.params.causal ? i1 + (Tk - Tq) : Tk;
-      attend_keys(rows, k_data + b * a.k.strides[0] + hk * a.k.strides[2], a.k.strides[1],
-                  v_data + b * a.v.strides[0] + hk * a.v.strides[2], a.v.strides[1], S, kv_begin, kv_end);
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t r = (i - i0) * group + g;
-          float* o = rows.acc + r * D;
-          scale_in_place(o, 1.0f / rows.l[r], D);
-          store_row(const_cast<char*>(element(a.out, {b, i, hk * group + g, 0})), a.out.dtype, o, D);
-        }
-    }
+    prefill_attention(
+        k_data, v_data, layout, B, Tq, Tk, H, Hkv, D, D, a.params.causal, window,
+        [&](int64_t b, int64_t i, int64_t h, float* q) {
+          load_row(q, element(a.q, {b, i, h, 0}), a.q.dtype, D);
+          scale_in_place(q, scale, D);
+        },
+        [&](int64_t b, int64_t i, int64_t h, const float* o) {
+          store_row(const_cast<char*>(element(a.out, {b, i, h, 0})), a.out.dtype, o, D);
+        });
   });
 }
 
@@ -105,9 +80,9 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
     kv_append(stream, ops::decode_append(a, Tensor::view(start.data(), a.seq_lens.device, DType::i32, {B})));
   }
 
-  const DecodeCache cache{S,
-                          a.k_cache.strides[0], a.k_cache.strides[1], a.k_cache.strides[2],
-                          a.v_cache.strides[0], a.v_cache.strides[1], a.v_cache.strides[2]};
+  const KvLayout cache{S,
+                       a.k_cache.strides[0], a.k_cache.strides[1], a.k_cache.strides[2],
+                       a.v_cache.strides[0], a.v_cache.strides[1], a.v_cache.strides[2]};
   with_kv_types(a.k_cache, a.v_cache, [&](auto* k_data, auto* v_data) {
     decode_attention(
         k_data, v_data, cache, B, H, Hkv, D, D, seq_lens, a.params.window,

@@ -21,6 +21,7 @@
 namespace ding::cpu {
 
 constexpr int64_t kKeyBlock = 32;       // keys scored per step: every row's block of scores stays in L1
+constexpr int64_t kPrefillRows = 16;    // query rows per prefill task (group heads × positions)
 constexpr int64_t kKeysPerSplit = 64;  // decode chunk; fixed, so results do not depend on the thread count
 constexpr int64_t kPrefetchKeys = 8;   // how far ahead of the scores the key rows are asked for
 
@@ -156,13 +157,6 @@ inline void reset_state(RowBlock& rows) {
   std::fill_n(rows.acc, rows.count * rows.Dv, 0.0f);
 }
 
-// Row r of `rows` := scale · the query at byte address q_row (dtype `dtype`).
-inline void load_query(RowBlock& rows, int64_t r, const void* q_row, DType dtype, float scale) {
-  float* dst = rows.q + r * rows.Dk;
-  load_row(dst, q_row, dtype, rows.Dk);
-  scale_in_place(dst, scale, rows.Dk);
-}
-
 // Row r's online-softmax state takes the n scores of its current block (rows.score): the running
 // max moves up to theirs (rescaling what was summed under the old max, 0 on the first block), and
 // the scores become their weights e^(s − m), summed into l.
@@ -246,11 +240,57 @@ void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64
 
 // Where the keys and values of sequence b, slot j, kv head g sit: k + b·k_batch + j·k_slot +
 // g·k_head (elements), v likewise; a rolling cache of `slots` slots holds key j at slot j mod slots.
-struct DecodeCache {
+struct KvLayout {
   int64_t slots = 0;
   int64_t k_batch = 0, k_slot = 0, k_head = 0;
   int64_t v_batch = 0, v_slot = 0, v_head = 0;
 };
+
+// Prefill attention of B sequences' Tq queries, the last Tq of Tk key positions, each of H heads
+// over Hkv kv heads (head h reads kv head h / (H / Hkv)). causal: query i (key position
+// i + Tk − Tq) sees the keys up to its own; window > 0 (with causal) narrows that to the last
+// `window`. load_query(b, i, h, q) writes the query, pre-multiplied by the scale, into q[0, Dk);
+// store_out(b, i, h, o) takes its output o[0, Dv), normalised (scratch it may overwrite).
+//
+// A task: the `group` heads of one kv head × `positions` consecutive queries, so a block of K/V
+// rows is fetched from memory once and reused from cache by all of them.
+template <class KT, class VT, class LoadQuery, class StoreOut>
+void prefill_attention(const KT* k, const VT* v, const KvLayout& cache, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                       int64_t Hkv, int64_t Dk, int64_t Dv, bool causal, int64_t window, LoadQuery&& load_query,
+                       StoreOut&& store_out) {
+  const int64_t group = H / Hkv;
+  const int64_t positions = std::max<int64_t>(1, kPrefillRows / group);
+  const int64_t position_blocks = (Tq + positions - 1) / positions;
+  const int64_t tasks = B * position_blocks * Hkv;
+  // Round-robin (static, 1): causal tasks grow with the position block, so interleave them.
+#pragma omp parallel for schedule(static, 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t hk = t % Hkv, block = (t / Hkv) % position_blocks, b = t / (Hkv * position_blocks);
+    const int64_t i0 = block * positions, i1 = std::min(Tq, i0 + positions);
+    thread_local Scratch scratch;
+    RowBlock rows = row_block(scratch, (i1 - i0) * group, Dk, Dv, true);
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t r = (i - i0) * group + g;
+        load_query(b, i, hk * group + g, rows.q + r * Dk);
+        rows.first[r] = window > 0 ? std::max<int64_t>(0, i + (Tk - Tq) - window + 1) : 0;
+        rows.keys[r] = causal ? i + (Tk - Tq) + 1 : Tk;
+        rows.k_at[r] = rows.v_at[r] = 0;
+      }
+    reset_state(rows);
+    // Keys from the first that the task's first row sees to the last that its last row sees.
+    const int64_t kv_begin = rows.first[0], kv_end = causal ? i1 + (Tk - Tq) : Tk;
+    attend_keys(rows, k + b * cache.k_batch + hk * cache.k_head, cache.k_slot, v + b * cache.v_batch + hk * cache.v_head,
+                cache.v_slot, cache.slots, kv_begin, kv_end);
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t r = (i - i0) * group + g;
+        float* o = rows.acc + r * Dv;
+        scale_in_place(o, 1.0f / rows.l[r], Dv);
+        store_out(b, i, hk * group + g, o);
+      }
+  }
+}
 
 // Decode attention of B sequences' H query heads over Hkv kv heads (head h reads kv head
 // h / (H / Hkv)); sequence b sees keys [max(0, seq_lens[b] − window), seq_lens[b]) (window 0: all).
@@ -267,7 +307,7 @@ struct DecodeCache {
 // context's few busy splits would all land on the first thread. The splits' partial (m, l, acc)
 // are combined afterwards (flash-decoding), so batch 1 still fills every core.
 template <class KT, class VT, class LoadQuery, class StoreOut>
-void decode_attention(const KT* k, const VT* v, const DecodeCache& cache, int64_t B, int64_t H, int64_t Hkv,
+void decode_attention(const KT* k, const VT* v, const KvLayout& cache, int64_t B, int64_t H, int64_t Hkv,
                       int64_t Dk, int64_t Dv, const int32_t* seq_lens, int64_t window, LoadQuery&& load_query,
                       StoreOut&& store_out) {
   const int64_t group = H / Hkv;
