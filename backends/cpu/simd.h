@@ -50,16 +50,18 @@ inline __m256 load8(const f16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reint
 inline __m256 load8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-// E4M3's bits moved into binary16's places (sign to bit 15, exponent and mantissa up by 7) read
-// as f16 give the value / 2^8 for normals and subnormals alike (both biases differ by 8), so one
-// shift, F16C and one exact multiply widen 8 of them. The NaN pattern would read as 480: weights
-// are checked finite when they are made.
-inline __m256 load8(const f8e4m3* p) {
-  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
-  const __m128i rest = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7);
-  return _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(sign, rest)), _mm256_set1_ps(256.0f));
+// E4M3's bits moved into binary16's places (sign to bit 15, exponent and mantissa to bits 13..7)
+// read as f16 give the value / 2^8 for normals and subnormals alike (both biases differ by 8).
+// Each byte b goes to the top of its 16-bit lane (b·2^8), an arithmetic shift right by one puts
+// exponent and mantissa in place and copies the sign into bit 14, which one mask clears; then
+// F16C and one exact multiply. load8_over_256 stops before the multiply, for kernels that fold the
+// 2^8 into a later one. The NaN pattern would read as 480: weights are checked finite when they
+// are made.
+inline __m256 load8_over_256(const f8e4m3* p) {
+  const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(int16_t(0xbfff))));
 }
+inline __m256 load8(const f8e4m3* p) { return _mm256_mul_ps(load8_over_256(p), _mm256_set1_ps(256.0f)); }
 
 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
 inline void store8(f16* p, __m256 v) {

@@ -177,6 +177,31 @@ TEST(MatmulQuantizedWeights, RowScalesMultiplyTheRowsSums_M1_N2_K2) {
   }
 }
 
+// Every finite E4M3 code as a row of w (43 copies: the CPU GEMV's unrolled loop, its 8-wide step
+// and its scalar tail) against x = 1: each sum is 43 times the code's value exactly (a value has
+// 4 significant bits), so a widening that mis-places a sign, exponent or subnormal bit shows.
+TEST(MatmulQuantizedWeights, EveryE4m3CodeWidensToItsValue_M1_N254_K43) {
+  constexpr int64_t K = 43;
+  std::vector<uint8_t> codes, w_bytes;
+  for (int code = 0; code < 256; ++code)
+    if ((code & 0x7f) != 0x7f) codes.push_back(uint8_t(code));  // 0x7f and 0xff are NaN
+  for (uint8_t code : codes) w_bytes.insert(w_bytes.end(), K, code);
+  const int64_t N = int64_t(codes.size());
+  for (const char* backend : {"ref", "cpu", "kokkos"}) {
+    if (!registry::is_available(backend)) continue;
+    Tensors t(Device::open(backend));
+    const Tensor x = t.f32({1, K}, std::vector<float>(size_t(K), 1.0f)), out = t.f32({1, N});
+    const Tensor scales = t.f32({N}, std::vector<float>(size_t(N), 1.0f));
+    Tensor w = t.bytes(DType::f8e4m3, {N, K}, w_bytes);
+    w.scales = scales.ptr<float>();
+    ops::matmul(t.stream, out, x, w);
+    const std::vector<float> got = t.read(out);
+    for (int64_t n = 0; n < N; ++n)
+      EXPECT_EQ(got[size_t(n)], float(K) * f8e4m3_to_f32(f8e4m3{codes[size_t(n)]}))
+          << backend << ", code 0x" << std::hex << int(codes[size_t(n)]);
+  }
+}
+
 // The GPU's few-rows products go to the tensor-core GEMV or, for small weights, the FMA GEMV
 // at one row (MatmulTuning::gemv_mma_min_bytes): every decode-sized parity case (M ≤ 8) through each core
 // alone stays within its bound of the reference, so neither core's edges depend on where the size
