@@ -1,17 +1,21 @@
 // gated_delta_rule on the CPU (ops/delta_rule.h): OpenMP over the (sequence, value head) pairs,
 // each walking its tokens with its state S (f32 [Dk, Dv], rows over the value dim) updated in
 // place, in one of the two forms:
-//   recurrent (the backend's choice, params.chunk 0 or 1): per token two passes along S's rows,
+//   recurrent (params.chunk 1, and the backend's choice below kChunk tokens): per token two
+//     passes along S's rows,
 //     r = Sᵀk (before the decay, which is applied to r instead),  u = β (v − α r),
 //     S[d] ← α S[d] + k[d] u  and, on the new row, o += s·q[d]·S[d];
-//   chunk-wise (params.chunk > 1): per chunk of n tokens the small products KKᵀ and QKᵀ (n × n),
-//     W = (I + L)^(-1) by forward substitution, then U = W(βV − βγ·K S_0), O = γ·Q S_0 +
-//     (decayed QKᵀ) U and S ← γ_n S_0 + Kᵀ(decayed U): matrix products over the chunk.
-// On a CPU the chunk-wise form has no fewer FLOPs (at Dk = Dv = 128 and chunks of 64 both do, by count,
-// ~8·Dk·Dv per token) and the recurrent one keeps a head's 64 KB state in L2, so the recurrent
-// form is the default: measured 3.5× faster at Qwen3-Next's heads (docs/PERFORMANCE.md).
+//   chunk-wise (params.chunk > 1, and the backend's choice from kChunk tokens, in chunks of
+//     kChunk): per chunk of n tokens the products KKᵀ and QKᵀ (n × n), U = (I + L)^(-1)(βV − βγ·K S_0)
+//     by forward substitution, O = γ·Q S_0 + (decayed QKᵀ) U and S ← γ_n S_0 + Kᵀ(decayed U).
+// The chunk-wise form has no fewer FLOPs (at Dk = Dv = 128 both do ~8·Dk·Dv per token by count),
+// but its products run as blocked GEMMs where the recurrent form's per-token passes over the
+// state are bound by L2: at Qwen3-Next's heads chunks of 16 measured 1.75× faster than the
+// recurrent form at 4096 tokens (docs/PERFORMANCE.md).
 // With l2_normalize_qk each q and k row is normalised where it is widened, in double as the op
 // defines it.
+#include <Eigen/Dense>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -24,6 +28,11 @@
 namespace ding::cpu {
 
 namespace {
+
+constexpr int64_t kChunk = 16;  // the backend's choice of chunk, and the prompt length from which it chunks
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Map = Eigen::Map<RowMajor>;
 
 
 // Element (b, t, h) of a [B, T, H] tensor of any strides (g and β), as f32; of a [H] one at (0, 0, h).
@@ -81,12 +90,6 @@ void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-float dot(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
-  return s;
-}
-
 void recurrent(const Head& x, int64_t t0, int64_t t1) {
   const ops::GatedDeltaRuleArgs& a = x.a;
   const int64_t Dk = x.Dk, Dv = x.Dv;
@@ -115,79 +118,68 @@ void recurrent(const Head& x, int64_t t0, int64_t t1) {
   }
 }
 
-// Tokens [t0, t0 + n) as one chunk (n ≤ chunk, the scratch's size).
+// Tokens [t0, t0 + n) as one chunk (n ≤ chunk, the scratch's size). The chunk's products are
+// Eigen's blocked GEMMs (single-threaded: the heads are the parallel loop).
 void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
   const ops::GatedDeltaRuleArgs& a = x.a;
   const int64_t Dk = x.Dk, Dv = x.Dv;
-  float* const Q = thread_scratch(ScratchSlot::first, size_t(2 * chunk * Dk));  // [n][Dk], scaled
-  float* const K = Q + chunk * Dk;                                              // [n][Dk]
-  float* const R = thread_scratch(ScratchSlot::second, size_t(3 * chunk * Dv));  // [n][Dv]: βV − βγ K S_0, then O
-  float* const U = R + chunk * Dv;                                                // [n][Dv]
-  float* const QS = U + chunk * Dv;                                               // [n][Dv]: Q S_0
-  float* const W = thread_scratch(ScratchSlot::third, size_t(2 * chunk * chunk + 2 * chunk));  // [n][n]
-  float* const QK = W + chunk * chunk;                                                          // [n][n]
-  float* const beta = QK + chunk * chunk;
-  float* const decay = beta + chunk;    // γ_n / γ_j
+  float* const q_data = thread_scratch(ScratchSlot::first, size_t(2 * chunk * Dk));  // [n][Dk], scaled
+  float* const k_data = q_data + chunk * Dk;                                         // [n][Dk]
+  float* const r_data = thread_scratch(ScratchSlot::second, size_t(3 * chunk * Dv));  // [n][Dv]: βV − βγ K S_0
+  float* const u_data = r_data + chunk * Dv;                                           // [n][Dv]
+  float* const o_data = u_data + chunk * Dv;                                           // [n][Dv]
+  float* const mixed = thread_scratch(ScratchSlot::third, size_t(2 * chunk * chunk + chunk));  // [n][n] twice
+  float* const beta = mixed + 2 * chunk * chunk;
   // The cumulative log decay in double: a strongly decaying head's G_i reach −1000s within a
   // chunk, where f32 would keep e^(G_i − G_j) of neighbours to only ~1e-4.
   thread_local std::vector<double> G;
   G.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) {
-    load_key_row(Q + i * Dk, a.q, x.row(a.q, t0 + i, x.kh), Dk, a.params.l2_normalize_qk);
-    load_key_row(K + i * Dk, a.k, x.row(a.k, t0 + i, x.kh), Dk, a.params.l2_normalize_qk);
-    load_row(R + i * Dv, row_bytes(a.v, x.row(a.v, t0 + i, x.h)), a.v.dtype, Dv);
-    for (int64_t d = 0; d < Dk; ++d) Q[i * Dk + d] *= x.scale;
+    load_key_row(q_data + i * Dk, a.q, x.row(a.q, t0 + i, x.kh), Dk, a.params.l2_normalize_qk);
+    load_key_row(k_data + i * Dk, a.k, x.row(a.k, t0 + i, x.kh), Dk, a.params.l2_normalize_qk);
+    load_row(r_data + i * Dv, row_bytes(a.v, x.row(a.v, t0 + i, x.h)), a.v.dtype, Dv);
     G[size_t(i)] = (i > 0 ? G[size_t(i - 1)] : 0.0) + x.g(t0 + i);
     beta[i] = x.beta(t0 + i);
   }
-  // K S_0 and Q S_0, row by row along S's rows.
-  std::fill(QS, QS + n * Dv, 0.0f);
-  std::fill(U, U + n * Dv, 0.0f);  // holds K S_0 until U is formed
+  Map Q(q_data, n, Dk), K(k_data, n, Dk), R(r_data, n, Dv), U(u_data, n, Dv), O(o_data, n, Dv);
+  Map S(x.S, Dk, Dv), KK(mixed, n, n), QK(mixed + chunk * chunk, n, n);
+  Q *= x.scale;
+  auto decay = [&](int64_t i, int64_t j) { return float(std::exp(G[size_t(i)] - G[size_t(j)])); };
   const bool delta = a.params.delta;  // without it L = 0: W = I and no K S_0 term
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t d = 0; d < Dk; ++d) {
-      if (delta) axpy(U + i * Dv, K[i * Dk + d], x.S + d * Dv, Dv);
-      axpy(QS + i * Dv, Q[i * Dk + d], x.S + d * Dv, Dv);
-    }
+  // R = β(V − γ K S_0); O = γ Q S_0 (+ the chunk's own part below).
+  if (delta) U.noalias() = K * S;
+  O.noalias() = Q * S;
   for (int64_t i = 0; i < n; ++i) {
     const float gamma = float(std::exp(G[size_t(i)]));
-    for (int64_t e = 0; e < Dv; ++e) R[i * Dv + e] = beta[i] * (R[i * Dv + e] - gamma * U[i * Dv + e]);
+    if (delta)
+      R.row(i) = beta[i] * (R.row(i) - gamma * U.row(i));
+    else
+      R.row(i) *= beta[i];
+    O.row(i) *= gamma;
   }
-  // W = (I + L)^(-1), L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i), and the decayed Q Kᵀ (j ≤ i).
+  // U = (I + L)^(-1) R, L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i), by forward substitution; then
+  // O += (decayed Q Kᵀ) U over j ≤ i.
+  QK.noalias() = Q * K.transpose();
+  if (delta) KK.noalias() = K * K.transpose();
   for (int64_t i = 0; i < n; ++i) {
-    float* const w = W + i * chunk;
-    std::fill(w, w + n, 0.0f);
-    w[i] = 1.0f;
-    for (int64_t j = 0; j < i && delta; ++j)
-      axpy(w, -beta[i] * float(std::exp(G[size_t(i)] - G[size_t(j)])) * dot(K + i * Dk, K + j * Dk, Dk), W + j * chunk, j + 1);
-    for (int64_t j = 0; j <= i; ++j) QK[i * chunk + j] = float(std::exp(G[size_t(i)] - G[size_t(j)])) * dot(Q + i * Dk, K + j * Dk, Dk);
+    U.row(i) = R.row(i);
+    for (int64_t j = 0; j < i && delta; ++j) U.row(i) -= (beta[i] * decay(i, j) * KK(i, j)) * U.row(j);
+    for (int64_t j = 0; j <= i; ++j) QK(i, j) *= decay(i, j);
+    for (int64_t j = i + 1; j < n; ++j) QK(i, j) = 0.0f;
   }
-  // U = W R, then O = γ·Q S_0 + QK U (into R, no longer needed).
-  std::fill(U, U + n * Dv, 0.0f);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t m = 0; m <= i; ++m) axpy(U + i * Dv, W[i * chunk + m], R + m * Dv, Dv);
-  for (int64_t i = 0; i < n; ++i) {
-    float* const o = R + i * Dv;
-    const float gamma = float(std::exp(G[size_t(i)]));
-    for (int64_t e = 0; e < Dv; ++e) o[e] = gamma * QS[i * Dv + e];
-    for (int64_t j = 0; j <= i; ++j) axpy(o, QK[i * chunk + j], U + j * Dv, Dv);
-    store_row(row_bytes_out(a.out, x.row(a.out, t0 + i, x.h)), a.out.dtype, o, Dv);
-  }
+  O.noalias() += QK * U;
+  for (int64_t i = 0; i < n; ++i) store_row(row_bytes_out(a.out, x.row(a.out, t0 + i, x.h)), a.out.dtype, o_data + i * Dv, Dv);
   // S ← γ_n S_0 + Σ_j (γ_n/γ_j) k_j u_jᵀ.
-  const float gamma_n = float(std::exp(G[size_t(n - 1)]));
-  for (int64_t j = 0; j < n; ++j) decay[j] = float(std::exp(G[size_t(n - 1)] - G[size_t(j)]));
-  for (int64_t d = 0; d < Dk; ++d) {
-    float* const row = x.S + d * Dv;
-    for (int64_t e = 0; e < Dv; ++e) row[e] *= gamma_n;
-    for (int64_t j = 0; j < n; ++j) axpy(row, decay[j] * K[j * Dk + d], U + j * Dv, Dv);
-  }
+  for (int64_t j = 0; j < n; ++j) K.row(j) *= decay(n - 1, j);
+  S *= float(std::exp(G[size_t(n - 1)]));
+  S.noalias() += K.transpose() * U;
 }
 
 }  // namespace
 
 void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
   const int64_t B = a.q.dim(0), T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
-  const int64_t chunk = a.params.chunk > 1 ? a.params.chunk : 0;
+  const int64_t chunk = a.params.chunk > 1 ? a.params.chunk : a.params.chunk == 0 && T >= kChunk ? kChunk : 0;
   const float scale = ops::delta_rule_scale(a);
 #pragma omp parallel for schedule(dynamic, 1) if (B * Hv * T * Dk * Dv >= (1 << 16))
   for (int64_t bh = 0; bh < B * Hv; ++bh) {
