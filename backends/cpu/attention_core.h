@@ -1,6 +1,6 @@
 // The online-softmax attention core of the CPU backend, shared by attention (attention.cpp) and
-// multi-head latent attention's decode (mla.cpp, where the keys are the cached latent and rope
-// key and the values the latent). Online softmax over blocks of keys (FlashAttention, Dao et al.
+// multi-head latent attention (mla.cpp, where the keys are the cached latent and rope key and the
+// values the latent). Online softmax over blocks of keys (FlashAttention, Dao et al.
 // 2022): each query row keeps a running max m, denominator l and unnormalised output acc,
 // rescaled when m grows, so no Tq×Tk score matrix exists. The rows of one call (RowBlock) read
 // the same block of keys, so it comes from memory once and from cache for the rest.
@@ -108,7 +108,8 @@ inline float exp_shifted_sum(float* x, float shift, int64_t n) {
   return sum;
 }
 
-// The query rows of one task, all reading the same kv head, each with its online-softmax state.
+// The query rows of one task, all reading the same block of keys (of one kv head or of a run of
+// them), each with its online-softmax state.
 struct RowBlock {
   int64_t count = 0, Dk = 0, Dv = 0;  // query and key width, value width
   float* q = nullptr;        // [count, Dk], pre-multiplied by the scale
@@ -128,9 +129,9 @@ struct Scratch {
   std::vector<int64_t> keys;
 };
 
-// Carves the q/keys/score arrays (and, unless the caller supplies them, m/l/acc) from `s`.
-inline RowBlock row_block(Scratch& s, int64_t count, int64_t Dk, int64_t Dv, bool own_state) {
-  const size_t need = size_t(count * (Dk + kKeyBlock) + (own_state ? count * (Dv + 2) : 0));
+// Carves every array of `count` rows from `s`.
+inline RowBlock row_block(Scratch& s, int64_t count, int64_t Dk, int64_t Dv) {
+  const size_t need = size_t(count * (Dk + kKeyBlock + Dv + 2));
   if (s.floats.size() < need) s.floats.resize(need);
   if (s.keys.size() < size_t(4 * count)) s.keys.resize(size_t(4 * count));
   RowBlock rows;
@@ -143,11 +144,9 @@ inline RowBlock row_block(Scratch& s, int64_t count, int64_t Dk, int64_t Dv, boo
   rows.keys = rows.first + count;
   rows.k_at = rows.keys + count;
   rows.v_at = rows.k_at + count;
-  if (own_state) {
-    rows.m = rows.score + count * kKeyBlock;
-    rows.l = rows.m + count;
-    rows.acc = rows.l + count;
-  }
+  rows.m = rows.score + count * kKeyBlock;
+  rows.l = rows.m + count;
+  rows.acc = rows.l + count;
   return rows;
 }
 
@@ -268,7 +267,7 @@ void prefill_attention(const KT* k, const VT* v, const KvLayout& cache, int64_t 
     const int64_t hk = t % Hkv, block = (t / Hkv) % position_blocks, b = t / (Hkv * position_blocks);
     const int64_t i0 = block * positions, i1 = std::min(Tq, i0 + positions);
     thread_local Scratch scratch;
-    RowBlock rows = row_block(scratch, (i1 - i0) * group, Dk, Dv, true);
+    RowBlock rows = row_block(scratch, (i1 - i0) * group, Dk, Dv);
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t g = 0; g < group; ++g) {
         const int64_t r = (i - i0) * group + g;
@@ -342,7 +341,7 @@ void decode_attention(const KT* k, const VT* v, const KvLayout& cache, int64_t B
     // the end: updating the shared arrays per key block made threads fight over cache lines
     // (two threads ran 3× slower than one).
     thread_local Scratch scratch;
-    RowBlock rows = row_block(scratch, (hk1 - hk0) * group, Dk, Dv, true);
+    RowBlock rows = row_block(scratch, (hk1 - hk0) * group, Dk, Dv);
     reset_state(rows);
     const int64_t begin = first_key(b) + split * kKeysPerSplit;
     const int64_t end = std::min<int64_t>(seq_lens[b], begin + kKeysPerSplit);
