@@ -163,9 +163,12 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
   if (delta) KK.noalias() = K * K.transpose();
   for (int64_t i = 0; i < n; ++i) {
     U.row(i) = R.row(i);
-    for (int64_t j = 0; j < i && delta; ++j) U.row(i) -= (beta[i] * decay(i, j) * KK(i, j)) * U.row(j);
-    for (int64_t j = 0; j <= i; ++j) QK(i, j) *= decay(i, j);
-    for (int64_t j = i + 1; j < n; ++j) QK(i, j) = 0.0f;
+    for (int64_t j = 0; j < i; ++j) {
+      const float d = decay(i, j);
+      if (delta) U.row(i) -= (beta[i] * d * KK(i, j)) * U.row(j);
+      QK(i, j) *= d;
+    }
+    for (int64_t j = i + 1; j < n; ++j) QK(i, j) = 0.0f;  // QK(i, i) keeps decay 1
   }
   O.noalias() += QK * U;
   for (int64_t i = 0; i < n; ++i) store_row(row_bytes_out(a.out, x.row(a.out, t0 + i, x.h)), a.out.dtype, o_data + i * Dv, Dv);

@@ -65,9 +65,8 @@ void dot_row(const W* w, const float* x, int64_t K, float (&acc)[Rows]) {
   } else {
     // E4M3 weights are summed at 2^-8 of their value and the sums scaled once (exact: a power of
     // two), which saves a multiply per 8 weights in the widening that bounds this loop.
-    constexpr bool kE4m3 = std::is_same_v<W, f8e4m3>;
     auto load_w = [](const W* p) {
-      if constexpr (kE4m3)
+      if constexpr (std::is_same_v<W, f8e4m3>)
         return load8_over_256(p);
       else
         return load8(p);
@@ -82,13 +81,10 @@ void dot_row(const W* w, const float* x, int64_t K, float (&acc)[Rows]) {
       const __m256 wv = load_w(w + k);
       for (int m = 0; m < Rows; ++m) sum[0][m] = _mm256_fmadd_ps(wv, load8(x + m * K + k), sum[0][m]);
     }
-    if constexpr (kE4m3)
-      for (int m = 0; m < Rows; ++m)
-        for (int u = 0; u < Unroll; ++u) sum[u][m] = _mm256_mul_ps(sum[u][m], _mm256_set1_ps(256.0f));
   }
   for (int m = 0; m < Rows; ++m) {
     for (int u = 1; u < Unroll; ++u) sum[0][m] = _mm256_add_ps(sum[0][m], sum[u][m]);
-    acc[m] = hsum(sum[0][m]);
+    acc[m] = hsum(sum[0][m]) * (std::is_same_v<W, f8e4m3> ? 256.0f : 1.0f);
   }
 #else
   for (int m = 0; m < Rows; ++m) acc[m] = 0.0f;
