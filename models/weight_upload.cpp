@@ -6,8 +6,6 @@
 #include "weight_upload.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -121,17 +119,6 @@ std::array<float, 2> normal_pair(uint64_t key, int64_t j) {
   const float r = std::sqrt(-2.0f * std::log(u1));
   const float theta = 6.28318530717958647692f * u2;
   return {r * std::cos(theta), r * std::sin(theta)};
-}
-
-// The arena of a host device is written whole, right away: asked for in transparent huge pages
-// it takes one fault per 2 MiB instead of one per 4 KiB. That is most of a CPU load's time
-// otherwise (124M f32 weights: 121,000 faults, ~2 s of CPU time on a virtual machine, against
-// 0.1 s with huge pages). A hint: where the kernel declines, the pages are small, as before.
-void advise_huge_pages(void* data, size_t bytes) {
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 class Upload {
@@ -483,7 +470,6 @@ UploadStats Upload::run(Buffer& arena) {
   // In place where device memory is host memory; else two staging buffers, so that chunk c is
   // converted into one while chunk c - 1 is copied from the other.
   const bool in_place = device_.caps().host_accessible;
-  if (in_place) advise_huge_pages(base, total_);
   std::array<HostBuffer, 2> staging;
   if (!in_place && !chunks.empty())
     for (HostBuffer& b : staging) b = device_.alloc_staging(capacity);
