@@ -202,6 +202,43 @@ TEST(MatmulQuantizedWeights, EveryE4m3CodeWidensToItsValue_M1_N254_K43) {
   }
 }
 
+// i8 weights of the largest magnitude against 16-bit x of one magnitude (the CPU rounds such x
+// to int16: ±32767), signs in a period of 3, shifted by one per channel: channel 0's products
+// are all +127, the others' sum to −127 every 3. Each integer sum, 127 · 32767 · K / 3 ≥ 2^33,
+// is far past int32, so this shows whether the GEMV moves its int32 lanes into f32 before they
+// overflow, at each unroll (M = 1, 3 and 6 rows of x take different ones) and with a tail of K
+// off every vector width.
+TEST(MatmulQuantizedWeights, I8SumsPastInt32StayExact_M1_M3_M6_N3_K8260) {
+  constexpr int64_t N = 3, K = 8260;
+  std::vector<uint8_t> w_bytes;
+  std::vector<float> x_row;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) w_bytes.push_back(uint8_t(int8_t((k + n) % 3 == 0 ? -127 : 127)));
+  for (const char* backend : {"ref", "cpu", "kokkos"}) {
+    if (!registry::is_available(backend)) continue;
+    for (int64_t M : {1, 3, 6}) {
+      Tensors t(Device::open(backend));
+      std::vector<f16> x_bits;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) x_bits.push_back(f32_to_f16(k % 3 == 0 ? -1.0f : 1.0f));
+      Tensor x = t.make(DType::f16, {M, K});
+      upload(t.stream, x, x_bits.data(), x_bits.size() * sizeof(f16));
+      const Tensor out = t.f32({M, N}), scales = t.f32({N}, std::vector<float>(size_t(N), 0.5f));
+      Tensor w = t.bytes(DType::i8, {N, K}, w_bytes);
+      w.scales = scales.ptr<float>();
+      ops::matmul(t.stream, out, x, w);
+      const std::vector<float> got = t.read(out);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double want = 0;
+          for (int64_t k = 0; k < K; ++k) want += double(int8_t(w_bytes[size_t(n * K + k)])) * (k % 3 == 0 ? -1.0 : 1.0);
+          want *= 0.5;
+          EXPECT_NEAR(got[size_t(m * N + n)], want, 1e-6 * 127 * 0.5 * K) << backend << ", M " << M << ", row " << m << ", channel " << n;
+        }
+    }
+  }
+}
+
 // The GPU's few-rows products go to the tensor-core GEMV or, for small weights, the FMA GEMV
 // at one row (MatmulTuning::gemv_mma_min_bytes): every decode-sized parity case (M ≤ 8) through each core
 // alone stays within its bound of the reference, so neither core's edges depend on where the size
