@@ -43,7 +43,12 @@ void dot4(const float* q, const T* k, int64_t k_step, int64_t D, float* score) {
   }
   // [a0 a1 a2 a3] lane sums: two rounds of pairwise adds, then the two 128-bit halves.
   const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  if (d == D) {  // the usual head widths: no scalar tail, and the sums go straight out
+    _mm_storeu_ps(score, sums);
+    return;
+  }
+  _mm_storeu_ps(s, sums);
 #endif
   for (; d < D; ++d) {
     s[0] += q[d] * widen(k0[d]);
