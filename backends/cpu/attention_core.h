@@ -28,7 +28,7 @@ constexpr int64_t kPrefetchKeys = 8;   // how far ahead of the scores the key ro
 // Scores of 4 consecutive keys (rows k_step apart): four independent FMA chains hide the FMA
 // latency, and one horizontal reduction serves all four.
 template <class T>
-void dot4(const float* q, const T* k, int64_t k_step, int64_t D, float* score) {
+[[gnu::always_inline]] inline void dot4(const float* q, const T* k, int64_t k_step, int64_t D, float* score) {
   const T *k0 = k, *k1 = k + k_step, *k2 = k + 2 * k_step, *k3 = k + 3 * k_step;
   int64_t d = 0;
   float s[4] = {0, 0, 0, 0};
@@ -61,7 +61,7 @@ void dot4(const float* q, const T* k, int64_t k_step, int64_t D, float* score) {
 
 // acc += Σ_i p[i] · v_i over 4 consecutive value rows: acc crosses the load/store ports once.
 template <class T>
-void axpy4(float* acc, const float* p, const T* v, int64_t v_step, int64_t D) {
+[[gnu::always_inline]] inline void axpy4(float* acc, const float* p, const T* v, int64_t v_step, int64_t D) {
   const T *v0 = v, *v1 = v + v_step, *v2 = v + 2 * v_step, *v3 = v + 3 * v_step;
   int64_t d = 0;
 #ifdef DING_CPU_AVX2
