@@ -95,6 +95,24 @@ inline void scale_in_place(float* x, float a, int64_t n) {
   for (; i < n; ++i) x[i] *= a;
 }
 
+// max_i x[i] (n ≥ 1). A NaN score may or may not win, but either way it reaches the row's
+// output through e^(s − m), as the scalar max would have it.
+inline float max_of(const float* x, int64_t n) {
+  int64_t i = 0;
+  float best = x[0];
+#ifdef DING_CPU_AVX2
+  if (n >= 8) {
+    __m256 m8 = load8(x);
+    for (i = 8; i + 8 <= n; i += 8) m8 = _mm256_max_ps(m8, load8(x + i));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    best = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+  }
+#endif
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
 // x[i] = e^(x[i] - shift); returns Σ x[i].
 inline float exp_shifted_sum(float* x, float shift, int64_t n) {
   int64_t i = 0;
@@ -166,7 +184,7 @@ inline void reset_state(RowBlock& rows) {
 // the scores become their weights e^(s − m), summed into l.
 inline void fold_scores(RowBlock& rows, int64_t r, int64_t n) {
   float* s = rows.score + r * kKeyBlock;
-  const float m_new = std::max(rows.m[r], *std::max_element(s, s + n));
+  const float m_new = std::max(rows.m[r], max_of(s, n));
   if (m_new > rows.m[r]) {
     const float rescale = std::exp(rows.m[r] - m_new);
     scale_in_place(rows.acc + r * rows.Dv, rescale, rows.Dv);
