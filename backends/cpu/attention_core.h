@@ -78,6 +78,64 @@ template <class T>
     acc[d] += p[0] * widen(v0[d]) + p[1] * widen(v1[d]) + p[2] * widen(v2[d]) + p[3] * widen(v3[d]);
 }
 
+#ifdef DING_CPU_AVX2
+// Scores of 2 consecutive keys (k_step apart) for 4 query rows (q_step apart) that read the same
+// keys, as the heads of one kv head do: each 8-element chunk of a key is widened once for the 4
+// rows, where dot4 widens it once a row (the widening, not the FMA, bounded GQA decode).
+// score[h·score_step + i] for row h, key i. D a multiple of 8.
+template <class T>
+[[gnu::always_inline]] inline void dot_shared4x2(const float* q, int64_t q_step, const T* k, int64_t k_step, int64_t D,
+                                                 float* score, int64_t score_step) {
+  __m256 a[8];
+  for (__m256& x : a) x = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    const __m256 k0 = load8(k + d), k1 = load8(k + k_step + d);
+    for (int h = 0; h < 4; ++h) {
+      const __m256 qd = load8(q + h * q_step + d);
+      a[2 * h] = _mm256_fmadd_ps(qd, k0, a[2 * h]);
+      a[2 * h + 1] = _mm256_fmadd_ps(qd, k1, a[2 * h + 1]);
+    }
+  }
+  const __m256 s = hsum8(a);  // lane 2h + i: row h, key i
+  const __m128 rows01 = _mm256_castps256_ps128(s), rows23 = _mm256_extractf128_ps(s, 1);
+  _mm_storel_pi(reinterpret_cast<__m64*>(score), rows01);
+  _mm_storeh_pi(reinterpret_cast<__m64*>(score + score_step), rows01);
+  _mm_storel_pi(reinterpret_cast<__m64*>(score + 2 * score_step), rows23);
+  _mm_storeh_pi(reinterpret_cast<__m64*>(score + 3 * score_step), rows23);
+}
+
+// acc_h += Σ_j p_h[j] · v_j over n value rows (v_step apart) for 4 rows (accumulators acc_step
+// apart, weights p_step apart) that read the same values: each chunk of a value row is widened
+// once for the 4 rows, and the accumulators stay in registers across the block. D a multiple of 8.
+template <class T>
+[[gnu::always_inline]] inline void axpy_shared4(float* acc, int64_t acc_step, const float* p, int64_t p_step, const T* v,
+                                                int64_t v_step, int64_t n, int64_t D) {
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {  // two chunks at once: 8 independent FMA chains
+    __m256 a[4][2];
+    for (int h = 0; h < 4; ++h) a[h][0] = load8(acc + h * acc_step + d), a[h][1] = load8(acc + h * acc_step + d + 8);
+    for (int64_t j = 0; j < n; ++j) {
+      const __m256 v0 = load8(v + j * v_step + d), v1 = load8(v + j * v_step + d + 8);
+      for (int h = 0; h < 4; ++h) {
+        const __m256 ph = _mm256_broadcast_ss(p + h * p_step + j);
+        a[h][0] = _mm256_fmadd_ps(ph, v0, a[h][0]);
+        a[h][1] = _mm256_fmadd_ps(ph, v1, a[h][1]);
+      }
+    }
+    for (int h = 0; h < 4; ++h) store8(acc + h * acc_step + d, a[h][0]), store8(acc + h * acc_step + d + 8, a[h][1]);
+  }
+  for (; d < D; d += 8) {
+    __m256 a[4];
+    for (int h = 0; h < 4; ++h) a[h] = load8(acc + h * acc_step + d);
+    for (int64_t j = 0; j < n; ++j) {
+      const __m256 vj = load8(v + j * v_step + d);
+      for (int h = 0; h < 4; ++h) a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + h * p_step + j), vj, a[h]);
+    }
+    for (int h = 0; h < 4; ++h) store8(acc + h * acc_step + d, a[h]);
+  }
+}
+#endif
+
 // Asks for 4 rows of D elements, `step` elements apart, into L2.
 template <class T>
 void prefetch4(const T* p, int64_t step, int64_t D) {
@@ -140,6 +198,7 @@ struct RowBlock {
   int64_t* keys = nullptr;   // [count]
   int64_t* k_at = nullptr;   // [count]: element offset of row r's kv head from the k passed to attend_keys
   int64_t* v_at = nullptr;   // [count]: the same into v
+  int64_t* run = nullptr;    // [count]: set by attend_keys: 4 where rows [r, r + 4) share their keys and values, else 1 (0 inside such a run)
   float* score = nullptr;    // [count, kKeyBlock]: the current block's scores, then weights
   float* m = nullptr;        // [count] running max of the scores seen
   float* l = nullptr;        // [count] Σ e^(s - m)
@@ -156,7 +215,7 @@ struct Scratch {
 inline RowBlock row_block(Scratch& s, int64_t count, int64_t Dk, int64_t Dv) {
   const size_t need = size_t(count * (Dk + kKeyBlock + Dv + 2));
   if (s.floats.size() < need) s.floats.resize(need);
-  if (s.keys.size() < size_t(4 * count)) s.keys.resize(size_t(4 * count));
+  if (s.keys.size() < size_t(5 * count)) s.keys.resize(size_t(5 * count));
   RowBlock rows;
   rows.count = count;
   rows.Dk = Dk;
@@ -167,6 +226,7 @@ inline RowBlock row_block(Scratch& s, int64_t count, int64_t Dk, int64_t Dv) {
   rows.keys = rows.first + count;
   rows.k_at = rows.keys + count;
   rows.v_at = rows.k_at + count;
+  rows.run = rows.v_at + count;
   rows.m = rows.score + count * kKeyBlock;
   rows.l = rows.m + count;
   rows.acc = rows.l + count;
@@ -194,51 +254,98 @@ inline void fold_scores(RowBlock& rows, int64_t r, int64_t n) {
   rows.l[r] += exp_shifted_sum(s, m_new, n);
 }
 
+// Folds keys [j0, j0 + n) into every row's state where each row sees all of them (decode, and
+// prefill rows past the block); key j0 is at slot slot0 and the block's slots are consecutive.
+// The three passes run key by key across the rows: the rows are heads of consecutive kv heads,
+// so each pass walks the block's cache rows in address order, where row by row it would take
+// each head's 2 or 4 cache lines a whole cache row ([Hkv, D]) apart (16-bit MHA decode ran at a
+// fifth of the bandwidth). The hardware prefetchers alone left a cold cache's rows arriving while
+// the core waited (decode at 40–50 % of a core pair's read bandwidth), so the score pass asks for
+// its keys kPrefetchKeys ahead and for the block's value rows, which the next pass reads; once
+// per kv head, as the rows of one head read the same cache rows.
+// Runs (rows.run, when some rows form them) of 4 rows over one kv head take each chunk of a key
+// and of a value widened once for the 4 (dot_shared4x2, axpy_shared4); compiled apart, so MHA
+// decode, where no run forms, keeps its loops as they are.
+template <bool Runs, class KT, class VT>
+void attend_whole_block(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t slots,
+                        int64_t slot0, int64_t n) {
+  const int64_t Dk = rows.Dk, Dv = rows.Dv;
+  auto next_row = [&](int64_t r) { return Runs ? r + rows.run[r] : r + 1; };
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int64_t r = 0; r < rows.count; r = next_row(r)) {
+      if (r == 0 || rows.k_at[r] != rows.k_at[r - 1]) {
+        if (slot0 + j + kPrefetchKeys + 4 <= slots)
+          prefetch4(k + rows.k_at[r] + (slot0 + j + kPrefetchKeys) * k_step, k_step, Dk);
+        prefetch4(v + rows.v_at[r] + (slot0 + j) * v_step, v_step, Dv);
+      }
+      const KT* kj = k + rows.k_at[r] + (slot0 + j) * k_step;
+      float* score = rows.score + r * kKeyBlock + j;
+#ifdef DING_CPU_AVX2
+      if (Runs && rows.run[r] == 4) {
+        dot_shared4x2(rows.q + r * Dk, Dk, kj, k_step, Dk, score, kKeyBlock);
+        dot_shared4x2(rows.q + r * Dk, Dk, kj + 2 * k_step, k_step, Dk, score + 2, kKeyBlock);
+        continue;
+      }
+#endif
+      dot4(rows.q + r * Dk, kj, k_step, Dk, score);
+    }
+  for (; j < n; ++j)
+    for (int64_t r = 0; r < rows.count; ++r)
+      rows.score[r * kKeyBlock + j] = dot(rows.q + r * Dk, k + rows.k_at[r] + (slot0 + j) * k_step, Dk);
+  for (int64_t r = 0; r < rows.count; ++r) fold_scores(rows, r, n);
+#ifdef DING_CPU_AVX2
+  if constexpr (Runs)
+    for (int64_t r = 0; r < rows.count; r += rows.run[r])
+      if (rows.run[r] == 4)
+        axpy_shared4(rows.acc + r * Dv, Dv, rows.score + r * kKeyBlock, kKeyBlock, v + rows.v_at[r] + slot0 * v_step,
+                     v_step, n, Dv);
+#endif
+  auto single = [&](int64_t r) { return !Runs || rows.run[r] == 1; };
+  for (j = 0; j + 4 <= n; j += 4)
+    for (int64_t r = 0; r < rows.count; ++r)
+      if (single(r))
+        axpy4(rows.acc + r * Dv, rows.score + r * kKeyBlock + j, v + rows.v_at[r] + (slot0 + j) * v_step, v_step, Dv);
+  for (; j < n; ++j)
+    for (int64_t r = 0; r < rows.count; ++r)
+      if (single(r)) axpy(rows.acc + r * Dv, rows.score[r * kKeyBlock + j], v + rows.v_at[r] + (slot0 + j) * v_step, Dv);
+}
+
 // Folds keys [begin, end) (clipped to each row's visible range) into every row's state.
 // k/v point at slot 0 of the kv head's cache of `slots` slots, key j at slot j mod slots (a rolling
 // cache; j itself below `slots`); k_step/v_step are the element strides between slots. A block of
 // keys never crosses a multiple of `slots`, so its rows stay consecutive in memory. Rows run inside
 // a block of keys, so the block's K/V rows come from memory for the first row and from L1/L2 for
 // the rest of the group.
-// Where every row sees the whole block (decode, and prefill rows past the block), its three
-// passes run key by key across the rows instead: the rows are heads of consecutive kv heads, so
-// each pass walks the block's cache rows in address order, where row by row it would take each
-// head's 2 or 4 cache lines a whole cache row ([Hkv, D]) apart (16-bit MHA decode ran at a fifth
-// of the bandwidth). The hardware prefetchers alone left a cold cache's rows arriving while the
-// core waited (decode at 40–50 % of a core pair's read bandwidth), so the score pass asks for its
-// keys kPrefetchKeys ahead and for the block's value rows, which the next pass reads; once per kv
-// head, as the rows of one head read the same cache rows.
 template <class KT, class VT>
 void attend_keys(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t slots,
                  int64_t begin, int64_t end) {
   const int64_t Dk = rows.Dk, Dv = rows.Dv;
+  // Runs: 4 consecutive rows over the same kv head (a GQA group's heads, MLA's heads, prefill
+  // positions). Rows of one kv head are consecutive, so equal ends mean an equal run.
+#ifdef DING_CPU_AVX2
+  const bool share = Dk % 8 == 0 && Dv % 8 == 0;
+#else
+  const bool share = false;
+#endif
+  bool any_run = false;
+  for (int64_t r = 0; r < rows.count;) {
+    const bool run = share && r + 4 <= rows.count && rows.k_at[r + 3] == rows.k_at[r] && rows.v_at[r + 3] == rows.v_at[r];
+    any_run |= run;
+    rows.run[r] = run ? 4 : 1;
+    for (int64_t i = 1; run && i < 4; ++i) rows.run[r + i] = 0;
+    r += rows.run[r];
+  }
   for (int64_t j0 = begin, j1; j0 < end; j0 = j1) {
     j1 = std::min({end, j0 + kKeyBlock, (j0 / slots + 1) * slots});
     const int64_t slot0 = j0 % slots;
     bool whole = true;
     for (int64_t r = 0; r < rows.count && whole; ++r) whole = rows.first[r] <= j0 && rows.keys[r] >= j1;
     if (whole) {
-      const int64_t n = j1 - j0;
-      int64_t j = 0;
-      for (; j + 4 <= n; j += 4)
-        for (int64_t r = 0; r < rows.count; ++r) {
-          if (r == 0 || rows.k_at[r] != rows.k_at[r - 1]) {
-            if (slot0 + j + kPrefetchKeys + 4 <= slots)
-              prefetch4(k + rows.k_at[r] + (slot0 + j + kPrefetchKeys) * k_step, k_step, Dk);
-            prefetch4(v + rows.v_at[r] + (slot0 + j) * v_step, v_step, Dv);
-          }
-          dot4(rows.q + r * Dk, k + rows.k_at[r] + (slot0 + j) * k_step, k_step, Dk, rows.score + r * kKeyBlock + j);
-        }
-      for (; j < n; ++j)
-        for (int64_t r = 0; r < rows.count; ++r)
-          rows.score[r * kKeyBlock + j] = dot(rows.q + r * Dk, k + rows.k_at[r] + (slot0 + j) * k_step, Dk);
-      for (int64_t r = 0; r < rows.count; ++r) fold_scores(rows, r, n);
-      for (j = 0; j + 4 <= n; j += 4)
-        for (int64_t r = 0; r < rows.count; ++r)
-          axpy4(rows.acc + r * Dv, rows.score + r * kKeyBlock + j, v + rows.v_at[r] + (slot0 + j) * v_step, v_step, Dv);
-      for (; j < n; ++j)
-        for (int64_t r = 0; r < rows.count; ++r)
-          axpy(rows.acc + r * Dv, rows.score[r * kKeyBlock + j], v + rows.v_at[r] + (slot0 + j) * v_step, Dv);
+      if (any_run)
+        attend_whole_block<true>(rows, k, k_step, v, v_step, slots, slot0, j1 - j0);
+      else
+        attend_whole_block<false>(rows, k, k_step, v, v_step, slots, slot0, j1 - j0);
       continue;
     }
     for (int64_t r = 0; r < rows.count; ++r) {

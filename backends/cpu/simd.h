@@ -83,6 +83,15 @@ inline float hsum(__m256 v) {
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
   return _mm_cvtss_f32(s);
 }
+
+// The lane sums of 8 vectors as one vector, lane i = Σ v[i]: one reduction tree for all eight.
+inline __m256 hsum8(const __m256 (&v)[8]) {
+  // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]: after two rounds,
+  // each 128-bit half holds four vectors' sums over that half of their lanes.
+  const __m256 v0123 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 v4567 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(v0123, v4567, 0x20), _mm256_permute2f128_ps(v0123, v4567, 0x31));
+}
 #endif
 
 // Calls f with a weight's data as a typed pointer: the float types, or a quantized weight's values

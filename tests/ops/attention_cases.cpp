@@ -243,6 +243,10 @@ std::vector<OpCase> attention_cases() {
   prefill({.Tq = 17, .Tk = 17, .H = 8, .Hkv = 2, .D = 64, .scale = 0.3f});
   prefill({.Tq = 17, .Tk = 17, .H = 4, .Hkv = 4, .D = 64, .causal = false});
   prefill({.Tq = 17, .Tk = 17, .H = 8, .Hkv = 2, .D = 64, .q = f32, .kv = bf16, .out = f32});
+  // Groups that are not a multiple of 4: the CPU takes rows over one kv head 4 at a time and the
+  // rest one by one (prefill: 5 positions × 3 heads a task; decode: 7 heads a kv head).
+  prefill({.Tq = 17, .Tk = 40, .H = 6, .Hkv = 2, .D = 64, .q = bf16, .kv = bf16, .out = bf16, .views = true});
+  decode({.B = 2, .S = 300, .H = 14, .Hkv = 2, .D = 64, .q = bf16, .kv = bf16, .out = bf16});
   // Chunked prefill: a few new queries over a cached prefix, through cache views.
   prefill({.Tq = 5, .Tk = 37, .H = 8, .Hkv = 2, .D = 64, .views = true});
   prefill({.B = 2, .Tq = 5, .Tk = 37, .H = 8, .Hkv = 2, .D = 64, .causal = false, .views = true});
