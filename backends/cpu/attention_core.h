@@ -79,6 +79,35 @@ template <class T>
 }
 
 #ifdef DING_CPU_AVX2
+// Scores of 8 consecutive keys (k_step apart) for one query row: q's chunk loaded once for 8
+// keys and one reduction tree for all eight. D a multiple of 8.
+template <class T>
+[[gnu::always_inline]] inline void dot8(const float* q, const T* k, int64_t k_step, int64_t D, float* score) {
+  __m256 a[8];
+  for (__m256& x : a) x = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    const __m256 qd = load8(q + d);
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qd, load8(k + i * k_step + d), a[i]);
+  }
+  _mm256_storeu_ps(score, hsum8(a));
+}
+
+// acc += Σ_i p[i] · v_i over 8 consecutive value rows: acc crosses the load/store ports once for 8.
+template <class T>
+[[gnu::always_inline]] inline void axpy8(float* acc, const float* p, const T* v, int64_t v_step, int64_t D) {
+  __m256 pb[8];
+  for (int i = 0; i < 8; ++i) pb[i] = _mm256_broadcast_ss(p + i);
+  for (int64_t d = 0; d < D; d += 8) {
+    __m256 a0 = _mm256_fmadd_ps(pb[0], load8(v + d), load8(acc + d));
+    __m256 a1 = _mm256_mul_ps(pb[1], load8(v + v_step + d));
+    for (int i = 2; i < 8; i += 2) {
+      a0 = _mm256_fmadd_ps(pb[i], load8(v + i * v_step + d), a0);
+      a1 = _mm256_fmadd_ps(pb[i + 1], load8(v + (i + 1) * v_step + d), a1);
+    }
+    store8(acc + d, _mm256_add_ps(a0, a1));
+  }
+}
+
 // Scores of 2 consecutive keys (k_step apart) for 4 query rows (q_step apart) that read the same
 // keys, as the heads of one kv head do: each 8-element chunk of a key is widened once for the 4
 // rows, where dot4 widens it once a row (the widening, not the FMA, bounded GQA decode).
@@ -264,14 +293,32 @@ inline void fold_scores(RowBlock& rows, int64_t r, int64_t n) {
 // its keys kPrefetchKeys ahead and for the block's value rows, which the next pass reads; once
 // per kv head, as the rows of one head read the same cache rows.
 // Runs (rows.run, when some rows form them) of 4 rows over one kv head take each chunk of a key
-// and of a value widened once for the 4 (dot_shared4x2, axpy_shared4); compiled apart, so MHA
-// decode, where no run forms, keeps its loops as they are.
+// and of a value widened once for the 4 (dot_shared4x2, axpy_shared4). The two cases are
+// compiled apart: where no run forms (MHA decode), no row checks for one.
 template <bool Runs, class KT, class VT>
 void attend_whole_block(RowBlock& rows, const KT* k, int64_t k_step, const VT* v, int64_t v_step, int64_t slots,
                         int64_t slot0, int64_t n) {
   const int64_t Dk = rows.Dk, Dv = rows.Dv;
   auto next_row = [&](int64_t r) { return Runs ? r + rows.run[r] : r + 1; };
   int64_t j = 0;
+#ifdef DING_CPU_AVX2
+  // Without runs (MHA decode), rows take 8 keys a step where the widths allow: q's chunk and the
+  // accumulator cross the load/store ports once for 8 keys instead of 4.
+  const bool eight = !Runs && Dk % 8 == 0 && Dv % 8 == 0;
+  if (eight)
+    for (; j + 8 <= n; j += 8)
+      for (int64_t r = 0; r < rows.count; ++r) {
+        if (r == 0 || rows.k_at[r] != rows.k_at[r - 1]) {
+          if (slot0 + j + kPrefetchKeys + 8 <= slots) {
+            prefetch4(k + rows.k_at[r] + (slot0 + j + kPrefetchKeys) * k_step, k_step, Dk);
+            prefetch4(k + rows.k_at[r] + (slot0 + j + kPrefetchKeys + 4) * k_step, k_step, Dk);
+          }
+          prefetch4(v + rows.v_at[r] + (slot0 + j) * v_step, v_step, Dv);
+          prefetch4(v + rows.v_at[r] + (slot0 + j + 4) * v_step, v_step, Dv);
+        }
+        dot8(rows.q + r * Dk, k + rows.k_at[r] + (slot0 + j) * k_step, k_step, Dk, rows.score + r * kKeyBlock + j);
+      }
+#endif
   for (; j + 4 <= n; j += 4)
     for (int64_t r = 0; r < rows.count; r = next_row(r)) {
       if (r == 0 || rows.k_at[r] != rows.k_at[r - 1]) {
@@ -302,7 +349,14 @@ void attend_whole_block(RowBlock& rows, const KT* k, int64_t k_step, const VT* v
                      v_step, n, Dv);
 #endif
   auto single = [&](int64_t r) { return !Runs || rows.run[r] == 1; };
-  for (j = 0; j + 4 <= n; j += 4)
+  j = 0;
+#ifdef DING_CPU_AVX2
+  if (eight)
+    for (; j + 8 <= n; j += 8)
+      for (int64_t r = 0; r < rows.count; ++r)
+        axpy8(rows.acc + r * Dv, rows.score + r * kKeyBlock + j, v + rows.v_at[r] + (slot0 + j) * v_step, v_step, Dv);
+#endif
+  for (; j + 4 <= n; j += 4)
     for (int64_t r = 0; r < rows.count; ++r)
       if (single(r))
         axpy4(rows.acc + r * Dv, rows.score + r * kKeyBlock + j, v + rows.v_at[r] + (slot0 + j) * v_step, v_step, Dv);
