@@ -150,10 +150,18 @@ TEST_P(ModelParity, GreedyTokensMatchWhereTheMarginAllows) {
 // transformers' own bf16 error instead, where that is looser: on the other fixtures 8-bit
 // projections cost 1.5–7x (int8: 1.3e-4–7.1e-4) and 15–80x (fp8: 1.7e-3–9.9e-3) ding's bf16 error
 // (4e-5–1.2e-4); on the Qwen3-Next ones 2.0–2.3x and 25–41x transformers' bf16 error.
+// A fixture that records transformers' own error on the same 8-bit weights (quantized_nmse,
+// tools/fixtures/quantized_reference.py: float64 arithmetic, so all of it is the format's) is held
+// to twice that where it is looser: where routing is close, 8-bit weights move some token to
+// another expert, and the format alone then exceeds the bound.
 double quantized_bound(const nlohmann::json& meta, DType format) {
-  const double bound = format == DType::i8 ? 1e-3 : 2e-2, own_multiple = format == DType::i8 ? 4.0 : 60.0;
+  double bound = format == DType::i8 ? 1e-3 : 2e-2;
+  const double own_multiple = format == DType::i8 ? 4.0 : 60.0;
   if (meta.contains("own_nmse") && meta["own_nmse"].contains("bfloat16"))
-    return std::max(bound, own_multiple * meta["own_nmse"]["bfloat16"].get<double>());
+    bound = std::max(bound, own_multiple * meta["own_nmse"]["bfloat16"].get<double>());
+  const std::string format_name(dtype_name(format));
+  if (meta.contains("quantized_nmse") && meta["quantized_nmse"].contains(format_name))
+    bound = std::max(bound, 2.0 * meta["quantized_nmse"][format_name].get<double>());
   return bound;
 }
 
