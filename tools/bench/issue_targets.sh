@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU speed targets still open (issues 20, 21 and 22) measured in one call with a ding-bench
-# already built (tools/device_pack.sh), each line tagged with its target, so a session starts from
-# this machine's numbers rather than another card's:
+# already built (tools/device_pack.sh), each run printed under a short name with its decode and
+# roofline lines, so a session starts from this machine's numbers rather than another card's:
 #   issue 20: OLMoE-1B-7B decode at batch 1 and 8 (share of its byte roofline, target 70 %); MLA
 #             decode at 32768 keys (share of the copy bandwidth, target 80 %) and DeepSeek-V2-Lite's step;
 #   issue 21: the gated delta rule at 4096 tokens, recurrent against chunk-wise (target 10×); Gated
