@@ -23,6 +23,12 @@ set_target_properties(ding_kokkos PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIR
 target_include_directories(ding_kokkos PRIVATE ${PROJECT_SOURCE_DIR}/runtime/include ${DING_GENERATED_INCLUDE})
 target_link_libraries(ding_kokkos PRIVATE Kokkos::kokkos fmt::fmt)
 target_compile_options(ding_kokkos PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers>)
+# A Kokkos on the host (Serial, OpenMP, Threads) runs these kernels on the CPU that the cpu backend
+# is built for, so they get its instruction set (DING_CPU_FLAGS: AVX2, FMA, F16C by default) to
+# vectorise with; a device Kokkos compiles them through its own compiler and flags.
+if(NOT Kokkos_ENABLE_CUDA AND NOT Kokkos_ENABLE_HIP AND NOT Kokkos_ENABLE_SYCL)
+  target_compile_options(ding_kokkos PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DING_CPU_FLAGS}>)
+endif()
 
 target_sources(ding PRIVATE $<TARGET_OBJECTS:ding_kokkos>)
 target_link_libraries(ding PRIVATE Kokkos::kokkos)

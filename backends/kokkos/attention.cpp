@@ -1,6 +1,7 @@
 // attention_prefill, attention_decode and kv_append. One team per output row (b, query, head):
-// the visible keys' scores go to team scratch (a thread per key, each a D-long dot), their max
-// and the softmax denominator are team reductions, then a thread per output dim sums the values.
+// q widened to f32 once into team scratch, the visible keys' scores beside it (a thread per key,
+// each a D-long dot), their max and the softmax denominator team reductions, then a thread per
+// output dim sums the values.
 // Key j lives at cache slot j mod S (a rolling cache; slot j itself while j < S).
 #include <cfloat>
 
@@ -24,20 +25,24 @@ struct Cache {
 Cache cache_of(const Tensor& t) { return {elements(t), strides(t), t.dim(1)}; }
 
 // out[out_at + d·out_step] = Σ_j softmax_j(scale · q·k_j) · v_j[d] over the keys [first, end)
-// of kv head `head` in batch entry b.
-KOKKOS_INLINE_FUNCTION void attend_row(const Team& team, const ScratchFloats& score, Elements out, int64_t out_at,
+// of kv head `head` in batch entry b. `scratch` holds the D elements of q widened to f32 (once,
+// for every key's dot), then the scores.
+KOKKOS_INLINE_FUNCTION void attend_row(const Team& team, const ScratchFloats& scratch, Elements out, int64_t out_at,
                                        int64_t out_step, Elements q, int64_t q_at, int64_t q_step, const Cache& k,
                                        const Cache& v, int64_t b, int64_t head, int64_t first, int64_t end, int64_t D,
                                        float scale) {
+  float* const qs = scratch.data();
+  float* const scores = qs + D;
+  auto score = [&](int64_t i) -> float& { return scores[i]; };
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, D), [&](const int64_t d) { qs[d] = q.load(q_at + d * q_step); });
+  team.team_barrier();
   float max = -FLT_MAX;
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, first, end),
       [&](const int64_t j, float& m) {
-        const int64_t k_at = k.at(b, j, head);
-        float s = 0;
-        for (int64_t d = 0; d < D; ++d) s += q.load(q_at + d * q_step) * k.e.load(k_at + d * k.s[3]);
-        score(j - first) = scale * s;
-        m = fmaxf(m, scale * s);
+        const float s = scale * dot_with(qs, k.e, k.at(b, j, head), k.s[3], D);
+        score(j - first) = s;
+        m = fmaxf(m, s);
       },
       Kokkos::Max<float>(max));
   team.team_barrier();
@@ -53,15 +58,19 @@ KOKKOS_INLINE_FUNCTION void attend_row(const Team& team, const ScratchFloats& sc
   team.team_barrier();
   const float inverse = 1.0f / sum;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, D), [&](const int64_t d) {
+    // Value rows one slot stride apart up to the ring's wrap (a rolling cache), as one dot each.
     float o = 0;
-    for (int64_t j = first; j < end; ++j) o += score(j - first) * v.e.load(v.at(b, j, head) + d * v.s[3]);
+    for (int64_t j0 = first, j1; j0 < end; j0 = j1) {
+      j1 = (j0 / v.slots + 1) * v.slots < end ? (j0 / v.slots + 1) * v.slots : end;
+      o += dot_with(scores + (j0 - first), v.e, v.at(b, j0, head) + d * v.s[3], v.s[1], j1 - j0);
+    }
     out.store(out_at + d * out_step, o * inverse);
   });
 }
 
-// Teams of `league` rows with room for `keys` scores each.
-TeamPolicy rows_with_scores(int64_t league, int64_t keys) {
-  const size_t bytes = ScratchFloats::shmem_size(keys);
+// Teams of `league` rows with room for a row of q (D) and `keys` scores each.
+TeamPolicy rows_with_scores(int64_t league, int64_t keys, int64_t D) {
+  const size_t bytes = ScratchFloats::shmem_size(D + keys);
   return TeamPolicy(int(league), Kokkos::AUTO).set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
 }
 
@@ -93,15 +102,15 @@ void attention_prefill(Stream&, const ops::AttentionPrefillArgs& a) {
   const Elements out = elements(a.out), q = elements(a.q);
   const Strides out_s = strides(a.out), q_s = strides(a.q);
   const int64_t keys = window > 0 && window < Tk ? window : Tk;
-  Kokkos::parallel_for("ding::attention_prefill", rows_with_scores(a.q.dim(0) * Tq * H, keys),
+  Kokkos::parallel_for("ding::attention_prefill", rows_with_scores(a.q.dim(0) * Tq * H, keys, D),
                        KOKKOS_LAMBDA(const Team& team) {
     const int64_t h = team.league_rank() % H, i = team.league_rank() / H % Tq, b = team.league_rank() / H / Tq;
     // The queries are the last Tq of Tk positions: query i sits at position p = i + Tk − Tq and
     // sees keys (p − window, p] when causal.
     const int64_t p = i + Tk - Tq;
     const int64_t end = causal ? p + 1 : Tk, first = causal && window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-    const ScratchFloats score(team.team_scratch(scratch_level(ScratchFloats::shmem_size(keys))), keys);
-    attend_row(team, score, out, b * out_s[0] + i * out_s[1] + h * out_s[2], out_s[3], q,
+    const ScratchFloats scratch(team.team_scratch(scratch_level(ScratchFloats::shmem_size(D + keys))), D + keys);
+    attend_row(team, scratch, out, b * out_s[0] + i * out_s[1] + h * out_s[2], out_s[3], q,
                b * q_s[0] + i * q_s[1] + h * q_s[2], q_s[3], k, v, b, h / group, first, end, D, scale);
   });
 }
@@ -126,14 +135,14 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   const Elements out = elements(a.out), q = elements(a.q), seq_lens = elements(a.seq_lens);
   const Strides out_s = strides(a.out), q_s = strides(a.q);
   const int64_t keys = window > 0 && window < S ? window : S;
-  Kokkos::parallel_for("ding::attention_decode", rows_with_scores(a.q.dim(0) * H, keys), KOKKOS_LAMBDA(const Team& team) {
+  Kokkos::parallel_for("ding::attention_decode", rows_with_scores(a.q.dim(0) * H, keys, D), KOKKOS_LAMBDA(const Team& team) {
     const int64_t h = team.league_rank() % H, b = team.league_rank() / H;
     const int64_t length = seq_lens.load_int(b);
     if (length < 1 || (!rolling && length > S)) return;  // not a cache length: nothing written (kernels.h)
     // The current token sits at position length − 1 and sees the window's positions up to it.
     const int64_t first = window > 0 && length - window > 0 ? length - window : 0;
-    const ScratchFloats score(team.team_scratch(scratch_level(ScratchFloats::shmem_size(keys))), keys);
-    attend_row(team, score, out, b * out_s[0] + h * out_s[1], out_s[2], q, b * q_s[0] + h * q_s[1], q_s[2], k, v, b,
+    const ScratchFloats scratch(team.team_scratch(scratch_level(ScratchFloats::shmem_size(D + keys))), D + keys);
+    attend_row(team, scratch, out, b * out_s[0] + h * out_s[1], out_s[2], q, b * q_s[0] + h * q_s[1], q_s[2], k, v, b,
                h / group, first, length, D, scale);
   });
 }

@@ -45,15 +45,19 @@ KOKKOS_INLINE_FUNCTION uint16_t float_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
+// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Every case is computed and one
+// selected, with no branch, so that a loop of conversions (a dot product over f16 weights)
+// compiles to vector code on a CPU: a normal's bits move into place and its exponent rebases by
+// 127 − 15; a subnormal (or zero) is its mantissa · 2^-24, exact in f32; inf and NaN keep the
+// all-ones exponent.
 KOKKOS_INLINE_FUNCTION float f16_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
-  if (exponent != 0) return bits_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  // Subnormal (or zero): mantissa · 2^-24, exact in f32.
-  const float magnitude = float(mantissa) * 5.9604644775390625e-8f;
-  return sign ? -magnitude : magnitude;
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, magnitude = h & 0x7fffu;
+  const uint32_t normal = (magnitude << 13) + (112u << 23);
+  const uint32_t subnormal = float_bits(float(magnitude) * 5.9604644775390625e-8f);
+  const uint32_t special = 0x7f800000u | ((magnitude & 0x3ffu) << 13);
+  const uint32_t is_subnormal = 0u - uint32_t(magnitude < 0x400u), is_special = 0u - uint32_t(magnitude >= 0x7c00u);
+  const uint32_t bits = (special & is_special) | (subnormal & is_subnormal) | (normal & ~(is_special | is_subnormal));
+  return bits_float(sign | bits);
 }
 
 KOKKOS_INLINE_FUNCTION uint16_t float_to_f16(float f) {
@@ -148,15 +152,32 @@ KOKKOS_INLINE_FUNCTION float widen(ding::bf16 v) { return bf16_to_float(v.bits);
 KOKKOS_INLINE_FUNCTION float widen(int8_t v) { return float(v); }
 KOKKOS_INLINE_FUNCTION float widen(ding::f8e4m3 v) { return f8e4m3_to_float(v.bits); }
 
-// Σ_k x[k]·w[k·w_step] over K terms.
+// Σ_k x[k]·w[k·w_step] over K terms, term k into partial sum k mod kDotLanes, the partial sums
+// added pairwise at the end. One running sum is one chain of dependent adds (on a CPU each waits
+// out the previous one's latency: ~1 GFLOP/s); kDotLanes independent ones overlap, and a compiler
+// may keep them in the lanes of a vector register.
+constexpr int kDotLanes = 8;
+
 template <class X, class W>
 KOKKOS_INLINE_FUNCTION float dot_typed(const X* x, const W* w, int64_t w_step, int64_t K) {
-  float acc = 0;
+  float part[kDotLanes] = {};
+  int64_t k = 0;
+  // Each block of terms widened into arrays first, then multiplied: simple loops a compiler turns
+  // into vector code, where widening inside the product did not vectorise.
+  auto block = [&](int64_t k0, int64_t step) {
+    float xs[kDotLanes], ws[kDotLanes];
+    for (int i = 0; i < kDotLanes; ++i) xs[i] = widen(x[k0 + i]);
+    for (int i = 0; i < kDotLanes; ++i) ws[i] = widen(w[(k0 + i) * step]);
+    for (int i = 0; i < kDotLanes; ++i) part[i] += xs[i] * ws[i];
+  };
   if (w_step == 1)
-    for (int64_t k = 0; k < K; ++k) acc += widen(x[k]) * widen(w[k]);
+    for (; k + kDotLanes <= K; k += kDotLanes) block(k, 1);  // contiguous w: vector loads
   else
-    for (int64_t k = 0; k < K; ++k) acc += widen(x[k]) * widen(w[k * w_step]);
-  return acc;
+    for (; k + kDotLanes <= K; k += kDotLanes) block(k, w_step);
+  for (; k < K; ++k) part[k % kDotLanes] += widen(x[k]) * widen(w[k * w_step]);
+  for (int width = kDotLanes / 2; width > 0; width /= 2)
+    for (int i = 0; i < width; ++i) part[i] += part[i + width];
+  return part[0];
 }
 
 template <class X>
@@ -216,6 +237,20 @@ inline RowStarts row_starts(const Tensor& t) {
 // Per-team scratch of `bytes`: level 0 (a GPU's shared memory) while small, else level 1.
 inline int scratch_level(size_t bytes) { return bytes <= 16 * 1024 ? 0 : 1; }
 using ScratchFloats = Kokkos::View<float*, Exec::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// A team's row of K elements of x widened to f32 once in its scratch, for every output the team
+// computes from it (matmul, moe_matmul): `policy` with room for the row, and the row itself, read
+// by the team's threads together (a team barrier publishes it).
+inline TeamPolicy with_row_scratch(TeamPolicy policy, int64_t K) {
+  const size_t bytes = ScratchFloats::shmem_size(K);
+  return policy.set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
+}
+KOKKOS_INLINE_FUNCTION ScratchFloats widened_row(const Team& team, Elements x, int64_t at, int64_t K) {
+  const ScratchFloats row(team.team_scratch(scratch_level(ScratchFloats::shmem_size(K))), K);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int64_t k) { row(k) = x.load(at + k); });
+  team.team_barrier();
+  return row;
+}
 
 // Temporary device memory for a kernel's intermediates, freed when it goes out of scope.
 Buffer temporary(Stream& stream, size_t bytes);

@@ -1,6 +1,7 @@
 // matmul and matmul_chain. Each team computes a block of kColumns outputs of one row, a thread
-// per output, accumulating the K products in f32 over the operands' stored types (dot() of
-// elements.h: the dtype pair is dispatched once per output, not per product). matmul's epilogue
+// per output, accumulating the K products in f32 over w's stored type (dot_with() of elements.h:
+// w's dtype is dispatched once per output, not per product) and the row of x, which the team
+// widens to f32 once in its scratch. matmul's epilogue
 // (bias, activation, residual) runs on the accumulator before the one rounding to out's dtype;
 // its norm prologue is the norm kernel into a temporary in x's dtype, as ops/matmul.h defines it.
 // A quantized w's 8-bit values widen like the 16-bit floats; its row scale multiplies the sum.
@@ -29,17 +30,18 @@ void matmul_plain(const ops::MatmulArgs& a) {
   // A quantized w's row scales: batch b's rows start at b·w_rows.
   const float* const scales = a.w.scales;
   const int64_t w_rows = a.w.dim(-2), scale_batch = a.w.rank == 3 ? w_rows : 0;
-  Kokkos::parallel_for("ding::matmul", row_blocks(rows, N), KOKKOS_LAMBDA(const Team& team) {
+  Kokkos::parallel_for("ding::matmul", with_row_scratch(row_blocks(rows, N), K), KOKKOS_LAMBDA(const Team& team) {
     const int64_t row = team.league_rank() / blocks, n0 = team.league_rank() % blocks * kColumns;
     const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
     const int64_t w_at = row / M * w_batch, scale_at = row / M * scale_batch;
+    const ScratchFloats xs = widened_row(team, x, row * K, K);
     auto scaled = [&](int64_t r, float sum) { return scales ? sum * scales[scale_at + r] : sum; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
-      float acc = scaled(n, dot(x, row * K, w, w_at + n * K, 1, K)) + (bias.defined() ? bias.load(n) : 0.0f);
+      float acc = scaled(n, dot_with(xs.data(), w, w_at + n * K, 1, K)) + (bias.defined() ? bias.load(n) : 0.0f);
       if (activation == ops::Activation::gelu_tanh) acc = gelu_tanh(acc);
       if (activation == ops::Activation::swiglu) {
         // [W_gate; W_up]: the up row N + n beside the gate row n.
-        const float up = scaled(N + n, dot(x, row * K, w, w_at + (N + n) * K, 1, K)) + (bias.defined() ? bias.load(N + n) : 0.0f);
+        const float up = scaled(N + n, dot_with(xs.data(), w, w_at + (N + n) * K, 1, K)) + (bias.defined() ? bias.load(N + n) : 0.0f);
         acc = silu(acc) * up;
       }
       // The residual is read before out is written: they may be one tensor.

@@ -169,14 +169,16 @@ void moe_matmul(Stream&, const ops::MoeMatmulArgs& a) {
   const int64_t o_step = a.offsets.strides[0];
   const bool swiglu = a.activation == ops::Activation::swiglu;
   const float* const scales = a.w.scales;  // a quantized w's: expert e's rows from e·rows on
-  Kokkos::parallel_for("ding::moe_matmul", TeamPolicy(int(P * blocks), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+  const TeamPolicy teams = with_row_scratch(TeamPolicy(int(P * blocks), Kokkos::AUTO), K);
+  Kokkos::parallel_for("ding::moe_matmul", teams, KOKKOS_LAMBDA(const Team& team) {
     const int64_t p = team.league_rank() / blocks, n0 = team.league_rank() % blocks * kColumns;
     const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
     const int64_t e = expert_of_row(offsets, o_step, E, p);
     if (e < 0) return;  // no expert owns the row: nothing written (kernels.h)
+    const ScratchFloats xs = widened_row(team, x, p * K, K);
     // Row r of expert e applied to row p, scaled by the row's scale where w is quantized.
     auto linear = [&](int64_t r) {
-      const float sum = dot(x, p * K, w, e * w_expert + r * K, 1, K);
+      const float sum = dot_with(xs.data(), w, e * w_expert + r * K, 1, K);
       return scales ? sum * scales[e * rows + r] : sum;
     };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
