@@ -8,6 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+// F16C on a host Kokkos built with DING_CPU_FLAGS: f16 widens in hardware (never in device code).
+#if defined(__F16C__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+#define DING_KOKKOS_F16C 1
+#include <immintrin.h>
+#endif
 
 #include "ding/device.h"
 #include "ding/dtype.h"
@@ -45,12 +51,16 @@ KOKKOS_INLINE_FUNCTION uint16_t float_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Every case is computed and one
-// selected, with no branch, so that a loop of conversions (a dot product over f16 weights)
-// compiles to vector code on a CPU: a normal's bits move into place and its exponent rebases by
-// 127 − 15; a subnormal (or zero) is its mantissa · 2^-24, exact in f32; inf and NaN keep the
-// all-ones exponent.
+// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. A host Kokkos built with F16C
+// (DING_CPU_FLAGS) converts in one instruction, a third of the time of f16 weights' products.
+// Elsewhere every case is computed and one selected, with no branch, so that a loop of
+// conversions may compile to vector code: a normal's bits move into place and its exponent
+// rebases by 127 − 15; a subnormal (or zero) is its mantissa · 2^-24, exact in f32; inf and NaN
+// keep the all-ones exponent.
 KOKKOS_INLINE_FUNCTION float f16_to_float(uint16_t h) {
+#ifdef DING_KOKKOS_F16C
+  return _cvtsh_ss(h);
+#else
   const uint32_t sign = uint32_t(h & 0x8000u) << 16, magnitude = h & 0x7fffu;
   const uint32_t normal = (magnitude << 13) + (112u << 23);
   const uint32_t subnormal = float_bits(float(magnitude) * 5.9604644775390625e-8f);
@@ -58,6 +68,7 @@ KOKKOS_INLINE_FUNCTION float f16_to_float(uint16_t h) {
   const uint32_t is_subnormal = 0u - uint32_t(magnitude < 0x400u), is_special = 0u - uint32_t(magnitude >= 0x7c00u);
   const uint32_t bits = (special & is_special) | (subnormal & is_subnormal) | (normal & ~(is_special | is_subnormal));
   return bits_float(sign | bits);
+#endif
 }
 
 KOKKOS_INLINE_FUNCTION uint16_t float_to_f16(float f) {
@@ -156,7 +167,7 @@ KOKKOS_INLINE_FUNCTION float widen(ding::f8e4m3 v) { return f8e4m3_to_float(v.bi
 // added pairwise at the end. One running sum is one chain of dependent adds (on a CPU each waits
 // out the previous one's latency: ~1 GFLOP/s); kDotLanes independent ones overlap, and a compiler
 // may keep them in the lanes of a vector register.
-constexpr int kDotLanes = 8;
+constexpr int kDotLanes = 8;  // also the width of one F16C conversion (below)
 
 template <class X, class W>
 KOKKOS_INLINE_FUNCTION float dot_typed(const X* x, const W* w, int64_t w_step, int64_t K) {
@@ -167,7 +178,12 @@ KOKKOS_INLINE_FUNCTION float dot_typed(const X* x, const W* w, int64_t w_step, i
   auto block = [&](int64_t k0, int64_t step) {
     float xs[kDotLanes], ws[kDotLanes];
     for (int i = 0; i < kDotLanes; ++i) xs[i] = widen(x[k0 + i]);
-    for (int i = 0; i < kDotLanes; ++i) ws[i] = widen(w[(k0 + i) * step]);
+#ifdef DING_KOKKOS_F16C
+    if (std::is_same_v<W, ding::f16> && step == 1)  // the 8 weights in one conversion
+      _mm256_storeu_ps(ws, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k0))));
+    else
+#endif
+      for (int i = 0; i < kDotLanes; ++i) ws[i] = widen(w[(k0 + i) * step]);
     for (int i = 0; i < kDotLanes; ++i) part[i] += xs[i] * ws[i];
   };
   if (w_step == 1)
