@@ -216,6 +216,51 @@ KOKKOS_INLINE_FUNCTION float dot(Elements x, int64_t x_at, Elements w, int64_t w
   }
 }
 
+// sums[r] = Σ_k xs[r·K + k] · w[k] for the R ≤ kDotRows rows of xs (f32, K apart), w one contiguous
+// row in its stored type: each block of weights widened once for all R rows, so a prefill's rows
+// read w once a team rather than once a row.
+constexpr int kDotRows = 8;
+
+template <class W>
+KOKKOS_INLINE_FUNCTION void dot_rows_typed(const float* xs, int64_t K, int R, const W* w, float (&sums)[kDotRows]) {
+  float part[kDotRows][kDotLanes] = {};
+  int64_t k = 0;
+  for (; k + kDotLanes <= K; k += kDotLanes) {
+    float ws[kDotLanes];
+#ifdef DING_KOKKOS_F16C
+    if (std::is_same_v<W, ding::f16>)
+      _mm256_storeu_ps(ws, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k))));
+    else
+#endif
+      for (int i = 0; i < kDotLanes; ++i) ws[i] = widen(w[k + i]);
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < kDotLanes; ++i) part[r][i] += xs[r * K + k + i] * ws[i];
+  }
+  for (; k < K; ++k)
+    for (int r = 0; r < R; ++r) part[r][k % kDotLanes] += xs[r * K + k] * widen(w[k]);
+  for (int r = 0; r < R; ++r) {
+    for (int width = kDotLanes / 2; width > 0; width /= 2)
+      for (int i = 0; i < width; ++i) part[r][i] += part[r][i + width];
+    sums[r] = part[r][0];
+  }
+}
+
+KOKKOS_INLINE_FUNCTION void dot_rows(const float* xs, int64_t K, int R, Elements w, int64_t w_at, float (&sums)[kDotRows]) {
+  // One row (decode) as dot_with, whose partial sums stay in registers: with R known only at run
+  // time the rows' sums live in memory, and a decode step's products take half as long again.
+  if (R == 1) {
+    sums[0] = dot_with(xs, w, w_at, 1, K);
+    return;
+  }
+  switch (w.dtype) {
+    case DType::f16: return dot_rows_typed(xs, K, R, static_cast<const ding::f16*>(w.data) + w_at, sums);
+    case DType::bf16: return dot_rows_typed(xs, K, R, static_cast<const ding::bf16*>(w.data) + w_at, sums);
+    case DType::i8: return dot_rows_typed(xs, K, R, static_cast<const int8_t*>(w.data) + w_at, sums);
+    case DType::f8e4m3: return dot_rows_typed(xs, K, R, static_cast<const ding::f8e4m3*>(w.data) + w_at, sums);
+    default: return dot_rows_typed(xs, K, R, static_cast<const float*>(w.data) + w_at, sums);
+  }
+}
+
 // Element strides of a tensor, by value for capture in kernels (Tensor's std::array is host code).
 struct Strides {
   int64_t s[kMaxRank] = {};
@@ -257,15 +302,21 @@ using ScratchFloats = Kokkos::View<float*, Exec::scratch_memory_space, Kokkos::M
 // A team's row of K elements of x widened to f32 once in its scratch, for every output the team
 // computes from it (matmul, moe_matmul): `policy` with room for the row, and the row itself, read
 // by the team's threads together (a team barrier publishes it).
-inline TeamPolicy with_row_scratch(TeamPolicy policy, int64_t K) {
-  const size_t bytes = ScratchFloats::shmem_size(K);
+inline TeamPolicy with_row_scratch(TeamPolicy policy, int64_t K, int64_t rows = 1) {
+  const size_t bytes = ScratchFloats::shmem_size(rows * K);
   return policy.set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
 }
-KOKKOS_INLINE_FUNCTION ScratchFloats widened_row(const Team& team, Elements x, int64_t at, int64_t K) {
-  const ScratchFloats row(team.team_scratch(scratch_level(ScratchFloats::shmem_size(K))), K);
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](const int64_t k) { row(k) = x.load(at + k); });
+// `rows` consecutive rows of K elements from x's element `at` on (room for `room` rows, as the
+// policy was given).
+KOKKOS_INLINE_FUNCTION ScratchFloats widened_rows(const Team& team, Elements x, int64_t at, int64_t K, int64_t rows,
+                                                  int64_t room) {
+  const ScratchFloats row(team.team_scratch(scratch_level(ScratchFloats::shmem_size(room * K))), room * K);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * K), [&](const int64_t i) { row(i) = x.load(at + i); });
   team.team_barrier();
   return row;
+}
+KOKKOS_INLINE_FUNCTION ScratchFloats widened_row(const Team& team, Elements x, int64_t at, int64_t K) {
+  return widened_rows(team, x, at, K, 1, 1);
 }
 
 // Temporary device memory for a kernel's intermediates, freed when it goes out of scope.

@@ -1,7 +1,7 @@
-// matmul and matmul_chain. Each team computes a block of kColumns outputs of one row, a thread
-// per output, accumulating the K products in f32 over w's stored type (dot_with() of elements.h:
-// w's dtype is dispatched once per output, not per product) and the row of x, which the team
-// widens to f32 once in its scratch. matmul's epilogue
+// matmul and matmul_chain. Each team of matmul computes a block of kColumns outputs of up to
+// kDotRows rows, a thread per output, accumulating the K products in f32 over w's stored type
+// (dot_rows() of elements.h: w's dtype is dispatched once per output, not per product) and the
+// rows of x, which the team widens to f32 once in its scratch. matmul's epilogue
 // (bias, activation, residual) runs on the accumulator before the one rounding to out's dtype;
 // its norm prologue is the norm kernel into a temporary in x's dtype, as ops/matmul.h defines it.
 // A quantized w's 8-bit values widen like the 16-bit floats; its row scale multiplies the sum.
@@ -19,10 +19,12 @@ TeamPolicy row_blocks(int64_t rows, int64_t columns) {
   return TeamPolicy(int(rows * ((columns + kColumns - 1) / kColumns)), Kokkos::AUTO);
 }
 
-// out = act(x · wᵀ + bias) + residual for contiguous x [B?, M, K], w [B?, N(·2), K], out [B?, M, N].
+// out = act(x · wᵀ + bias) + residual for contiguous x [B?, M, K], w [B?, N(·2), K], out [B?, M, N]:
+// a team per (batch, kDotRows rows of x, kColumns outputs), each weight row read once for the
+// team's rows (dot_rows).
 void matmul_plain(const ops::MatmulArgs& a) {
   const int64_t M = a.x.dim(-2), K = a.x.dim(-1), N = a.out.dim(-1);
-  const int64_t rows = a.x.numel() / K, blocks = (N + kColumns - 1) / kColumns;
+  const int64_t batches = a.x.numel() / K / M, row_groups = (M + kDotRows - 1) / kDotRows, blocks = (N + kColumns - 1) / kColumns;
   const int64_t w_batch = a.w.rank == 3 ? a.w.dim(-2) * K : 0;  // elements between batches of w
   const Elements out = elements(a.out), x = elements(a.x), w = elements(a.w), bias = elements(a.params.bias),
                  residual = elements(a.params.residual);
@@ -30,23 +32,30 @@ void matmul_plain(const ops::MatmulArgs& a) {
   // A quantized w's row scales: batch b's rows start at b·w_rows.
   const float* const scales = a.w.scales;
   const int64_t w_rows = a.w.dim(-2), scale_batch = a.w.rank == 3 ? w_rows : 0;
-  Kokkos::parallel_for("ding::matmul", with_row_scratch(row_blocks(rows, N), K), KOKKOS_LAMBDA(const Team& team) {
-    const int64_t row = team.league_rank() / blocks, n0 = team.league_rank() % blocks * kColumns;
+  const int64_t room = M < kDotRows ? M : kDotRows;
+  const TeamPolicy teams = with_row_scratch(TeamPolicy(int(batches * row_groups * blocks), Kokkos::AUTO), K, room);
+  Kokkos::parallel_for("ding::matmul", teams, KOKKOS_LAMBDA(const Team& team) {
+    const int64_t n0 = team.league_rank() % blocks * kColumns, group = team.league_rank() / blocks;
+    const int64_t batch = group / row_groups, m0 = group % row_groups * kDotRows;
+    const int R = int(M - m0 < kDotRows ? M - m0 : kDotRows);
     const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
-    const int64_t w_at = row / M * w_batch, scale_at = row / M * scale_batch;
-    const ScratchFloats xs = widened_row(team, x, row * K, K);
+    const int64_t row0 = batch * M + m0, w_at = batch * w_batch, scale_at = batch * scale_batch;
+    const ScratchFloats xs = widened_rows(team, x, row0 * K, K, R, room);
     auto scaled = [&](int64_t r, float sum) { return scales ? sum * scales[scale_at + r] : sum; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
-      float acc = scaled(n, dot_with(xs.data(), w, w_at + n * K, 1, K)) + (bias.defined() ? bias.load(n) : 0.0f);
-      if (activation == ops::Activation::gelu_tanh) acc = gelu_tanh(acc);
-      if (activation == ops::Activation::swiglu) {
-        // [W_gate; W_up]: the up row N + n beside the gate row n.
-        const float up = scaled(N + n, dot_with(xs.data(), w, w_at + (N + n) * K, 1, K)) + (bias.defined() ? bias.load(N + n) : 0.0f);
-        acc = silu(acc) * up;
+      float acc[kDotRows], up[kDotRows];
+      dot_rows(xs.data(), K, R, w, w_at + n * K, acc);
+      // [W_gate; W_up]: the up row N + n beside the gate row n.
+      if (activation == ops::Activation::swiglu) dot_rows(xs.data(), K, R, w, w_at + (N + n) * K, up);
+      for (int r = 0; r < R; ++r) {
+        float y = scaled(n, acc[r]) + (bias.defined() ? bias.load(n) : 0.0f);
+        if (activation == ops::Activation::gelu_tanh) y = gelu_tanh(y);
+        if (activation == ops::Activation::swiglu) y = silu(y) * (scaled(N + n, up[r]) + (bias.defined() ? bias.load(N + n) : 0.0f));
+        // The residual is read before out is written: they may be one tensor.
+        const int64_t at = (row0 + r) * N + n;
+        if (residual.defined()) y += residual.load(at);
+        out.store(at, y);
       }
-      // The residual is read before out is written: they may be one tensor.
-      if (residual.defined()) acc += residual.load(row * N + n);
-      out.store(row * N + n, acc);
     });
   });
 }
