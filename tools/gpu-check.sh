@@ -30,22 +30,10 @@ cmake --build "$build" --parallel "$cores" 2>&1 | grep -E "error:|warning: |FAIL
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "gpu-check: build failed"; exit 1; }
 echo "gpu-check: build took $(($(date +%s) - start)) s on $cores cores (hip: $hip)"
 [[ ${DING_GPU_BUILD_ONLY:-0} == 1 ]] && exit 0
-# One ding_tests process per core, each a gtest shard: a GPU process pays seconds of device
-# start-up, which ctest's process per test would pay for each of thousands of cases.
-cd "$build/tests"
-rm -f shard-*.xml shard-*.log
-pids=()
-for ((i = 0; i < cores; ++i)); do
-  GTEST_TOTAL_SHARDS=$cores GTEST_SHARD_INDEX=$i OMP_NUM_THREADS=1 ./ding_tests --gtest_brief=1 \
-    --gtest_output="xml:shard-$i.xml" "$@" >"shard-$i.log" 2>&1 &
-  pids+=($!)
-done
-status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-python3 ../../tools/parity_table.py shard-*.xml
-cat shard-*.log | grep -E "^\[  FAILED  \]" | sort -u | head -40
-# Failed tests counted by name: --gtest_brief prints no "N tests, listed below" summary.
-failed=$(cat shard-*.log | grep -E "^\[  FAILED  \] [A-Za-z]" | sort -u | wc -l)
-cat shard-*.log | awk -v shards="$cores" -v f="$failed" '/^\[  PASSED  \]/ { p += $4 } /^\[  SKIPPED \] [0-9]+ tests?[.,]/ { s += $4 }
-  END { printf "gpu-check: %d passed, %d skipped, %d failed (gtest, %d shards)\n", p, s, f, shards }'
+# One ding_tests process per core, each a gtest shard (tools/test_shards.sh); the op-parity table
+# from their reports, then the failures and totals.
+summary=$(tools/test_shards.sh "$build/tests/ding_tests" "$cores" "$build/tests" "$@")
+status=$?
+python3 tools/parity_table.py "$build"/tests/shard-*.xml
+sed '$s/^/gpu-check: /' <<<"$summary"
 exit $status
