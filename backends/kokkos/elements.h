@@ -167,23 +167,30 @@ KOKKOS_INLINE_FUNCTION float widen(ding::f8e4m3 v) { return f8e4m3_to_float(v.bi
 // added pairwise at the end. One running sum is one chain of dependent adds (on a CPU each waits
 // out the previous one's latency: ~1 GFLOP/s); kDotLanes independent ones overlap, and a compiler
 // may keep them in the lanes of a vector register.
-constexpr int kDotLanes = 8;  // also the width of one F16C conversion (below)
+constexpr int kDotLanes = 8;  // also the width of one F16C conversion (widen_block)
+
+// kDotLanes weights, `step` apart, as f32 in an array, for a loop over it that a compiler turns into
+// vector code (widening inside the products did not vectorise): 8 contiguous f16 in one
+// conversion where the host has F16C.
+template <class W>
+KOKKOS_INLINE_FUNCTION void widen_block(const W* w, int64_t step, float (&ws)[kDotLanes]) {
+#ifdef DING_KOKKOS_F16C
+  if (std::is_same_v<W, ding::f16> && step == 1) {
+    _mm256_storeu_ps(ws, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))));
+    return;
+  }
+#endif
+  for (int i = 0; i < kDotLanes; ++i) ws[i] = widen(w[i * step]);
+}
 
 template <class X, class W>
 KOKKOS_INLINE_FUNCTION float dot_typed(const X* x, const W* w, int64_t w_step, int64_t K) {
   float part[kDotLanes] = {};
   int64_t k = 0;
-  // Each block of terms widened into arrays first, then multiplied: simple loops a compiler turns
-  // into vector code, where widening inside the product did not vectorise.
   auto block = [&](int64_t k0, int64_t step) {
     float xs[kDotLanes], ws[kDotLanes];
     for (int i = 0; i < kDotLanes; ++i) xs[i] = widen(x[k0 + i]);
-#ifdef DING_KOKKOS_F16C
-    if (std::is_same_v<W, ding::f16> && step == 1)  // the 8 weights in one conversion
-      _mm256_storeu_ps(ws, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k0))));
-    else
-#endif
-      for (int i = 0; i < kDotLanes; ++i) ws[i] = widen(w[(k0 + i) * step]);
+    widen_block(w + k0 * step, step, ws);
     for (int i = 0; i < kDotLanes; ++i) part[i] += xs[i] * ws[i];
   };
   if (w_step == 1)
@@ -227,12 +234,7 @@ KOKKOS_INLINE_FUNCTION void dot_rows_typed(const float* xs, int64_t K, int R, co
   int64_t k = 0;
   for (; k + kDotLanes <= K; k += kDotLanes) {
     float ws[kDotLanes];
-#ifdef DING_KOKKOS_F16C
-    if (std::is_same_v<W, ding::f16>)
-      _mm256_storeu_ps(ws, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k))));
-    else
-#endif
-      for (int i = 0; i < kDotLanes; ++i) ws[i] = widen(w[k + i]);
+    widen_block(w + k, 1, ws);
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < kDotLanes; ++i) part[r][i] += xs[r * K + k + i] * ws[i];
   }
