@@ -33,7 +33,6 @@ KOKKOS_INLINE_FUNCTION void attend_row(const Team& team, const ScratchFloats& sc
                                        float scale) {
   float* const qs = scratch.data();
   float* const scores = qs + D;
-  auto score = [&](int64_t i) -> float& { return scores[i]; };
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, D), [&](const int64_t d) { qs[d] = q.load(q_at + d * q_step); });
   team.team_barrier();
   float max = -FLT_MAX;
@@ -41,7 +40,7 @@ KOKKOS_INLINE_FUNCTION void attend_row(const Team& team, const ScratchFloats& sc
       Kokkos::TeamThreadRange(team, first, end),
       [&](const int64_t j, float& m) {
         const float s = scale * dot_with(qs, k.e, k.at(b, j, head), k.s[3], D);
-        score(j - first) = s;
+        scores[j - first] = s;
         m = fmaxf(m, s);
       },
       Kokkos::Max<float>(max));
@@ -51,8 +50,8 @@ KOKKOS_INLINE_FUNCTION void attend_row(const Team& team, const ScratchFloats& sc
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, first, end),
       [&](const int64_t j, float& s) {
-        score(j - first) = expf(score(j - first) - max);
-        s += score(j - first);
+        scores[j - first] = expf(scores[j - first] - max);
+        s += scores[j - first];
       },
       sum);
   team.team_barrier();

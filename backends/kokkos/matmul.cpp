@@ -41,16 +41,21 @@ void matmul_plain(const ops::MatmulArgs& a) {
     const int64_t n_end = n0 + kColumns < N ? n0 + kColumns : N;
     const int64_t row0 = batch * M + m0, w_at = batch * w_batch, scale_at = batch * scale_batch;
     const ScratchFloats xs = widened_rows(team, x, row0 * K, K, R, room);
-    auto scaled = [&](int64_t r, float sum) { return scales ? sum * scales[scale_at + r] : sum; };
+    // Weight row r's scale (1 unless w is quantized) and bias (0 if none), the same for every row of x.
+    auto scale_of = [&](int64_t r) { return scales ? scales[scale_at + r] : 1.0f; };
+    auto bias_of = [&](int64_t r) { return bias.defined() ? bias.load(r) : 0.0f; };
+    const bool swiglu = activation == ops::Activation::swiglu;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n0, n_end), [&](const int64_t n) {
       float acc[kDotRows], up[kDotRows];
       dot_rows(xs.data(), K, R, w, w_at + n * K, acc);
       // [W_gate; W_up]: the up row N + n beside the gate row n.
-      if (activation == ops::Activation::swiglu) dot_rows(xs.data(), K, R, w, w_at + (N + n) * K, up);
+      if (swiglu) dot_rows(xs.data(), K, R, w, w_at + (N + n) * K, up);
+      const float scale = scale_of(n), shift = bias_of(n);
+      const float up_scale = swiglu ? scale_of(N + n) : 0.0f, up_shift = swiglu ? bias_of(N + n) : 0.0f;
       for (int r = 0; r < R; ++r) {
-        float y = scaled(n, acc[r]) + (bias.defined() ? bias.load(n) : 0.0f);
+        float y = scale * acc[r] + shift;
         if (activation == ops::Activation::gelu_tanh) y = gelu_tanh(y);
-        if (activation == ops::Activation::swiglu) y = silu(y) * (scaled(N + n, up[r]) + (bias.defined() ? bias.load(N + n) : 0.0f));
+        if (swiglu) y = silu(y) * (up_scale * up[r] + up_shift);
         // The residual is read before out is written: they may be one tensor.
         const int64_t at = (row0 + r) * N + n;
         if (residual.defined()) y += residual.load(at);
