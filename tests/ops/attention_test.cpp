@@ -9,6 +9,7 @@
 
 #include "ding/ops/attention.h"
 #include "ding/ops/copy.h"
+#include "ding/threads.h"
 #include "expect_error.h"
 #include "op_cases.h"
 
@@ -266,6 +267,36 @@ struct DecodeInputs {
             .whole = whole};
   }
 };
+
+// ---- The cpu kernel's threads ---------------------------------------------------------------
+
+// The cpu's decode attention splits each sequence's keys into fixed chunks and hands the threads
+// contiguous runs of (sequence, chunk, heads) tasks of equal work: the threads decide only who
+// computes a chunk, never its bounds, so every thread count gives the same bits. Sequences of
+// unequal lengths (empty chunks past the shorter ones), heads cut into runs at small thread
+// counts, and more threads than tasks.
+TEST(AttentionDecodeCpu, EveryThreadCountGivesTheSameBits_B3_S300_Lens7_300_131_H8_Hkv2_D64) {
+  const int previous = cpu_threads();
+  // Each count against one thread on inputs of their own, the count first: a chunk it skipped
+  // would leave the kernel's partial state of the previous call, which had other inputs.
+  for (int threads : {2, 3, 7, 64}) {
+    std::vector<double> got[2];
+    for (int round = 0; round < 2; ++round) {
+      set_cpu_threads(round == 0 ? threads : 1);
+      CaseRun run(cpu(), uint64_t(100 + threads));
+      const Tensor q = run.normal(DType::bf16, {3, 8, 64});
+      const Tensor k_cache = run.normal(DType::bf16, {3, 300, 2, 64});
+      const Tensor v_cache = run.normal(DType::bf16, {3, 300, 2, 64});
+      const Tensor seq_lens = run.ints({3}, {7, 300, 131});
+      const Tensor out = run.output("out", DType::f32, {3, 8, 64});
+      ops::attention_decode(run.stream, out, q, k_cache, v_cache, seq_lens);
+      got[round] = run.read(out);
+    }
+    EXPECT_TRUE(std::all_of(got[1].begin(), got[1].end(), [](double x) { return std::isfinite(x); }));
+    EXPECT_EQ(got[0], got[1]) << threads << " threads against one";
+  }
+  set_cpu_threads(previous);
+}
 
 TEST(AttentionPrefillBadInput, HeadGrouping25Over2) {
   PrefillInputs in(cpu(), 4, 4, 25, 2, 64);

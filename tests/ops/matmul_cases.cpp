@@ -264,6 +264,14 @@ std::vector<OpCase> matmul_cases() {
       // Quantized weights (i8, f8e4m3 with row scales): decode rows through the GEMV (K tails, a
       // swiglu pair of scaled rows, the norm prologue, batched w), prefill rows through the GEMM
       // (the panel dequantized as it is widened), 16-bit and f32 activations.
+      // One row of 16-bit x against i8 rows of 32 to 768 elements, which the CPU holds in
+      // registers where it has AVX-512 VNNI: 1, 16, 23 and 24 blocks of 32, a channel tail, the
+      // swiglu halves, batched w, and K = 800 just past it.
+      {.M = 1, .N = 33, .K = 768, .x = f16, .w = i8, .out = f16, .residual = inplace},
+      {.M = 1, .N = 17, .K = 736, .x = bf16, .w = i8, .out = bf16, .swiglu = true},
+      {.M = 1, .N = 40, .K = 32, .x = f16, .w = i8, .out = f32, .bias = true, .gelu = true},
+      {.B = 2, .M = 1, .N = 40, .K = 512, .x = bf16, .w = i8, .out = bf16, .batched_w = true},
+      {.M = 1, .N = 24, .K = 800, .x = bf16, .w = i8, .out = bf16},
       {.M = 1, .N = 33, .K = 259, .w = i8},
       {.M = 1, .N = 4097, .K = 64, .x = bf16, .w = i8, .out = bf16, .bias = true},
       {.M = 3, .N = 40, .K = 1600, .x = bf16, .w = f8, .out = bf16, .residual = inplace},

@@ -202,16 +202,12 @@ TEST(MatmulQuantizedWeights, EveryE4m3CodeWidensToItsValue_M1_N254_K43) {
   }
 }
 
-// i8 weights of the largest magnitude against 16-bit x of one magnitude (the CPU rounds such x
-// to int16: ±32767), signs in a period of 3, shifted by one per channel: channel 0's products
-// are all +127, the others' sum to −127 every 3. Each integer sum, 127 · 32767 · K / 3 ≥ 2^33,
-// is far past int32, so this shows whether the GEMV moves its int32 lanes into f32 before they
-// overflow, at each unroll (M = 1, 3 and 6 rows of x take different ones) and with a tail of K
-// off every vector width.
-TEST(MatmulQuantizedWeights, I8SumsPastInt32StayExact_M1_M3_M6_N3_K8260) {
-  constexpr int64_t N = 3, K = 8260;
+namespace {
+
+// The body of the test below for rows of K elements.
+void i8_sums_stay_exact(int64_t K) {
+  constexpr int64_t N = 3;
   std::vector<uint8_t> w_bytes;
-  std::vector<float> x_row;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) w_bytes.push_back(uint8_t(int8_t((k + n) % 3 == 0 ? -127 : 127)));
   for (const char* backend : {"ref", "cpu", "kokkos"}) {
@@ -233,10 +229,57 @@ TEST(MatmulQuantizedWeights, I8SumsPastInt32StayExact_M1_M3_M6_N3_K8260) {
           double want = 0;
           for (int64_t k = 0; k < K; ++k) want += double(int8_t(w_bytes[size_t(n * K + k)])) * (k % 3 == 0 ? -1.0 : 1.0);
           want *= 0.5;
-          EXPECT_NEAR(got[size_t(m * N + n)], want, 1e-6 * 127 * 0.5 * K) << backend << ", M " << M << ", row " << m << ", channel " << n;
+          EXPECT_NEAR(got[size_t(m * N + n)], want, 1e-6 * 127 * 0.5 * K) << backend << ", K " << K << ", M " << M << ", row " << m << ", channel " << n;
         }
     }
   }
+}
+
+}  // namespace
+
+// i8 weights of the largest magnitude against 16-bit x of one magnitude (the CPU rounds such x
+// to int16: ±32767), signs in a period of 3, shifted by one per channel: channel 0's products
+// are all +127 (in int16: 127 · 32767 each), the others' sum to −127 every 3. Channel 0's integer
+// sum is past int32 at both lengths (127 · 32767 · K: 2^35 at K = 8260, 2^31.6 at 768), so this
+// shows whether the GEMV moves its int32 lanes into f32 before they overflow: at each unroll
+// (M = 1, 3 and 6 rows of x take different ones), with a tail of K off every vector width, and
+// where one row of x is held in registers (K = 768 on AVX-512 VNNI).
+TEST(MatmulQuantizedWeights, I8SumsPastInt32StayExact_M1_M3_M6_N3_K8260_K768) {
+  for (int64_t K : {8260, 768})
+    i8_sums_stay_exact(K);
+}
+
+// A NaN or an infinity in a row of 16-bit x makes every output of that row non-finite, with i8
+// weights too, where the CPU rounds x to int16 by the row's largest magnitude: a NaN must not
+// drop out of that maximum. Rows held in registers (K = 768) and not (K = 259), one and three rows
+// of x, the bad value in the middle row; the other rows stay finite.
+TEST(MatmulQuantizedWeights, NonFiniteXGivesNonFiniteRowsWithI8Weights_K768_K259) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    for (int64_t K : {768, 259})
+      for (int64_t M : {1, 3})
+        for (const char* backend : {"ref", "cpu", "kokkos"}) {
+          if (!registry::is_available(backend)) continue;
+          const int64_t N = 20, bad_row = M / 2;
+          std::mt19937 rng(uint32_t(K + M));
+          std::normal_distribution<float> normal;
+          std::vector<f16> x_bits(size_t(M * K));
+          for (f16& v : x_bits) v = f32_to_f16(normal(rng));
+          x_bits[size_t(bad_row * K + K / 2)] = f32_to_f16(bad);
+          std::vector<uint8_t> w_bytes(size_t(N * K));
+          for (uint8_t& v : w_bytes) v = uint8_t(int8_t(std::uniform_int_distribution<int>(-127, 127)(rng)));
+          Tensors t(Device::open(backend));
+          Tensor x = t.make(DType::f16, {M, K});
+          upload(t.stream, x, x_bits.data(), x_bits.size() * sizeof(f16));
+          const Tensor out = t.f32({M, N}), scales = t.f32({N}, std::vector<float>(size_t(N), 0.01f));
+          Tensor w = t.bytes(DType::i8, {N, K}, w_bytes);
+          w.scales = scales.ptr<float>();
+          ops::matmul(t.stream, out, x, w);
+          const std::vector<float> got = t.read(out);
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n)
+              EXPECT_EQ(std::isfinite(got[size_t(m * N + n)]), m != bad_row)
+                  << backend << ", x holds " << bad << ", K " << K << ", M " << M << ", row " << m << ", channel " << n;
+        }
 }
 
 // The GPU's few-rows products go to the tensor-core GEMV or, for small weights, the FMA GEMV
