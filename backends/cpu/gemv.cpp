@@ -3,10 +3,10 @@
 // reads w exactly once, in its stored dtype (16-bit and E4M3 weights widened in registers; i8
 // weights against 16-bit x multiplied in integers, x rounded to int16 per row, on AVX2, and on
 // AVX-512 VNNI with one row of x held in registers where K ≤ 768; a quantized row's scale applied
-// to its sums), and applies each weight vector to every row of x before moving on. Threads split the output channels
-// (static), so each streams its own contiguous slab of w strictly in address order, one row after
-// the other: the hardware prefetcher follows that at full bandwidth (interleaving several rows, or
-// software prefetch on top, measured slower).
+// to its sums), and applies each weight vector to every row of x before moving on. Threads split
+// the output channels (static), so each streams its own contiguous slab of w strictly in address
+// order, one row after the other: the hardware prefetcher follows that at full bandwidth
+// (interleaving several rows, or software prefetch on top, measured slower).
 #include <algorithm>
 #include <array>
 #include <cmath>
