@@ -204,6 +204,20 @@ TEST(MatmulQuantizedWeights, EveryE4m3CodeWidensToItsValue_M1_N254_K43) {
 
 namespace {
 
+// out[M, N] = x · wᵀ on `backend` for 16-bit x [M, K] and i8 w [N, K] with every row's scale
+// `scale`, read back.
+std::vector<float> i8_product(const char* backend, const std::vector<f16>& x_bits, int64_t M, int64_t K,
+                              const std::vector<uint8_t>& w_bytes, int64_t N, float scale) {
+  Tensors t(Device::open(backend));
+  Tensor x = t.make(DType::f16, {M, K});
+  upload(t.stream, x, x_bits.data(), x_bits.size() * sizeof(f16));
+  const Tensor out = t.f32({M, N}), scales = t.f32({N}, std::vector<float>(size_t(N), scale));
+  Tensor w = t.bytes(DType::i8, {N, K}, w_bytes);
+  w.scales = scales.ptr<float>();
+  ops::matmul(t.stream, out, x, w);
+  return t.read(out);
+}
+
 // The body of the test below for rows of K elements.
 void i8_sums_stay_exact(int64_t K) {
   constexpr int64_t N = 3;
@@ -213,17 +227,10 @@ void i8_sums_stay_exact(int64_t K) {
   for (const char* backend : {"ref", "cpu", "kokkos"}) {
     if (!registry::is_available(backend)) continue;
     for (int64_t M : {1, 3, 6}) {
-      Tensors t(Device::open(backend));
       std::vector<f16> x_bits;
       for (int64_t m = 0; m < M; ++m)
         for (int64_t k = 0; k < K; ++k) x_bits.push_back(f32_to_f16(k % 3 == 0 ? -1.0f : 1.0f));
-      Tensor x = t.make(DType::f16, {M, K});
-      upload(t.stream, x, x_bits.data(), x_bits.size() * sizeof(f16));
-      const Tensor out = t.f32({M, N}), scales = t.f32({N}, std::vector<float>(size_t(N), 0.5f));
-      Tensor w = t.bytes(DType::i8, {N, K}, w_bytes);
-      w.scales = scales.ptr<float>();
-      ops::matmul(t.stream, out, x, w);
-      const std::vector<float> got = t.read(out);
+      const std::vector<float> got = i8_product(backend, x_bits, M, K, w_bytes, N, 0.5f);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) {
           double want = 0;
@@ -267,14 +274,7 @@ TEST(MatmulQuantizedWeights, NonFiniteXGivesNonFiniteRowsWithI8Weights_K768_K259
           x_bits[size_t(bad_row * K + K / 2)] = f32_to_f16(bad);
           std::vector<uint8_t> w_bytes(size_t(N * K));
           for (uint8_t& v : w_bytes) v = uint8_t(int8_t(std::uniform_int_distribution<int>(-127, 127)(rng)));
-          Tensors t(Device::open(backend));
-          Tensor x = t.make(DType::f16, {M, K});
-          upload(t.stream, x, x_bits.data(), x_bits.size() * sizeof(f16));
-          const Tensor out = t.f32({M, N}), scales = t.f32({N}, std::vector<float>(size_t(N), 0.01f));
-          Tensor w = t.bytes(DType::i8, {N, K}, w_bytes);
-          w.scales = scales.ptr<float>();
-          ops::matmul(t.stream, out, x, w);
-          const std::vector<float> got = t.read(out);
+          const std::vector<float> got = i8_product(backend, x_bits, M, K, w_bytes, N, 0.01f);
           for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n)
               EXPECT_EQ(std::isfinite(got[size_t(m * N + n)]), m != bad_row)
