@@ -527,7 +527,7 @@ void decode_attention(const KT* k, const VT* v, const KvLayout& cache, int64_t B
   // read (kv heads × keys; a split past a shorter sequence's end holds none). The task order is
   // the cache's, so a thread streams its share of it in address order; taken round-robin, each
   // thread read every other split, or half of every cache row where the heads form two runs, and
-  // gpt2-xl's 25 heads over 256–512 keys took 18–28 % longer (docs/PERFORMANCE.md). Task t goes
+  // gpt2-xl's 25 heads over 256–512 keys now take 18–28 % less time (docs/PERFORMANCE.md). Task t goes
   // to the thread whose share holds the middle of its work.
   thread_local std::vector<int64_t> work_before;  // work_before[t]: the work of tasks [0, t)
   work_before.assign(size_t(tasks + 1), 0);
