@@ -468,9 +468,12 @@ __device__ inline void store_block_state(const float* red_m, const float* red_l,
 // that have keys into the output and leaves the ticket at 0 for the next call.
 //
 // merge_space: shared memory for kMergeFloatsPerBlock floats that nothing else uses from here on.
+// kQuadRows: D is known to be a multiple of 4 (the tensor-core kernel's 64 or 128), so only the
+// merge by quads is compiled: the kernel's code is fetched once a layer, and its size shows in a
+// decode step's instruction-fetch stalls (docs/PERFORMANCE.md, issues 20 and 22).
 constexpr int kMergeFloatsPerBlock = 6 * kDecodeThreads;
 
-template <int kMergeBatch>
+template <int kMergeBatch, bool kQuadRows = false>
 __device__ void merge_if_last(Operand out, Partials part, const DecodeShape& sh, const DecodeBlock& blk,
                               const DecodeKeys& keys, float* merge_space) {
   float* const merge_m = merge_space;
@@ -480,10 +483,13 @@ __device__ void merge_if_last(Operand out, Partials part, const DecodeShape& sh,
 
   // Splits 0 .. used - 1 have keys; the others (past the sequence's end) wrote nothing.
   const int used = int((keys.len - keys.first + sh.chunk - 1) / sh.chunk);
-  if (sh.D % 4 == 0)
-    merge_splits<4, kMergeBatch>(out, part, sh, blk.b, blk.h0, blk.heads, used, merge_m, merge_l, merge_o);
-  else
-    merge_splits<1, kMergeBatch>(out, part, sh, blk.b, blk.h0, blk.heads, used, merge_m, merge_l, merge_o);
+  if constexpr (!kQuadRows) {
+    if (sh.D % 4 != 0) {
+      merge_splits<1, kMergeBatch>(out, part, sh, blk.b, blk.h0, blk.heads, used, merge_m, merge_l, merge_o);
+      return;
+    }
+  }
+  merge_splits<4, kMergeBatch>(out, part, sh, blk.b, blk.h0, blk.heads, used, merge_m, merge_l, merge_o);
 }
 
 template <class KV, int HPB>
@@ -953,7 +959,7 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   }
   // The merge's staging in the ring (free by then): the block's static shared memory stays a
   // few bytes, so that three blocks fit an H100 SM at D = 128.
-  if (sh.splits > 1) merge_if_last<8>(out, part, sh, blk, keys, reinterpret_cast<float*>(ring));
+  if (sh.splits > 1) merge_if_last<8, true>(out, part, sh, blk, keys, reinterpret_cast<float*>(ring));
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
