@@ -2,8 +2,8 @@
 //  - the recurrent form (decode, and where a chunk of 1 is asked for): a block per tile of state
 //    columns, the state in registers, the tokens in order;
 //  - the chunk-wise form on tensor cores (NVIDIA sm_80+, prefill), two kernels: one prepares every
-//    chunk at once, then a block per tile of state columns walks the chunks, three tf32 matrix
-//    products a chunk;
+//    chunk at once, then a block per tile of state columns walks the chunks, three matrix
+//    products a chunk (tf32, or bf16 pairs for bf16 inputs and a 16-bit output);
 //  - the chunk-wise form in f32 FMAs, where tensor cores are not at hand (HIP, older chips, key
 //    dims the mma tiles do not divide) and a chunk is asked for.
 // Unit q and k (params.l2_normalize_qk): the recurrent kernel normalises the rows it stages; the
@@ -311,17 +311,25 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 //     columns), the chunks in order with the tile of S in registers; per chunk three products:
 //       U = U' − W S_0,   O = s γ ⊙ (Q S_0) + A U,   S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j).
 // So the walk, the sequential part, holds no substitution and no n × n product of q and k.
-// Products are m16n8k8 tf32 mmas. Operands that are not exact in tf32 (anything computed, and f32
-// inputs) enter as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11;
-// bf16 and f16 q, k and v are exact in one part. Where q, k and v are 16-bit the first pass's key
-// products take m16n8k16 on the rows as they are, and where they are bf16 also its products with
-// T, whose computed side enters as three bf16 parts (~2^-24): fewer instructions, no less
-// accuracy. A product's parts accumulate apart where a warp has few tiles (PartSums). G is summed
-// in double (a warp scan), as the SIMT kernel does. The passes run over equal segments of at most
-// kSegmentBytes of first-pass output (the stream's scratch), so a long prompt needs no workspace
-// that grows with it. The chunk is the largest of 64, 32, 16 whose shared memory fits
-// (mma_chunk): by the layouts' sizes at bf16 and 128-wide heads, 64 in an H100's 227 KB a block
-// (the walk takes 193 KB), 16 in an RTX 4090's 99 KB (chunks of 32 take 105 KB).
+// The walk's products take one of two forms (Parts), chosen by the dtypes and
+// AttentionTuning::delta_rule_bf16_pairs:
+//  - tf32 (m16n8k8): operands that are not exact in tf32 (anything computed, and f32 inputs) enter
+//    as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11; bf16 and f16
+//    q, k and v are exact in one part. For f32 outputs, whose bound is 2e-11 NMSE, and f16 inputs.
+//  - bf16 pairs (m16n8k16), where switched on and q, k and v are bf16 and the output 16-bit: each computed operand
+//    (W, A, S, U, the decayed U) enters as hi = round(x), lo = round(x − hi), the lo × lo term
+//    dropped: ~2^-17 relative, 2^8 below a 16-bit output's rounding. A k step of 16 then takes 5
+//    mmas for W S_0 and Q S_0 where tf32 took 10, the computed operands are half the bytes to copy
+//    and read, and the bf16 Q and Kᵀ are the mma's own operands.
+// Where q, k and v are 16-bit the first pass's key products take m16n8k16 on the rows as they are,
+// and where they are bf16 also its products with T, whose computed side enters as three bf16 parts
+// (~2^-24): fewer instructions, no less accuracy. A product's parts accumulate apart where a warp
+// has few tiles (PartSums). G is summed in double (a warp scan), as the SIMT kernel does. The
+// passes run over equal segments of at most kSegmentBytes of first-pass output (the stream's
+// scratch), so a long prompt needs no workspace that grows with it. The chunk is the largest of
+// 64, 32, 16 whose shared memory fits (mma_chunk): by the layouts' sizes at bf16 and 128-wide
+// heads, 64 in an H100's 227 KB a block (the walk takes 113 KB in bf16 pairs, 193 KB in tf32); in
+// an RTX 4090's 99 KB 32 in bf16 pairs (61 KB), 16 in tf32 (chunks of 32 take 105 KB).
 constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
 // The walk's warps: its products are short chains per warp (a tile or two of U and O, two of S),
 // so more warps than the first pass's hide more of their latency; each needs at most 128 registers.
@@ -332,6 +340,13 @@ constexpr int kMmaColumns = 32;
 // (docs/PERFORMANCE.md, issue 21); 192 MB holds 40 chunks of 64 tokens of Qwen3-Next's 32 value
 // heads, and a long prompt's workspace stays bounded all the same.
 constexpr size_t kSegmentBytes = size_t(192) << 20;
+
+// The walk's products in one of the two forms above: kPairs false is tf32, true bf16 pairs.
+template <bool kPairs>
+struct Parts {
+  static constexpr int kK = kPairs ? 16 : 8;           // the mma's k step
+  static constexpr int kSplitWords = kPairs ? 1 : 2;  // 4-byte words of a computed operand's element
+};
 
 // acc += Σ_{k0 ≤ κ < k1} a(r, κ)·b(κ, c) over one 16 × 8 tile (r, c relative to it): PA, PB = 1 for
 // an operand exact in tf32, 2 for one split into head and tail (the tail × tail term dropped). The
@@ -443,21 +458,61 @@ __device__ inline FragmentPlace b_fragment_of_tile(int mi, int ni, int e, int la
 // lanes' heads, then their tails, so each half is one contiguous 16-byte read a lane.
 __device__ inline int split_a_heads(int group) { return (group / 32) * 256 + (group % 32) * 4; }
 
+// The bf16 pairs' fragment order, mma_16816's registers: for an A operand lane (g, c) of (row tile,
+// k step of 16) holds M[g][2c, 2c + 1], M[g + 8][2c, 2c + 1], M[g][2c + 8, 2c + 9], M[g + 8][2c + 8,
+// 2c + 9]; for a B operand M[2c, 2c + 1][g], M[2c + 8, 2c + 9][g]. A split A operand keeps a
+// group's four hi registers where split_a_heads puts a tf32 group's heads and its lo ones 128 words
+// on; a split B operand's group is hi and lo of its first register, then of its second (so the
+// lane that forms a register stores both parts with one 8-byte store).
+// Row half `half` of accumulator tile (mi, ni) (its elements 2 half, 2 half + 1) is one register of
+// the same lane's A operand: k step ni / 2, register half + 2 (ni % 2); its word in a split buffer:
+__device__ inline int a_pair_word(int mi, int ni, int half, int lane, int steps) {
+  return split_a_heads((mi * steps + ni / 2) * 32 + lane) + half + 2 * (ni & 1);
+}
+
+// Accumulator tile (mi, ni) into a split A operand in the form's fragment order (`steps` k steps
+// of its width along the operand's columns).
+template <bool kPairs>
+__device__ inline void store_a_tile(float* a, int mi, int ni, int lane, int steps, const float (&x)[4]) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  if constexpr (kPairs) {
+    uint32_t* const words = reinterpret_cast<uint32_t*>(a);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint32_t parts[2][4];
+      split_pair<ding::bf16, 2>(x[2 * half], x[2 * half + 1], parts, 0);
+      const int at = a_pair_word(mi, ni, half, lane, steps);
+      words[at] = parts[0][0], words[at + 128] = parts[1][0];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const FragmentPlace at = a_fragment_of_tile(mi, ni, e, lane, steps);
+      float* const heads = a + split_a_heads(at.group) + at.slot;
+      store_split(heads, heads + 128, x[e]);
+    }
+  }
+#else
+  (void)a, (void)mi, (void)ni, (void)lane, (void)steps, (void)x;
+#endif
+}
+
 // The first pass's output for one segment, every block a multiple of 16 bytes. Per (sequence,
-// value head, chunk) `per_value()` floats: W and A as A operands in fragment order, split
-// (split_a_heads); U' row-major [C][Dv]; γ; e^(G_n − G_i). Then per
+// value head, chunk) `per_value()` words of 4 bytes: W and A as A operands in fragment order, split
+// (split_a_heads; `split_words` a element); U' row-major f32 [C][Dv]; γ; e^(G_n − G_i). Then per
 // (sequence, key head, chunk) Q [C][Dk] and Kᵀ [Dk][C] as A operands in fragment order, elements
 // of the kernels' E.
 struct ChunkWorkspace {
   int C, Dk, Dv;
-  int64_t chunks;  // in the segment
+  int split_words;  // Parts::kSplitWords
+  int64_t chunks;   // in the segment
   float* values;
   void* rows;
   bool async_rows;  // q, k and v rows are whole 16-byte pieces of E: the first pass copies them by cp.async
-  __host__ __device__ int64_t per_value() const { return int64_t(C) * (2 * Dk + Dv + 2 * C + 2); }
+  __host__ __device__ int64_t per_value() const { return int64_t(C) * (split_words * (Dk + C) + Dv + 2); }
   __host__ __device__ float* w(int64_t bh, int64_t c) const { return values + (bh * chunks + c) * per_value(); }
-  __host__ __device__ float* scores(int64_t bh, int64_t c) const { return w(bh, c) + 2 * int64_t(C) * Dk; }
-  __host__ __device__ float* u(int64_t bh, int64_t c) const { return scores(bh, c) + 2 * int64_t(C) * C; }
+  __host__ __device__ float* scores(int64_t bh, int64_t c) const { return w(bh, c) + int64_t(split_words) * C * Dk; }
+  __host__ __device__ float* u(int64_t bh, int64_t c) const { return scores(bh, c) + int64_t(split_words) * C * C; }
   __host__ __device__ float* gamma(int64_t bh, int64_t c) const { return u(bh, c) + int64_t(C) * Dv; }
   __host__ __device__ float* tail(int64_t bh, int64_t c) const { return gamma(bh, c) + C; }
   template <class E>
@@ -615,23 +670,34 @@ __device__ inline void stage_rows_async(E* Ks, E* Qs, E* Vs, const PrepareLayout
 }
 
 // M (rows × cols of E, [rows][pitch] in shared memory, or its transpose where `transposed`: M[r][κ]
-// = src[κ][r]) out as an A operand in fragment order (a_fragment_of_tile): a lane's four elements of
-// a group together, so a warp stores 32 consecutive groups, a warp per (row tile, k step).
-template <class E>
+// = src[κ][r]) out as an A operand in the form's fragment order (a_fragment_of_tile, or the bf16
+// pairs' registers): a lane's elements of a group together, so a warp stores 32 consecutive groups,
+// a warp per (row tile, k step).
+template <bool kPairs, class E>
 __device__ inline void write_fragments(E* out, const E* src, int pitch, int rows, int cols, bool transposed, int warp, int lane) {
   struct alignas(4 * sizeof(E)) Group {
     E x[4];
   };
-  const int steps = cols / 8;
+  struct alignas(8 * sizeof(E)) PairGroup {
+    E x[8];
+  };
+  const int steps = cols / Parts<kPairs>::kK;
   auto at = [&](int r, int kk) { return transposed ? src[kk * pitch + r] : src[r * pitch + kk]; };
   for (int mi = 0; mi < rows / 16; ++mi)
     for (int ks = warp; ks < steps; ks += kMmaWarps) {
-      const int r = 16 * mi + lane / 4, kk = 8 * ks + lane % 4;
-      reinterpret_cast<Group*>(out)[(mi * steps + ks) * 32 + lane] = Group{{at(r, kk), at(r + 8, kk), at(r, kk + 4), at(r + 8, kk + 4)}};
+      const int r = 16 * mi + lane / 4, group = (mi * steps + ks) * 32 + lane;
+      if constexpr (kPairs) {
+        const int kk = 16 * ks + 2 * (lane % 4);
+        reinterpret_cast<PairGroup*>(out)[group] = PairGroup{{at(r, kk), at(r, kk + 1), at(r + 8, kk), at(r + 8, kk + 1),
+                                                              at(r, kk + 8), at(r, kk + 9), at(r + 8, kk + 8), at(r + 8, kk + 9)}};
+      } else {
+        const int kk = 8 * ks + lane % 4;
+        reinterpret_cast<Group*>(out)[group] = Group{{at(r, kk), at(r + 8, kk), at(r, kk + 4), at(r + 8, kk + 4)}};
+      }
     }
 }
 
-template <int C, class E>
+template <int C, class E, bool kPairs>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     gated_delta_rule_prepare_kernel(AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, DeltaShape sh,
                                     int64_t t_begin, ChunkWorkspace ws) {
@@ -749,8 +815,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   __syncthreads();
   // The first value head of each key head copies q and k out for the walk, in fragment order.
   if (h % group == 0) {
-    write_fragments(ws.queries<E>(b * sh.Hk + kh, c), Qs, kp, C, Dk, false, warp, lane);
-    write_fragments(ws.keys<E>(b * sh.Hk + kh, c), Ks, kp, Dk, C, true, warp, lane);
+    write_fragments<kPairs>(ws.queries<E>(b * sh.Hk + kh, c), Qs, kp, C, Dk, false, warp, lane);
+    write_fragments<kPairs>(ws.keys<E>(b * sh.Hk + kh, c), Ks, kp, Dk, C, true, warp, lane);
   }
 
   // 1. L_ij = β_i e^(G_i − G_j) k_i·k_j (j < i) and A_ij = s e^(G_i − G_j) q_i·k_j (j ≤ i), zero
@@ -774,16 +840,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       key_products<kRowTiles>(kk_acc, qk_acc, sh.delta, lower, Ks, Qs, kp, 16 * mi, 8 * n0, Dk, lane);
     }
 #pragma unroll
-    for (int t = 0; t < kRowTiles; ++t)
+    for (int t = 0; t < kRowTiles; ++t) {
+      float scores[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = tile_row(mi, e, lane), j = tile_col(n0 + t, e, lane);
         const float ratio = j <= i ? expf(float(G[i] - G[j])) : 0.0f;
         L[i * cp + j] = j < i && sh.delta ? Bt[i] * ratio * kk_acc[t][e] : 0.0f;
-        const FragmentPlace at = a_fragment_of_tile(mi, n0 + t, e, lane, C / 8);
-        float* const heads = A_out + split_a_heads(at.group) + at.slot;
-        store_split(heads, heads + 128, sh.scale * ratio * qk_acc[t][e]);
+        scores[e] = sh.scale * ratio * qk_acc[t][e];
       }
+      store_a_tile<kPairs>(A_out, mi, n0 + t, lane, C / Parts<kPairs>::kK, scores);
+    }
   }
   __syncthreads();
 
@@ -860,13 +927,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
                                        16 * mi + 16, lane);
 #pragma unroll
       for (int t = 0; t < 4; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (t < tiles) {
-            const FragmentPlace at = a_fragment_of_tile(mi, n0 + t, e, lane, Dk / 8);
-            float* const heads = W_out + split_a_heads(at.group) + at.slot;
-            store_split(heads, heads + 128, acc[t][e]);
-          }
+        if (t < tiles) store_a_tile<kPairs>(W_out, mi, n0 + t, lane, Dk / Parts<kPairs>::kK, acc[t]);
     }
   }
 #else
@@ -874,18 +935,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
-// Shared memory of the second pass, in floats then E elements: the tile of S [Dk][kMmaColumns],
-// the chunk's U and e^(G_n − G_j) U_j [C][kMmaColumns] as B operands in fragment order, each group
-// two heads then two tails; the chunk's W, A, Q and Kᵀ as the first pass laid them out; γ and
-// e^(G_n − G_j) twice (this chunk's, and the next one's arriving with W).
+// Shared memory of the second pass, in 4-byte words then E elements: the tile of S
+// [Dk][kMmaColumns], the chunk's U and e^(G_n − G_j) U_j [C][kMmaColumns] as split B operands in
+// fragment order (`split_words` an element); the chunk's W, A, Q and Kᵀ as the first pass laid them
+// out; γ and e^(G_n − G_j) twice (this chunk's, and the next one's arriving with W).
 struct WalkLayout {
-  int C, Dk, esize;
-  __host__ __device__ WalkLayout(int chunk, int dk, int elem_bytes) : C(chunk), Dk(dk), esize(elem_bytes) {}
+  int C, Dk, esize, split_words;
+  __host__ __device__ WalkLayout(int chunk, int dk, int elem_bytes, int split)
+      : C(chunk), Dk(dk), esize(elem_bytes), split_words(split) {}
   __host__ __device__ int64_t state() const { return 0; }
-  __host__ __device__ int64_t writes() const { return 2 * int64_t(Dk) * kMmaColumns; }  // U, then decayed U
-  __host__ __device__ int64_t w() const { return writes() + 4 * int64_t(C) * kMmaColumns; }
-  __host__ __device__ int64_t scores() const { return w() + 2 * int64_t(C) * Dk; }
-  __host__ __device__ int64_t decays() const { return scores() + 2 * int64_t(C) * C; }  // [2][γ: C, tail: C]
+  __host__ __device__ int64_t writes() const { return int64_t(split_words) * Dk * kMmaColumns; }  // U, then decayed U
+  __host__ __device__ int64_t w() const { return writes() + 2 * int64_t(split_words) * C * kMmaColumns; }
+  __host__ __device__ int64_t scores() const { return w() + int64_t(split_words) * C * Dk; }
+  __host__ __device__ int64_t decays() const { return scores() + int64_t(split_words) * C * C; }  // [2][γ: C, tail: C]
   __host__ __device__ int64_t floats() const { return decays() + 4 * int64_t(C); }
   __host__ __device__ int64_t queries() const { return 0; }  // E elements after the floats
   __host__ __device__ int64_t keys() const { return int64_t(C) * Dk; }
@@ -909,12 +971,17 @@ __device__ inline void copy_async(void* dst, const void* src, int bytes, int tid
 #endif
 }
 
-// A lane's four A-operand values of one k step from a fragment-order group of E: tf32 bit patterns
-// (16-bit E is exact in tf32; f32 is split into heads and tails where PA = 2).
-template <class E>
+// A lane's A operand of one k step from a fragment-order group of E: in bf16 pairs the group's
+// four registers as they are; in tf32 its four values as tf32 bit patterns (16-bit E is exact in
+// tf32; f32 is split into heads and tails).
+template <bool kPairs, class E>
 __device__ inline void load_a_group(const E* group, uint32_t (&head)[4], uint32_t (&tail)[4]) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  if constexpr (std::is_same_v<E, float>) {
+  if constexpr (kPairs) {
+    const uint4 x = *reinterpret_cast<const uint4*>(group);
+    head[0] = x.x, head[1] = x.y, head[2] = x.z, head[3] = x.w;
+    (void)tail;
+  } else if constexpr (std::is_same_v<E, float>) {
     const float4 x = *reinterpret_cast<const float4*>(group);
     split_tf32(x.x, head[0], tail[0]), split_tf32(x.y, head[1], tail[1]);
     split_tf32(x.z, head[2], tail[2]), split_tf32(x.w, head[3], tail[3]);
@@ -935,15 +1002,26 @@ __device__ inline void load_a_group(const E* group, uint32_t (&head)[4], uint32_
 #endif
 }
 
-// acc += a · b for one m16n8k8 tile with a and b as heads (h) and tails (t): the three products
-// that matter, or two where a is exact (no tail).
-template <bool kSplitA>
+// d += a · b for one tile of the form's mma: m16n8k16 on bf16 pairs, m16n8k8 on tf32.
+template <bool kPairs>
+__device__ inline void mma_part(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  if constexpr (kPairs) mma_16816<ding::bf16>(d, a, b);
+  else mma_1688_tf32(d, a, b);
+#else
+  (void)d, (void)a, (void)b;
+#endif
+}
+
+// acc += a · b for one tile with a and b as heads or hi parts (h) and tails or lo parts (t): the
+// three products that matter, or two where a is exact (no tail).
+template <bool kPairs, bool kSplitA>
 __device__ inline void mma_parts(float (&acc)[4], const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
                                  const uint32_t (&bt)[2]) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  mma_1688_tf32(acc, ah, bh);
-  mma_1688_tf32(acc, ah, bt);
-  if constexpr (kSplitA) mma_1688_tf32(acc, at, bh);
+  mma_part<kPairs>(acc, ah, bh);
+  mma_part<kPairs>(acc, ah, bt);
+  if constexpr (kSplitA) mma_part<kPairs>(acc, at, bh);
 #else
   (void)acc, (void)ah, (void)at, (void)bh, (void)bt;
 #endif
@@ -958,41 +1036,72 @@ struct PartSums {
   __device__ float operator[](int e) const { return hh[e] + (ht[e] + th[e]); }
 };
 
-template <bool kSplitA>
+template <bool kPairs, bool kSplitA>
 __device__ inline void mma_parts(PartSums& acc, const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
                                  const uint32_t (&bt)[2]) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  mma_1688_tf32(acc.hh, ah, bh);
-  mma_1688_tf32(acc.ht, ah, bt);
-  if constexpr (kSplitA) mma_1688_tf32(acc.th, at, bh);
+  mma_part<kPairs>(acc.hh, ah, bh);
+  mma_part<kPairs>(acc.ht, ah, bt);
+  if constexpr (kSplitA) mma_part<kPairs>(acc.th, at, bh);
 #else
   (void)acc, (void)ah, (void)at, (void)bh, (void)bt;
 #endif
 }
 
-// x (element `slot` of B-operand group `group`) into a fragment-order B operand of heads and tails.
-__device__ inline void store_b_split(float* b, const FragmentPlace& at, float x) { store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x); }
+// Accumulator tile (mi, ni), x, into a split B operand in the form's fragment order (`steps` k
+// steps of its width along the operand's rows; k the tile's row, n its column). Called by the whole
+// warp. A bf16-pair register holds rows g and g + 1 (g even) of one column, which lanes (g, c) and
+// (g + 1, c) hold two columns each of: one shuffle a row half hands each lane its partner's element
+// of the column it keeps (2c on even rows, 2c + 1 on odd ones), and the lane stores that register's
+// hi and lo together.
+template <bool kPairs>
+__device__ inline void store_b_tile(float* b, int mi, int ni, int lane, int steps, const float (&x)[4]) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  if constexpr (kPairs) {
+    const int g = lane >> 2, odd = g & 1, n = 2 * (lane & 3) + odd;
+    uint2* const group = reinterpret_cast<uint2*>(b) + 2 * ((ni * steps + mi) * 32 + n * 4 + (g >> 1));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // rows g + 8 half: register `half`
+      // Selects, not x[2 half + odd]: an index known only at run time would put x in local memory.
+      const float left = x[2 * half], right = x[2 * half + 1];
+      const float kept = odd ? right : left, other = __shfl_xor_sync(0xffffffffu, odd ? left : right, 4);
+      uint32_t parts[2][4];
+      split_pair<ding::bf16, 2>(odd ? other : kept, odd ? kept : other, parts, 0);
+      group[half] = make_uint2(parts[0][0], parts[1][0]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const FragmentPlace at = b_fragment_of_tile(mi, ni, e, lane, steps);
+      store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x[e]);
+    }
+  }
+#else
+  (void)b, (void)mi, (void)ni, (void)lane, (void)steps, (void)x;
+#endif
+}
 
 // DK: the key dim where it is known when compiling (0: sh.Dk), so that the loops over it unroll and
 // their shared-memory offsets fold into the instructions: the walk is issue-bound, and a rolled
 // loop's counters, branches and address arithmetic were most of its instructions.
-template <int C, class E, int DK>
+template <int C, class E, int DK, bool kPairs>
 __global__ void __launch_bounds__(kWalkThreads)
     gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  constexpr int kBlocks = C / 16, kSteps = C / 8;
+  using P = Parts<kPairs>;
+  constexpr int kBlocks = C / 16, kSteps = C / P::kK;
   constexpr bool kSplitE = std::is_same_v<E, float>;
   constexpr int kOutTiles = (kBlocks * (kMmaColumns / 8) + kWalkWarps - 1) / kWalkWarps;  // of U and O, per warp
   constexpr int kStateTiles = int(DK > 0 ? DK : ops::kMaxDeltaRuleKeyDim) / 16 * (kMmaColumns / 8) / kWalkWarps;  // of S, per warp at most
   constexpr int kRowGroups = kWalkWarps / (kMmaColumns / 8);  // warps per column tile
-  constexpr int kKeyUnroll = DK > 0 ? DK / 8 : 1;
-  const int Dk = DK > 0 ? DK : sh.Dk, key_steps = Dk / 8;
-  const WalkLayout lay(C, Dk, int(sizeof(E)));
+  constexpr int kKeyUnroll = DK > 0 ? DK / P::kK : 1;
+  const int Dk = DK > 0 ? DK : sh.Dk, key_steps = Dk / P::kK;
+  const WalkLayout lay(C, Dk, int(sizeof(E)), P::kSplitWords);
   extern __shared__ float4 walk_mem[];
   float* const base = reinterpret_cast<float*>(walk_mem);
   float* const Sb = base + lay.state();
   float* const Ub = base + lay.writes();
-  float* const Db = Ub + 2 * C * kMmaColumns;  // e^(G_n − G_j) U_j
+  float* const Db = Ub + P::kSplitWords * C * kMmaColumns;  // e^(G_n − G_j) U_j
   float* const Wf = base + lay.w();
   float* const Af = base + lay.scores();
   float* const decays = base + lay.decays();
@@ -1023,14 +1132,14 @@ __global__ void __launch_bounds__(kWalkThreads)
   // written (A and Kᵀ free, the next W and Q landed).
   auto copy_wq = [&](int64_t c) {
     if (c < ws.chunks) {
-      if (sh.delta) copy_async(Wf, ws.w(bh, c), 8 * C * Dk, tid);
+      if (sh.delta) copy_async(Wf, ws.w(bh, c), 4 * P::kSplitWords * C * Dk, tid);
       copy_async(Qf, ws.queries<E>(bkh, c), C * Dk * int(sizeof(E)), tid);
       copy_async(decays + (c & 1) * 2 * C, ws.gamma(bh, c), 8 * C, tid);  // γ, then e^(G_n − G_j)
     }
     cp_async_commit();
   };
   auto copy_a = [&](int64_t c) {
-    if (c < ws.chunks) copy_async(Af, ws.scores(bh, c), 8 * C * C, tid);
+    if (c < ws.chunks) copy_async(Af, ws.scores(bh, c), 4 * P::kSplitWords * C * C, tid);
     cp_async_commit();
   };
   auto copy_k = [&](int64_t c) {
@@ -1046,9 +1155,7 @@ __global__ void __launch_bounds__(kWalkThreads)
 #pragma unroll
     for (int t = 0; t < kStateTiles; ++t) {
       if (t >= state_tiles) break;
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        store_b_split(Sb, b_fragment_of_tile(mi_of(t), ni, e, lane, key_steps), S[t][e]);
+      store_b_tile<kPairs>(Sb, mi_of(t), ni, lane, key_steps, S[t]);
     }
   };
 #pragma unroll
@@ -1064,8 +1171,9 @@ __global__ void __launch_bounds__(kWalkThreads)
 
   // A lane's B operand of k step ks from a fragment-order buffer of `steps` steps, column tile ni.
   auto load_b = [&](const float* buffer, int steps, int ks, uint32_t (&bh_)[2], uint32_t (&bt_)[2]) {
-    const float4 x = reinterpret_cast<const float4*>(buffer)[(ni * steps + ks) * 32 + lane];
-    bh_[0] = __float_as_uint(x.x), bh_[1] = __float_as_uint(x.y), bt_[0] = __float_as_uint(x.z), bt_[1] = __float_as_uint(x.w);
+    const uint4 x = reinterpret_cast<const uint4*>(buffer)[(ni * steps + ks) * 32 + lane];
+    if constexpr (kPairs) bh_[0] = x.x, bt_[0] = x.y, bh_[1] = x.z, bt_[1] = x.w;
+    else bh_[0] = x.x, bh_[1] = x.y, bt_[0] = x.z, bt_[1] = x.w;
   };
   // A lane's split A operand of row tile mi, k step ks from a fragment-order buffer (heads, tails).
   auto load_a_split = [&](const float* buffer, int steps, int mi, int ks, uint32_t (&ah_)[4], uint32_t (&at_)[4]) {
@@ -1104,10 +1212,10 @@ __global__ void __launch_bounds__(kWalkThreads)
           uint32_t ah_[4], at_[4];
           if constexpr (decltype(delta)::value) {
             load_a_split(Wf, key_steps, mi_of(t), ks, ah_, at_);
-            mma_parts<true>(w_s[t], ah_, at_, bh_, bt_);
+            mma_parts<kPairs, true>(w_s[t], ah_, at_, bh_, bt_);
           }
-          load_a_group(Qf + ((mi_of(t) * key_steps + ks) * 32 + lane) * 4, ah_, at_);
-          mma_parts<kSplitE>(q_s[t], ah_, at_, bh_, bt_);
+          load_a_group<kPairs>(Qf + ((mi_of(t) * key_steps + ks) * 32 + lane) * (P::kK / 2), ah_, at_);
+          mma_parts<kPairs, kSplitE>(q_s[t], ah_, at_, bh_, bt_);
         }
       }
     };
@@ -1121,14 +1229,14 @@ __global__ void __launch_bounds__(kWalkThreads)
 #pragma unroll
     for (int t = 0; t < kOutTiles; ++t) {
       if (t >= out_tiles) break;
+      float x[4], decayed[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = tile_row(mi_of(t), e, lane);
-        const FragmentPlace at = b_fragment_of_tile(mi_of(t), ni, e, lane, kSteps);
-        const float x = u[t][e] - w_s[t][e];
-        store_b_split(Ub, at, x);
-        store_b_split(Db, at, tail[i] * x);
+        x[e] = u[t][e] - w_s[t][e];
+        decayed[e] = tail[tile_row(mi_of(t), e, lane)] * x[e];
       }
+      store_b_tile<kPairs>(Ub, mi_of(t), ni, lane, kSteps, x);
+      store_b_tile<kPairs>(Db, mi_of(t), ni, lane, kSteps, decayed);
     }
     cp_async_wait<0>();  // A and Kᵀ of chunk c
     __syncthreads();     // U is written; W and Q are free
@@ -1136,7 +1244,7 @@ __global__ void __launch_bounds__(kWalkThreads)
 
     // O = s γ ⊙ (Q S_0) + A U (A is zero above its diagonal, so the last tile's rows bound k).
     PartSums au[kOutTiles];
-    const int causal_steps = out_tiles > 0 ? 2 * mi_of(out_tiles - 1) + 2 : 0;
+    const int causal_steps = out_tiles > 0 ? 16 * (mi_of(out_tiles - 1) + 1) / P::kK : 0;
     for (int ks = 0; ks < causal_steps; ++ks) {
       uint32_t bh_[2], bt_[2];
       load_b(Ub, kSteps, ks, bh_, bt_);
@@ -1145,7 +1253,7 @@ __global__ void __launch_bounds__(kWalkThreads)
         if (t >= out_tiles) break;
         uint32_t ah_[4], at_[4];
         load_a_split(Af, kSteps, mi_of(t), ks, ah_, at_);
-        mma_parts<true>(au[t], ah_, at_, bh_, bt_);
+        mma_parts<kPairs, true>(au[t], ah_, at_, bh_, bt_);
       }
     }
 #pragma unroll
@@ -1171,8 +1279,8 @@ __global__ void __launch_bounds__(kWalkThreads)
       for (int t = 0; t < kStateTiles; ++t) {
         if (t >= state_tiles) break;
         uint32_t ah_[4], at_[4];
-        load_a_group(Kf + ((mi_of(t) * kSteps + ks) * 32 + lane) * 4, ah_, at_);
-        mma_parts<kSplitE>(write[t], ah_, at_, bh_, bt_);
+        load_a_group<kPairs>(Kf + ((mi_of(t) * kSteps + ks) * 32 + lane) * (P::kK / 2), ah_, at_);
+        mma_parts<kPairs, kSplitE>(write[t], ah_, at_, bh_, bt_);
       }
     }
 #pragma unroll
@@ -1204,11 +1312,11 @@ __global__ void __launch_bounds__(kWalkThreads)
 // The tensor-core passes' chunk for a call asking for `requested` tokens a chunk (0: any): the
 // largest of 64, 32, 16 within it whose passes' shared memory fits; 0 where they cannot run (no
 // mma.sync, a key dim not a multiple of 16, or not even 16 tokens a chunk fit).
-int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, int64_t requested) {
+int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, int split_words, int64_t requested) {
   if (!props.has_mma_sync() || Dk % 16 != 0) return 0;
   for (int C : {64, 32, 16})
     if ((requested == 0 || C <= requested) && PrepareLayout(C, Dk, Dv, elem_bytes).bytes() <= props.shared_per_block_optin &&
-        WalkLayout(C, Dk, elem_bytes).bytes() <= props.shared_per_block_optin)
+        WalkLayout(C, Dk, elem_bytes, split_words).bytes() <= props.shared_per_block_optin)
       return C;
   return 0;
 }
@@ -1268,9 +1376,10 @@ bool rows_in_pieces(const ops::GatedDeltaRuleArgs& a, const DeltaShape& sh) {
 
 // The two tensor-core passes over segments of the call's chunks, each segment's first-pass output
 // in the stream's scratch (at most kSegmentBytes, or the tuning's chunks per segment).
-template <int C, class E>
+template <int C, class E, bool kPairs>
 void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaShape& sh) {
-  ChunkWorkspace ws{C, sh.Dk, sh.Dv, 0, nullptr, nullptr, rows_in_pieces<E>(a, sh)};
+  constexpr int kSplitWords = Parts<kPairs>::kSplitWords;
+  ChunkWorkspace ws{C, sh.Dk, sh.Dv, kSplitWords, 0, nullptr, nullptr, rows_in_pieces<E>(a, sh)};
   const int64_t chunks = (sh.T + C - 1) / C;
   const size_t value_bytes = size_t(sh.B * sh.Hv * ws.per_value()) * 4, row_bytes = size_t(sh.B * sh.Hk * 2 * C * sh.Dk) * sizeof(E);
   const int64_t tuned = s.attention_tuning().delta_rule_segment_chunks;
@@ -1280,20 +1389,21 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   const int64_t per_segment = tuned > 0 ? std::min(chunks, tuned) : (chunks + segments - 1) / segments;
   float* const values = static_cast<float*>(s.scratch(size_t(per_segment) * (value_bytes + row_bytes)));
   const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E))).bytes();
-  const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E))).bytes();
-  DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_prepare_kernel<C, E>), int(prepare_bytes)));
+  const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E)), kSplitWords).bytes();
+  const auto prepare = gated_delta_rule_prepare_kernel<C, E, kPairs>;
+  DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(prepare), int(prepare_bytes)));
   // Qwen3-Next's key dim (128) gets a walk compiled for it; 16-bit rows only, the f32 ones being
   // the rare case of mixed input dtypes.
   constexpr bool kSixteenBit = !std::is_same_v<E, float>;
-  const auto walk = kSixteenBit && sh.Dk == 128 ? gated_delta_rule_walk_kernel<C, E, kSixteenBit ? 128 : 0>
-                                                : gated_delta_rule_walk_kernel<C, E, 0>;
+  const auto walk = kSixteenBit && sh.Dk == 128 ? gated_delta_rule_walk_kernel<C, E, kSixteenBit ? 128 : 0, kPairs>
+                                                : gated_delta_rule_walk_kernel<C, E, 0, kPairs>;
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(walk), int(walk_bytes)));
   const int64_t column_tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
   for (int64_t c0 = 0; c0 < chunks; c0 += per_segment) {
     ws.chunks = std::min(per_segment, chunks - c0);
     ws.values = values;
     ws.rows = values + sh.B * sh.Hv * ws.chunks * ws.per_value();
-    gated_delta_rule_prepare_kernel<C, E><<<delta_rule_grid(sh.B * sh.Hv * ws.chunks), kMmaThreads, prepare_bytes, s.handle()>>>(
+    prepare<<<delta_rule_grid(sh.B * sh.Hv * ws.chunks), kMmaThreads, prepare_bytes, s.handle()>>>(
         any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta), sh, c0 * C, ws);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_prepare_kernel");
     walk<<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kWalkThreads, walk_bytes, s.handle()>>>(
@@ -1339,15 +1449,18 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
     return;
   }
 #if defined(DING_GPU_NVIDIA)
-  // Tensor cores where they run, q, k and v of one 16-bit dtype as it (exact tf32 operands, one
-  // part), anything else as f32 (split operands).
+  // Tensor cores where they run, q, k and v of one 16-bit dtype as it (exact operands, one part),
+  // anything else as f32 (split operands); bf16 pairs, where switched on, for bf16 rows and a 16-bit output.
   const DType rows = a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype ? a.q.dtype : DType::f32;
-  if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, sh.Dv, int(dtype_size(rows)), chunk) : 0) {
+  const bool pairs = s.attention_tuning().delta_rule_bf16_pairs && rows == DType::bf16 && a.out.dtype != DType::f32;
+  const int split_words = pairs ? Parts<true>::kSplitWords : Parts<false>::kSplitWords;
+  if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, sh.Dv, int(dtype_size(rows)), split_words, chunk) : 0) {
     auto by_rows = [&](auto chunk_tag) {
       constexpr int kC = decltype(chunk_tag)::value;
-      if (rows == DType::bf16) chunk_passes<kC, ding::bf16>(s, a, sh);
-      else if (rows == DType::f16) chunk_passes<kC, ding::f16>(s, a, sh);
-      else chunk_passes<kC, float>(s, a, sh);
+      if (pairs) chunk_passes<kC, ding::bf16, true>(s, a, sh);
+      else if (rows == DType::bf16) chunk_passes<kC, ding::bf16, false>(s, a, sh);
+      else if (rows == DType::f16) chunk_passes<kC, ding::f16, false>(s, a, sh);
+      else chunk_passes<kC, float, false>(s, a, sh);
     };
     if (C == 64) by_rows(std::integral_constant<int, 64>{});
     else if (C == 32) by_rows(std::integral_constant<int, 32>{});

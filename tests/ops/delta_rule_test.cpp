@@ -1,6 +1,7 @@
 // gated_delta_rule: closed forms of the recurrence on the reference, chunked feeding equal to
 // whole feeding through the state (reference and cpu), the GPU's chunk-wise passes over segments
-// of any size, and bad input through the front end.
+// of any size and in both product forms, and bad input through the front end.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -166,6 +167,30 @@ TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
                                          {"segments of 1 chunk", segments(1)},
                                          {"segments of 3 chunks", segments(3)}}),
             20);
+}
+
+// The walk's products take bf16 pairs, where switched on, for bf16 q, k and v and a 16-bit output,
+// and tf32 head and tail otherwise: each form keeps every case's bound of the reference.
+TEST(GatedDeltaRuleGpu, BothProductFormsKeepTheBound) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  auto pairs = [&tuning](bool on) {
+    return [&tuning, on] {
+      gpu::AttentionTuning t = tuning.run_tuning();
+      t.delta_rule_bf16_pairs = on;
+      tuning.set(t);
+    };
+  };
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  int count = 0;
+  for (const OpCase& c : delta_rule_cases()) {
+    if (!c.in_tests) continue;
+    expect_case_under(cuda, c, seed, {{"bf16 pairs", pairs(true)}, {"tf32", pairs(false)}}, /*same_bits=*/false);
+    ++count;
+  }
+  EXPECT_GT(count, 20);
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------
