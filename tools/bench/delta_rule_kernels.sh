@@ -2,7 +2,8 @@
 # Why the delta rule's GPU kernels take the time they do, on a GPU machine with Nsight Compute:
 # the op benches of the recurrent and chunk-wise forms at Qwen3-Next-80B's heads, then ncu's
 # speed-of-light, warp-state and memory sections for one launch of each kernel (decode, a 4k
-# recurrent prefill, a 4k chunk-wise prefill's two passes). Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD,
+# recurrent prefill, a 4k chunk-wise prefill's two passes); the op benches in both of the walk's product
+# forms (DING_DELTA_PAIRS=0 and 1). Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD,
 # default build-speed).
 #   DING_CUDA_ARCH=90 tools/bench/delta_rule_kernels.sh     (DING_NCU=0: the benches only; DING_BENCH_FILTERS: which)
 set -uo pipefail
@@ -12,9 +13,15 @@ source tools/gpu_build.sh
 gpu_out results/delta-rule-kernels
 gpu_build delta_rule_kernels "$out/build.txt" ding-bench
 bench="$build/tools/ding-bench"
+# The walk's two product forms (AttentionTuning::delta_rule_bf16_pairs) side by side: tf32, then bf16 pairs.
 for filter in ${DING_BENCH_FILTERS:-bench_B1_T1_ bench_B8_T1_ bench_B1_T1024_ bench_B1_T4096_}; do
-  timeout 120 "$bench" ops --backend cuda --op gated_delta_rule --filter "$filter" 2>&1 | grep "bench_"
+  for pairs in 0 1; do
+    DING_DELTA_PAIRS=$pairs timeout 120 "$bench" ops --backend cuda --op gated_delta_rule --filter "$filter" 2>&1 |
+      grep "bench_" | sed "s/^/pairs=$pairs /"
+  done
 done | tee "$out/delta_rule_ops.txt"
+# ncu on the pairs unless DING_DELTA_PAIRS says otherwise.
+export DING_DELTA_PAIRS=${DING_DELTA_PAIRS:-1}
 ((${DING_NCU:-1})) || exit 0
 sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy)
 # Each case: the filters a bench name must hold (all of them), then the kernel to profile.
