@@ -316,11 +316,11 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 //  - tf32 (m16n8k8): operands that are not exact in tf32 (anything computed, and f32 inputs) enter
 //    as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11; bf16 and f16
 //    q, k and v are exact in one part. For f32 outputs, whose bound is 2e-11 NMSE, and f16 inputs.
-//  - bf16 pairs (m16n8k16), where switched on and q, k and v are bf16 and the output 16-bit: each computed operand
-//    (W, A, S, U, the decayed U) enters as hi = round(x), lo = round(x − hi), the lo × lo term
-//    dropped: ~2^-17 relative, 2^8 below a 16-bit output's rounding. A k step of 16 then takes 5
-//    mmas for W S_0 and Q S_0 where tf32 took 10, the computed operands are half the bytes to copy
-//    and read, and the bf16 Q and Kᵀ are the mma's own operands.
+//  - bf16 pairs (m16n8k16), where switched on and q, k and v are bf16 and the output 16-bit: each
+//    computed operand (W, A, S, U, the decayed U) enters as hi = round(x), lo = round(x − hi), the
+//    lo × lo term dropped: ~2^-17 relative, 2^8 below a 16-bit output's rounding. A k step of 16
+//    then takes 5 mmas for W S_0 and Q S_0 where tf32 takes 10, the computed operands are half the
+//    bytes to copy and read, and the bf16 Q and Kᵀ are the mma's own operands.
 // Where q, k and v are 16-bit the first pass's key products take m16n8k16 on the rows as they are,
 // and where they are bf16 also its products with T, whose computed side enters as three bf16 parts
 // (~2^-24): fewer instructions, no less accuracy. A product's parts accumulate apart where a warp
@@ -499,7 +499,7 @@ __device__ inline void store_a_tile(float* a, int mi, int ni, int lane, int step
 
 // The first pass's output for one segment, every block a multiple of 16 bytes. Per (sequence,
 // value head, chunk) `per_value()` words of 4 bytes: W and A as A operands in fragment order, split
-// (split_a_heads; `split_words` a element); U' row-major f32 [C][Dv]; γ; e^(G_n − G_i). Then per
+// (split_a_heads; `split_words` an element); U' row-major f32 [C][Dv]; γ; e^(G_n − G_i). Then per
 // (sequence, key head, chunk) Q [C][Dk] and Kᵀ [Dk][C] as A operands in fragment order, elements
 // of the kernels' E.
 struct ChunkWorkspace {
