@@ -4,15 +4,19 @@
 # speed-of-light, warp-state and memory sections for one launch of each kernel (decode, a 4k
 # recurrent prefill, a 4k chunk-wise prefill's two passes); the op benches in both of the walk's product
 # forms (DING_DELTA_PAIRS=0 and 1). Builds ding-bench first (tools/gpu_build.sh; DING_GPU_BUILD,
-# default build-speed).
+# default build-speed) unless DING_BENCH names one built already (tools/device_pack.sh).
 #   DING_CUDA_ARCH=90 tools/bench/delta_rule_kernels.sh     (DING_NCU=0: the benches only; DING_BENCH_FILTERS: which)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 DING_GPU_BUILD=${DING_GPU_BUILD:-build-speed}
 source tools/gpu_build.sh
 gpu_out results/delta-rule-kernels
-gpu_build delta_rule_kernels "$out/build.txt" ding-bench
-bench="$build/tools/ding-bench"
+if [[ -n ${DING_BENCH:-} ]]; then
+  bench=$DING_BENCH
+else
+  gpu_build delta_rule_kernels "$out/build.txt" ding-bench
+  bench="$build/tools/ding-bench"
+fi
 # The walk's two product forms (AttentionTuning::delta_rule_bf16_pairs) side by side: tf32, then bf16 pairs.
 for filter in ${DING_BENCH_FILTERS:-bench_B1_T1_ bench_B8_T1_ bench_B1_T1024_ bench_B1_T4096_}; do
   for pairs in 0 1; do
