@@ -32,6 +32,7 @@ struct LayerSpec {
   MixerKind mixer = MixerKind::attention;
   int64_t window = 0;  // > 0: sliding-window attention over the last `window` positions; 0: full
   bool moe = false;    // the feed-forward is the mixture of experts (ModelConfig::moe), else dense (d_ff)
+  float attention_scale = 0.0f;  // the scores' factor s; 0: 1/√d_head
 };
 
 // The mixture-of-experts feed-forward (Mixtral, OLMoE, DeepSeek): the router scores E experts per
@@ -93,6 +94,8 @@ struct ModelConfig {
   int64_t d_head = 0;           // D (C / H unless the config says otherwise)
   int64_t d_ff = 0;             // F, the FFN's hidden width
   int64_t n_positions = 0;      // the longest context the model was built for
+  bool context_bounded = false; // contexts past n_positions are refused: learned positions, or a
+                                // rope (dynamic NTK) whose frequencies would change past it
   int64_t vocab_size = 0;       // V, rows of the embedding table
   NormKind norm = NormKind::layer_norm;
   float norm_eps = 1e-5f;

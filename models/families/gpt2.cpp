@@ -4,6 +4,8 @@
 //   x = x + W2·gelu(W1·layer_norm(x) + b1) + b2
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "ding/models/families/family.h"
 
 namespace ding {
@@ -39,10 +41,13 @@ class Gpt2 final : public Family {
     c.activation = ops::Activation::gelu_tanh;
     c.qkv_bias = c.out_bias = c.ffn_bias = true;
     c.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
-    if (!f.boolean_or("scale_attn_weights", true)) f.fail("scale_attn_weights = false is not supported");
-    if (f.boolean_or("scale_attn_by_inverse_layer_idx", false)) f.fail("scale_attn_by_inverse_layer_idx = true is not supported");
     if (f.boolean_or("add_cross_attention", false)) f.fail("add_cross_attention = true (an encoder-decoder) is not supported");
     c.layers.assign(size_t(c.n_layer), LayerSpec{});
+    // transformers' GPT2Attention: scores times 1/√d_head unless scale_attn_weights is false, and
+    // divided by layer + 1 where scale_attn_by_inverse_layer_idx (stanford-crfm's GPT-2 runs).
+    const double base = f.boolean_or("scale_attn_weights", true) ? 1.0 / std::sqrt(double(c.d_head)) : 1.0;
+    const bool by_layer = f.boolean_or("scale_attn_by_inverse_layer_idx", false);
+    for (int64_t l = 0; l < c.n_layer; ++l) c.layers[size_t(l)].attention_scale = float(by_layer ? base / double(l + 1) : base);
     const std::vector<int32_t> bos = f.token_list("bos_token_id");
     c.bos_token = bos.empty() ? -1 : bos[0];
     c.eos_tokens = f.token_list("eos_token_id");

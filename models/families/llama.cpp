@@ -11,6 +11,12 @@
 
 namespace ding {
 
+ConfigDefaults config_defaults(const std::string& model_type) {
+  if (model_type == "mixtral") return {.rope_theta = 1e6, .rms_norm_eps = 1e-5f};
+  if (model_type == "olmoe") return {.rms_norm_eps = 1e-5f};
+  return {};
+}
+
 // The rotary base and its scaling: transformers 5's rope_parameters, or transformers 4's
 // rope_theta beside rope_scaling. Scalings ding does not implement are refused by name.
 void parse_rope(const ConfigFields& f, ModelConfig& c) {
@@ -18,15 +24,29 @@ void parse_rope(const ConfigFields& f, ModelConfig& c) {
   if (v5 && f.at("rope_parameters").is_object() && !f.at("rope_parameters").contains("rope_type") &&
       !f.at("rope_parameters").contains("rope_theta"))
     f.fail("rope_parameters names neither rope_type nor rope_theta (per-layer-type parameters are not supported)");
-  c.rope_theta = v5 ? f.object("rope_parameters").positive_number_or("rope_theta", f.positive_number_or("rope_theta", 10000.0))
-                    : f.positive_number_or("rope_theta", 10000.0);
+  const double theta = f.positive_number_or("rope_theta", config_defaults(c.model_type).rope_theta);
+  c.rope_theta = v5 ? f.object("rope_parameters").positive_number_or("rope_theta", theta) : theta;
   const char* key = v5 ? "rope_parameters" : "rope_scaling";
   if (!f.has(key)) return;
   const ConfigFields s = f.object(key);
   const std::string type = s.string_or("rope_type", s.string_or("type", "default"));
   ops::RopeScaling& r = c.rope_scaling;
+  // The context the model was trained for, where a scaling needs it: in the scaling's own
+  // parameters, else beside them at the top (as transformers' standardisation moves it), else the
+  // model's whole context.
+  auto original_max_position = [&] {
+    return s.positive_int_or("original_max_position_embeddings",
+                             f.positive_int_or("original_max_position_embeddings", c.n_positions));
+  };
   if (type == "default") {
     r.kind = ops::RopeScalingKind::none;
+  } else if (type == "dynamic") {
+    // Dynamic NTK: base·(factor·T/max − (factor − 1))^(R/(R−2)) at T = max(sequence length,
+    // max_position_embeddings), which is the default base while T ≤ max_position_embeddings: ding
+    // runs such a model that far and refuses longer contexts (Session).
+    s.positive_number("factor");
+    r.kind = ops::RopeScalingKind::none;
+    c.context_bounded = true;
   } else if (type == "linear") {
     r.kind = ops::RopeScalingKind::linear;
     r.factor = s.positive_number("factor");
@@ -35,15 +55,14 @@ void parse_rope(const ConfigFields& f, ModelConfig& c) {
     r.factor = s.positive_number("factor");
     r.low_freq_factor = s.positive_number("low_freq_factor");
     r.high_freq_factor = s.positive_number("high_freq_factor");
-    r.original_max_position = s.positive_int("original_max_position_embeddings");
+    r.original_max_position = original_max_position();
     if (!(r.high_freq_factor > r.low_freq_factor))
       s.fail(fmt::format("high_freq_factor ({}) must exceed low_freq_factor ({})", r.high_freq_factor, r.low_freq_factor));
   } else if (type == "yarn") {
     r.kind = ops::RopeScalingKind::yarn;
-    r.original_max_position = s.positive_int("original_max_position_embeddings");
+    r.original_max_position = original_max_position();
     // No factor: the context's growth over the original (transformers' DeepSeek-V3 note).
-    r.factor = s.has("factor") ? s.positive_number("factor")
-                               : double(f.positive_int("max_position_embeddings")) / double(r.original_max_position);
+    r.factor = s.has("factor") ? s.positive_number("factor") : double(c.n_positions) / double(r.original_max_position);
     r.beta_fast = s.positive_number_or("beta_fast", 32.0);
     r.beta_slow = s.positive_number_or("beta_slow", 1.0);
     r.mscale = s.optional_number("mscale").value_or(0.0);
@@ -53,7 +72,7 @@ void parse_rope(const ConfigFields& f, ModelConfig& c) {
     if (!(r.beta_fast > r.beta_slow))
       s.fail(fmt::format("beta_fast ({}) must exceed beta_slow ({})", r.beta_fast, r.beta_slow));
   } else {
-    s.fail(fmt::format("rope type \"{}\" is not supported (ding has default, linear, llama3 and yarn)", type));
+    s.fail(fmt::format("rope type \"{}\" is not supported (ding has default, dynamic, linear, llama3 and yarn)", type));
   }
 }
 
@@ -66,7 +85,8 @@ void parse_windows(const ConfigFields& f, ModelConfig& c) {
   if (type == "mistral") window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
   if (type == "mixtral" && f.has("sliding_window") && !f.is_null("sliding_window"))
     window = f.positive_int("sliding_window");
-  if (type == "qwen2" && f.boolean_or("use_sliding_window", false)) window = f.positive_int_or("sliding_window", 4096);
+  if (type == "qwen2" && f.boolean_or("use_sliding_window", false))
+    window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
   c.layers.assign(size_t(c.n_layer), LayerSpec{});
   const std::vector<std::string> layer_types = f.string_list("layer_types");
   if (!layer_types.empty()) {
@@ -103,14 +123,16 @@ void parse_llama_attention(const ConfigFields& f, ModelConfig& c) {
   c.n_positions = f.positive_int_or("max_position_embeddings", 2048);
   c.vocab_size = f.positive_int("vocab_size");
   c.norm = NormKind::rms_norm;
-  c.norm_eps = f.positive_float_or("rms_norm_eps", 1e-6f);
+  c.norm_eps = f.positive_float_or("rms_norm_eps", config_defaults(c.model_type).rms_norm_eps);
   const std::string act = f.string_or("hidden_act", "silu");
   if (act != "silu") f.fail(fmt::format("hidden_act \"{}\" is not supported ({} uses silu)", act, c.model_type));
   c.positions = PositionKind::rope;
   parse_rope(f, c);
-  const bool attention_bias = f.boolean_or("attention_bias", false);
+  // Biases as transformers builds each family: Llama's (and OLMoE's) by attention_bias, Qwen2's
+  // q/k/v always, Mistral's and Mixtral's never (their layers ignore the key).
+  const bool attention_bias = (c.model_type == "llama" || c.model_type == "olmoe") && f.boolean_or("attention_bias", false);
   c.qkv_bias = qwen2 || attention_bias;
-  c.out_bias = !qwen2 && attention_bias;
+  c.out_bias = attention_bias;
   c.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
   parse_windows(f, c);
   const std::vector<int32_t> bos = f.token_list("bos_token_id");
@@ -176,7 +198,7 @@ class Llama final : public Family {
     c.d_ff = f.positive_int("intermediate_size");
     c.ffn = FfnKind::gated;
     c.activation = ops::Activation::swiglu;
-    c.ffn_bias = f.boolean_or("mlp_bias", false);
+    c.ffn_bias = c.model_type == "llama" && f.boolean_or("mlp_bias", false);  // Mistral's and Qwen2's MLPs have none
   }
 
   std::vector<WeightPlan> weight_plans(const ModelConfig& c, const WeightFiles* files, ModelWeights& w) const override {

@@ -6,8 +6,14 @@
 
 namespace ding {
 
+// What transformers' config class of c.model_type assumes for a key config.json leaves out.
+struct ConfigDefaults {
+  double rope_theta = 10000.0;
+  float rms_norm_eps = 1e-6f;
+};
+ConfigDefaults config_defaults(const std::string& model_type);
 // rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5); scalings
-// ding does not implement are refused by name.
+// ding does not implement are refused by name. Needs c.model_type and c.n_positions.
 void parse_rope(const ConfigFields& f, ModelConfig& c);
 // Which layers attend through a sliding window, and how wide it is (per model_type). Sets
 // c.layers, one LayerSpec per layer.

@@ -102,7 +102,8 @@ void self_attention(const Step& s, const AttentionWeights& w, LayerCache& layer_
     throw Error(ErrorCode::internal, fmt::format("layer {}: the attention output gate comes with q/k norms", s.layer));
   }
   const bool rope = c.positions == PositionKind::rope;
-  ops::AttentionParams params{.window = c.layers[size_t(s.layer)].window};
+  const LayerSpec& layer = c.layers[size_t(s.layer)];
+  ops::AttentionParams params{.scale = layer.attention_scale, .window = layer.window};
   // A window the cache can hold makes it a rolling cache (position p at slot p mod S): a sliding
   // layer's cache is sized to its window (make_layer_cache), not to the context.
   const int64_t slots = cache->k.dim(1);

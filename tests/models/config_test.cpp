@@ -98,17 +98,56 @@ TEST(LlamaConfig, YarnScaling) {
   c = parse(j);
   EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
   EXPECT_DOUBLE_EQ(ops::rope_attention_factor(c.rope_scaling), 0.1 * std::log(4.0) + 1.0);
+  // original_max_position_embeddings beside the scaling (where transformers' standardisation
+  // moves it), else the whole context.
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_error([&] { parse(j); }, ErrorCode::parse, {"original_max_position_embeddings"});
+  EXPECT_EQ(parse(j).rope_scaling.original_max_position, 4096);
+  j["original_max_position_embeddings"] = 2048;
+  EXPECT_EQ(parse(j).rope_scaling.original_max_position, 2048);
+  j.erase("original_max_position_embeddings");
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}, {"beta_fast", 1}, {"beta_slow", 2}};
   expect_error([&] { parse(j); }, ErrorCode::parse, {"beta_fast", "beta_slow"});
 }
 
 TEST(LlamaConfig, UnsupportedRopeScalingIsNamed) {
-  for (const char* type : {"dynamic", "longrope"}) {
-    json j = llama_json();
-    j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
-    expect_error([&] { parse(j); }, ErrorCode::parse, {type});
+  json j = llama_json();
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"longrope"});
+}
+
+// Dynamic NTK keeps the default base up to max_position_embeddings; ding runs it that far.
+TEST(LlamaConfig, DynamicScalingIsTheDefaultRopeWithinTheContext) {
+  json j = llama_json();
+  EXPECT_FALSE(parse(j).context_bounded);
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.kind, ops::RopeScalingKind::none);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_TRUE(c.context_bounded);
+  j["rope_scaling"] = {{"type", "dynamic"}};
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"factor"});
+}
+
+// What each family's config class assumes where config.json leaves a key out, and the biases
+// each family's layers have whatever the config says.
+TEST(LlamaConfig, FamilyDefaultsAndBiasesAsTransformersBuildsThem) {
+  json j = llama_json();
+  j.erase("rope_theta");
+  j.erase("rms_norm_eps");
+  for (const char* type : {"llama", "mistral", "qwen2", "mixtral", "olmoe"}) {
+    SCOPED_TRACE(type);
+    json k = j;
+    k["model_type"] = type;
+    k["num_local_experts"] = k["num_experts"] = 4;
+    k["num_experts_per_tok"] = 2;
+    k["attention_bias"] = k["mlp_bias"] = true;
+    const ModelConfig c = parse(k);
+    const std::string t = type;
+    EXPECT_DOUBLE_EQ(c.rope_theta, t == "mixtral" ? 1e6 : 1e4);
+    EXPECT_FLOAT_EQ(c.norm_eps, t == "mixtral" || t == "olmoe" ? 1e-5f : 1e-6f);
+    EXPECT_EQ(c.qkv_bias, t == "llama" || t == "olmoe" || t == "qwen2");
+    EXPECT_EQ(c.out_bias, t == "llama" || t == "olmoe");
+    EXPECT_EQ(c.ffn_bias, t == "llama");
   }
 }
 
@@ -318,6 +357,9 @@ TEST(Qwen2Config, WindowFromMaxWindowLayersOnAndQkvBiases) {
   EXPECT_EQ(c.layers[2].window, 16);
   j["use_sliding_window"] = false;
   for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 0);
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = nullptr;  // Qwen2Config: no window at all
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 0);
 }
 
 TEST(Qwen2Config, LayerTypesWhenWritten) {
@@ -401,6 +443,19 @@ TEST(Qwen3NextConfig, UnsupportedOrBadFieldsAreNamed) {
   json j = qwen3_next_json();
   j["layer_types"] = std::vector<std::string>(8, "sliding_attention");
   expect_error([&] { parse(j); }, ErrorCode::parse, {"layer_types[0]", "sliding_attention"});
+}
+
+// GPT2Attention's factor: 1/√D unless scale_attn_weights is false, over layer + 1 where
+// scale_attn_by_inverse_layer_idx.
+TEST(Gpt2Config, AttentionScaleByLayer) {
+  json j = {{"model_type", "gpt2"}, {"n_layer", 3}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 300}, {"n_positions", 32}};
+  for (const LayerSpec& l : parse(j).layers) EXPECT_FLOAT_EQ(l.attention_scale, 0.25f);
+  j["scale_attn_by_inverse_layer_idx"] = true;
+  ModelConfig c = parse(j);
+  for (int l = 0; l < 3; ++l) EXPECT_FLOAT_EQ(c.layers[size_t(l)].attention_scale, 0.25f / float(l + 1));
+  j["scale_attn_weights"] = false;
+  c = parse(j);
+  for (int l = 0; l < 3; ++l) EXPECT_FLOAT_EQ(c.layers[size_t(l)].attention_scale, 1.0f / float(l + 1));
 }
 
 TEST(ModelConfigFamilies, UnknownModelTypeListsTheSupportedOnes) {

@@ -309,6 +309,36 @@ TEST(ModelFixtures, SlidingWindowCacheHoldsTheWindowAndOneChunk) {
   EXPECT_LE(nmse(std::vector<double>(rolling.begin(), rolling.end()), std::vector<double>(plain.begin(), plain.end())), 1e-10);
 }
 
+// transformers' dynamic NTK rope computes the default frequencies until a sequence outgrows
+// max_position_embeddings: a fixture relabelled dynamic gives the same logits, and a session that
+// could outgrow that context is refused.
+TEST(ModelConfigSpelling, DynamicRopeIsTheDefaultWithinMaxPositions) {
+  const fs::path folder = kData / "llama-fixtures" / "llama-gqa-f32";
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(folder / "config.json"));
+  ASSERT_EQ(cfg["rope_parameters"]["rope_type"], "default");
+  const fs::path copy = fs::temp_directory_path() / "ding_dynamic_rope_config";
+  fs::remove_all(copy);
+  fs::copy(folder, copy);
+  cfg["rope_parameters"]["rope_type"] = "dynamic";
+  cfg["rope_parameters"]["factor"] = 4.0;
+  std::ofstream(copy / "config.json") << cfg.dump(2);
+  const std::vector<Token> prompt = read_fixture(folder).meta["prompt_ids"].get<std::vector<Token>>();
+  const int64_t positions = cfg["max_position_embeddings"].get<int64_t>();
+  std::vector<float> plain, dynamic;
+  {
+    Model model = Model::load(folder.string(), Device::open("cpu"), {.dtype = DType::f32});
+    Session(model, {.max_tokens = positions}).prefill(0, prompt, &plain);
+  }
+  {
+    Model model = Model::load(copy.string(), Device::open("cpu"), {.dtype = DType::f32});
+    Session(model, {.max_tokens = positions}).prefill(0, prompt, &dynamic);
+    expect_error([&] { Session(model, {.max_tokens = positions + 1}); }, ErrorCode::invalid_argument,
+                 {fmt::format("max_tokens {}", positions + 1), "max_position_embeddings", "dynamic"});
+  }
+  EXPECT_EQ(dynamic, plain);
+  fs::remove_all(copy);
+}
+
 TEST(ModelConfigSpelling, Transformers4ConfigGivesTheSameLogitsAsTransformers5) {
   int compared = 0;
   for (const fs::path& folder : fixture_folders("llama-fixtures")) {
