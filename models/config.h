@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ding/dtype.h"
+#include "ding/ops/activation.h"
 #include "ding/ops/matmul.h"
 #include "ding/ops/moe.h"
 #include "ding/ops/rope.h"
@@ -105,6 +106,10 @@ struct ModelConfig {
   ops::RopeScaling rope_scaling;
   FfnKind ffn = FfnKind::mlp;
   ops::Activation activation = ops::Activation::gelu_tanh;  // the mlp's; gated FFNs use swiglu
+  // The dense feed-forward's function (hidden_act, GPT-2's activation_function). Where it is not
+  // the one `activation` fuses into the up product (silu for a gated FFN, the tanh GELU for an
+  // mlp), the feed-forward writes the product and applies ops::activation after it.
+  ops::ActivationFn ffn_fn = ops::ActivationFn::silu;
   bool qkv_bias = false;        // biases of the q, k, v projections
   QkNorm qk_norm = QkNorm::none;
   bool attention_gate = false;  // Qwen3-Next: q_proj gives each head [q | gate]; the output is attn ⊙ σ(gate)

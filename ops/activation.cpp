@@ -66,6 +66,44 @@ void validate(const Device& device, const SigmoidGateArgs& a) {
   c.disjoint("out", a.out, "gate", a.gate);
 }
 
+void validate(const Device& device, const ActivationArgs& a) {
+  Check c("activation", device);
+  c.tensor("out", a.out, 1, kMaxRank);
+  c.tensor("x", a.x, a.out.rank, a.out.rank);
+  c.float_dtype("out", a.out);
+  c.float_dtype("x", a.x);
+  c.contiguous("out", a.out);
+  c.contiguous("x", a.x);
+  if (a.fn > ActivationFn::relu) c.fail(ErrorCode::invalid_argument, fmt::format("fn = {} is not an ActivationFn", int(a.fn)));
+  for (int d = 0; d + 1 < a.out.rank; ++d) c.dim("x", a.x, d, a.out.dim(d), "out's");
+  const int64_t N = a.out.dim(-1);
+  if (a.x.dim(-1) != (a.gated ? 2 * N : N))
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x's last dim must be {} ({}out's {}), got x {}", a.gated ? 2 * N : N,
+                                                  a.gated ? "gated: twice " : "", N, shape_of(a.x)));
+  if (a.gated) c.disjoint("out", a.out, "x", a.x);  // out's rows are half as long: in place would overtake x
+  else c.same_or_disjoint("out", a.out, "x", a.x);
+}
+
+std::optional<ActivationFn> activation_fn(std::string_view name) {
+  if (name == "silu" || name == "swish") return ActivationFn::silu;
+  if (name == "gelu") return ActivationFn::gelu_erf;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return ActivationFn::gelu_tanh;
+  if (name == "quick_gelu") return ActivationFn::quick_gelu;
+  if (name == "relu") return ActivationFn::relu;
+  return std::nullopt;
+}
+
+const char* activation_fn_name(ActivationFn fn) {
+  switch (fn) {
+    case ActivationFn::silu: return "silu";
+    case ActivationFn::gelu_erf: return "gelu";
+    case ActivationFn::gelu_tanh: return "gelu_tanh";
+    case ActivationFn::quick_gelu: return "quick_gelu";
+    case ActivationFn::relu: return "relu";
+  }
+  return "?";
+}
+
 Cost cost(const GeluArgs& a) { return {8.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
 Cost cost(const SiluArgs& a) { return {4.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
 Cost cost(const SwigluArgs& a) {
@@ -74,6 +112,9 @@ Cost cost(const SwigluArgs& a) {
 Cost cost(const SigmoidGateArgs& a) {
   return {5.0 * double(a.out.numel()), double(a.x.nbytes() + a.gate.nbytes() + a.out.nbytes())};
 }
+Cost cost(const ActivationArgs& a) {
+  return {(a.gated ? 9.0 : 8.0) * double(a.out.numel()), double(a.x.nbytes() + a.out.nbytes())};
+}
 Cost cost(const ClampArgs& a) { return {2.0 * double(a.x.numel()), double(a.x.nbytes() + a.out.nbytes())}; }
 
 void gelu(Stream& stream, Tensor out, Tensor x) { dispatch(stream, GeluArgs{out, x}); }
@@ -81,5 +122,8 @@ void silu(Stream& stream, Tensor out, Tensor x) { dispatch(stream, SiluArgs{out,
 void swiglu(Stream& stream, Tensor out, Tensor gate, Tensor up) { dispatch(stream, SwigluArgs{out, gate, up}); }
 void clamp(Stream& stream, Tensor out, Tensor x, float lo, float hi) { dispatch(stream, ClampArgs{out, x, lo, hi}); }
 void sigmoid_gate(Stream& stream, Tensor out, Tensor x, Tensor gate) { dispatch(stream, SigmoidGateArgs{out, x, gate}); }
+void activation(Stream& stream, Tensor out, Tensor x, ActivationFn fn, bool gated) {
+  dispatch(stream, ActivationArgs{out, x, fn, gated});
+}
 
 }  // namespace ding::ops

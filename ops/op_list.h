@@ -15,6 +15,7 @@
   X(swiglu, SwigluArgs)                     \
   X(clamp, ClampArgs)                       \
   X(sigmoid_gate, SigmoidGateArgs)          \
+  X(activation, ActivationArgs)             \
   X(embedding, EmbeddingArgs)               \
   X(rope, RopeArgs)                         \
   X(attention_prefill, AttentionPrefillArgs) \

@@ -4,6 +4,8 @@
 // OpenMP work, so every element is written by exactly one thread and in-place use is safe.
 // clamp's views are walked as rows of their contiguous last dimension, each in chunks.
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 
 #include "kernels.h"
 #include "simd.h"
@@ -131,6 +133,39 @@ void sigmoid_gate(Stream&, const ops::SigmoidGateArgs& a) {
     }
     sigmoid_gate_chunk(v, gate, len);
     store_row(row_bytes_out(a.out, r) + begin * int64_t(out_size), a.out.dtype, v, len);
+  }
+}
+
+// f in double, once per element: the configs that take this op (hidden_act or
+// activation_function other than the fused products' silu and tanh GELU) are rare, so it keeps
+// the reference's formulas rather than vector approximations of each.
+float activation_scalar(ops::ActivationFn fn, float x, float up) {
+  const double v = x;
+  double y = v;
+  switch (fn) {
+    case ops::ActivationFn::silu: y = v / (1.0 + std::exp(-v)); break;
+    case ops::ActivationFn::gelu_erf: y = 0.5 * v * std::erfc(-v / std::numbers::sqrt2); break;
+    case ops::ActivationFn::gelu_tanh: y = double(gelu_scalar(x)); break;
+    case ops::ActivationFn::quick_gelu: y = v / (1.0 + std::exp(-1.702 * v)); break;
+    case ops::ActivationFn::relu: y = v > 0.0 || std::isnan(v) ? v : 0.0; break;
+  }
+  return float(y * double(up));
+}
+
+// Rows in chunks of kChunk (the OpenMP work items); a gated row's gate half is [0, N) of its 2N
+// inputs, its up half [N, 2N).
+void activation(Stream&, const ops::ActivationArgs& a) {
+  const int64_t N = a.out.dim(-1), rows = a.out.numel() / N, in_cols = a.gated ? 2 * N : N;
+  const int64_t per_row = (N + kChunk - 1) / kChunk, items = rows * per_row;
+  const ops::ActivationFn fn = a.fn;
+#pragma omp parallel for schedule(static) if (a.out.numel() >= kParallelMinimum)
+  for (int64_t item = 0; item < items; ++item) {
+    alignas(32) float v[kChunk], up[kChunk];
+    const int64_t r = item / per_row, begin = item % per_row * kChunk, len = std::min(kChunk, N - begin);
+    load_row(v, element(a.x, r * in_cols + begin), a.x.dtype, len);
+    if (a.gated) load_row(up, element(a.x, r * in_cols + N + begin), a.x.dtype, len);
+    for (int64_t i = 0; i < len; ++i) v[i] = activation_scalar(fn, v[i], a.gated ? up[i] : 1.0f);
+    store_row(element_out(a.out, r * N + begin), a.out.dtype, v, len);
   }
 }
 

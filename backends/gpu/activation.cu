@@ -1,4 +1,4 @@
-// gelu, silu, swiglu, clamp and sigmoid_gate on the GPU. Contiguous tensors have element i at offset i in
+// gelu, silu, swiglu, clamp, sigmoid_gate and activation on the GPU. Contiguous tensors have element i at offset i in
 // each: a grid-stride loop moves N-element vectors (16 bytes on the widest side) while every
 // base pointer is aligned for them, else single elements; the n mod N elements past the last
 // vector go one to each of the grid's first threads. clamp's strided views go row by row
@@ -94,6 +94,36 @@ __global__ void sigmoid_gate_kernel(Out out, RowLayout out_rows, In x, RowLayout
   }
 }
 
+// transformers' ACT2FN functions (ops::ActivationFn) on one element, with a gated row's up factor.
+__device__ inline float activation_value(ops::ActivationFn fn, float x, float up) {
+  float y = x;
+  switch (fn) {
+    case ops::ActivationFn::silu: y = x_sigmoid(x, 1.0f, x, 0.0f); break;
+    case ops::ActivationFn::gelu_erf: y = 0.5f * x * erfcf(-x * 0.70710678118654752f); break;
+    case ops::ActivationFn::gelu_tanh: y = gelu_tanh(x); break;
+    case ops::ActivationFn::quick_gelu: {  // t = 1.702·x in two floats, as gelu_tanh forms its t
+      constexpr float c_hi = 1.702f, c_lo = float(1.702 - double(c_hi));
+      const float t = mul_rn(c_hi, x);
+      y = x_sigmoid(x, 1.0f, t, fmaf(c_hi, x, -t) + c_lo * x);
+      break;
+    }
+    case ops::ActivationFn::relu: y = x > 0.0f || x != x ? x : 0.0f; break;
+  }
+  return y * up;
+}
+
+// out [rows, N], x [rows, N] or gated [rows, 2N] (gate, then up): one element per thread, any
+// dtypes through AnyFloat (the op serves rare configs; the fused products serve the common ones).
+__global__ void __launch_bounds__(kThreads) activation_kernel(AnyFloat out, AnyFloat x, int64_t n, int64_t N, bool gated,
+                                                              ops::ActivationFn fn) {
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t in_cols = gated ? 2 * N : N;
+  for (int64_t i = first; i < n; i += stride) {
+    const int64_t r = i / N, j = i % N;
+    out.store(i, activation_value(fn, x.load(r * in_cols + j), gated ? x.load(r * in_cols + N + j) : 1.0f));
+  }
+}
+
 // Enough blocks for one vector per thread, at most 16 per multiprocessor (the loop strides).
 unsigned grid_for(const GpuStream& s, int64_t n, int N) {
   return unsigned(std::min<int64_t>(ceil_div(std::max<int64_t>(n / N, 1), kThreads), int64_t(s.props().sm_count) * 16));
@@ -186,6 +216,14 @@ void swiglu(Stream& stream, const ops::SwigluArgs& a) {
     });
   });
   DING_GPU_CHECK_LAUNCH("swiglu_kernel");
+}
+
+void activation(Stream& stream, const ops::ActivationArgs& a) {
+  GpuStream& s = gpu_stream(stream);
+  const int64_t n = a.out.numel();
+  activation_kernel<<<grid_for(s, n, 1), kThreads, 0, s.handle()>>>(any_float(a.out), any_float(a.x), n, a.out.dim(-1),
+                                                                    a.gated, a.fn);
+  DING_GPU_CHECK_LAUNCH("activation_kernel");
 }
 
 void clamp(Stream& stream, const ops::ClampArgs& a) {

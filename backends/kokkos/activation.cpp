@@ -47,4 +47,29 @@ void sigmoid_gate(Stream&, const ops::SigmoidGateArgs& a) {
   });
 }
 
+// f in double, as the CPU backend forms it (this op serves rare configs; accuracy over speed).
+KOKKOS_INLINE_FUNCTION double activation_value(ops::ActivationFn fn, double v) {
+  switch (fn) {
+    case ops::ActivationFn::silu: return v / (1.0 + exp(-v));
+    case ops::ActivationFn::gelu_erf: return 0.5 * v * erfc(-v * 0.70710678118654752440);
+    case ops::ActivationFn::gelu_tanh: return double(gelu_tanh(float(v)));
+    case ops::ActivationFn::quick_gelu: return v / (1.0 + exp(-1.702 * v));
+    case ops::ActivationFn::relu: return v > 0.0 || v != v ? v : 0.0;
+  }
+  return v;
+}
+
+// One output element per work item; a gated row's gate is [0, N) of its 2N inputs, its up [N, 2N).
+void activation(Stream&, const ops::ActivationArgs& a) {
+  const Elements out = elements(a.out), x = elements(a.x);
+  const int64_t N = a.out.dim(-1), in_cols = a.gated ? 2 * N : N;
+  const ops::ActivationFn fn = a.fn;
+  const bool gated = a.gated;
+  Kokkos::parallel_for("ding::activation", Range(0, a.out.numel()), KOKKOS_LAMBDA(const int64_t i) {
+    const int64_t r = i / N, j = i % N;
+    const double y = activation_value(fn, double(x.load(r * in_cols + j)));
+    out.store(i, float(gated ? y * double(x.load(r * in_cols + N + j)) : y));
+  });
+}
+
 }  // namespace ding::kokkos

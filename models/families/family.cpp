@@ -47,6 +47,15 @@ const Family& find_family(std::string_view model_type, const std::string& origin
                                             fmt::join(supported_model_types(), ", ")));
 }
 
+ops::ActivationFn parse_activation(const ConfigFields& f, const char* key, const char* fallback) {
+  const std::string name = f.string_or(key, fallback);
+  const std::optional<ops::ActivationFn> fn = ops::activation_fn(name);
+  if (!fn)
+    f.fail(fmt::format("{} \"{}\" is not supported (ding has silu, swish, gelu, gelu_new, gelu_pytorch_tanh, "
+                       "gelu_fast, quick_gelu, relu)", key, name));
+  return *fn;
+}
+
 const StoredTensor* WeightMap::stored(const std::string& name, std::vector<int64_t> shape) const {
   if (!files_) return nullptr;
   const StoredTensor& t = files_->get(prefix_ + name);

@@ -38,6 +38,10 @@ const Family& find_family(std::string_view model_type, const std::string& origin
 // Every supported model_type, for messages and --help.
 std::vector<std::string_view> supported_model_types();
 
+// The function transformers' ACT2FN gives config key `key` (`fallback` where it is absent);
+// names ding does not run fail naming the key.
+ops::ActivationFn parse_activation(const ConfigFields& f, const char* key, const char* fallback);
+
 // Builds WeightPlans: checks each stored tensor's dtype and shape against what the config implies
 // (errors name the tensor, its file and both shapes) and concatenates fused parts. With no files,
 // it plans generated weights: normal for matrices, ones for norm weights, zeros for biases.

@@ -34,11 +34,8 @@ class Gpt2 final : public Family {
     c.norm_eps = f.positive_float_or("layer_norm_epsilon", 1e-5f);
     c.positions = PositionKind::learned;
     c.ffn = FfnKind::mlp;
-    const std::string act = f.string_or("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
-      f.fail(fmt::format("activation_function \"{}\" is not supported (ding has the tanh GELU: gelu_new, "
-                         "gelu_pytorch_tanh)", act));
-    c.activation = ops::Activation::gelu_tanh;
+    c.activation = ops::Activation::gelu_tanh;  // fused into the up product where the function is it
+    c.ffn_fn = parse_activation(f, "activation_function", "gelu_new");
     c.qkv_bias = c.out_bias = c.ffn_bias = true;
     c.tied_embeddings = f.boolean_or("tie_word_embeddings", true);
     if (f.boolean_or("add_cross_attention", false)) f.fail("add_cross_attention = true (an encoder-decoder) is not supported");

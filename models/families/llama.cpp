@@ -124,8 +124,7 @@ void parse_llama_attention(const ConfigFields& f, ModelConfig& c) {
   c.vocab_size = f.positive_int("vocab_size");
   c.norm = NormKind::rms_norm;
   c.norm_eps = f.positive_float_or("rms_norm_eps", config_defaults(c.model_type).rms_norm_eps);
-  const std::string act = f.string_or("hidden_act", "silu");
-  if (act != "silu") f.fail(fmt::format("hidden_act \"{}\" is not supported ({} uses silu)", act, c.model_type));
+  c.ffn_fn = parse_activation(f, "hidden_act", "silu");
   c.positions = PositionKind::rope;
   parse_rope(f, c);
   // Biases as transformers builds each family: Llama's (and OLMoE's) by attention_bias, Qwen2's

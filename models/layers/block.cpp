@@ -87,8 +87,7 @@ size_t block_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows) {
     mixer = std::max(mixer, spec.mixer == MixerKind::latent_attention   ? latent
                             : spec.mixer == MixerKind::linear_attention ? linear
                                                                         : attention);
-  const size_t dense = size_t(rows * c.d_ff) * dtype_size(dtype) + 256;
-  return mixer + std::max(dense, mixture_of_experts_scratch_bytes(c, dtype, rows));
+  return mixer + std::max(feed_forward_scratch_bytes(c, dtype, rows), mixture_of_experts_scratch_bytes(c, dtype, rows));
 }
 
 std::vector<Tensor*> projection_weights(LayerWeights& w) {

@@ -191,6 +191,8 @@ std::vector<std::string_view> latent_attention_ops(const ModelConfig& c);
 std::vector<std::string_view> linear_attention_ops(const ModelConfig& c);
 std::vector<std::string_view> feed_forward_ops(const ModelConfig& c);
 std::vector<std::string_view> mixture_of_experts_ops(const ModelConfig& c);
+// Scratch the dense feed-forward takes for `rows` token rows.
+size_t feed_forward_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
 // Scratch the mixture of experts takes for `rows` token rows (0 without MoE layers).
 size_t mixture_of_experts_scratch_bytes(const ModelConfig& c, DType dtype, int64_t rows);
 // The union of layers' op lists, each op once, in first-seen order.

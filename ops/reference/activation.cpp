@@ -7,9 +7,13 @@
 //   clamp:  torch.clamp(x, min=lo, max=hi), NaN kept (HF: OlmoeAttention's clip_qkv).
 //   sigmoid_gate: x · torch.sigmoid(gate) (HF: Qwen3NextAttention's output gate, and
 //           Qwen3NextSparseMoeBlock's shared_expert_gate, one gate per row).
+//   activation: transformers' ACT2FN functions — GELUActivation (erf: ½x·erfc(−x/√2), the same
+//           value without 1 + erf cancelling for x ≪ 0), QuickGELUActivation, nn.ReLU, nn.SiLU,
+//           and the tanh GELU above; gated as LlamaMLP applies them, act_fn(gate)·up.
 // gelu, silu and swiglu take contiguous tensors (checked by the front end), so element i sits at
 // offset i in each; clamp and sigmoid_gate walk rows of its views' contiguous last dimension. Reading each element
 // before writing it keeps in-place use (out == x) correct.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -52,6 +56,29 @@ void clamp(Stream&, const ops::ClampArgs& a) {
       store(a.out, out_row + c, v < lo ? lo : v > hi ? hi : v);
     }
   }
+}
+
+double activation_value(ops::ActivationFn fn, double x) {
+  switch (fn) {
+    case ops::ActivationFn::silu: return silu_value(x);
+    case ops::ActivationFn::gelu_erf: return 0.5 * x * std::erfc(-x / std::numbers::sqrt2);
+    case ops::ActivationFn::gelu_tanh: return gelu_value(x);
+    case ops::ActivationFn::quick_gelu: return x * sigmoid_value(1.702 * x);
+    case ops::ActivationFn::relu: return std::isnan(x) ? x : std::max(x, 0.0);
+  }
+  return x;
+}
+
+// Row r of out is [r·N, (r + 1)·N); of a gated x, [r·2N, (r + 1)·2N) with the gate first.
+void activation(Stream&, const ops::ActivationArgs& a) {
+  const int64_t N = a.out.dim(-1), rows = a.out.numel() / N;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < N; ++j) {
+      if (a.gated)
+        store(a.out, r * N + j, activation_value(a.fn, load(a.x, r * 2 * N + j)) * load(a.x, r * 2 * N + N + j));
+      else
+        store(a.out, r * N + j, activation_value(a.fn, load(a.x, r * N + j)));
+    }
 }
 
 // σ(t) = 1/(1 + e^(−t)) in double: no overflow concern (e^(−t) = inf gives 0, as it should).

@@ -25,5 +25,6 @@ int64_t row_offset(const Tensor& t, int64_t r);
 double gelu_value(double x);  // the tanh form
 double sigmoid_value(double x);
 double silu_value(double x);
+double activation_value(ops::ActivationFn fn, double x);
 
 }  // namespace ding::reference

@@ -128,6 +128,23 @@ TEST(LlamaConfig, DynamicScalingIsTheDefaultRopeWithinTheContext) {
   expect_error([&] { parse(j); }, ErrorCode::parse, {"factor"});
 }
 
+// hidden_act as transformers' ACT2FN names it: the dense feed-forward's function.
+TEST(LlamaConfig, HiddenActNamesTheFeedForwardsFunction) {
+  const std::pair<const char*, ops::ActivationFn> names[] = {
+      {"silu", ops::ActivationFn::silu},           {"swish", ops::ActivationFn::silu},
+      {"gelu", ops::ActivationFn::gelu_erf},       {"gelu_new", ops::ActivationFn::gelu_tanh},
+      {"gelu_pytorch_tanh", ops::ActivationFn::gelu_tanh}, {"quick_gelu", ops::ActivationFn::quick_gelu},
+      {"relu", ops::ActivationFn::relu}};
+  for (const auto& [name, fn] : names) {
+    json j = llama_json();
+    j["hidden_act"] = name;
+    EXPECT_EQ(parse(j).ffn_fn, fn) << name;
+  }
+  json j = llama_json();
+  j.erase("hidden_act");
+  EXPECT_EQ(parse(j).ffn_fn, ops::ActivationFn::silu);
+}
+
 // What each family's config class assumes where config.json leaves a key out, and the biases
 // each family's layers have whatever the config says.
 TEST(LlamaConfig, FamilyDefaultsAndBiasesAsTransformersBuildsThem) {
@@ -156,8 +173,14 @@ TEST(LlamaConfig, BadValuesAreNamed) {
   j["num_key_value_heads"] = 3;
   expect_error([&] { parse(j); }, ErrorCode::parse, {"num_key_value_heads"});
   j = llama_json();
+  j["hidden_act"] = "mish";
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"hidden_act", "mish"});
+  j = llama_json();
+  j["model_type"] = "mixtral";  // its experts' products fuse silu
+  j["num_local_experts"] = 4;
+  j["num_experts_per_tok"] = 2;
   j["hidden_act"] = "gelu";
-  expect_error([&] { parse(j); }, ErrorCode::parse, {"hidden_act"});
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"hidden_act", "gelu", "mixtral"});
   j = llama_json();
   j["rms_norm_eps"] = 1e-50;
   expect_error([&] { parse(j); }, ErrorCode::parse, {"rms_norm_eps"});

@@ -177,9 +177,9 @@ TEST_F(BadModel, UnknownModelType) {
 
 TEST_F(BadModel, UnsupportedActivation) {
   nlohmann::json cfg = nlohmann::json::parse(read_all(dir / "config.json"));
-  cfg["activation_function"] = "relu";
+  cfg["activation_function"] = "mish";
   write_all(dir / "config.json", cfg.dump());
-  expect_error([&] { load(); }, ErrorCode::parse, {"activation_function", "relu"});
+  expect_error([&] { load(); }, ErrorCode::parse, {"activation_function", "mish"});
 }
 
 TEST_F(BadModel, MissingTokenizerFiles) {

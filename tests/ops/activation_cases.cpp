@@ -1,4 +1,4 @@
-// gelu, silu, swiglu, clamp and sigmoid_gate cases: lengths 1, 7 (all tail), 4097 (one past a chunk multiple)
+// gelu, silu, swiglu, clamp, sigmoid_gate and activation cases: lengths 1, 7 (all tail), 4097 (one past a chunk multiple)
 // and 100003 (several OpenMP chunks, odd tail), every dtype, mixed in/out dtypes (and gate/up
 // dtypes), in place, and views that start one element into their buffer (unaligned).
 // Inputs have σ = 3 so the saturated tails (gelu → 0 and → x) are exercised too, and a third of
@@ -213,6 +213,45 @@ void add_sigmoid_gate_cases(std::vector<OpCase>& cases) {
   cases.push_back(sigmoid_gate_case(256, 16, 256, DType::bf16, DType::bf16, DType::bf16, false, true, false));
 }
 
+// activation: every function plain and gated over [rows, N] (N odd, so no row is a whole number
+// of vectors), in place where plain, mixed dtypes; the bound and reason of gelu (one f32 function
+// of a few ulp, and for gated one product more).
+OpCase fn_case(ops::ActivationFn fn, bool gated, int64_t rows, int64_t N, DType in, DType out, bool in_place = false,
+               bool in_tests = true) {
+  OpCase c;
+  c.op = "activation";
+  c.name = fmt::format("activation/{}{}_{}x{}_{}{}{}", ops::activation_fn_name(fn), gated ? "_gated" : "", rows, N, dt(in),
+                       out != in ? "_out" + dt(out) : "", in_place ? "_inplace" : "");
+  c.tolerance = tolerance("gelu", out, rows * N);
+  c.reason = kReason;
+  c.in_tests = in_tests;
+  c.build = [=](CaseRun& run) {
+    const int64_t cols = gated ? 2 * N : N;
+    const Tensor x = in_place ? run.inout("x", in, {rows, cols}, 3.0) : run.normal(in, {rows, cols}, 3.0);
+    const Tensor y = in_place ? x : run.output("out", out, {rows, N});
+    run.launch = [=](Stream& s) { ops::activation(s, y, x, fn, gated); };
+    run.cost = ops::cost(ops::ActivationArgs{y, x, fn, gated});
+  };
+  return c;
+}
+
+void add_fn_cases(std::vector<OpCase>& cases) {
+  using ops::ActivationFn;
+  for (ActivationFn fn :
+       {ActivationFn::silu, ActivationFn::gelu_erf, ActivationFn::gelu_tanh, ActivationFn::quick_gelu, ActivationFn::relu})
+    for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+      cases.push_back(fn_case(fn, false, 3, 37, d, d));
+      cases.push_back(fn_case(fn, true, 3, 37, d, d));
+      cases.push_back(fn_case(fn, false, 1, 4099, d, d, /*in_place=*/true));
+    }
+  cases.push_back(fn_case(ActivationFn::gelu_erf, true, 5, 1001, DType::bf16, DType::f32));
+  cases.push_back(fn_case(ActivationFn::relu, true, 2, 513, DType::f32, DType::f16));
+  cases.push_back(fn_case(ActivationFn::gelu_erf, false, 1, 1, DType::f32, DType::f32));
+  // Bench: a gated GELU feed-forward's hidden layer at Llama-3.2-1B's width (F = 8192) for a
+  // 256-token prefill and one decode token.
+  for (int64_t tokens : {256, 1}) cases.push_back(fn_case(ActivationFn::gelu_erf, true, tokens, 8192, DType::bf16, DType::bf16, false, false));
+}
+
 }  // namespace
 
 std::vector<OpCase> activation_cases() {
@@ -237,6 +276,7 @@ std::vector<OpCase> activation_cases() {
   }
   add_clamp_cases(cases);
   add_sigmoid_gate_cases(cases);
+  add_fn_cases(cases);
   return cases;
 }
 
