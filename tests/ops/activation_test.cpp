@@ -223,6 +223,63 @@ TEST(SigmoidGateSanity, KnownValues_per_row_and_per_element) {
   }
 }
 
+// Closed forms of each ActivationFn at points where they are known exactly or through std::erf
+// (an independent evaluation of the erf GELU), plain and gated, on every backend.
+TEST(ActivationSanity, KnownValues_every_function_plain_and_gated) {
+  const std::vector<double> xs = {-2, -0.5, 0, 0.5, 3};
+  auto expected = [](ops::ActivationFn fn, double v) {
+    switch (fn) {
+      case ops::ActivationFn::silu: return v / (1 + std::exp(-v));
+      case ops::ActivationFn::gelu_erf: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      case ops::ActivationFn::gelu_tanh: return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      case ops::ActivationFn::quick_gelu: return v / (1 + std::exp(-1.702 * v));
+      case ops::ActivationFn::relu: return std::max(v, 0.0);
+    }
+    return v;
+  };
+  for (const char* backend : kBackends)
+    for (ops::ActivationFn fn : {ops::ActivationFn::silu, ops::ActivationFn::gelu_erf, ops::ActivationFn::gelu_tanh,
+                                 ops::ActivationFn::quick_gelu, ops::ActivationFn::relu}) {
+      CaseRun run(Device::open(backend), 1);
+      const Tensor x = run.values(DType::f32, {1, 5}, xs);
+      const Tensor y = run.output("y", DType::f32, {1, 5});
+      ops::activation(run.stream, y, x, fn);
+      const auto got = run.read(y);
+      for (size_t i = 0; i < xs.size(); ++i)
+        EXPECT_NEAR(got[i], expected(fn, xs[i]), 1e-6) << backend << " " << ops::activation_fn_name(fn) << " x = " << xs[i];
+      // Gated: row [g | u] with u = 2 − g.
+      std::vector<double> gated(2 * xs.size());
+      for (size_t i = 0; i < xs.size(); ++i) gated[i] = xs[i], gated[xs.size() + i] = 2 - xs[i];
+      const Tensor xg = run.values(DType::f32, {1, 10}, gated);
+      ops::activation(run.stream, y, xg, fn, /*gated=*/true);
+      const auto got_gated = run.read(y);
+      for (size_t i = 0; i < xs.size(); ++i)
+        EXPECT_NEAR(got_gated[i], expected(fn, xs[i]) * (2 - xs[i]), 1e-6) << backend << " gated " << ops::activation_fn_name(fn);
+    }
+}
+
+TEST_F(ActivationBadInput, ActivationShapesInPlaceGatedAndDtype) {
+  const Tensor x12 = run.normal(DType::f32, {4, 12}), x7 = run.normal(DType::f32, {4, 7});
+  expect_error([&] { ops::activation(run.stream, y, x7, ops::ActivationFn::relu); }, ErrorCode::shape_mismatch,
+               {"activation", "x's last dim must be 6", "[4, 7]"});
+  expect_error([&] { ops::activation(run.stream, y, x, ops::ActivationFn::relu, true); }, ErrorCode::shape_mismatch,
+               {"activation", "gated", "12"});
+  const Tensor y12 = x12.slice(1, 0, 6);  // not contiguous
+  expect_error([&] { ops::activation(run.stream, y12, x, ops::ActivationFn::silu); }, ErrorCode::invalid_argument,
+               {"activation", "out"});
+  const Tensor inplace = run.normal(DType::f32, {1, 12});
+  const Tensor first_half = Tensor::view(inplace.data, &cpu, DType::f32, {1, 6});
+  expect_error([&] { ops::activation(run.stream, first_half, inplace, ops::ActivationFn::silu, true); },
+               ErrorCode::aliasing, {"activation", "out", "x"});
+  const Tensor ints = run.random_ints({4, 6}, 0, 3);
+  expect_error([&] { ops::activation(run.stream, y, ints, ops::ActivationFn::relu); }, ErrorCode::dtype_mismatch,
+               {"activation", "x", "i32"});
+  expect_error([&] { ops::activation(run.stream, y, x, ops::ActivationFn(9)); }, ErrorCode::invalid_argument,
+               {"activation", "fn = 9"});
+  EXPECT_EQ(ops::activation_fn("gelu"), ops::ActivationFn::gelu_erf);
+  EXPECT_FALSE(ops::activation_fn("mish").has_value());
+}
+
 TEST_F(ActivationBadInput, OverflowShape_2pow31_cubed) {
   const int64_t n = int64_t(1) << 31;
   Tensor huge = Tensor::view(x.data, &cpu, DType::f32, {n, n, n});
