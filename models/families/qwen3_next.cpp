@@ -80,10 +80,10 @@ void parse_moe(const ConfigFields& f, ModelConfig& c) {
   if (f.has("mlp_only_layers")) {
     const nlohmann::json& list = f.at("mlp_only_layers");
     if (!list.is_array()) f.fail("mlp_only_layers must be a list of layer indices");
+    // An index past the layers names none of them: transformers only asks whether a layer's index is listed.
     for (const nlohmann::json& v : list) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.n_layer)
-        f.fail(fmt::format("mlp_only_layers holds {}, not a layer index in [0, {})", v.dump(), c.n_layer));
-      dense[size_t(v.get<int64_t>())] = true;
+      if (!v.is_number_integer()) f.fail(fmt::format("mlp_only_layers holds {}, not a layer index", v.dump()));
+      if (const int64_t l = v.get<int64_t>(); l >= 0 && l < c.n_layer) dense[size_t(l)] = true;
     }
   }
   for (int64_t l = 0; l < c.n_layer; ++l) c.layers[size_t(l)].moe = !dense[size_t(l)] && (l + 1) % step == 0;

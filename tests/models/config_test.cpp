@@ -456,7 +456,7 @@ TEST(Qwen3NextConfig, UnsupportedOrBadFieldsAreNamed) {
   const std::vector<std::pair<std::string, json>> bad = {
       {"linear_num_value_heads", 3},  {"linear_key_head_dim", 512},   {"linear_conv_kernel_dim", 1},
       {"linear_conv_kernel_dim", 17}, {"hidden_act", "gelu"},         {"partial_rotary_factor", 0.01},
-      {"mlp_only_layers", {9}},       {"mlp_only_layers", "all"},     {"num_experts_per_tok", 9},
+      {"mlp_only_layers", {"one"}},   {"mlp_only_layers", "all"},     {"num_experts_per_tok", 9},
       {"layer_types", {"linear_attention"}}};
   for (const auto& [field, value] : bad) {
     json j = qwen3_next_json();
@@ -464,6 +464,9 @@ TEST(Qwen3NextConfig, UnsupportedOrBadFieldsAreNamed) {
     expect_error([&] { parse(j); }, ErrorCode::parse, {field});
   }
   json j = qwen3_next_json();
+  j["mlp_only_layers"] = {9, -1};  // no such layers: every layer keeps its mixture, as in transformers
+  for (const LayerSpec& l : parse(j).layers) EXPECT_TRUE(l.moe);
+  j = qwen3_next_json();
   j["layer_types"] = std::vector<std::string>(8, "sliding_attention");
   expect_error([&] { parse(j); }, ErrorCode::parse, {"layer_types[0]", "sliding_attention"});
 }
