@@ -17,7 +17,7 @@
 //   DING_MLA_BULK=0        its tiles by cp.async, not by sm_90's bulk copies
 //   DING_MLA_FOLD=0        latent decode's splits merged, then projected: two launches, not one
 //   DING_DELTA_SEGMENT=N   the chunk-wise delta rule's chunks per pair of passes (0: by workspace size)
-//   DING_DELTA_PAIRS=1     its walk's products in bf16 pairs where q, k, v are bf16 and the output 16-bit
+//   DING_DELTA_PAIRS=0     its walk's products as tf32 head and tail, not bf16 pairs, for bf16 q, k, v
 //   DING_DECODE_EARLY=0    decode attention copies no K/V tile before the chained-launch wait
 #pragma once
 #include <optional>

@@ -227,20 +227,24 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
     __syncthreads();  // the previous tokens are done with the staged rows
     // Rolled loops from here to the token loop: at a decode step each runs once or not at all.
+    // One loop over the staged items (k and q elements, v columns, gates), so that at a decode step
+    // each thread stages at most one and the block waits one round trip to global memory, not one
+    // a kind of item.
+    const int key_items = m * sh.Dk, value_items = m * lanes;
 #pragma unroll 1
-    for (int i = tid; i < m * sh.Dk; i += threads) {
-      const int j = i / sh.Dk, d = i % sh.Dk;
-      keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
-      queries[j][d] = q.load(sh.q.at(b, t0 + j, kh) + d);
-    }
-#pragma unroll 1
-    for (int i = tid; i < m * lanes; i += threads) {
-      const int j = i / lanes, c = i % lanes;
-      values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
-    }
-    if (tid < m) {
-      const float2 ds = decay_and_strength(sh, g, beta, b, t0 + tid, h);
-      gates[tid] = make_float2(expf(ds.x), ds.y);
+    for (int i = tid; i < key_items + value_items + m; i += threads) {
+      if (i < key_items) {
+        const int j = i / sh.Dk, d = i % sh.Dk;
+        keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
+        queries[j][d] = q.load(sh.q.at(b, t0 + j, kh) + d);
+      } else if (i < key_items + value_items) {
+        const int j = (i - key_items) / lanes, c = (i - key_items) % lanes;
+        values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
+      } else {
+        const int j = i - key_items - value_items;
+        const float2 ds = decay_and_strength(sh, g, beta, b, t0 + j, h);
+        gates[j] = make_float2(expf(ds.x), ds.y);
+      }
     }
     __syncthreads();
     if (sh.l2_normalize) {  // block-uniform; a warp per staged row of k or q
@@ -316,7 +320,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 //  - tf32 (m16n8k8): operands that are not exact in tf32 (anything computed, and f32 inputs) enter
 //    as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11; bf16 and f16
 //    q, k and v are exact in one part. For f32 outputs, whose bound is 2e-11 NMSE, and f16 inputs.
-//  - bf16 pairs (m16n8k16), where switched on and q, k and v are bf16 and the output 16-bit: each
+//  - bf16 pairs (m16n8k16), the default where q, k and v are bf16 and the output 16-bit: each
 //    computed operand (W, A, S, U, the decayed U) enters as hi = round(x), lo = round(x − hi), the
 //    lo × lo term dropped: ~2^-17 relative, 2^8 below a 16-bit output's rounding. A k step of 16
 //    then takes 5 mmas for W S_0 and Q S_0 where tf32 takes 10, the computed operands are half the
@@ -1183,6 +1187,22 @@ __global__ void __launch_bounds__(kWalkThreads)
     at_[0] = __float_as_uint(y.x), at_[1] = __float_as_uint(y.y), at_[2] = __float_as_uint(y.z), at_[3] = __float_as_uint(y.w);
   };
 
+  // A warp's elements of U' for chunk c, loaded a chunk ahead: the one operand of a chunk that
+  // comes from global memory without cp.async.
+  float u_next[kOutTiles][4];
+  auto load_u = [&](int64_t c) {
+    if (c >= ws.chunks) return;
+    const float* const u_in = ws.u(bh, c);
+#pragma unroll
+    for (int t = 0; t < kOutTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = tile_col(ni, e, lane);
+        u_next[t][e] = t < out_tiles && col < width ? u_in[tile_row(mi_of(t), e, lane) * sh.Dv + e0 + col] : 0.0f;
+      }
+  };
+  load_u(0);
+
   for (int64_t c = 0; c < ws.chunks; ++c) {
     const int64_t t0 = t_begin + c * C;
     const int n = int(sh.T - t0 < C ? sh.T - t0 : int64_t(C));
@@ -1190,16 +1210,12 @@ __global__ void __launch_bounds__(kWalkThreads)
     const float* const tail = gam + C;
 
     // U = U' − W S_0, and Q S_0 kept for O: one k loop over S's rows.
-    const float* const u_in = ws.u(bh, c);
     float u[kOutTiles][4];
     PartSums q_s[kOutTiles], w_s[kOutTiles];
 #pragma unroll
     for (int t = 0; t < kOutTiles; ++t)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = tile_col(ni, e, lane);
-        u[t][e] = t < out_tiles && col < width ? u_in[tile_row(mi_of(t), e, lane) * sh.Dv + e0 + col] : 0.0f;
-      }
+      for (int e = 0; e < 4; ++e) u[t][e] = u_next[t][e];
     // One loop for each value of sh.delta, so that no mma in it is predicated.
     auto state_products = [&](auto delta) {
 #pragma unroll kKeyUnroll
@@ -1241,6 +1257,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     cp_async_wait<0>();  // A and Kᵀ of chunk c
     __syncthreads();     // U is written; W and Q are free
     copy_wq(c + 1);
+    load_u(c + 1);
 
     // O = s γ ⊙ (Q S_0) + A U (A is zero above its diagonal, so the last tile's rows bound k).
     PartSums au[kOutTiles];
@@ -1450,7 +1467,7 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   }
 #if defined(DING_GPU_NVIDIA)
   // Tensor cores where they run, q, k and v of one 16-bit dtype as it (exact operands, one part),
-  // anything else as f32 (split operands); bf16 pairs, where switched on, for bf16 rows and a 16-bit output.
+  // anything else as f32 (split operands); bf16 pairs (unless switched off) for bf16 rows and a 16-bit output.
   const DType rows = a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype ? a.q.dtype : DType::f32;
   const bool pairs = s.attention_tuning().delta_rule_bf16_pairs && rows == DType::bf16 && a.out.dtype != DType::f32;
   const int split_words = pairs ? Parts<true>::kSplitWords : Parts<false>::kSplitWords;

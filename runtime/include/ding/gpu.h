@@ -57,9 +57,9 @@ struct AttentionTuning {
                                     // a projection launch
   int delta_rule_segment_chunks = 0;  // the chunk-wise delta rule's chunks per pair of passes
                                       // (0: equal segments of at most 192 MB of first-pass output)
-  bool delta_rule_bf16_pairs = false;  // its walk's computed operands as bf16 pairs (hi + lo) where q,
-                                       // k and v are bf16 and the output 16-bit; false: as tf32 head and
-                                       // tail, as for f32 outputs. Off until its cases have passed on a GPU
+  bool delta_rule_bf16_pairs = true;  // its walk's computed operands as bf16 pairs (hi + lo) where q,
+                                      // k and v are bf16 and the output 16-bit; false: as tf32 head and
+                                      // tail, as for f32 outputs
   bool decode_early_tiles = true;  // decode attention's first K/V tiles copied before the chained-launch
                                    // wait, where the op says the cache comes from earlier ops
 };
