@@ -143,15 +143,14 @@ Session::Session(const Model& model, const SessionOptions& options) : state_(std
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("Session: max_batch ({}), max_tokens ({}) and prefill_chunk ({}, 0: by the device) must be ≥ 1",
                             options.max_batch, options.max_tokens, options.prefill_chunk));
-  if (c.positions == PositionKind::learned && s.options.max_tokens > c.n_positions)
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("Session: max_tokens {} exceeds the {} positions the model has embeddings for",
-                            s.options.max_tokens, c.n_positions));
   if (c.context_bounded && s.options.max_tokens > c.n_positions)
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("Session: max_tokens {} exceeds max_position_embeddings = {}, past which the model's "
-                            "dynamic rope scaling changes its frequencies (ding runs it up to there)",
-                            s.options.max_tokens, c.n_positions));
+                c.positions == PositionKind::learned
+                    ? fmt::format("Session: max_tokens {} exceeds the {} positions the model has embeddings for",
+                                  s.options.max_tokens, c.n_positions)
+                    : fmt::format("Session: max_tokens {} exceeds max_position_embeddings = {}, past which the model's "
+                                  "dynamic rope scaling changes its frequencies (ding runs it up to there)",
+                                  s.options.max_tokens, c.n_positions));
   const int64_t B = s.options.max_batch, S = s.options.max_tokens;
   const DType dt = model.dtype();
   s.rows = std::max(std::min(s.options.prefill_chunk, S), B);

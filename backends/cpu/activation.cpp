@@ -136,6 +136,8 @@ void sigmoid_gate(Stream&, const ops::SigmoidGateArgs& a) {
   }
 }
 
+namespace {
+
 // f in double, once per element: the configs that take this op (hidden_act or
 // activation_function other than the fused products' silu and tanh GELU) are rare, so it keeps
 // the reference's formulas rather than vector approximations of each.
@@ -143,7 +145,7 @@ float activation_scalar(ops::ActivationFn fn, float x, float up) {
   const double v = x;
   double y = v;
   switch (fn) {
-    case ops::ActivationFn::silu: y = v / (1.0 + std::exp(-v)); break;
+    case ops::ActivationFn::silu: y = double(silu_scalar(x)); break;
     case ops::ActivationFn::gelu_erf: y = 0.5 * v * std::erfc(-v / std::numbers::sqrt2); break;
     case ops::ActivationFn::gelu_tanh: y = double(gelu_scalar(x)); break;
     case ops::ActivationFn::quick_gelu: y = v / (1.0 + std::exp(-1.702 * v)); break;
@@ -151,6 +153,8 @@ float activation_scalar(ops::ActivationFn fn, float x, float up) {
   }
   return float(y * double(up));
 }
+
+}  // namespace
 
 // Rows in chunks of kChunk (the OpenMP work items); a gated row's gate half is [0, N) of its 2N
 // inputs, its up half [N, 2N).

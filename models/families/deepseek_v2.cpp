@@ -85,7 +85,7 @@ class DeepseekV2 final : public Family {
     c.n_positions = f.positive_int_or("max_position_embeddings", 2048);
     c.vocab_size = f.positive_int("vocab_size");
     c.norm = NormKind::rms_norm;
-    c.norm_eps = f.positive_float_or("rms_norm_eps", 1e-6f);
+    c.norm_eps = f.positive_float_or("rms_norm_eps", config_defaults(c.model_type).rms_norm_eps);
     const std::string act = f.string_or("hidden_act", "silu");
     if (act != "silu") f.fail(fmt::format("hidden_act \"{}\" is not supported (deepseek_v2 uses silu)", act));
     if (f.boolean_or("attention_bias", false)) f.fail("attention_bias = true is not supported for deepseek_v2");

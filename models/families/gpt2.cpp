@@ -33,6 +33,7 @@ class Gpt2 final : public Family {
     c.norm = NormKind::layer_norm;
     c.norm_eps = f.positive_float_or("layer_norm_epsilon", 1e-5f);
     c.positions = PositionKind::learned;
+    c.context_bounded = true;  // a position past the table has no embedding
     c.ffn = FfnKind::mlp;
     c.activation = ops::Activation::gelu_tanh;  // fused into the up product where the function is it
     c.ffn_fn = parse_activation(f, "activation_function", "gelu_new");

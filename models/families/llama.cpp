@@ -139,6 +139,12 @@ void parse_llama_attention(const ConfigFields& f, ModelConfig& c) {
   c.eos_tokens = f.token_list("eos_token_id");
 }
 
+void require_silu_experts(const ConfigFields& f, const ModelConfig& c) {
+  if (c.ffn_fn != ops::ActivationFn::silu)
+    f.fail(fmt::format("hidden_act \"{}\" is not supported ({}'s experts run silu)", f.string_or("hidden_act", ""),
+                       c.model_type));
+}
+
 void llama_attention_weights(WeightMap& map, const ModelConfig& c, int64_t layer, AttentionWeights& a) {
   const int64_t C = c.d_model, q = c.n_head * c.d_head, kv = c.n_kv_head * c.d_head;
   const std::string p = fmt::format("layers.{}.", layer), at = p + "self_attn.";

@@ -21,6 +21,8 @@ void parse_windows(const ConfigFields& f, ModelConfig& c);
 // Everything but the feed-forward: sizes, heads, RMSNorm, silu, rotary positions, attention
 // biases, tied embeddings, windows, bos/eos.
 void parse_llama_attention(const ConfigFields& f, ModelConfig& c);
+// The mixtures' expert products fuse silu (ops::moe_matmul): any other hidden_act fails by name.
+void require_silu_experts(const ConfigFields& f, const ModelConfig& c);
 // *ForCausalLM checkpoints prefix the decoder's names with "model."; bare *Model ones do not.
 WeightMap llama_weight_map(const WeightFiles* files);
 // A SwiGLU FFN of width F under `prefix` (e.g. "layers.3.mlp."): gate_proj and up_proj stacked

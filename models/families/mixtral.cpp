@@ -22,8 +22,7 @@ class Mixtral final : public Family {
 
   void parse_config(const ConfigFields& f, ModelConfig& c) const override {
     parse_llama_attention(f, c);
-    if (c.ffn_fn != ops::ActivationFn::silu)  // the experts' products fuse silu (ops::moe_matmul)
-      f.fail(fmt::format("hidden_act \"{}\" is not supported (mixtral's experts run silu)", f.string_or("hidden_act", "")));
+    require_silu_experts(f, c);
     c.ffn = FfnKind::gated;
     c.activation = ops::Activation::swiglu;
     c.moe.experts = f.positive_int("num_local_experts");

@@ -24,8 +24,7 @@ class Olmoe final : public Family {
 
   void parse_config(const ConfigFields& f, ModelConfig& c) const override {
     parse_llama_attention(f, c);
-    if (c.ffn_fn != ops::ActivationFn::silu)  // the experts' products fuse silu (ops::moe_matmul)
-      f.fail(fmt::format("hidden_act \"{}\" is not supported (olmoe's experts run silu)", f.string_or("hidden_act", "")));
+    require_silu_experts(f, c);
     // transformers sizes q_norm by hidden_size and k_norm by (hidden_size / heads)·kv_heads.
     if (c.n_head * c.d_head != c.d_model)
       f.fail(fmt::format("head_dim = {} × num_attention_heads = {} must equal hidden_size = {} (olmoe normalises q over "

@@ -124,7 +124,7 @@ class Qwen3Next final : public Family {
     c.vocab_size = f.positive_int("vocab_size");
     c.n_positions = f.positive_int_or("max_position_embeddings", 32768);
     c.norm = NormKind::rms_norm;
-    c.norm_eps = f.positive_float_or("rms_norm_eps", 1e-6f);
+    c.norm_eps = f.positive_float_or("rms_norm_eps", config_defaults(c.model_type).rms_norm_eps);
     const std::string act = f.string_or("hidden_act", "silu");
     if (act != "silu") f.fail(fmt::format("hidden_act \"{}\" is not supported (qwen3_next uses silu)", act));
     parse_attention(f, c);
