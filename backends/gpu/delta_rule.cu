@@ -201,7 +201,7 @@ template <int RowsPerLane>
 __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
                             DeltaShape sh) {
-  __shared__ float partial[2][kRowWarps][kMaxLanes];  // the warps' shares of r, then of o
+  __shared__ float partial[3][kRowWarps][kMaxLanes];  // the warps' shares of r, then of o by token parity
   __shared__ float keys[kStageTokens][ops::kMaxDeltaRuleKeyDim], queries[kStageTokens][ops::kMaxDeltaRuleKeyDim];
   __shared__ float values[kStageTokens][kMaxLanes];
   __shared__ float2 gates[kStageTokens];  // (α, β)
@@ -285,14 +285,17 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
           o = fmaf(S[i], queries[j][d], o);
         }
       }
-      // partial[0] is free again: every thread read it before this token's second barrier, and
-      // partial[1] before the next token's first.
-      partial[1][warp][lane] = o;
+      // partial[0] is free again: every thread read it before this token's second barrier. The o
+      // shares alternate between two slots: without the delta there is no first barrier, so the
+      // next token's shares may land while warp 0 still sums these; the one after that waits for
+      // warp 0 at the next token's barrier.
+      float* const shares = partial[1 + (j & 1)][0];
+      shares[warp * kMaxLanes + lane] = o;
       __syncthreads();
       if (warp == 0 && in) {
         o = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kRowWarps; ++w) o += partial[1][w][lane];
+        for (int w = 0; w < kRowWarps; ++w) o += shares[w * kMaxLanes + lane];
         out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
       }
     }
@@ -701,6 +704,29 @@ __device__ inline void write_fragments(E* out, const E* src, int pitch, int rows
     }
 }
 
+// Elements col and col + 1 (col even) of a row of T, those below `width`, from a lane's accumulator
+// pair: one store of the pair where `pairs` says the row's even columns are aligned for it (rows at
+// even strides of an aligned tensor), else one element at a time.
+template <class T>
+__device__ inline void store_row_pair(T* row, int col, int width, bool pairs, float x0, float x1) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  if (pairs && col + 1 < width) {
+    if constexpr (std::is_same_v<T, float>) {
+      *reinterpret_cast<float2*>(row + col) = make_float2(x0, x1);
+    } else {
+      uint32_t word[1][4];
+      split_pair<T, 1>(x0, x1, word, 0);  // round(x0) in the low half, as from_float rounds
+      *reinterpret_cast<uint32_t*>(row + col) = word[0][0];
+    }
+    return;
+  }
+#else
+  (void)pairs;
+#endif
+  if (col < width) row[col] = from_float<T>(x0);
+  if (col + 1 < width) row[col + 1] = from_float<T>(x1);
+}
+
 template <int C, class E, bool kPairs>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     gated_delta_rule_prepare_kernel(AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, DeltaShape sh,
@@ -917,9 +943,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 #pragma unroll
       for (int t = 0; t < 4; ++t)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = tile_row(mi, e, lane), col = tile_col(n0 + t, e, lane);
-          if (t < tiles && col < Dv) U_out[i * Dv + col] = acc[t][e];
+        for (int half = 0; half < 2; ++half) {
+          const int i = tile_row(mi, 2 * half, lane), col = tile_col(n0 + t, 0, lane);
+          if (t < tiles) store_row_pair(U_out + i * Dv, col, Dv, Dv % 2 == 0, acc[t][2 * half], acc[t][2 * half + 1]);
         }
     } else {
       const int n0 = 4 * (group - v_groups), tiles = min(4, Dk / 8 - n0);
@@ -1090,7 +1116,7 @@ __device__ inline void store_b_tile(float* b, int mi, int ni, int lane, int step
 // loop's counters, branches and address arithmetic were most of its instructions.
 template <int C, class E, int DK, bool kPairs>
 __global__ void __launch_bounds__(kWalkThreads)
-    gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws) {
+    gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws, bool out_pairs) {
 #if defined(DING_GPU_NVIDIA_MMA)
   using P = Parts<kPairs>;
   constexpr int kBlocks = C / 16, kSteps = C / P::kK;
@@ -1193,12 +1219,20 @@ __global__ void __launch_bounds__(kWalkThreads)
   auto load_u = [&](int64_t c) {
     if (c >= ws.chunks) return;
     const float* const u_in = ws.u(bh, c);
+    const int col = tile_col(ni, 0, lane);
 #pragma unroll
     for (int t = 0; t < kOutTiles; ++t)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = tile_col(ni, e, lane);
-        u_next[t][e] = t < out_tiles && col < width ? u_in[tile_row(mi_of(t), e, lane) * sh.Dv + e0 + col] : 0.0f;
+      for (int half = 0; half < 2; ++half) {
+        const float* const row = u_in + tile_row(mi_of(t), 2 * half, lane) * sh.Dv + e0;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (t < out_tiles && col + 1 < width && sh.Dv % 2 == 0) {
+          x = *reinterpret_cast<const float2*>(row + col);  // U' rows start 8-byte aligned where Dv is even
+        } else if (t < out_tiles) {
+          if (col < width) x.x = row[col];
+          if (col + 1 < width) x.y = row[col + 1];
+        }
+        u_next[t][2 * half] = x.x, u_next[t][2 * half + 1] = x.y;
       }
   };
   load_u(0);
@@ -1273,15 +1307,25 @@ __global__ void __launch_bounds__(kWalkThreads)
         mma_parts<kPairs, true>(au[t], ah_, at_, bh_, bt_);
       }
     }
+    // Typed once a chunk, not switched on per element (the switch and the row's address were a
+    // tenth of the walk's instructions).
+    auto store_o = [&](auto* o) {
 #pragma unroll
-    for (int t = 0; t < kOutTiles; ++t) {
-      if (t >= out_tiles) break;
+      for (int t = 0; t < kOutTiles; ++t) {
+        if (t >= out_tiles) break;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = tile_row(mi_of(t), e, lane), col = tile_col(ni, e, lane);
-        if (i < n && col < width) out.store(sh.out.at(b, t0 + i, h) + e0 + col, fmaf(sh.scale * gam[i], qs[t][e], au[t][e]));
+        for (int half = 0; half < 2; ++half) {
+          const int i = tile_row(mi_of(t), 2 * half, lane);
+          if (i >= n) continue;
+          const float f = sh.scale * gam[i];
+          store_row_pair(o + sh.out.at(b, t0 + i, h) + e0, tile_col(ni, 0, lane), width, out_pairs,
+                         fmaf(f, qs[t][2 * half], au[t][2 * half]), fmaf(f, qs[t][2 * half + 1], au[t][2 * half + 1]));
+        }
       }
-    }
+    };
+    if (out.dtype == DType::bf16) store_o(static_cast<ding::bf16*>(out.p));
+    else if (out.dtype == DType::f16) store_o(static_cast<ding::f16*>(out.p));
+    else store_o(static_cast<float*>(out.p));
 
     // S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j); γ past n stays γ_n.
     const float gamma_n = gam[C - 1];
@@ -1321,7 +1365,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     }
   }
 #else
-  (void)out, (void)state, (void)sh, (void)t_begin, (void)ws;
+  (void)out, (void)state, (void)sh, (void)t_begin, (void)ws, (void)out_pairs;
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
@@ -1416,6 +1460,10 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
                                                 : gated_delta_rule_walk_kernel<C, E, 0, kPairs>;
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(walk), int(walk_bytes)));
   const int64_t column_tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
+  // Whether every output row's even columns start a pair the walk may store as one (store_row_pair).
+  const int64_t pair_bytes = 2 * int64_t(dtype_size(a.out.dtype));
+  const bool out_pairs = reinterpret_cast<uintptr_t>(a.out.data) % uintptr_t(pair_bytes) == 0 && sh.out.b % 2 == 0 &&
+                         sh.out.t % 2 == 0 && sh.out.h % 2 == 0 && a.out.strides[3] == 1;
   for (int64_t c0 = 0; c0 < chunks; c0 += per_segment) {
     ws.chunks = std::min(per_segment, chunks - c0);
     ws.values = values;
@@ -1424,7 +1472,7 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
         any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta), sh, c0 * C, ws);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_prepare_kernel");
     walk<<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kWalkThreads, walk_bytes, s.handle()>>>(
-        any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws);
+        any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws, out_pairs);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_walk_kernel");
   }
 }
