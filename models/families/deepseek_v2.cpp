@@ -18,13 +18,21 @@ namespace ding {
 
 namespace {
 
+// transformers' DeepseekV2Config defaults for the keys a config.json may leave out.
+constexpr struct {
+  int64_t q_lora_rank = 1536, kv_lora_rank = 512, rope_dim = 64, nope_dim = 128, value_dim = 128;
+  int64_t routed_experts = 64, shared_experts = 2, moe_d_ff = 1407;
+} kDefaults;
+
 void parse_mla(const ConfigFields& f, ModelConfig& c) {
   MlaSpec& m = c.mla;
-  m.q_lora_rank = f.has("q_lora_rank") ? f.positive_int("q_lora_rank") : 0;
-  m.kv_lora_rank = f.positive_int("kv_lora_rank");
-  m.rope_dim = f.positive_int("qk_rope_head_dim");
-  m.nope_dim = f.positive_int("qk_nope_head_dim");
-  m.value_dim = f.positive_int("v_head_dim");
+  // Absent keys take transformers' DeepseekV2Config defaults (kDefaults); q_lora_rank: null is a
+  // query without the bottleneck (V2-Lite), absent is the default bottleneck.
+  m.q_lora_rank = f.is_null("q_lora_rank") ? 0 : f.positive_int_or("q_lora_rank", kDefaults.q_lora_rank);
+  m.kv_lora_rank = f.positive_int_or("kv_lora_rank", kDefaults.kv_lora_rank);
+  m.rope_dim = f.positive_int_or("qk_rope_head_dim", kDefaults.rope_dim);
+  m.nope_dim = f.positive_int_or("qk_nope_head_dim", kDefaults.nope_dim);
+  m.value_dim = f.positive_int_or("v_head_dim", kDefaults.value_dim);
   if (m.rope_dim % 2 != 0) f.fail(fmt::format("qk_rope_head_dim = {} is odd; rotary positions rotate pairs", m.rope_dim));
   // transformers' DeepseekV2Attention: (Dn + Dr)^-½, times mscale(factor, mscale_all_dim)² when
   // the rope is scaled and mscale_all_dim is set (yarn_apply_mscale).
@@ -36,11 +44,13 @@ void parse_mla(const ConfigFields& f, ModelConfig& c) {
 
 void parse_moe(const ConfigFields& f, ModelConfig& c) {
   c.layers.assign(size_t(c.n_layer), LayerSpec{.mixer = MixerKind::latent_attention});
-  if (!f.has("n_routed_experts")) return;  // every layer dense
+  // n_routed_experts: null is a dense model (DeepSeek's meaning; transformers cannot build one);
+  // absent, transformers' default mixture. Likewise n_shared_experts: null is none.
+  if (f.is_null("n_routed_experts")) return;  // every layer dense
   MoeSpec& moe = c.moe;
-  moe.experts = f.positive_int("n_routed_experts");
-  moe.d_ff = f.positive_int("moe_intermediate_size");
-  moe.shared_d_ff = f.has("n_shared_experts") ? moe.d_ff * f.non_negative_int_or("n_shared_experts", 0) : 0;
+  moe.experts = f.positive_int_or("n_routed_experts", kDefaults.routed_experts);
+  moe.d_ff = f.positive_int_or("moe_intermediate_size", kDefaults.moe_d_ff);
+  moe.shared_d_ff = moe.d_ff * (f.is_null("n_shared_experts") ? 0 : f.non_negative_int_or("n_shared_experts", kDefaults.shared_experts));
   const std::string scoring = f.string_or("scoring_func", "softmax");
   if (scoring != "softmax") f.fail(fmt::format("scoring_func \"{}\" is not supported (DeepSeek-V2 scores by softmax)", scoring));
   moe.route = {.k = f.positive_int("num_experts_per_tok"), .scoring = ops::MoeScoring::softmax, .renormalize = false,

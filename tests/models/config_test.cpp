@@ -346,6 +346,34 @@ TEST(DeepseekV2Config, GroupLimitedRoutingAndQueryBottleneck) {
   EXPECT_EQ(c.moe.route.top_groups, 2);
 }
 
+// Keys a config.json leaves out take transformers' DeepseekV2Config defaults; null ones mean none.
+TEST(DeepseekV2Config, AbsentKeysTakeTransformersDefaults) {
+  json j = deepseek_json();
+  for (const char* key : {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+                          "n_routed_experts", "n_shared_experts", "moe_intermediate_size"})
+    j.erase(key);
+  j["num_experts_per_tok"] = 6;
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.mla.q_lora_rank, 1536);
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.mla.rope_dim, 64);
+  EXPECT_EQ(c.mla.nope_dim, 128);
+  EXPECT_EQ(c.mla.value_dim, 128);
+  EXPECT_EQ(c.moe.experts, 64);
+  EXPECT_EQ(c.moe.d_ff, 1407);
+  EXPECT_EQ(c.moe.shared_d_ff, 2 * 1407);
+  EXPECT_TRUE(c.layers[1].moe);
+
+  j = deepseek_json();
+  j["n_shared_experts"] = nullptr;
+  c = parse(j);
+  EXPECT_EQ(c.moe.shared_d_ff, 0);
+  EXPECT_TRUE(c.layers[1].moe);
+  j["n_routed_experts"] = nullptr;  // a dense model
+  c = parse(j);
+  for (const LayerSpec& layer : c.layers) EXPECT_FALSE(layer.moe);
+}
+
 TEST(DeepseekV2Config, UnsupportedOrBadFieldsAreNamed) {
   const std::vector<std::pair<std::string, json>> bad = {
       {"topk_method", "noaux_tc"}, {"scoring_func", "sigmoid"}, {"moe_layer_freq", 2}, {"qk_rope_head_dim", 7},

@@ -41,7 +41,7 @@ std::vector<Variant> variants(const CacheBenchOptions& o, int64_t positions) {
   const ModelConfig mla = ModelConfig::from_json_text(
       fmt::format(R"({{"model_type": "deepseek_v2", "hidden_size": {}, "intermediate_size": {}, "num_hidden_layers": {},
           "num_attention_heads": {}, "q_lora_rank": null, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-          "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 102400, "max_position_embeddings": {},
+          "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": null, "vocab_size": 102400, "max_position_embeddings": {},
           "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false}})",
                   o.width, ffn, o.layers, heads, positions),
       "ding-bench cache");
