@@ -100,6 +100,9 @@ std::vector<OpCase> delta_rule_cases() {
   add({.T = 70, .Hk = 1, .Hv = 2, .Dk = 128, .Dv = 64, .qkv = f16, .gates = f32, .out = f16, .chunk = 32});
   add({.T = 90, .Hk = 1, .Hv = 2, .Dk = 128, .Dv = 40, .qkv = bf16, .gates = bf16, .out = bf16, .views = true, .chunk = 64});
   add({.T = 20, .Dk = 256, .Dv = 16, .qkv = f16, .gates = f16, .out = f32, .views = true, .chunk = 8});
+  // An odd value dim through the GPU's walk: its last tile of state columns is 3 wide and the
+  // output's rows start at odd offsets, so the output and U' move an element at a time, not in pairs.
+  add({.T = 40, .Hk = 1, .Hv = 2, .Dk = 32, .Dv = 35, .qkv = bf16, .gates = bf16, .out = bf16, .chunk = 16});
   // Chunks the GPU's tensor-core kernel takes (16, 32 or 64 tokens, key dims of 16s): a partial
   // last tile of state columns, the widest key head, f32 q and k (split operands), and calls that
   // leave the form to the backend (chunk 0: chunk-wise from 16 tokens on the GPU).
