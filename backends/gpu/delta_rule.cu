@@ -1307,8 +1307,8 @@ __global__ void __launch_bounds__(kWalkThreads)
         mma_parts<kPairs, true>(au[t], ah_, at_, bh_, bt_);
       }
     }
-    // Typed once a chunk, not switched on per element (the switch and the row's address were a
-    // tenth of the walk's instructions).
+    // Typed once a chunk, not switched on per element: a dtype switch and a row address per
+    // element would be a tenth of the walk's instructions.
     auto store_o = [&](auto* o) {
 #pragma unroll
       for (int t = 0; t < kOutTiles; ++t) {
