@@ -80,7 +80,9 @@ void parse_windows(const ConfigFields& f, ModelConfig& c) {
   const std::string& type = c.model_type;
   // Mistral's window applies to every layer (its config class defaults it to 4096; null turns it
   // off); Mixtral's likewise, with no window by default. Qwen2's needs use_sliding_window and
-  // covers layers from max_window_layers on.
+  // covers layers from max_window_layers on. layer_types, where given, picks the windowed layers:
+  // transformers' AutoConfig loads a mistral config that has them as ministral, whose layers
+  // alternate by them (MistralConfig itself would ignore them, with a warning).
   int64_t window = 0;
   if (type == "mistral") window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
   if (type == "mixtral" && f.has("sliding_window") && !f.is_null("sliding_window"))
