@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -21,6 +22,19 @@ struct Configuration {
   std::function<void()> select;
   double bound = 0;
 };
+
+// Where two outputs of one case differ: how many elements, the first one's index and both values
+// (scattered differences point to a race, one region to a path that differs).
+inline std::string first_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return fmt::format("{} elements against {}", a.size(), b.size());
+  size_t count = 0, first = a.size();
+  for (size_t j = 0; j < a.size(); ++j)
+    if (!(a[j] == b[j]) && !(std::isnan(a[j]) && std::isnan(b[j]))) {
+      if (count++ == 0) first = j;
+    }
+  if (count == 0) return "NaN payloads only";
+  return fmt::format("{} of {} elements differ, the first at {}: {} against {}", count, a.size(), first, a[first], b[first]);
+}
 
 // `c` on the reference once, then on `device` under each configuration, outputs poisoned before
 // every run: each NMSE output within the configuration's bound and, with `same_bits`, equal to the
@@ -47,7 +61,8 @@ inline void expect_case_under(Device& device, const OpCase& c, uint64_t seed, co
         EXPECT_LE(nmse(got, expected.read(expected.outputs()[i].tensor)), bound) << actual.outputs()[i].name << " (" << c.reason << ")";
       if (!same_bits) continue;
       if (first.size() <= i) first.push_back(got);
-      else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from " << configurations[0].name;
+      else EXPECT_TRUE(got == first[i]) << actual.outputs()[i].name << ": bits differ from " << configurations[0].name << " ("
+                                        << first_difference(got, first[i]) << ")";
     }
   }
 }
