@@ -78,6 +78,7 @@ std::optional<gpu::AttentionTuning> attention_tuning_from_environment() {
   if (auto v = flag("DING_MLA_FOLD")) t.mla_fold_projection = *v, any = true;
   if (auto v = count("DING_DELTA_SEGMENT")) t.delta_rule_segment_chunks = *v, any = true;
   if (auto v = flag("DING_DELTA_PAIRS")) t.delta_rule_bf16_pairs = *v, any = true;
+  if (auto v = flag("DING_DELTA_PREPARE3")) t.delta_rule_prepare_three_blocks = *v, any = true;
   if (auto v = flag("DING_DECODE_EARLY")) t.decode_early_tiles = *v, any = true;
   if (!any) return std::nullopt;
   return t;

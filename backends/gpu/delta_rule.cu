@@ -535,17 +535,23 @@ struct ChunkWorkspace {
 __host__ __device__ inline int a_pitch(int cols, int elem_bytes) { return cols + (elem_bytes == 4 ? 4 : 8); }
 __host__ __device__ inline int b_pitch(int cols) { return (cols + 7) / 8 * 8 + 8; }
 
-// Shared memory of the first pass: G (doubles), then floats, then the chunk's rows as E.
+// Shared memory of the first pass: G (doubles), then floats, then the chunk's rows as E. With
+// `t_in_queries` T takes the bytes of the chunk's queries, which nothing reads once A is formed
+// (step 1), before T is (step 3): 17 KB less at 128-wide keys and chunks of 64, so that three
+// blocks fit an H100's multiprocessor instead of two (queries_hold_t says where it fits).
 struct PrepareLayout {
   int C, Dk, Dv, esize, cp, kp, vp;
-  __host__ __device__ PrepareLayout(int chunk, int dk, int dv, int elem_bytes)
-      : C(chunk), Dk(dk), Dv(dv), esize(elem_bytes), cp(chunk + 4), kp(a_pitch(dk, elem_bytes)), vp(b_pitch(dv)) {}
+  bool t_in_queries;
+  __host__ __device__ PrepareLayout(int chunk, int dk, int dv, int elem_bytes, bool t_over_queries = false)
+      : C(chunk), Dk(dk), Dv(dv), esize(elem_bytes), cp(chunk + 4), kp(a_pitch(dk, elem_bytes)), vp(b_pitch(dv)),
+        t_in_queries(t_over_queries) {}
+  __host__ __device__ bool queries_hold_t() const { return int64_t(C) * kp * esize >= int64_t(C) * cp * 4; }
   // floats after the doubles
   __host__ __device__ int64_t beta() const { return 0; }
   __host__ __device__ int64_t gamma() const { return C; }
   __host__ __device__ int64_t lower() const { return 2 * C; }                     // L: [C][cp]
-  __host__ __device__ int64_t inverse() const { return lower() + int64_t(C) * cp; }  // T: [C][cp]
-  __host__ __device__ int64_t blocks() const { return inverse() + int64_t(C) * cp; }  // D_I: [C / 16][16][20]
+  __host__ __device__ int64_t inverse() const { return lower() + int64_t(C) * cp; }  // T: [C][cp] (unless t_in_queries)
+  __host__ __device__ int64_t blocks() const { return inverse() + (t_in_queries ? 0 : int64_t(C) * cp); }  // D_I: [C / 16][16][20]
   __host__ __device__ int64_t floats() const { return blocks() + int64_t(C) * 20; }
   // E elements after the floats
   __host__ __device__ int64_t keys() const { return 0; }  // [C][kp]
@@ -727,14 +733,15 @@ __device__ inline void store_row_pair(T* row, int col, int width, bool pairs, fl
   if (col + 1 < width) row[col + 1] = from_float<T>(x1);
 }
 
-template <int C, class E, bool kPairs>
-__global__ void __launch_bounds__(kMmaThreads, 2)
+// kBlocksPerSm: 2, or 3 with T over the queries (PrepareLayout) and at most 80 registers a thread.
+template <int C, class E, bool kPairs, int kBlocksPerSm = 2>
+__global__ void __launch_bounds__(kMmaThreads, kBlocksPerSm)
     gated_delta_rule_prepare_kernel(AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, DeltaShape sh,
                                     int64_t t_begin, ChunkWorkspace ws) {
 #if defined(DING_GPU_NVIDIA_MMA)
   constexpr int kBlocks = C / 16;
   constexpr int PE = std::is_same_v<E, float> ? 2 : 1;  // parts of an input operand
-  const PrepareLayout lay(C, sh.Dk, sh.Dv, int(sizeof(E)));
+  const PrepareLayout lay(C, sh.Dk, sh.Dv, int(sizeof(E)), kBlocksPerSm == 3);
   const int Dk = sh.Dk, Dv = sh.Dv, cp = lay.cp, kp = lay.kp, vp = lay.vp;
   extern __shared__ double shared_mem[];
   double* const G = shared_mem;
@@ -742,12 +749,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   float* const Bt = base + lay.beta();
   float* const gam = base + lay.gamma();
   float* const L = base + lay.lower();
-  float* const Tm = base + lay.inverse();
   float* const Dinv = base + lay.blocks();
   E* const ebase = reinterpret_cast<E*>(base + lay.floats());
   E* const Ks = ebase + lay.keys();
   E* const Qs = ebase + lay.queries();
   E* const Vs = ebase + lay.values();
+  float* const Tm = lay.t_in_queries ? reinterpret_cast<float*>(Qs) : base + lay.inverse();  // written from step 3 on
 
   const int64_t c = int64_t(blockIdx.x) % ws.chunks, bh = int64_t(blockIdx.x) / ws.chunks;
   const int64_t b = bh / sh.Hv, h = bh % sh.Hv, group = sh.Hv / sh.Hk, kh = h / group;
@@ -1449,9 +1456,17 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   const int64_t segments = (chunks + most - 1) / most;
   const int64_t per_segment = tuned > 0 ? std::min(chunks, tuned) : (chunks + segments - 1) / segments;
   float* const values = static_cast<float*>(s.scratch(size_t(per_segment) * (value_bytes + row_bytes)));
-  const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E))).bytes();
+  // The first pass three blocks an SM where asked and T fits over the queries: 16-bit rows in chunks
+  // of 64 only, so that no other instance doubles.
+  bool three = false;
+  if constexpr (C == 64 && !std::is_same_v<E, float>)
+    three = s.attention_tuning().delta_rule_prepare_three_blocks &&
+            PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), true).queries_hold_t();
+  const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), three).bytes();
   const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E)), kSplitWords).bytes();
-  const auto prepare = gated_delta_rule_prepare_kernel<C, E, kPairs>;
+  auto prepare = gated_delta_rule_prepare_kernel<C, E, kPairs>;
+  if constexpr (C == 64 && !std::is_same_v<E, float>)
+    if (three) prepare = gated_delta_rule_prepare_kernel<C, E, kPairs, 3>;
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(prepare), int(prepare_bytes)));
   // Qwen3-Next's key dim (128) gets a walk compiled for it; 16-bit rows only, the f32 ones being
   // the rare case of mixed input dtypes.

@@ -169,6 +169,24 @@ TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
             20);
 }
 
+// The first pass at three blocks an SM (T over the chunk's queries, fewer registers) is the same
+// arithmetic as at two: the same bits.
+TEST(GatedDeltaRuleGpu, FirstPassAtThreeBlocksGivesTheSameBits) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  auto blocks = [&tuning](bool three) {
+    return [&tuning, three] {
+      gpu::AttentionTuning t = tuning.run_tuning();
+      t.delta_rule_prepare_three_blocks = three;
+      tuning.set(t);
+    };
+  };
+  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), {{"two blocks an SM", blocks(false)},
+                                                                   {"three blocks an SM", blocks(true)}}),
+            20);
+}
+
 // The walk's products take bf16 pairs, where switched on, for bf16 q, k and v and a 16-bit output,
 // and tf32 head and tail otherwise: each form keeps every case's bound of the reference.
 TEST(GatedDeltaRuleGpu, BothProductFormsKeepTheBound) {

@@ -109,7 +109,8 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(t->tma);  // unset: the default
   EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
   ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0"), fold("DING_MLA_FOLD", "0"),
-      segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), decode_early("DING_DECODE_EARLY", "0");
+      segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), prepare3("DING_DELTA_PREPARE3", "1"),
+      decode_early("DING_DECODE_EARLY", "0");
   const auto a = tools::attention_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->mla_stages, 2);
@@ -117,6 +118,7 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(a->mla_fold_projection);  // the default is true
   EXPECT_EQ(a->delta_rule_segment_chunks, 5);
   EXPECT_FALSE(a->delta_rule_bf16_pairs);  // the default is true
+  EXPECT_TRUE(a->delta_rule_prepare_three_blocks);  // the default is false
   EXPECT_FALSE(a->decode_early_tiles);  // the default is true
 }
 

@@ -60,6 +60,9 @@ struct AttentionTuning {
   bool delta_rule_bf16_pairs = true;  // its walk's computed operands as bf16 pairs (hi + lo) where q,
                                       // k and v are bf16 and the output 16-bit; false: as tf32 head and
                                       // tail, as for f32 outputs
+  bool delta_rule_prepare_three_blocks = false;  // its first pass three blocks an SM (T over the chunk's
+                                                 // queries, at most 80 registers) where the rows are 16-bit
+                                                 // and chunks of 64 leave room; false: two
   bool decode_early_tiles = true;  // decode attention's first K/V tiles copied before the chained-launch
                                    // wait, where the op says the cache comes from earlier ops
 };
