@@ -2,6 +2,7 @@
 // environment as every ding program reads it (tools/gpu_tuning.h), is restored when the scope ends,
 // also when an assertion leaves early.
 #pragma once
+#include <functional>
 #include <optional>
 
 #include "ding/device.h"
@@ -35,6 +36,15 @@ class ScopedGpuTuning {
   // The test run's tuning, to start a variation from.
   const Tuning& run_tuning() const { return run_; }
   void set(const Tuning& tuning) const { TuningAccess<Tuning>::set(device_, tuning); }
+  // What selects the run's tuning with one field changed (a configuration of tests/ops/configurations.h).
+  template <class T>
+  std::function<void()> with(T Tuning::*field, T value) const {
+    return [this, field, value] {
+      Tuning t = run_;
+      t.*field = value;
+      set(t);
+    };
+  }
 
  private:
   Device& device_;

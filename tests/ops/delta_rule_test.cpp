@@ -175,15 +175,9 @@ TEST(GatedDeltaRuleGpu, FirstPassAtThreeBlocksGivesTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  auto blocks = [&tuning](bool three) {
-    return [&tuning, three] {
-      gpu::AttentionTuning t = tuning.run_tuning();
-      t.delta_rule_prepare_three_blocks = three;
-      tuning.set(t);
-    };
-  };
-  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), {{"two blocks an SM", blocks(false)},
-                                                                   {"three blocks an SM", blocks(true)}}),
+  constexpr auto three_blocks = &gpu::AttentionTuning::delta_rule_prepare_three_blocks;
+  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), {{"two blocks an SM", tuning.with(three_blocks, false)},
+                                                                   {"three blocks an SM", tuning.with(three_blocks, true)}}),
             20);
 }
 
@@ -193,19 +187,14 @@ TEST(GatedDeltaRuleGpu, BothProductFormsKeepTheBound) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  auto pairs = [&tuning](bool on) {
-    return [&tuning, on] {
-      gpu::AttentionTuning t = tuning.run_tuning();
-      t.delta_rule_bf16_pairs = on;
-      tuning.set(t);
-    };
-  };
+  constexpr auto pairs = &gpu::AttentionTuning::delta_rule_bf16_pairs;
   const uint64_t seed = test_seed();
   SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
   int count = 0;
   for (const OpCase& c : delta_rule_cases()) {
     if (!c.in_tests) continue;
-    expect_case_under(cuda, c, seed, {{"bf16 pairs", pairs(true)}, {"tf32", pairs(false)}}, /*same_bits=*/false);
+    expect_case_under(cuda, c, seed, {{"bf16 pairs", tuning.with(pairs, true)}, {"tf32", tuning.with(pairs, false)}},
+                      /*same_bits=*/false);
     ++count;
   }
   EXPECT_GT(count, 20);
