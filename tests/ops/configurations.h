@@ -32,7 +32,7 @@ inline std::string first_difference(const std::vector<double>& a, const std::vec
     if (!(a[j] == b[j]) && !(std::isnan(a[j]) && std::isnan(b[j]))) {
       if (count++ == 0) first = j;
     }
-  if (count == 0) return "NaN payloads only";
+  if (count == 0) return "equal but for NaNs, which never compare equal";
   return fmt::format("{} of {} elements differ, the first at {}: {} against {}", count, a.size(), first, a[first], b[first]);
 }
 
