@@ -289,13 +289,13 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       // shares alternate between two slots: without the delta there is no first barrier, so the
       // next token's shares may land while warp 0 still sums these; the one after that waits for
       // warp 0 at the next token's barrier.
-      float* const shares = partial[1 + (j & 1)][0];
-      shares[warp * kMaxLanes + lane] = o;
+      const int slot = 1 + (j & 1);
+      partial[slot][warp][lane] = o;
       __syncthreads();
       if (warp == 0 && in) {
         o = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kRowWarps; ++w) o += shares[w * kMaxLanes + lane];
+        for (int w = 0; w < kRowWarps; ++w) o += partial[slot][w][lane];
         out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
       }
     }
@@ -711,26 +711,18 @@ __device__ inline void write_fragments(E* out, const E* src, int pitch, int rows
 }
 
 // Elements col and col + 1 (col even) of a row of T, those below `width`, from a lane's accumulator
-// pair: one store of the pair where `pairs` says the row's even columns are aligned for it (rows at
-// even strides of an aligned tensor), else one element at a time.
+// pair: one store of the pair (Typed::store<2>) where `pairs` says the row's even columns are
+// aligned for it (rows at even strides of an aligned tensor), else one element at a time.
 template <class T>
 __device__ inline void store_row_pair(T* row, int col, int width, bool pairs, float x0, float x1) {
-#if defined(DING_GPU_NVIDIA_MMA)
+  const Typed<T> out{row};
   if (pairs && col + 1 < width) {
-    if constexpr (std::is_same_v<T, float>) {
-      *reinterpret_cast<float2*>(row + col) = make_float2(x0, x1);
-    } else {
-      uint32_t word[1][4];
-      split_pair<T, 1>(x0, x1, word, 0);  // round(x0) in the low half, as from_float rounds
-      *reinterpret_cast<uint32_t*>(row + col) = word[0][0];
-    }
+    const float x[2] = {x0, x1};
+    out.template store<2>(col, x);
     return;
   }
-#else
-  (void)pairs;
-#endif
-  if (col < width) row[col] = from_float<T>(x0);
-  if (col + 1 < width) row[col + 1] = from_float<T>(x1);
+  if (col < width) out.store(col, x0);
+  if (col + 1 < width) out.store(col + 1, x1);
 }
 
 // kBlocksPerSm: 2, or 3 with T over the queries (PrepareLayout) and at most 80 registers a thread.
@@ -1476,9 +1468,7 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(walk), int(walk_bytes)));
   const int64_t column_tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
   // Whether every output row's even columns start a pair the walk may store as one (store_row_pair).
-  const int64_t pair_bytes = 2 * int64_t(dtype_size(a.out.dtype));
-  const bool out_pairs = reinterpret_cast<uintptr_t>(a.out.data) % uintptr_t(pair_bytes) == 0 && sh.out.b % 2 == 0 &&
-                         sh.out.t % 2 == 0 && sh.out.h % 2 == 0 && a.out.strides[3] == 1;
+  const bool out_pairs = attn::rows_aligned(a.out, 2);
   for (int64_t c0 = 0; c0 < chunks; c0 += per_segment) {
     ws.chunks = std::min(per_segment, chunks - c0);
     ws.values = values;
