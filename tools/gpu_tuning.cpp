@@ -78,7 +78,12 @@ std::optional<gpu::AttentionTuning> attention_tuning_from_environment() {
   if (auto v = flag("DING_MLA_FOLD")) t.mla_fold_projection = *v, any = true;
   if (auto v = count("DING_DELTA_SEGMENT")) t.delta_rule_segment_chunks = *v, any = true;
   if (auto v = flag("DING_DELTA_PAIRS")) t.delta_rule_bf16_pairs = *v, any = true;
-  if (auto v = flag("DING_DELTA_PREPARE3")) t.delta_rule_prepare_three_blocks = *v, any = true;
+  if (auto v = flag("DING_DELTA_BULK")) t.delta_rule_bulk_copies = *v, any = true;
+  if (auto v = count("DING_DELTA_PREPARE_BLOCKS")) {
+    if (*v != 0 && *v != 2 && *v != 3) unreadable("DING_DELTA_PREPARE_BLOCKS", std::to_string(*v), "0, 2 or 3");
+    t.delta_rule_prepare_blocks = *v;
+    any = true;
+  }
   if (auto v = flag("DING_DECODE_EARLY")) t.decode_early_tiles = *v, any = true;
   if (!any) return std::nullopt;
   return t;

@@ -18,7 +18,8 @@
 //   DING_MLA_FOLD=0        latent decode's splits merged, then projected: two launches, not one
 //   DING_DELTA_SEGMENT=N   the chunk-wise delta rule's chunks per pair of passes (0: by workspace size)
 //   DING_DELTA_PAIRS=0     its walk's products as tf32 head and tail, not bf16 pairs, for bf16 q, k, v
-//   DING_DELTA_PREPARE3=1  its first pass three blocks an SM (T over the chunk's queries), not two
+//   DING_DELTA_BULK=0      its walk's operands by cp.async, not by sm_90's bulk copies
+//   DING_DELTA_PREPARE_BLOCKS=N  its first pass N blocks an SM, 2 or 3 (0: three where that saves a wave)
 //   DING_DECODE_EARLY=0    decode attention copies no K/V tile before the chained-launch wait
 #pragma once
 #include <optional>

@@ -983,12 +983,13 @@ struct WalkLayout {
   __host__ __device__ size_t bytes() const { return size_t(floats()) * 4 + size_t(2 * int64_t(C) * Dk) * esize; }
 };
 
-// `bytes` (a multiple of 16) from global to shared memory, 16 bytes per cp.async, over the walk's
-// block of kWalkThreads, in rounds of the whole block: a size known when compiling unrolls into
-// copies at fixed offsets (the walk issues about 16 a thread a chunk).
+// `bytes` (a multiple of 16) from global to shared memory, 16 bytes per cp.async, over a walk's
+// block of kThreads, in rounds of the whole block: a size known when compiling unrolls into
+// copies at fixed offsets (a walk issues 16 to 40 a thread a chunk).
+template <int kThreads>
 __device__ inline void copy_async(void* dst, const void* src, int bytes, int tid) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  constexpr int kRound = 16 * kWalkThreads;
+  constexpr int kRound = 16 * kThreads;
 #pragma unroll
   for (int r = 0; r < (bytes + kRound - 1) / kRound; ++r) {
     const int i = r * kRound + 16 * tid;
@@ -1110,12 +1111,66 @@ __device__ inline void store_b_tile(float* b, int mi, int ni, int lane, int step
 #endif
 }
 
+// A lane's split A operand of row tile mi, k step ks from a fragment-order buffer of `steps` k
+// steps (heads or hi parts, then tails or lo parts; split_a_heads).
+__device__ inline void load_a_split(const float* buffer, int steps, int mi, int ks, int lane, uint32_t (&head)[4],
+                                    uint32_t (&tail)[4]) {
+  const float* const heads = buffer + split_a_heads((mi * steps + ks) * 32 + lane);
+  const float4 x = *reinterpret_cast<const float4*>(heads), y = *reinterpret_cast<const float4*>(heads + 128);
+  head[0] = __float_as_uint(x.x), head[1] = __float_as_uint(x.y), head[2] = __float_as_uint(x.z), head[3] = __float_as_uint(x.w);
+  tail[0] = __float_as_uint(y.x), tail[1] = __float_as_uint(y.y), tail[2] = __float_as_uint(y.z), tail[3] = __float_as_uint(y.w);
+}
+
+// A lane's elements of U' of chunk c (f32 [C][Dv] in the workspace) for the first `tiles` of N
+// accumulator tiles, row tiles mi0 + stride·t, column tile ni of the block's columns e0 …: zero
+// past the block's width; nothing is loaded for a chunk past the segment. The one operand of a
+// chunk that a walk reads from global memory without cp.async, a chunk ahead of its use.
+template <int N>
+__device__ inline void load_u_tiles(float (&u)[N][4], const ChunkWorkspace& ws, int64_t bh, int64_t c, int Dv, int e0,
+                                    int width, int ni, int mi0, int stride, int tiles, int lane) {
+  if (c >= ws.chunks) return;
+  const float* const u_in = ws.u(bh, c);
+  const int col = tile_col(ni, 0, lane);
+  if (width == kMmaColumns && Dv % 2 == 0) {  // every lane's pair whole and 8-byte aligned: no branch a load
+#pragma unroll
+    for (int t = 0; t < N; ++t)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float* const row = u_in + tile_row(mi0 + stride * t, 2 * half, lane) * Dv + e0;
+        const float2 x = t < tiles ? *reinterpret_cast<const float2*>(row + col) : make_float2(0.0f, 0.0f);
+        u[t][2 * half] = x.x, u[t][2 * half + 1] = x.y;
+      }
+    return;
+  }
+#pragma unroll
+  for (int t = 0; t < N; ++t)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float* const row = u_in + tile_row(mi0 + stride * t, 2 * half, lane) * Dv + e0;
+      float2 x = make_float2(0.0f, 0.0f);
+      if (t < tiles && col + 1 < width && Dv % 2 == 0) {
+        x = *reinterpret_cast<const float2*>(row + col);  // U' rows start 8-byte aligned where Dv is even
+      } else if (t < tiles) {
+        if (col < width) x.x = row[col];
+        if (col + 1 < width) x.y = row[col + 1];
+      }
+      u[t][2 * half] = x.x, u[t][2 * half + 1] = x.y;
+    }
+}
+
+// What a walk is told beside the shapes: whether every output row's even columns start a pair it
+// may store as one (store_row_pair), and whether it may copy a chunk's operands by the copy
+// engine's bulk copies (sm_90+; the register walk; otherwise cp.async by every thread).
+struct WalkOptions {
+  bool out_pairs, bulk;
+};
+
 // DK: the key dim where it is known when compiling (0: sh.Dk), so that the loops over it unroll and
 // their shared-memory offsets fold into the instructions: the walk is issue-bound, and a rolled
 // loop's counters, branches and address arithmetic were most of its instructions.
 template <int C, class E, int DK, bool kPairs>
 __global__ void __launch_bounds__(kWalkThreads)
-    gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws, bool out_pairs) {
+    gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws, WalkOptions opt) {
 #if defined(DING_GPU_NVIDIA_MMA)
   using P = Parts<kPairs>;
   constexpr int kBlocks = C / 16, kSteps = C / P::kK;
@@ -1161,18 +1216,18 @@ __global__ void __launch_bounds__(kWalkThreads)
   // written (A and Kᵀ free, the next W and Q landed).
   auto copy_wq = [&](int64_t c) {
     if (c < ws.chunks) {
-      if (sh.delta) copy_async(Wf, ws.w(bh, c), 4 * P::kSplitWords * C * Dk, tid);
-      copy_async(Qf, ws.queries<E>(bkh, c), C * Dk * int(sizeof(E)), tid);
-      copy_async(decays + (c & 1) * 2 * C, ws.gamma(bh, c), 8 * C, tid);  // γ, then e^(G_n − G_j)
+      if (sh.delta) copy_async<kWalkThreads>(Wf, ws.w(bh, c), 4 * P::kSplitWords * C * Dk, tid);
+      copy_async<kWalkThreads>(Qf, ws.queries<E>(bkh, c), C * Dk * int(sizeof(E)), tid);
+      copy_async<kWalkThreads>(decays + (c & 1) * 2 * C, ws.gamma(bh, c), 8 * C, tid);  // γ, then e^(G_n − G_j)
     }
     cp_async_commit();
   };
   auto copy_a = [&](int64_t c) {
-    if (c < ws.chunks) copy_async(Af, ws.scores(bh, c), 4 * P::kSplitWords * C * C, tid);
+    if (c < ws.chunks) copy_async<kWalkThreads>(Af, ws.scores(bh, c), 4 * P::kSplitWords * C * C, tid);
     cp_async_commit();
   };
   auto copy_k = [&](int64_t c) {
-    if (c < ws.chunks) copy_async(Kf, ws.keys<E>(bkh, c), C * Dk * int(sizeof(E)), tid);
+    if (c < ws.chunks) copy_async<kWalkThreads>(Kf, ws.keys<E>(bkh, c), C * Dk * int(sizeof(E)), tid);
     cp_async_commit();
   };
   copy_wq(0);
@@ -1204,36 +1259,10 @@ __global__ void __launch_bounds__(kWalkThreads)
     if constexpr (kPairs) bh_[0] = x.x, bt_[0] = x.y, bh_[1] = x.z, bt_[1] = x.w;
     else bh_[0] = x.x, bh_[1] = x.y, bt_[0] = x.z, bt_[1] = x.w;
   };
-  // A lane's split A operand of row tile mi, k step ks from a fragment-order buffer (heads, tails).
-  auto load_a_split = [&](const float* buffer, int steps, int mi, int ks, uint32_t (&ah_)[4], uint32_t (&at_)[4]) {
-    const float* const heads = buffer + split_a_heads((mi * steps + ks) * 32 + lane);
-    const float4 x = *reinterpret_cast<const float4*>(heads), y = *reinterpret_cast<const float4*>(heads + 128);
-    ah_[0] = __float_as_uint(x.x), ah_[1] = __float_as_uint(x.y), ah_[2] = __float_as_uint(x.z), ah_[3] = __float_as_uint(x.w);
-    at_[0] = __float_as_uint(y.x), at_[1] = __float_as_uint(y.y), at_[2] = __float_as_uint(y.z), at_[3] = __float_as_uint(y.w);
-  };
 
-  // A warp's elements of U' for chunk c, loaded a chunk ahead: the one operand of a chunk that
-  // comes from global memory without cp.async.
+  // A warp's elements of U' for chunk c, loaded a chunk ahead.
   float u_next[kOutTiles][4];
-  auto load_u = [&](int64_t c) {
-    if (c >= ws.chunks) return;
-    const float* const u_in = ws.u(bh, c);
-    const int col = tile_col(ni, 0, lane);
-#pragma unroll
-    for (int t = 0; t < kOutTiles; ++t)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float* const row = u_in + tile_row(mi_of(t), 2 * half, lane) * sh.Dv + e0;
-        float2 x = make_float2(0.0f, 0.0f);
-        if (t < out_tiles && col + 1 < width && sh.Dv % 2 == 0) {
-          x = *reinterpret_cast<const float2*>(row + col);  // U' rows start 8-byte aligned where Dv is even
-        } else if (t < out_tiles) {
-          if (col < width) x.x = row[col];
-          if (col + 1 < width) x.y = row[col + 1];
-        }
-        u_next[t][2 * half] = x.x, u_next[t][2 * half + 1] = x.y;
-      }
-  };
+  auto load_u = [&](int64_t c) { load_u_tiles(u_next, ws, bh, c, sh.Dv, e0, width, ni, warp / 4, kRowGroups, out_tiles, lane); };
   load_u(0);
 
   for (int64_t c = 0; c < ws.chunks; ++c) {
@@ -1260,7 +1289,7 @@ __global__ void __launch_bounds__(kWalkThreads)
           if (t >= out_tiles) break;
           uint32_t ah_[4], at_[4];
           if constexpr (decltype(delta)::value) {
-            load_a_split(Wf, key_steps, mi_of(t), ks, ah_, at_);
+            load_a_split(Wf, key_steps, mi_of(t), ks, lane, ah_, at_);
             mma_parts<kPairs, true>(w_s[t], ah_, at_, bh_, bt_);
           }
           load_a_group<kPairs>(Qf + ((mi_of(t) * key_steps + ks) * 32 + lane) * (P::kK / 2), ah_, at_);
@@ -1302,7 +1331,7 @@ __global__ void __launch_bounds__(kWalkThreads)
       for (int t = 0; t < kOutTiles; ++t) {
         if (t >= out_tiles) break;
         uint32_t ah_[4], at_[4];
-        load_a_split(Af, kSteps, mi_of(t), ks, ah_, at_);
+        load_a_split(Af, kSteps, mi_of(t), ks, lane, ah_, at_);
         mma_parts<kPairs, true>(au[t], ah_, at_, bh_, bt_);
       }
     }
@@ -1317,7 +1346,7 @@ __global__ void __launch_bounds__(kWalkThreads)
           const int i = tile_row(mi_of(t), 2 * half, lane);
           if (i >= n) continue;
           const float f = sh.scale * gam[i];
-          store_row_pair(o + sh.out.at(b, t0 + i, h) + e0, tile_col(ni, 0, lane), width, out_pairs,
+          store_row_pair(o + sh.out.at(b, t0 + i, h) + e0, tile_col(ni, 0, lane), width, opt.out_pairs,
                          fmaf(f, qs[t][2 * half], au[t][2 * half]), fmaf(f, qs[t][2 * half + 1], au[t][2 * half + 1]));
         }
       }
@@ -1364,7 +1393,266 @@ __global__ void __launch_bounds__(kWalkThreads)
     }
   }
 #else
-  (void)out, (void)state, (void)sh, (void)t_begin, (void)ws, (void)out_pairs;
+  (void)out, (void)state, (void)sh, (void)t_begin, (void)ws, (void)opt;
+#endif  // DING_GPU_NVIDIA_MMA
+}
+
+// The bf16-pairs walk with the state in registers: a block of kRegisterWalkWarps warps per
+// (sequence, value head, tile of kMmaColumns state columns), warp w owning the tile's 8 columns
+// 8w … 8w + 7 over every key row. A warp then needs no other warp's share of any product: S
+// ([Dk][8]) stays in its accumulators, and S, U and e^(G_n − G_j) U_j reach the mmas that read them
+// as B operands by movmatrix from those accumulators (b_pairs_of_tile), not through shared memory.
+// Shared memory holds only what every warp reads, the chunk's W, A, Q, Kᵀ and decays, for two
+// chunks, so the next chunk's copies overlap this one's products under one barrier a chunk. Each
+// A fragment is read once a warp, for one 8-column tile: the tiled walk's warps (16 × 8 tiles of
+// a 64 × 32 product over 16 warps) read every A and B fragment four times and passed U and S
+// through shared memory, which bounded it (docs/PERFORMANCE.md, issue 21).
+constexpr int kRegisterWalkWarps = kMmaColumns / 8, kRegisterWalkThreads = kRegisterWalkWarps * 32;
+
+// The widest keys the register walk takes in chunks of C: a warp holds [Dk][8] of S and a chunk's
+// C × Dk products' fragments, and at chunks of 64 and wider keys than 128 those spill (and the two
+// buffers pass 190 KB); such keys take chunks of 32.
+constexpr int register_walk_key_dim(int C) { return C >= 64 ? 128 : int(ops::kMaxDeltaRuleKeyDim); }
+
+// One buffer of the register walk's shared memory, in 4-byte words: W [C·Dk] and A [C·C] as split
+// A operands in fragment order (a hi and a lo bf16 a word), Q and Kᵀ (bf16, C·Dk / 2 words each) as
+// A operands, γ and e^(G_n − G_j) [C] each: the first pass's layouts, copied as they are.
+struct RegisterWalkLayout {
+  int C, Dk;
+  __host__ __device__ RegisterWalkLayout(int chunk, int dk) : C(chunk), Dk(dk) {}
+  __host__ __device__ int64_t w() const { return 0; }
+  __host__ __device__ int64_t scores() const { return int64_t(C) * Dk; }
+  __host__ __device__ int64_t queries() const { return scores() + int64_t(C) * C; }  // then Kᵀ
+  __host__ __device__ int64_t decays() const { return queries() + int64_t(C) * Dk; }
+  __host__ __device__ int64_t words() const { return decays() + 2 * int64_t(C); }
+  __host__ __device__ size_t bytes() const { return 2 * size_t(words()) * 4; }  // two buffers
+};
+
+// An accumulator tile x (its 16 rows one k step, its 8 columns an n tile) as that step's B
+// registers in bf16 pairs, hi = round(x), lo = round(x − hi): a row half's pairs are an 8 × 8 matrix
+// as movmatrix holds it, and its transpose is the B register of those 8 rows.
+struct PairsB {
+  uint32_t hi[2], lo[2];
+};
+__device__ inline PairsB b_pairs_of_tile(const float (&x)[4]) {
+  PairsB r{};
+#if defined(DING_GPU_NVIDIA_MMA)
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint32_t parts[2][4];
+    split_pair<ding::bf16, 2>(x[2 * half], x[2 * half + 1], parts, 0);
+    r.hi[half] = transpose_8x8(parts[0][0]), r.lo[half] = transpose_8x8(parts[1][0]);
+  }
+#else
+  (void)x;
+#endif
+  return r;
+}
+
+// DK as for the tiled walk (0: sh.Dk).
+template <int C, int DK>
+__global__ void __launch_bounds__(kRegisterWalkThreads, 1)
+    gated_delta_rule_register_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws,
+                                          WalkOptions opt) {
+#if defined(DING_GPU_NVIDIA_MMA)
+  using ding::bf16;
+  constexpr int kRows = C / 16;  // row tiles of U and O, and k steps of A U and Kᵀ D
+  constexpr int kKeySteps = (DK > 0 ? DK : register_walk_key_dim(C)) / 16;  // at most
+  const int Dk = DK > 0 ? DK : sh.Dk, key_steps = Dk / 16;
+  const RegisterWalkLayout lay(C, Dk);
+  extern __shared__ float4 register_walk_mem[];
+  float* const buffers = reinterpret_cast<float*>(register_walk_mem);
+
+  const int tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
+  const int64_t bh = int64_t(blockIdx.x) / tiles;
+  const int e0 = int(int64_t(blockIdx.x) % tiles) * kMmaColumns, width = min(kMmaColumns, sh.Dv - e0);
+  const int64_t b = bh / sh.Hv, h = bh % sh.Hv, bkh = b * sh.Hk + h / (sh.Hv / sh.Hk);
+  const int tid = int(threadIdx.x), lane = tid & 31, ni = tid >> 5;  // the warp's column tile
+  float* const state_head = state + bh * int64_t(Dk) * sh.Dv;
+
+  // A chunk's operands into buffer c % 2: by one thread's bulk copies, which an mbarrier a buffer
+  // counts as they land (phase c / 2 of that buffer's), or by every thread's cp.async. Either way a
+  // run of four copies, not 40 address computations and copies a thread.
+#if __CUDA_ARCH__ >= 900
+  const bool bulk = opt.bulk;
+#else
+  constexpr bool bulk = false;
+#endif
+  __shared__ uint64_t landed[2];
+  if (bulk && tid == 0) {
+#if __CUDA_ARCH__ >= 900
+    mbar_init(smem_address(&landed[0]), 1), mbar_init(smem_address(&landed[1]), 1);
+    fence_mbarrier_init();
+#endif
+  }
+  __syncthreads();
+  auto copy_chunk = [&](int64_t c) {
+    float* const buffer = buffers + (c & 1) * lay.words();
+    if (bulk) {
+#if __CUDA_ARCH__ >= 900
+      if (tid == 0 && c < ws.chunks) {
+        const uint32_t bar = smem_address(&landed[c & 1]);
+        mbar_expect_tx(bar, uint32_t(4 * ((sh.delta ? C * Dk : 0) + C * C + C * Dk + 2 * C)));
+        if (sh.delta) bulk_copy_to_shared(smem_address(buffer + lay.w()), ws.w(bh, c), 4 * C * Dk, bar);
+        bulk_copy_to_shared(smem_address(buffer + lay.scores()), ws.scores(bh, c), 4 * C * C, bar);
+        bulk_copy_to_shared(smem_address(buffer + lay.queries()), ws.queries<bf16>(bkh, c), 4 * C * Dk, bar);  // Q, Kᵀ
+        bulk_copy_to_shared(smem_address(buffer + lay.decays()), ws.gamma(bh, c), 8 * C, bar);  // γ, e^(G_n − G_j)
+      }
+#endif
+      return;
+    }
+    if (c < ws.chunks) {
+      if (sh.delta) copy_async<kRegisterWalkThreads>(buffer + lay.w(), ws.w(bh, c), 4 * C * Dk, tid);
+      copy_async<kRegisterWalkThreads>(buffer + lay.scores(), ws.scores(bh, c), 4 * C * C, tid);
+      copy_async<kRegisterWalkThreads>(buffer + lay.queries(), ws.queries<bf16>(bkh, c), 4 * C * Dk, tid);  // Q, Kᵀ
+      copy_async<kRegisterWalkThreads>(buffer + lay.decays(), ws.gamma(bh, c), 8 * C, tid);  // γ, e^(G_n − G_j)
+    }
+    cp_async_commit();
+  };
+  copy_chunk(0);
+
+  float S[kKeySteps][4];
+#pragma unroll
+  for (int t = 0; t < kKeySteps; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int d = tile_row(t, e, lane), col = tile_col(ni, e, lane);
+      S[t][e] = t < key_steps && col < width ? state_head[int64_t(d) * sh.Dv + e0 + col] : 0.0f;
+    }
+  float u_next[kRows][4];  // U' of the next chunk, loaded a chunk ahead
+  load_u_tiles(u_next, ws, bh, 0, sh.Dv, e0, width, ni, 0, 1, kRows, lane);
+
+  for (int64_t c = 0; c < ws.chunks; ++c) {
+    if (bulk) mbar_wait(smem_address(&landed[c & 1]), uint32_t(c >> 1) & 1);
+    else cp_async_wait<0>();
+    __syncthreads();  // chunk c's operands have landed; every warp is done with chunk c − 1's buffer
+    copy_chunk(c + 1);
+    const float* const buffer = buffers + (c & 1) * lay.words();
+    const float* const Wf = buffer + lay.w();
+    const float* const Af = buffer + lay.scores();
+    const bf16* const Qf = reinterpret_cast<const bf16*>(buffer + lay.queries());
+    const bf16* const Kf = Qf + C * Dk;
+    const float* const gam = buffer + lay.decays();
+    const float* const tail = gam + C;
+    const int64_t t0 = t_begin + c * C;
+    const int n = int(sh.T - t0 < C ? sh.T - t0 : int64_t(C));
+
+    // W S_0 and Q S_0, a k step a row tile of S. The mmas of a step go part by part over the row
+    // tiles, so that consecutive ones add to different accumulators.
+    float w_s[kRows][4] = {}, q_s[kRows][4] = {};
+    auto state_products = [&](auto delta) {
+#pragma unroll
+      for (int ks = 0; ks < kKeySteps; ++ks) {
+        if (ks >= key_steps) break;
+        const PairsB s = b_pairs_of_tile(S[ks]);
+        uint32_t wh[kRows][4], wl[kRows][4], q[kRows][4];
+#pragma unroll
+        for (int mt = 0; mt < kRows; ++mt) {
+          if constexpr (decltype(delta)::value) load_a_split(Wf, key_steps, mt, ks, lane, wh[mt], wl[mt]);
+          load_a_group<true>(Qf + ((mt * key_steps + ks) * 32 + lane) * 8, q[mt], q[mt]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kRows; ++mt) {
+          if constexpr (decltype(delta)::value) mma_16816<bf16>(w_s[mt], wh[mt], s.hi);
+          mma_16816<bf16>(q_s[mt], q[mt], s.hi);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kRows; ++mt) {
+          if constexpr (decltype(delta)::value) mma_16816<bf16>(w_s[mt], wh[mt], s.lo);
+          mma_16816<bf16>(q_s[mt], q[mt], s.lo);
+        }
+        if constexpr (decltype(delta)::value)
+#pragma unroll
+          for (int mt = 0; mt < kRows; ++mt) mma_16816<bf16>(w_s[mt], wl[mt], s.hi);
+      }
+    };
+    if (sh.delta) state_products(std::true_type{});
+    else state_products(std::false_type{});
+
+    // U = U' − W S_0 and e^(G_n − G_j) U_j, as the B operands of A U and Kᵀ (…).
+    PairsB u_b[kRows], d_b[kRows];
+#pragma unroll
+    for (int mt = 0; mt < kRows; ++mt) {
+      float x[4], decayed[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        x[e] = u_next[mt][e] - w_s[mt][e];
+        decayed[e] = tail[tile_row(mt, e, lane)] * x[e];
+      }
+      u_b[mt] = b_pairs_of_tile(x), d_b[mt] = b_pairs_of_tile(decayed);
+    }
+    load_u_tiles(u_next, ws, bh, c + 1, sh.Dv, e0, width, ni, 0, 1, kRows, lane);
+
+    // O = s γ ⊙ (Q S_0) + A U (A is zero above its diagonal: row tile mt takes k steps 0 … mt).
+    float au[kRows][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kRows; ++ks) {
+      uint32_t ah[kRows][4], al[kRows][4];
+#pragma unroll
+      for (int mt = ks; mt < kRows; ++mt) load_a_split(Af, kRows, mt, ks, lane, ah[mt], al[mt]);
+#pragma unroll
+      for (int mt = ks; mt < kRows; ++mt) mma_16816<bf16>(au[mt], ah[mt], u_b[ks].hi);
+#pragma unroll
+      for (int mt = ks; mt < kRows; ++mt) mma_16816<bf16>(au[mt], ah[mt], u_b[ks].lo);
+#pragma unroll
+      for (int mt = ks; mt < kRows; ++mt) mma_16816<bf16>(au[mt], al[mt], u_b[ks].hi);
+    }
+    // A lane's rows are 8 apart: one pointer stepped by 8 rows, and where the chunk and the
+    // block's columns are whole, paired stores without a check.
+    const bool whole = n == C && width == kMmaColumns && opt.out_pairs;
+    auto store_o = [&](auto* o) {
+      auto* row = o + sh.out.at(b, t0 + (lane >> 2), h) + e0;
+      const int64_t eight_rows = 8 * sh.out.t;
+      const int col = tile_col(ni, 0, lane);
+#pragma unroll
+      for (int mt = 0; mt < kRows; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half, row += eight_rows) {
+          const int i = tile_row(mt, 2 * half, lane);
+          const float f = sh.scale * gam[i];
+          const float x[2] = {fmaf(f, q_s[mt][2 * half], au[mt][2 * half]), fmaf(f, q_s[mt][2 * half + 1], au[mt][2 * half + 1])};
+          if (whole) Typed<std::remove_pointer_t<decltype(o)>>{row}.template store<2>(col, x);
+          else if (i < n) store_row_pair(row, col, width, opt.out_pairs, x[0], x[1]);
+        }
+    };
+    if (out.dtype == DType::bf16) store_o(static_cast<bf16*>(out.p));
+    else store_o(static_cast<ding::f16*>(out.p));
+
+    // S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j); γ past n stays γ_n.
+    const float gamma_n = gam[C - 1];
+    float write[kKeySteps][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kRows; ++ks) {
+      uint32_t k[kKeySteps][4];
+#pragma unroll
+      for (int dt = 0; dt < kKeySteps; ++dt) {
+        if (dt >= key_steps) break;
+        load_a_group<true>(Kf + ((dt * kRows + ks) * 32 + lane) * 8, k[dt], k[dt]);
+        mma_16816<bf16>(write[dt], k[dt], d_b[ks].hi);
+      }
+#pragma unroll
+      for (int dt = 0; dt < kKeySteps; ++dt) {
+        if (dt >= key_steps) break;
+        mma_16816<bf16>(write[dt], k[dt], d_b[ks].lo);
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < kKeySteps; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) S[dt][e] = fmaf(gamma_n, S[dt][e], write[dt][e]);
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int t = 0; t < kKeySteps; ++t) {
+    if (t >= key_steps) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int d = tile_row(t, e, lane), col = tile_col(ni, e, lane);
+      if (col < width) state_head[int64_t(d) * sh.Dv + e0 + col] = S[t][e];
+    }
+  }
+#else
+  (void)out, (void)state, (void)sh, (void)t_begin, (void)ws, (void)opt;
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
@@ -1372,12 +1660,15 @@ __global__ void __launch_bounds__(kWalkThreads)
 // The tensor-core passes' chunk for a call asking for `requested` tokens a chunk (0: any): the
 // largest of 64, 32, 16 within it whose passes' shared memory fits; 0 where they cannot run (no
 // mma.sync, a key dim not a multiple of 16, or not even 16 tokens a chunk fit).
-int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, int split_words, int64_t requested) {
+int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, bool pairs, int64_t requested) {
   if (!props.has_mma_sync() || Dk % 16 != 0) return 0;
-  for (int C : {64, 32, 16})
+  for (int C : {64, 32, 16}) {
+    const size_t walk_bytes = pairs ? RegisterWalkLayout(C, Dk).bytes() : WalkLayout(C, Dk, elem_bytes, Parts<false>::kSplitWords).bytes();
+    if (pairs && Dk > register_walk_key_dim(C)) continue;
     if ((requested == 0 || C <= requested) && PrepareLayout(C, Dk, Dv, elem_bytes).bytes() <= props.shared_per_block_optin &&
-        WalkLayout(C, Dk, elem_bytes, split_words).bytes() <= props.shared_per_block_optin)
+        walk_bytes <= props.shared_per_block_optin)
       return C;
+  }
   return 0;
 }
 #endif
@@ -1448,27 +1739,47 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   const int64_t segments = (chunks + most - 1) / most;
   const int64_t per_segment = tuned > 0 ? std::min(chunks, tuned) : (chunks + segments - 1) / segments;
   float* const values = static_cast<float*>(s.scratch(size_t(per_segment) * (value_bytes + row_bytes)));
-  // The first pass three blocks an SM where asked and T fits over the queries: 16-bit rows in chunks
-  // of 64 only, so that no other instance doubles.
-  bool three = false;
-  if constexpr (C == 64 && !std::is_same_v<E, float>)
-    three = s.attention_tuning().delta_rule_prepare_three_blocks &&
-            PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), true).queries_hold_t();
-  const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), three).bytes();
-  const size_t walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E)), kSplitWords).bytes();
+  // The first pass at three blocks an SM (16-bit rows in chunks of 64 only, so that no other
+  // instance doubles; T over the queries) where T fits there and, unless the tuning says, where
+  // the segment's blocks then take fewer waves: three blocks share an SM's issue slots, so a wave
+  // of them takes longer than a wave of two, and only a wave saved pays for that.
   auto prepare = gated_delta_rule_prepare_kernel<C, E, kPairs>;
-  if constexpr (C == 64 && !std::is_same_v<E, float>)
+  bool three = false;
+  if constexpr (C == 64 && !std::is_same_v<E, float>) {
+    const int asked = s.attention_tuning().delta_rule_prepare_blocks;
+    const size_t three_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), true).bytes();
+    int fit = 0;
+    if (asked != 2 && PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), true).queries_hold_t()) {
+      DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_prepare_kernel<C, E, kPairs, 3>),
+                                                 int(three_bytes)));
+      DING_GPU_CHECK(resident_blocks(&fit, gated_delta_rule_prepare_kernel<C, E, kPairs, 3>, kMmaThreads, three_bytes));
+    }
+    const int64_t blocks = sh.B * sh.Hv * per_segment, sms = s.props().sm_count;
+    three = fit >= 3 && (asked == 3 || ceil_div(blocks, 3 * sms) < ceil_div(blocks, 2 * sms));
     if (three) prepare = gated_delta_rule_prepare_kernel<C, E, kPairs, 3>;
+  }
+  const size_t prepare_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), three).bytes();
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(prepare), int(prepare_bytes)));
   // Qwen3-Next's key dim (128) gets a walk compiled for it; 16-bit rows only, the f32 ones being
-  // the rare case of mixed input dtypes.
+  // the rare case of mixed input dtypes. bf16 pairs take the walk with the state in registers.
   constexpr bool kSixteenBit = !std::is_same_v<E, float>;
-  const auto walk = kSixteenBit && sh.Dk == 128 ? gated_delta_rule_walk_kernel<C, E, kSixteenBit ? 128 : 0, kPairs>
-                                                : gated_delta_rule_walk_kernel<C, E, 0, kPairs>;
+  void (*walk)(AnyFloat, float*, DeltaShape, int64_t, ChunkWorkspace, WalkOptions);
+  size_t walk_bytes;
+  int walk_threads;
+  if constexpr (kPairs) {
+    walk = sh.Dk == 128 ? gated_delta_rule_register_walk_kernel<C, 128> : gated_delta_rule_register_walk_kernel<C, 0>;
+    walk_bytes = RegisterWalkLayout(C, sh.Dk).bytes();
+    walk_threads = kRegisterWalkThreads;
+  } else {
+    walk = kSixteenBit && sh.Dk == 128 ? gated_delta_rule_walk_kernel<C, E, kSixteenBit ? 128 : 0, kPairs>
+                                       : gated_delta_rule_walk_kernel<C, E, 0, kPairs>;
+    walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E)), kSplitWords).bytes();
+    walk_threads = kWalkThreads;
+  }
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(walk), int(walk_bytes)));
   const int64_t column_tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
   // Whether every output row's even columns start a pair the walk may store as one (store_row_pair).
-  const bool out_pairs = attn::rows_aligned(a.out, 2);
+  const WalkOptions options{attn::rows_aligned(a.out, 2), s.props().has_bulk_copies() && s.attention_tuning().delta_rule_bulk_copies};
   for (int64_t c0 = 0; c0 < chunks; c0 += per_segment) {
     ws.chunks = std::min(per_segment, chunks - c0);
     ws.values = values;
@@ -1476,8 +1787,8 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
     prepare<<<delta_rule_grid(sh.B * sh.Hv * ws.chunks), kMmaThreads, prepare_bytes, s.handle()>>>(
         any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta), sh, c0 * C, ws);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_prepare_kernel");
-    walk<<<delta_rule_grid(sh.B * sh.Hv * column_tiles), kWalkThreads, walk_bytes, s.handle()>>>(
-        any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws, out_pairs);
+    walk<<<delta_rule_grid(sh.B * sh.Hv * column_tiles), walk_threads, walk_bytes, s.handle()>>>(
+        any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws, options);
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_walk_kernel");
   }
 }
@@ -1523,8 +1834,7 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   // anything else as f32 (split operands); bf16 pairs (unless switched off) for bf16 rows and a 16-bit output.
   const DType rows = a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype ? a.q.dtype : DType::f32;
   const bool pairs = s.attention_tuning().delta_rule_bf16_pairs && rows == DType::bf16 && a.out.dtype != DType::f32;
-  const int split_words = pairs ? Parts<true>::kSplitWords : Parts<false>::kSplitWords;
-  if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, sh.Dv, int(dtype_size(rows)), split_words, chunk) : 0) {
+  if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, sh.Dv, int(dtype_size(rows)), pairs, chunk) : 0) {
     auto by_rows = [&](auto chunk_tag) {
       constexpr int kC = decltype(chunk_tag)::value;
       if (pairs) chunk_passes<kC, ding::bf16, true>(s, a, sh);

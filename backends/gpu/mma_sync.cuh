@@ -100,6 +100,15 @@ __device__ inline void split_pair(float x0, float x1, uint32_t (&part)[N][4], in
   }
 }
 
+// The transpose of an 8 × 8 matrix of 16-bit elements across the warp: lane (g, c) holds row g,
+// columns 2c and 2c + 1 (the lower column in the low half), before and after. Half an accumulator
+// tile's row pairs, transposed, are a B operand's register of that tile's rows as its k.
+__device__ inline uint32_t transpose_8x8(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
 // d += a · b for one m16n8k8 tile of tf32 operands (f32 bit patterns; the unit reads the top 19
 // bits). Lane (g, c) holds a: (g, c), (g + 8, c), (g, c + 4), (g + 8, c + 4); b: (c, g), (c + 4, g).
 __device__ inline void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {

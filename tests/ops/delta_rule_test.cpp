@@ -175,9 +175,21 @@ TEST(GatedDeltaRuleGpu, FirstPassAtThreeBlocksGivesTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  constexpr auto three_blocks = &gpu::AttentionTuning::delta_rule_prepare_three_blocks;
-  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), {{"two blocks an SM", tuning.with(three_blocks, false)},
-                                                                   {"three blocks an SM", tuning.with(three_blocks, true)}}),
+  constexpr auto blocks = &gpu::AttentionTuning::delta_rule_prepare_blocks;
+  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(),
+                                        {{"two blocks an SM", tuning.with(blocks, 2)}, {"three blocks an SM", tuning.with(blocks, 3)}}),
+            20);
+}
+
+// The walk's operands by the copy engine's bulk copies (sm_90+) or by every thread's cp.async (the
+// sm_80/sm_89 path, which an H100 then runs too) land as the same bytes: the same bits.
+TEST(GatedDeltaRuleGpu, WalkCopiesGiveTheSameBits) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  constexpr auto bulk = &gpu::AttentionTuning::delta_rule_bulk_copies;
+  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(),
+                                        {{"bulk copies", tuning.with(bulk, true)}, {"cp.async", tuning.with(bulk, false)}}),
             20);
 }
 

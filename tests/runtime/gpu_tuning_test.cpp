@@ -109,7 +109,8 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(t->tma);  // unset: the default
   EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
   ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0"), fold("DING_MLA_FOLD", "0"),
-      segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), prepare3("DING_DELTA_PREPARE3", "1"),
+      segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), bulk_delta("DING_DELTA_BULK", "0"),
+      prepare_blocks("DING_DELTA_PREPARE_BLOCKS", "3"),
       decode_early("DING_DECODE_EARLY", "0");
   const auto a = tools::attention_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
@@ -118,7 +119,8 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(a->mla_fold_projection);  // the default is true
   EXPECT_EQ(a->delta_rule_segment_chunks, 5);
   EXPECT_FALSE(a->delta_rule_bf16_pairs);  // the default is true
-  EXPECT_TRUE(a->delta_rule_prepare_three_blocks);  // the default is false
+  EXPECT_FALSE(a->delta_rule_bulk_copies);  // the default is true
+  EXPECT_EQ(a->delta_rule_prepare_blocks, 3);  // the default is 0: chosen by waves
   EXPECT_FALSE(a->decode_early_tiles);  // the default is true
 }
 
@@ -134,7 +136,8 @@ TEST(GpuTuning, UnreadableVariableIsNamed) {
   }
   for (const auto& [name, value] : {std::pair{"DING_MLA_STAGES", "5"}, std::pair{"DING_MLA_STAGES", "1"},
                                     std::pair{"DING_MLA_STAGES", "four"}, std::pair{"DING_MLA_BULK", "yes"}, std::pair{"DING_MLA_FOLD", "on"},
-                                    std::pair{"DING_DELTA_SEGMENT", "-3"}, std::pair{"DING_DECODE_EARLY", "2"}}) {
+                                    std::pair{"DING_DELTA_SEGMENT", "-3"}, std::pair{"DING_DELTA_PREPARE_BLOCKS", "4"},
+                                    std::pair{"DING_DELTA_BULK", "no"}, std::pair{"DING_DECODE_EARLY", "2"}}) {
     ScopedVariable v(name, value);
     testing::expect_error([] { (void)tools::attention_tuning_from_environment(); }, ErrorCode::invalid_argument,
                           {std::string(name) + "=" + value});

@@ -60,9 +60,11 @@ struct AttentionTuning {
   bool delta_rule_bf16_pairs = true;  // its walk's computed operands as bf16 pairs (hi + lo) where q,
                                       // k and v are bf16 and the output 16-bit; false: as tf32 head and
                                       // tail, as for f32 outputs
-  bool delta_rule_prepare_three_blocks = false;  // its first pass three blocks an SM (T over the chunk's
-                                                 // queries, at most 80 registers) where the rows are 16-bit
-                                                 // and chunks of 64 leave room; false: two
+  bool delta_rule_bulk_copies = true;  // its walk's operands by the copy engine's bulk copies where the device
+                                       // has them (sm_90+); false: by cp.async, as on sm_80/sm_89
+  int delta_rule_prepare_blocks = 0;  // its first pass's blocks an SM: 2; 3 (T over the chunk's queries, at
+                                      // most 80 registers) where the rows are 16-bit and chunks of 64 leave
+                                      // room; 0: three where they fit and take fewer waves than two
   bool decode_early_tiles = true;  // decode attention's first K/V tiles copied before the chained-launch
                                    // wait, where the op says the cache comes from earlier ops
 };
