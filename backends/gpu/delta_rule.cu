@@ -1536,6 +1536,16 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
     const float* const tail = gam + C;
     const int64_t t0 = t_begin + c * C;
     const int n = int(sh.T - t0 < C ? sh.T - t0 : int64_t(C));
+    // γ and e^(G_n − G_j) of the lane's rows (g and g + 8 of each row tile), read before the
+    // products so that their latency hides under them.
+    float gamma_rows[kRows][2], tail_rows[kRows][2];
+#pragma unroll
+    for (int mt = 0; mt < kRows; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = tile_row(mt, 2 * half, lane);
+        gamma_rows[mt][half] = sh.scale * gam[i], tail_rows[mt][half] = tail[i];
+      }
 
     // W S_0 and Q S_0, a k step a row tile of S. The mmas of a step go part by part over the row
     // tiles, so that consecutive ones add to different accumulators.
@@ -1577,7 +1587,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         x[e] = u_next[mt][e] - w_s[mt][e];
-        decayed[e] = tail[tile_row(mt, e, lane)] * x[e];
+        decayed[e] = tail_rows[mt][e >> 1] * x[e];
       }
       u_b[mt] = b_pairs_of_tile(x), d_b[mt] = b_pairs_of_tile(decayed);
     }
@@ -1597,23 +1607,32 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
 #pragma unroll
       for (int mt = ks; mt < kRows; ++mt) mma_16816<bf16>(au[mt], al[mt], u_b[ks].hi);
     }
-    // A lane's rows are 8 apart: one pointer stepped by 8 rows, and where the chunk and the
-    // block's columns are whole, paired stores without a check.
+    // A lane's rows are 8 apart: one pointer stepped by 8 rows. Where the chunk and the block's
+    // columns are whole, each row's pair goes out as one 4-byte word without a check (packed
+    // here: left to the compiler, it split most of them into two 2-byte stores).
     const bool whole = n == C && width == kMmaColumns && opt.out_pairs;
     auto store_o = [&](auto* o) {
+      using T = std::remove_pointer_t<decltype(o)>;
       auto* row = o + sh.out.at(b, t0 + (lane >> 2), h) + e0;
       const int64_t eight_rows = 8 * sh.out.t;
       const int col = tile_col(ni, 0, lane);
+      auto value = [&](int mt, int half, int e) { return fmaf(gamma_rows[mt][half], q_s[mt][2 * half + e], au[mt][2 * half + e]); };
+      if (whole) {
+#pragma unroll
+        for (int mt = 0; mt < kRows; ++mt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half, row += eight_rows) {
+            uint32_t word[1][4];
+            split_pair<T, 1>(value(mt, half, 0), value(mt, half, 1), word, 0);
+            *reinterpret_cast<uint32_t*>(row + col) = word[0][0];
+          }
+        return;
+      }
 #pragma unroll
       for (int mt = 0; mt < kRows; ++mt)
 #pragma unroll
-        for (int half = 0; half < 2; ++half, row += eight_rows) {
-          const int i = tile_row(mt, 2 * half, lane);
-          const float f = sh.scale * gam[i];
-          const float x[2] = {fmaf(f, q_s[mt][2 * half], au[mt][2 * half]), fmaf(f, q_s[mt][2 * half + 1], au[mt][2 * half + 1])};
-          if (whole) Typed<std::remove_pointer_t<decltype(o)>>{row}.template store<2>(col, x);
-          else if (i < n) store_row_pair(row, col, width, opt.out_pairs, x[0], x[1]);
-        }
+        for (int half = 0; half < 2; ++half, row += eight_rows)
+          if (tile_row(mt, 2 * half, lane) < n) store_row_pair(row, col, width, opt.out_pairs, value(mt, half, 0), value(mt, half, 1));
     };
     if (out.dtype == DType::bf16) store_o(static_cast<bf16*>(out.p));
     else store_o(static_cast<ding::f16*>(out.p));
