@@ -3,7 +3,8 @@
 //    columns, the state in registers, the tokens in order;
 //  - the chunk-wise form on tensor cores (NVIDIA sm_80+, prefill), two kernels: one prepares every
 //    chunk at once, then a block per tile of state columns walks the chunks, three matrix
-//    products a chunk (tf32, or bf16 pairs for bf16 inputs and a 16-bit output);
+//    products a chunk (bf16 pairs with the state in registers for bf16 inputs and a 16-bit
+//    output, tf32 over tiles of shared memory otherwise);
 //  - the chunk-wise form in f32 FMAs, where tensor cores are not at hand (HIP, older chips, key
 //    dims the mma tiles do not divide) and a chunk is asked for.
 // Unit q and k (params.l2_normalize_qk): the recurrent kernel normalises the rows it stages; the
@@ -314,20 +315,24 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 //       γ_i and e^(G_n − G_i)  [C] each,
 //     and the chunk's q and k, all laid out for the second pass (fragment order, below) and copied
 //     into its shared memory by cp.async while the products before their use run;
-//  2. walk, a block of kWalkWarps warps per (sequence, value head, tile of kMmaColumns state
-//     columns), the chunks in order with the tile of S in registers; per chunk three products:
+//  2. walk, a block per (sequence, value head, tile of kMmaColumns state columns), the chunks in
+//     order with the tile of S in registers; per chunk three products:
 //       U = U' − W S_0,   O = s γ ⊙ (Q S_0) + A U,   S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j).
 // So the walk, the sequential part, holds no substitution and no n × n product of q and k.
-// The walk's products take one of two forms (Parts), chosen by the dtypes and
-// AttentionTuning::delta_rule_bf16_pairs:
-//  - tf32 (m16n8k8): operands that are not exact in tf32 (anything computed, and f32 inputs) enter
-//    as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11; bf16 and f16
-//    q, k and v are exact in one part. For f32 outputs, whose bound is 2e-11 NMSE, and f16 inputs.
+// The products take one of two forms (Parts), chosen by the dtypes and
+// AttentionTuning::delta_rule_bf16_pairs, each with a walk of its own:
 //  - bf16 pairs (m16n8k16), the default where q, k and v are bf16 and the output 16-bit: each
 //    computed operand (W, A, S, U, the decayed U) enters as hi = round(x), lo = round(x − hi), the
 //    lo × lo term dropped: ~2^-17 relative, 2^8 below a 16-bit output's rounding. A k step of 16
 //    then takes 5 mmas for W S_0 and Q S_0 where tf32 takes 10, the computed operands are half the
-//    bytes to copy and read, and the bf16 Q and Kᵀ are the mma's own operands.
+//    bytes to copy and read, and the bf16 Q and Kᵀ are the mma's own operands. Its walk
+//    (gated_delta_rule_register_walk_kernel) gives each warp 8 whole columns of S, so S, U and the
+//    decayed U pass from accumulators to B operands by movmatrix, never through shared memory.
+//  - tf32 (m16n8k8): operands that are not exact in tf32 (anything computed, and f32 inputs) enter
+//    as head + tail (split_tf32), so every product is good to ~2^-21, not tf32's 2^-11; bf16 and f16
+//    q, k and v are exact in one part. For f32 outputs, whose bound is 2e-11 NMSE, and f16 inputs.
+//    Its walk (gated_delta_rule_tiled_walk_kernel) deals 16 × 8 tiles of each product to 16 warps
+//    and passes S and U between them through shared memory (32-bit operands do not movmatrix).
 // Where q, k and v are 16-bit the first pass's key products take m16n8k16 on the rows as they are,
 // and where they are bf16 also its products with T, whose computed side enters as three bf16 parts
 // (~2^-24): fewer instructions, no less accuracy. A product's parts accumulate apart where a warp
@@ -335,11 +340,13 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 // passes run over equal segments of at most kSegmentBytes of first-pass output (the stream's
 // scratch), so a long prompt needs no workspace that grows with it. The chunk is the largest of
 // 64, 32, 16 whose shared memory fits (mma_chunk): by the layouts' sizes at bf16 and 128-wide
-// heads, 64 in an H100's 227 KB a block (the walk takes 113 KB in bf16 pairs, 193 KB in tf32); in
-// an RTX 4090's 99 KB 32 in bf16 pairs (61 KB), 16 in tf32 (chunks of 32 take 105 KB).
+// heads, 64 in an H100's 227 KB a block (the register walk takes 161 KB, two chunks' operands; the
+// tiled walk 193 KB); in an RTX 4090's 99 KB 32 in bf16 pairs (73 KB), 16 in tf32 (chunks of 32
+// take 105 KB).
 constexpr int kMmaWarps = 8, kMmaThreads = kMmaWarps * 32;
-// The walk's warps: its products are short chains per warp (a tile or two of U and O, two of S),
-// so more warps than the first pass's hide more of their latency; each needs at most 128 registers.
+// The tiled walk's warps: its products are short chains per warp (a tile or two of U and O, two of
+// S), so more warps than the first pass's hide more of their latency; each needs at most 128
+// registers.
 constexpr int kWalkWarps = 16, kWalkThreads = kWalkWarps * 32;
 constexpr int kMmaColumns = 32;
 // Each segment costs the walk a start and an end (the state loaded and stored, blocks finishing
@@ -348,7 +355,7 @@ constexpr int kMmaColumns = 32;
 // heads, and a long prompt's workspace stays bounded all the same.
 constexpr size_t kSegmentBytes = size_t(192) << 20;
 
-// The walk's products in one of the two forms above: kPairs false is tf32, true bf16 pairs.
+// The chunk-wise products in one of the two forms above: kPairs false is tf32, true bf16 pairs.
 template <bool kPairs>
 struct Parts {
   static constexpr int kK = kPairs ? 16 : 8;           // the mma's k step
@@ -964,13 +971,13 @@ __global__ void __launch_bounds__(kMmaThreads, kBlocksPerSm)
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
-// Shared memory of the second pass, in 4-byte words then E elements: the tile of S
+// Shared memory of the tiled walk, in 4-byte words then E elements: the tile of S
 // [Dk][kMmaColumns], the chunk's U and e^(G_n − G_j) U_j [C][kMmaColumns] as split B operands in
 // fragment order (`split_words` an element); the chunk's W, A, Q and Kᵀ as the first pass laid them
 // out; γ and e^(G_n − G_j) twice (this chunk's, and the next one's arriving with W).
-struct WalkLayout {
+struct TiledWalkLayout {
   int C, Dk, esize, split_words;
-  __host__ __device__ WalkLayout(int chunk, int dk, int elem_bytes, int split)
+  __host__ __device__ TiledWalkLayout(int chunk, int dk, int elem_bytes, int split)
       : C(chunk), Dk(dk), esize(elem_bytes), split_words(split) {}
   __host__ __device__ int64_t state() const { return 0; }
   __host__ __device__ int64_t writes() const { return int64_t(split_words) * Dk * kMmaColumns; }  // U, then decayed U
@@ -1001,17 +1008,12 @@ __device__ inline void copy_async(void* dst, const void* src, int bytes, int tid
 #endif
 }
 
-// A lane's A operand of one k step from a fragment-order group of E: in bf16 pairs the group's
-// four registers as they are; in tf32 its four values as tf32 bit patterns (16-bit E is exact in
-// tf32; f32 is split into heads and tails).
-template <bool kPairs, class E>
-__device__ inline void load_a_group(const E* group, uint32_t (&head)[4], uint32_t (&tail)[4]) {
+// A lane's A operand of one tf32 k step from a fragment-order group of E, as tf32 bit patterns
+// (16-bit E is exact in tf32; f32 is split into heads and tails).
+template <class E>
+__device__ inline void load_a_tf32(const E* group, uint32_t (&head)[4], uint32_t (&tail)[4]) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  if constexpr (kPairs) {
-    const uint4 x = *reinterpret_cast<const uint4*>(group);
-    head[0] = x.x, head[1] = x.y, head[2] = x.z, head[3] = x.w;
-    (void)tail;
-  } else if constexpr (std::is_same_v<E, float>) {
+  if constexpr (std::is_same_v<E, float>) {
     const float4 x = *reinterpret_cast<const float4*>(group);
     split_tf32(x.x, head[0], tail[0]), split_tf32(x.y, head[1], tail[1]);
     split_tf32(x.z, head[2], tail[2]), split_tf32(x.w, head[3], tail[3]);
@@ -1032,26 +1034,15 @@ __device__ inline void load_a_group(const E* group, uint32_t (&head)[4], uint32_
 #endif
 }
 
-// d += a · b for one tile of the form's mma: m16n8k16 on bf16 pairs, m16n8k8 on tf32.
-template <bool kPairs>
-__device__ inline void mma_part(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if defined(DING_GPU_NVIDIA_MMA)
-  if constexpr (kPairs) mma_16816<ding::bf16>(d, a, b);
-  else mma_1688_tf32(d, a, b);
-#else
-  (void)d, (void)a, (void)b;
-#endif
-}
-
-// acc += a · b for one tile with a and b as heads or hi parts (h) and tails or lo parts (t): the
-// three products that matter, or two where a is exact (no tail).
-template <bool kPairs, bool kSplitA>
+// acc += a · b for one tile of tf32 m16n8k8 with a and b as heads (h) and tails (t): the three
+// products that matter, or two where a is exact (no tail).
+template <bool kSplitA>
 __device__ inline void mma_parts(float (&acc)[4], const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
                                  const uint32_t (&bt)[2]) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  mma_part<kPairs>(acc, ah, bh);
-  mma_part<kPairs>(acc, ah, bt);
-  if constexpr (kSplitA) mma_part<kPairs>(acc, at, bh);
+  mma_1688_tf32(acc, ah, bh);
+  mma_1688_tf32(acc, ah, bt);
+  if constexpr (kSplitA) mma_1688_tf32(acc, at, bh);
 #else
   (void)acc, (void)ah, (void)at, (void)bh, (void)bt;
 #endif
@@ -1066,45 +1057,26 @@ struct PartSums {
   __device__ float operator[](int e) const { return hh[e] + (ht[e] + th[e]); }
 };
 
-template <bool kPairs, bool kSplitA>
+template <bool kSplitA>
 __device__ inline void mma_parts(PartSums& acc, const uint32_t (&ah)[4], const uint32_t (&at)[4], const uint32_t (&bh)[2],
                                  const uint32_t (&bt)[2]) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  mma_part<kPairs>(acc.hh, ah, bh);
-  mma_part<kPairs>(acc.ht, ah, bt);
-  if constexpr (kSplitA) mma_part<kPairs>(acc.th, at, bh);
+  mma_1688_tf32(acc.hh, ah, bh);
+  mma_1688_tf32(acc.ht, ah, bt);
+  if constexpr (kSplitA) mma_1688_tf32(acc.th, at, bh);
 #else
   (void)acc, (void)ah, (void)at, (void)bh, (void)bt;
 #endif
 }
 
-// Accumulator tile (mi, ni), x, into a split B operand in the form's fragment order (`steps` k
-// steps of its width along the operand's rows; k the tile's row, n its column). Called by the whole
-// warp. A bf16-pair register holds rows g and g + 1 (g even) of one column, which lanes (g, c) and
-// (g + 1, c) hold two columns each of: one shuffle a row half hands each lane its partner's element
-// of the column it keeps (2c on even rows, 2c + 1 on odd ones), and the lane stores that register's
-// hi and lo together.
-template <bool kPairs>
+// Accumulator tile (mi, ni), x, into a split tf32 B operand in fragment order (`steps` k steps of
+// 8 along the operand's rows; k the tile's row, n its column).
 __device__ inline void store_b_tile(float* b, int mi, int ni, int lane, int steps, const float (&x)[4]) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  if constexpr (kPairs) {
-    const int g = lane >> 2, odd = g & 1, n = 2 * (lane & 3) + odd;
-    uint2* const group = reinterpret_cast<uint2*>(b) + 2 * ((ni * steps + mi) * 32 + n * 4 + (g >> 1));
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {  // rows g + 8 half: register `half`
-      // Selects, not x[2 half + odd]: an index known only at run time would put x in local memory.
-      const float left = x[2 * half], right = x[2 * half + 1];
-      const float kept = odd ? right : left, other = __shfl_xor_sync(0xffffffffu, odd ? left : right, 4);
-      uint32_t parts[2][4];
-      split_pair<ding::bf16, 2>(odd ? other : kept, odd ? kept : other, parts, 0);
-      group[half] = make_uint2(parts[0][0], parts[1][0]);
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const FragmentPlace at = b_fragment_of_tile(mi, ni, e, lane, steps);
-      store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x[e]);
-    }
+  for (int e = 0; e < 4; ++e) {
+    const FragmentPlace at = b_fragment_of_tile(mi, ni, e, lane, steps);
+    store_split(b + at.group * 4 + at.slot, b + at.group * 4 + 2 + at.slot, x[e]);
   }
 #else
   (void)b, (void)mi, (void)ni, (void)lane, (void)steps, (void)x;
@@ -1125,13 +1097,15 @@ __device__ inline void load_a_split(const float* buffer, int steps, int mi, int 
 // accumulator tiles, row tiles mi0 + stride·t, column tile ni of the block's columns e0 …: zero
 // past the block's width; nothing is loaded for a chunk past the segment. The one operand of a
 // chunk that a walk reads from global memory without cp.async, a chunk ahead of its use.
-template <int N>
+// kWholeFirst: a branch-free copy of the loads for whole blocks of even Dv (the register walk,
+// whose U' loads it takes from 6 % of the stalls down; the tiled walk's f32 instance spills with it).
+template <int N, bool kWholeFirst = false>
 __device__ inline void load_u_tiles(float (&u)[N][4], const ChunkWorkspace& ws, int64_t bh, int64_t c, int Dv, int e0,
                                     int width, int ni, int mi0, int stride, int tiles, int lane) {
   if (c >= ws.chunks) return;
   const float* const u_in = ws.u(bh, c);
   const int col = tile_col(ni, 0, lane);
-  if (width == kMmaColumns && Dv % 2 == 0) {  // every lane's pair whole and 8-byte aligned: no branch a load
+  if (kWholeFirst && width == kMmaColumns && Dv % 2 == 0) {  // every lane's pair whole and 8-byte aligned
 #pragma unroll
     for (int t = 0; t < N; ++t)
 #pragma unroll
@@ -1165,14 +1139,14 @@ struct WalkOptions {
   bool out_pairs, bulk;
 };
 
-// DK: the key dim where it is known when compiling (0: sh.Dk), so that the loops over it unroll and
+// The tiled walk (tf32). DK: the key dim where it is known when compiling (0: sh.Dk), so that the loops over it unroll and
 // their shared-memory offsets fold into the instructions: the walk is issue-bound, and a rolled
 // loop's counters, branches and address arithmetic were most of its instructions.
-template <int C, class E, int DK, bool kPairs>
+template <int C, class E, int DK>
 __global__ void __launch_bounds__(kWalkThreads)
-    gated_delta_rule_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws, WalkOptions opt) {
+    gated_delta_rule_tiled_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws, WalkOptions opt) {
 #if defined(DING_GPU_NVIDIA_MMA)
-  using P = Parts<kPairs>;
+  using P = Parts<false>;
   constexpr int kBlocks = C / 16, kSteps = C / P::kK;
   constexpr bool kSplitE = std::is_same_v<E, float>;
   constexpr int kOutTiles = (kBlocks * (kMmaColumns / 8) + kWalkWarps - 1) / kWalkWarps;  // of U and O, per warp
@@ -1180,7 +1154,7 @@ __global__ void __launch_bounds__(kWalkThreads)
   constexpr int kRowGroups = kWalkWarps / (kMmaColumns / 8);  // warps per column tile
   constexpr int kKeyUnroll = DK > 0 ? DK / P::kK : 1;
   const int Dk = DK > 0 ? DK : sh.Dk, key_steps = Dk / P::kK;
-  const WalkLayout lay(C, Dk, int(sizeof(E)), P::kSplitWords);
+  const TiledWalkLayout lay(C, Dk, int(sizeof(E)), P::kSplitWords);
   extern __shared__ float4 walk_mem[];
   float* const base = reinterpret_cast<float*>(walk_mem);
   float* const Sb = base + lay.state();
@@ -1239,7 +1213,7 @@ __global__ void __launch_bounds__(kWalkThreads)
 #pragma unroll
     for (int t = 0; t < kStateTiles; ++t) {
       if (t >= state_tiles) break;
-      store_b_tile<kPairs>(Sb, mi_of(t), ni, lane, key_steps, S[t]);
+      store_b_tile(Sb, mi_of(t), ni, lane, key_steps, S[t]);
     }
   };
 #pragma unroll
@@ -1256,8 +1230,7 @@ __global__ void __launch_bounds__(kWalkThreads)
   // A lane's B operand of k step ks from a fragment-order buffer of `steps` steps, column tile ni.
   auto load_b = [&](const float* buffer, int steps, int ks, uint32_t (&bh_)[2], uint32_t (&bt_)[2]) {
     const uint4 x = reinterpret_cast<const uint4*>(buffer)[(ni * steps + ks) * 32 + lane];
-    if constexpr (kPairs) bh_[0] = x.x, bt_[0] = x.y, bh_[1] = x.z, bt_[1] = x.w;
-    else bh_[0] = x.x, bh_[1] = x.y, bt_[0] = x.z, bt_[1] = x.w;
+    bh_[0] = x.x, bh_[1] = x.y, bt_[0] = x.z, bt_[1] = x.w;
   };
 
   // A warp's elements of U' for chunk c, loaded a chunk ahead.
@@ -1290,10 +1263,10 @@ __global__ void __launch_bounds__(kWalkThreads)
           uint32_t ah_[4], at_[4];
           if constexpr (decltype(delta)::value) {
             load_a_split(Wf, key_steps, mi_of(t), ks, lane, ah_, at_);
-            mma_parts<kPairs, true>(w_s[t], ah_, at_, bh_, bt_);
+            mma_parts<true>(w_s[t], ah_, at_, bh_, bt_);
           }
-          load_a_group<kPairs>(Qf + ((mi_of(t) * key_steps + ks) * 32 + lane) * (P::kK / 2), ah_, at_);
-          mma_parts<kPairs, kSplitE>(q_s[t], ah_, at_, bh_, bt_);
+          load_a_tf32(Qf + ((mi_of(t) * key_steps + ks) * 32 + lane) * (P::kK / 2), ah_, at_);
+          mma_parts<kSplitE>(q_s[t], ah_, at_, bh_, bt_);
         }
       }
     };
@@ -1313,8 +1286,8 @@ __global__ void __launch_bounds__(kWalkThreads)
         x[e] = u[t][e] - w_s[t][e];
         decayed[e] = tail[tile_row(mi_of(t), e, lane)] * x[e];
       }
-      store_b_tile<kPairs>(Ub, mi_of(t), ni, lane, kSteps, x);
-      store_b_tile<kPairs>(Db, mi_of(t), ni, lane, kSteps, decayed);
+      store_b_tile(Ub, mi_of(t), ni, lane, kSteps, x);
+      store_b_tile(Db, mi_of(t), ni, lane, kSteps, decayed);
     }
     cp_async_wait<0>();  // A and Kᵀ of chunk c
     __syncthreads();     // U is written; W and Q are free
@@ -1332,7 +1305,7 @@ __global__ void __launch_bounds__(kWalkThreads)
         if (t >= out_tiles) break;
         uint32_t ah_[4], at_[4];
         load_a_split(Af, kSteps, mi_of(t), ks, lane, ah_, at_);
-        mma_parts<kPairs, true>(au[t], ah_, at_, bh_, bt_);
+        mma_parts<true>(au[t], ah_, at_, bh_, bt_);
       }
     }
     // Typed once a chunk, not switched on per element: a dtype switch and a row address per
@@ -1368,8 +1341,8 @@ __global__ void __launch_bounds__(kWalkThreads)
       for (int t = 0; t < kStateTiles; ++t) {
         if (t >= state_tiles) break;
         uint32_t ah_[4], at_[4];
-        load_a_group<kPairs>(Kf + ((mi_of(t) * kSteps + ks) * 32 + lane) * (P::kK / 2), ah_, at_);
-        mma_parts<kPairs, kSplitE>(write[t], ah_, at_, bh_, bt_);
+        load_a_tf32(Kf + ((mi_of(t) * kSteps + ks) * 32 + lane) * (P::kK / 2), ah_, at_);
+        mma_parts<kSplitE>(write[t], ah_, at_, bh_, bt_);
       }
     }
 #pragma unroll
@@ -1427,6 +1400,13 @@ struct RegisterWalkLayout {
   __host__ __device__ int64_t words() const { return decays() + 2 * int64_t(C); }
   __host__ __device__ size_t bytes() const { return 2 * size_t(words()) * 4; }  // two buffers
 };
+
+// A lane's A operand of one m16n8k16 k step from a fragment-order group of bf16: its four
+// registers as they are.
+__device__ inline void load_a_pairs(const ding::bf16* group, uint32_t (&a)[4]) {
+  const uint4 x = *reinterpret_cast<const uint4*>(group);
+  a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w;
+}
 
 // An accumulator tile x (its 16 rows one k step, its 8 columns an n tile) as that step's B
 // registers in bf16 pairs, hi = round(x), lo = round(x − hi): a row half's pairs are an 8 × 8 matrix
@@ -1520,7 +1500,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
       S[t][e] = t < key_steps && col < width ? state_head[int64_t(d) * sh.Dv + e0 + col] : 0.0f;
     }
   float u_next[kRows][4];  // U' of the next chunk, loaded a chunk ahead
-  load_u_tiles(u_next, ws, bh, 0, sh.Dv, e0, width, ni, 0, 1, kRows, lane);
+  load_u_tiles<kRows, true>(u_next, ws, bh, 0, sh.Dv, e0, width, ni, 0, 1, kRows, lane);
 
   for (int64_t c = 0; c < ws.chunks; ++c) {
     if (bulk) mbar_wait(smem_address(&landed[c & 1]), uint32_t(c >> 1) & 1);
@@ -1559,7 +1539,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
 #pragma unroll
         for (int mt = 0; mt < kRows; ++mt) {
           if constexpr (decltype(delta)::value) load_a_split(Wf, key_steps, mt, ks, lane, wh[mt], wl[mt]);
-          load_a_group<true>(Qf + ((mt * key_steps + ks) * 32 + lane) * 8, q[mt], q[mt]);
+          load_a_pairs(Qf + ((mt * key_steps + ks) * 32 + lane) * 8, q[mt]);
         }
 #pragma unroll
         for (int mt = 0; mt < kRows; ++mt) {
@@ -1591,7 +1571,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
       }
       u_b[mt] = b_pairs_of_tile(x), d_b[mt] = b_pairs_of_tile(decayed);
     }
-    load_u_tiles(u_next, ws, bh, c + 1, sh.Dv, e0, width, ni, 0, 1, kRows, lane);
+    load_u_tiles<kRows, true>(u_next, ws, bh, c + 1, sh.Dv, e0, width, ni, 0, 1, kRows, lane);
 
     // O = s γ ⊙ (Q S_0) + A U (A is zero above its diagonal: row tile mt takes k steps 0 … mt).
     float au[kRows][4] = {};
@@ -1646,7 +1626,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
 #pragma unroll
       for (int dt = 0; dt < kKeySteps; ++dt) {
         if (dt >= key_steps) break;
-        load_a_group<true>(Kf + ((dt * kRows + ks) * 32 + lane) * 8, k[dt], k[dt]);
+        load_a_pairs(Kf + ((dt * kRows + ks) * 32 + lane) * 8, k[dt]);
         mma_16816<bf16>(write[dt], k[dt], d_b[ks].hi);
       }
 #pragma unroll
@@ -1682,7 +1662,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
 int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, bool pairs, int64_t requested) {
   if (!props.has_mma_sync() || Dk % 16 != 0) return 0;
   for (int C : {64, 32, 16}) {
-    const size_t walk_bytes = pairs ? RegisterWalkLayout(C, Dk).bytes() : WalkLayout(C, Dk, elem_bytes, Parts<false>::kSplitWords).bytes();
+    const size_t walk_bytes = pairs ? RegisterWalkLayout(C, Dk).bytes() : TiledWalkLayout(C, Dk, elem_bytes, Parts<false>::kSplitWords).bytes();
     if (pairs && Dk > register_walk_key_dim(C)) continue;
     if ((requested == 0 || C <= requested) && PrepareLayout(C, Dk, Dv, elem_bytes).bytes() <= props.shared_per_block_optin &&
         walk_bytes <= props.shared_per_block_optin)
@@ -1790,9 +1770,9 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
     walk_bytes = RegisterWalkLayout(C, sh.Dk).bytes();
     walk_threads = kRegisterWalkThreads;
   } else {
-    walk = kSixteenBit && sh.Dk == 128 ? gated_delta_rule_walk_kernel<C, E, kSixteenBit ? 128 : 0, kPairs>
-                                       : gated_delta_rule_walk_kernel<C, E, 0, kPairs>;
-    walk_bytes = WalkLayout(C, sh.Dk, int(sizeof(E)), kSplitWords).bytes();
+    walk = kSixteenBit && sh.Dk == 128 ? gated_delta_rule_tiled_walk_kernel<C, E, kSixteenBit ? 128 : 0>
+                                       : gated_delta_rule_tiled_walk_kernel<C, E, 0>;
+    walk_bytes = TiledWalkLayout(C, sh.Dk, int(sizeof(E)), kSplitWords).bytes();
     walk_threads = kWalkThreads;
   }
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(walk), int(walk_bytes)));
@@ -1808,7 +1788,8 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
     DING_GPU_CHECK_LAUNCH("gated_delta_rule_prepare_kernel");
     walk<<<delta_rule_grid(sh.B * sh.Hv * column_tiles), walk_threads, walk_bytes, s.handle()>>>(
         any_float(a.out), a.state.ptr<float>(), sh, c0 * C, ws, options);
-    DING_GPU_CHECK_LAUNCH("gated_delta_rule_walk_kernel");
+    if constexpr (kPairs) DING_GPU_CHECK_LAUNCH("gated_delta_rule_register_walk_kernel");
+    else DING_GPU_CHECK_LAUNCH("gated_delta_rule_tiled_walk_kernel");
   }
 }
 #endif

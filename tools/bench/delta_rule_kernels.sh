@@ -30,7 +30,7 @@ export DING_DELTA_PAIRS=${DING_DELTA_PAIRS:-1}
 sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy)
 # Each case: the filters a bench name must hold (all of them), then the kernel to profile.
 for case in "bench_B1_T1_:gated_delta_rule_kernel" "bench_B1_T4096_,chunk1_:gated_delta_rule_kernel" \
-  "bench_B1_T4096_,chunk64_:gated_delta_rule_prepare_kernel" "bench_B1_T4096_,chunk64_:gated_delta_rule_(register_)?walk_kernel"; do
+  "bench_B1_T4096_,chunk64_:gated_delta_rule_prepare_kernel" "bench_B1_T4096_,chunk64_:gated_delta_rule_(register|tiled)_walk_kernel"; do
   filters=${case%%:*} kernel=${case##*:} args=()
   IFS=, read -ra parts <<<"$filters"
   for f in "${parts[@]}"; do args+=(--filter "$f"); done
