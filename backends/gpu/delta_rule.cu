@@ -1132,6 +1132,34 @@ __device__ inline void load_u_tiles(float (&u)[N][4], const ChunkWorkspace& ws, 
     }
 }
 
+// A head's state f32 [Dk][Dv] at `head`, the first `tiles` of N accumulator tiles of a lane (row
+// tiles mi0 + stride·t, column tile ni of the block's columns e0 …): loaded (zero past the block's
+// width and past `tiles`) when a walk starts, and stored back when it ends.
+template <int N>
+__device__ inline void load_state_tiles(float (&S)[N][4], const float* head, int Dv, int e0, int width, int ni, int mi0,
+                                        int stride, int tiles, int lane) {
+#pragma unroll
+  for (int t = 0; t < N; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int d = tile_row(mi0 + stride * t, e, lane), col = tile_col(ni, e, lane);
+      S[t][e] = t < tiles && col < width ? head[int64_t(d) * Dv + e0 + col] : 0.0f;
+    }
+}
+template <int N>
+__device__ inline void store_state_tiles(const float (&S)[N][4], float* head, int Dv, int e0, int width, int ni, int mi0,
+                                         int stride, int tiles, int lane) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    if (t >= tiles) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int d = tile_row(mi0 + stride * t, e, lane), col = tile_col(ni, e, lane);
+      if (col < width) head[int64_t(d) * Dv + e0 + col] = S[t][e];
+    }
+  }
+}
+
 // What a walk is told beside the shapes: whether every output row's even columns start a pair it
 // may store as one (store_row_pair), and whether it may copy a chunk's operands by the copy
 // engine's bulk copies (sm_90+; the register walk; otherwise cp.async by every thread).
@@ -1216,13 +1244,7 @@ __global__ void __launch_bounds__(kWalkThreads)
       store_b_tile(Sb, mi_of(t), ni, lane, key_steps, S[t]);
     }
   };
-#pragma unroll
-  for (int t = 0; t < kStateTiles; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int d = tile_row(mi_of(t), e, lane), col = tile_col(ni, e, lane);
-      S[t][e] = t < state_tiles && col < width ? state_head[int64_t(d) * sh.Dv + e0 + col] : 0.0f;
-    }
+  load_state_tiles(S, state_head, sh.Dv, e0, width, ni, warp / 4, kRowGroups, state_tiles, lane);
   write_state();
   cp_async_wait<2>();  // W, Q, γ and the tail weights of chunk 0
   __syncthreads();     // ... and everyone's, and S
@@ -1356,15 +1378,7 @@ __global__ void __launch_bounds__(kWalkThreads)
     copy_k(c + 1);
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int t = 0; t < kStateTiles; ++t) {
-    if (t >= state_tiles) break;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int d = tile_row(mi_of(t), e, lane), col = tile_col(ni, e, lane);
-      if (col < width) state_head[int64_t(d) * sh.Dv + e0 + col] = S[t][e];
-    }
-  }
+  store_state_tiles(S, state_head, sh.Dv, e0, width, ni, warp / 4, kRowGroups, state_tiles, lane);
 #else
   (void)out, (void)state, (void)sh, (void)t_begin, (void)ws, (void)opt;
 #endif  // DING_GPU_NVIDIA_MMA
@@ -1492,13 +1506,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
   copy_chunk(0);
 
   float S[kKeySteps][4];
-#pragma unroll
-  for (int t = 0; t < kKeySteps; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int d = tile_row(t, e, lane), col = tile_col(ni, e, lane);
-      S[t][e] = t < key_steps && col < width ? state_head[int64_t(d) * sh.Dv + e0 + col] : 0.0f;
-    }
+  load_state_tiles(S, state_head, sh.Dv, e0, width, ni, 0, 1, key_steps, lane);
   float u_next[kRows][4];  // U' of the next chunk, loaded a chunk ahead
   load_u_tiles<kRows, true>(u_next, ws, bh, 0, sh.Dv, e0, width, ni, 0, 1, kRows, lane);
 
@@ -1641,15 +1649,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
       for (int e = 0; e < 4; ++e) S[dt][e] = fmaf(gamma_n, S[dt][e], write[dt][e]);
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int t = 0; t < kKeySteps; ++t) {
-    if (t >= key_steps) break;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int d = tile_row(t, e, lane), col = tile_col(ni, e, lane);
-      if (col < width) state_head[int64_t(d) * sh.Dv + e0 + col] = S[t][e];
-    }
-  }
+  store_state_tiles(S, state_head, sh.Dv, e0, width, ni, 0, 1, key_steps, lane);
 #else
   (void)out, (void)state, (void)sh, (void)t_begin, (void)ws, (void)opt;
 #endif  // DING_GPU_NVIDIA_MMA

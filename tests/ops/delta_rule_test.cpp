@@ -154,43 +154,44 @@ TEST(GatedDeltaRuleReference, GatesEqualTheirClosedForm) {
 
 // ---- The GPU's segments ----------------------------------------------------------------------------
 
+// Every delta-rule case gives the same bits under each of the attention tunings `settings` makes
+// (over at least 20 cases): what they change is where or how the same arithmetic runs.
+void expect_tunings_agree(
+    const std::function<std::vector<Configuration>(const ScopedGpuTuning<gpu::AttentionTuning>&)>& settings) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), settings(tuning)), 20);
+}
+
 // On a GPU the chunk-wise form runs its two passes over segments of the call's chunks, the state
 // carried between them in f32 as between calls: segments of 1 and 3 chunks give the bits of one
 // segment for every case of more than one chunk, each within its bound of the reference.
 TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
-  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
-  Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  auto segments = [&tuning](int chunks) { return [&tuning, chunks] { tuning.set({.delta_rule_segment_chunks = chunks}); }; };
-  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(),
-                                        {{"one segment", segments(0)},  // 0: as many chunks as the workspace bound holds
-                                         {"segments of 1 chunk", segments(1)},
-                                         {"segments of 3 chunks", segments(3)}}),
-            20);
+  constexpr auto segment = &gpu::AttentionTuning::delta_rule_segment_chunks;
+  expect_tunings_agree([segment](const auto& tuning) {
+    return std::vector<Configuration>{{"one segment", tuning.with(segment, 0)},  // 0: as many chunks as the workspace bound holds
+                                      {"segments of 1 chunk", tuning.with(segment, 1)},
+                                      {"segments of 3 chunks", tuning.with(segment, 3)}};
+  });
 }
 
 // The first pass at three blocks an SM (T over the chunk's queries, fewer registers) is the same
 // arithmetic as at two: the same bits.
 TEST(GatedDeltaRuleGpu, FirstPassAtThreeBlocksGivesTheSameBits) {
-  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
-  Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
   constexpr auto blocks = &gpu::AttentionTuning::delta_rule_prepare_blocks;
-  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(),
-                                        {{"two blocks an SM", tuning.with(blocks, 2)}, {"three blocks an SM", tuning.with(blocks, 3)}}),
-            20);
+  expect_tunings_agree([blocks](const auto& tuning) {
+    return std::vector<Configuration>{{"two blocks an SM", tuning.with(blocks, 2)}, {"three blocks an SM", tuning.with(blocks, 3)}};
+  });
 }
 
 // The walk's operands by the copy engine's bulk copies (sm_90+) or by every thread's cp.async (the
 // sm_80/sm_89 path, which an H100 then runs too) land as the same bytes: the same bits.
 TEST(GatedDeltaRuleGpu, WalkCopiesGiveTheSameBits) {
-  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
-  Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
   constexpr auto bulk = &gpu::AttentionTuning::delta_rule_bulk_copies;
-  EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(),
-                                        {{"bulk copies", tuning.with(bulk, true)}, {"cp.async", tuning.with(bulk, false)}}),
-            20);
+  expect_tunings_agree([bulk](const auto& tuning) {
+    return std::vector<Configuration>{{"bulk copies", tuning.with(bulk, true)}, {"cp.async", tuning.with(bulk, false)}};
+  });
 }
 
 // The walk's products take bf16 pairs, where switched on, for bf16 q, k and v and a 16-bit output,
