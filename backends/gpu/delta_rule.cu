@@ -474,10 +474,9 @@ __device__ inline int split_a_heads(int group) { return (group / 32) * 256 + (gr
 
 // The bf16 pairs' fragment order, mma_16816's registers: for an A operand lane (g, c) of (row tile,
 // k step of 16) holds M[g][2c, 2c + 1], M[g + 8][2c, 2c + 1], M[g][2c + 8, 2c + 9], M[g + 8][2c + 8,
-// 2c + 9]; for a B operand M[2c, 2c + 1][g], M[2c + 8, 2c + 9][g]. A split A operand keeps a
-// group's four hi registers where split_a_heads puts a tf32 group's heads and its lo ones 128 words
-// on; a split B operand's group is hi and lo of its first register, then of its second (so the
-// lane that forms a register stores both parts with one 8-byte store).
+// 2c + 9] (a B operand, M[2c, 2c + 1][g], M[2c + 8, 2c + 9][g], the register walk forms in its
+// registers: b_pairs_of_tile). A split A operand keeps a group's four hi registers where
+// split_a_heads puts a tf32 group's heads and its lo ones 128 words on.
 // Row half `half` of accumulator tile (mi, ni) (its elements 2 half, 2 half + 1) is one register of
 // the same lane's A operand: k step ni / 2, register half + 2 (ni % 2); its word in a split buffer:
 __device__ inline int a_pair_word(int mi, int ni, int half, int lane, int steps) {
@@ -1097,8 +1096,8 @@ __device__ inline void load_a_split(const float* buffer, int steps, int mi, int 
 // accumulator tiles, row tiles mi0 + stride·t, column tile ni of the block's columns e0 …: zero
 // past the block's width; nothing is loaded for a chunk past the segment. The one operand of a
 // chunk that a walk reads from global memory without cp.async, a chunk ahead of its use.
-// kWholeFirst: a branch-free copy of the loads for whole blocks of even Dv (the register walk,
-// whose U' loads it takes from 6 % of the stalls down; the tiled walk's f32 instance spills with it).
+// kWholeFirst: a branch-free copy of the loads for whole blocks of even Dv, where a walk has the
+// registers for it (the register walk; the tiled walk's f32 instance spills 20 bytes with it).
 template <int N, bool kWholeFirst = false>
 __device__ inline void load_u_tiles(float (&u)[N][4], const ChunkWorkspace& ws, int64_t bh, int64_t c, int Dv, int e0,
                                     int width, int ni, int mi0, int stride, int tiles, int lane) {
@@ -1167,9 +1166,10 @@ struct WalkOptions {
   bool out_pairs, bulk;
 };
 
-// The tiled walk (tf32). DK: the key dim where it is known when compiling (0: sh.Dk), so that the loops over it unroll and
-// their shared-memory offsets fold into the instructions: the walk is issue-bound, and a rolled
-// loop's counters, branches and address arithmetic were most of its instructions.
+// The tiled walk (tf32). DK: the key dim where it is known when compiling (0: sh.Dk), so that the
+// loops over it unroll and their shared-memory offsets fold into the instructions: the walk is
+// issue-bound, and a rolled loop's counters, branches and address arithmetic were most of its
+// instructions.
 template <int C, class E, int DK>
 __global__ void __launch_bounds__(kWalkThreads)
     gated_delta_rule_tiled_walk_kernel(AnyFloat out, float* state, DeltaShape sh, int64_t t_begin, ChunkWorkspace ws, WalkOptions opt) {
@@ -1464,9 +1464,9 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
   const int tid = int(threadIdx.x), lane = tid & 31, ni = tid >> 5;  // the warp's column tile
   float* const state_head = state + bh * int64_t(Dk) * sh.Dv;
 
-  // A chunk's operands into buffer c % 2: by one thread's bulk copies, which an mbarrier a buffer
-  // counts as they land (phase c / 2 of that buffer's), or by every thread's cp.async. Either way a
-  // run of four copies, not 40 address computations and copies a thread.
+  // A chunk's operands into buffer c % 2: on sm_90 by one thread's four bulk copies, which an
+  // mbarrier a buffer counts as they land (phase c / 2 of that buffer's); before, by every thread's
+  // cp.async (40 a thread at chunks of 64 and 128-wide keys, each with its 64-bit addresses).
 #if __CUDA_ARCH__ >= 900
   const bool bulk = opt.bulk;
 #else
