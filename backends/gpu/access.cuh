@@ -40,7 +40,7 @@ struct Typed {
       Pack<T, P> q;
 #pragma unroll
       for (int j = 0; j < P; ++j) q.v[j] = from_float<T>(v[s + j]);
-      *reinterpret_cast<Pack<T, P>*>(p + i + s) = q;
+      store_pack(p + i + s, q);
     }
   }
 };

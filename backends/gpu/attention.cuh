@@ -93,7 +93,7 @@ __device__ inline void store4(T* row, int d, int D, bool vec, float4 x) {
     p.v[1] = from_float<T>(x.y);
     p.v[2] = from_float<T>(x.z);
     p.v[3] = from_float<T>(x.w);
-    *reinterpret_cast<Pack<T, 4>*>(row + d) = p;
+    store_pack(row + d, p);
     return;
   }
   const float y[4] = {x.x, x.y, x.z, x.w};

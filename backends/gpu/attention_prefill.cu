@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(kMmaThreads, launch_min_blocks(kMmaThreads, 2)
         Pack<Out, 2> pair;
         pair.v[0] = from_float<Out>(o[nt][2 * r] * inv_l[r]);
         pair.v[1] = from_float<Out>(o[nt][2 * r + 1] * inv_l[r]);
-        *reinterpret_cast<Pack<Out, 2>*>(row + nt * 8 + 2 * quad_col) = pair;
+        store_pack(row + nt * 8 + 2 * quad_col, pair);
       }
     }
   });

@@ -1596,8 +1596,7 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
       for (int mt = ks; mt < kRows; ++mt) mma_16816<bf16>(au[mt], al[mt], u_b[ks].hi);
     }
     // A lane's rows are 8 apart: one pointer stepped by 8 rows. Where the chunk and the block's
-    // columns are whole, each row's pair goes out as one 4-byte word without a check (packed
-    // here: left to the compiler, it split most of them into two 2-byte stores).
+    // columns are whole, each row's pair goes out as one 4-byte store without a check.
     const bool whole = n == C && width == kMmaColumns && opt.out_pairs;
     auto store_o = [&](auto* o) {
       using T = std::remove_pointer_t<decltype(o)>;
@@ -1610,9 +1609,8 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
         for (int mt = 0; mt < kRows; ++mt)
 #pragma unroll
           for (int half = 0; half < 2; ++half, row += eight_rows) {
-            uint32_t word[1][4];
-            split_pair<T, 1>(value(mt, half, 0), value(mt, half, 1), word, 0);
-            *reinterpret_cast<uint32_t*>(row + col) = word[0][0];
+            const float x[2] = {value(mt, half, 0), value(mt, half, 1)};
+            Typed<T>{row}.template store<2>(col, x);
           }
         return;
       }
@@ -1662,8 +1660,8 @@ __global__ void __launch_bounds__(kRegisterWalkThreads, 1)
 int mma_chunk(const Props& props, int Dk, int Dv, int elem_bytes, bool pairs, int64_t requested) {
   if (!props.has_mma_sync() || Dk % 16 != 0) return 0;
   for (int C : {64, 32, 16}) {
-    const size_t walk_bytes = pairs ? RegisterWalkLayout(C, Dk).bytes() : TiledWalkLayout(C, Dk, elem_bytes, Parts<false>::kSplitWords).bytes();
     if (pairs && Dk > register_walk_key_dim(C)) continue;
+    const size_t walk_bytes = pairs ? RegisterWalkLayout(C, Dk).bytes() : TiledWalkLayout(C, Dk, elem_bytes, Parts<false>::kSplitWords).bytes();
     if ((requested == 0 || C <= requested) && PrepareLayout(C, Dk, Dv, elem_bytes).bytes() <= props.shared_per_block_optin &&
         walk_bytes <= props.shared_per_block_optin)
       return C;
@@ -1746,12 +1744,12 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   bool three = false;
   if constexpr (C == 64 && !std::is_same_v<E, float>) {
     const int asked = s.attention_tuning().delta_rule_prepare_blocks;
-    const size_t three_bytes = PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), true).bytes();
+    const PrepareLayout over_queries(C, sh.Dk, sh.Dv, int(sizeof(E)), true);
     int fit = 0;
-    if (asked != 2 && PrepareLayout(C, sh.Dk, sh.Dv, int(sizeof(E)), true).queries_hold_t()) {
+    if (asked != 2 && over_queries.queries_hold_t()) {
       DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(gated_delta_rule_prepare_kernel<C, E, kPairs, 3>),
-                                                 int(three_bytes)));
-      DING_GPU_CHECK(resident_blocks(&fit, gated_delta_rule_prepare_kernel<C, E, kPairs, 3>, kMmaThreads, three_bytes));
+                                                 int(over_queries.bytes())));
+      DING_GPU_CHECK(resident_blocks(&fit, gated_delta_rule_prepare_kernel<C, E, kPairs, 3>, kMmaThreads, over_queries.bytes()));
     }
     const int64_t blocks = sh.B * sh.Hv * per_segment, sms = s.props().sm_count;
     three = fit >= 3 && (asked == 3 || ceil_div(blocks, 3 * sms) < ceil_div(blocks, 2 * sms));

@@ -1,6 +1,9 @@
 // Element access for kernels: the storage types are the runtime's own (float, ding::f16,
 // ding::bf16 from dtype.h), widened to float in registers and rounded to nearest even on store.
 #pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "ding/dtype.h"
@@ -26,6 +29,21 @@ struct alignas(sizeof(T) * N) Pack {
 };
 template <class T>
 inline constexpr int kPack16 = 16 / int(sizeof(T));
+
+// q stored at dst (aligned as a Pack) as one integer access of its size. Stored as the struct, the
+// compiler may split it into its elements' stores, and did: in the delta rule's walk, it merged a
+// pair store with the element-at-a-time path beside it, which left two 2-byte stores for most rows.
+template <class T, int N>
+__device__ inline void store_pack(void* dst, const Pack<T, N>& q) {
+  constexpr size_t kBytes = sizeof(Pack<T, N>);
+  static_assert(kBytes == 1 || kBytes == 2 || kBytes == 4 || kBytes == 8 || kBytes == 16, "a Pack is 1 to 16 bytes");
+  using Word = std::conditional_t<kBytes == 16, uint4,
+               std::conditional_t<kBytes == 8, uint2,
+               std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 2, uint16_t, uint8_t>>>>;
+  Word word;
+  memcpy(&word, &q, kBytes);
+  *static_cast<Word*>(dst) = word;
+}
 
 // The 8-bit weight values (ops/matmul.h: i8, f8e4m3), before their row scale.
 __device__ inline float to_float(int8_t q) { return float(q); }

@@ -20,7 +20,7 @@ __device__ inline void copy4(Cache* dst, const In* src) {
   Pack<Cache, 4> y;
 #pragma unroll
   for (int c = 0; c < 4; ++c) y.v[c] = from_float<Cache>(to_float(x.v[c]));
-  *reinterpret_cast<Pack<Cache, 4>*>(dst) = y;
+  store_pack(dst, y);
 }
 
 // One block per (b, t): all Hkv·D elements of that position, for k and v, at slot pos mod S in a

@@ -555,7 +555,7 @@ __global__ void moe_combine_kernel(Out* out, const Y* y_grouped, const float* we
     Pack<Out, N> o;
 #pragma unroll
     for (int n = 0; n < N; ++n) o.v[n] = from_float<Out>(sum[n]);
-    *reinterpret_cast<Pack<Out, N>*>(out + t * C + c) = o;
+    store_pack(out + t * C + c, o);
   }
 }
 
