@@ -75,6 +75,10 @@ void set_attention_tuning(Device& device, const AttentionTuning& tuning) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("ding::gpu::set_attention_tuning: delta_rule_segment_chunks = {}: expected 0 (automatic) or more",
                             tuning.delta_rule_segment_chunks));
+  if (tuning.delta_rule_prepare_blocks != 0 && tuning.delta_rule_prepare_blocks != 2 && tuning.delta_rule_prepare_blocks != 3)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("ding::gpu::set_attention_tuning: delta_rule_prepare_blocks = {}: expected 0 (by waves), 2 or 3",
+                            tuning.delta_rule_prepare_blocks));
   on_gpu("set_attention_tuning", device, [&](const Api& api) { return api.attention_tuning(device, tuning); });
 }
 

@@ -77,6 +77,17 @@ TEST(GpuTuning, NegativeDeltaRuleSegmentIsRefused) {
                         {"set_attention_tuning", "delta_rule_segment_chunks = -1", "0 (automatic) or more"});
 }
 
+// The delta rule's first pass has kernels for two and three blocks an SM only: any other count is
+// refused before any device is asked.
+TEST(GpuTuning, DeltaRulePrepareBlocksOtherThanTwoOrThreeAreRefused) {
+  for (int blocks : {1, 4, -1}) {
+    gpu::AttentionTuning tuning;
+    tuning.delta_rule_prepare_blocks = blocks;
+    testing::expect_error([&] { gpu::set_attention_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
+                          {"set_attention_tuning", "delta_rule_prepare_blocks = " + std::to_string(blocks), "2 or 3"});
+  }
+}
+
 // A tuning that asks for the TMA core of a build without it is refused, naming the option that
 // compiles it, rather than measured as the wgmma core.
 TEST(GpuTuning, MissingTmaCoreIsRefused) {
