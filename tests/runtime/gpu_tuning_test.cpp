@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ding/device.h"
 #include "ding/gpu.h"
@@ -59,32 +61,28 @@ TEST(GpuTuning, CpuDeviceIsNotAGpu) {
                         ErrorCode::invalid_argument, {"set_attention_tuning", "'cpu' is not a GPU device"});
 }
 
-// A ring size the kernel has no instance for is refused before any device is asked.
-TEST(GpuTuning, AttentionRingOutsideTwoToFourIsRefused) {
-  for (int stages : {1, 5, -2}) {
+// A value no kernel has an instance for is refused before any device is asked: a latent attend
+// ring outside 2 to 4, a negative delta rule segment, a first pass of other than two or three
+// blocks an SM.
+TEST(GpuTuning, AttentionValuesWithoutAKernelAreRefused) {
+  struct Bad {
+    std::function<void(gpu::AttentionTuning&)> set;
+    std::string value, expected;  // as the message names them
+  };
+  const std::vector<Bad> cases = {
+      {[](auto& t) { t.mla_stages = 1; }, "mla_stages = 1", "2 to 4"},
+      {[](auto& t) { t.mla_stages = 5; }, "mla_stages = 5", "2 to 4"},
+      {[](auto& t) { t.mla_stages = -2; }, "mla_stages = -2", "2 to 4"},
+      {[](auto& t) { t.delta_rule_segment_chunks = -1; }, "delta_rule_segment_chunks = -1", "0 (automatic) or more"},
+      {[](auto& t) { t.delta_rule_prepare_blocks = 1; }, "delta_rule_prepare_blocks = 1", "2 or 3"},
+      {[](auto& t) { t.delta_rule_prepare_blocks = 4; }, "delta_rule_prepare_blocks = 4", "2 or 3"},
+      {[](auto& t) { t.delta_rule_prepare_blocks = -1; }, "delta_rule_prepare_blocks = -1", "2 or 3"},
+  };
+  for (const Bad& bad : cases) {
     gpu::AttentionTuning tuning;
-    tuning.mla_stages = stages;
+    bad.set(tuning);
     testing::expect_error([&] { gpu::set_attention_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
-                          {"set_attention_tuning", "mla_stages = " + std::to_string(stages), "2 to 4"});
-  }
-}
-
-// A negative segment of the delta rule's chunk-wise passes is refused before any device is asked.
-TEST(GpuTuning, NegativeDeltaRuleSegmentIsRefused) {
-  gpu::AttentionTuning tuning;
-  tuning.delta_rule_segment_chunks = -1;
-  testing::expect_error([&] { gpu::set_attention_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
-                        {"set_attention_tuning", "delta_rule_segment_chunks = -1", "0 (automatic) or more"});
-}
-
-// The delta rule's first pass has kernels for two and three blocks an SM only: any other count is
-// refused before any device is asked.
-TEST(GpuTuning, DeltaRulePrepareBlocksOtherThanTwoOrThreeAreRefused) {
-  for (int blocks : {1, 4, -1}) {
-    gpu::AttentionTuning tuning;
-    tuning.delta_rule_prepare_blocks = blocks;
-    testing::expect_error([&] { gpu::set_attention_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
-                          {"set_attention_tuning", "delta_rule_prepare_blocks = " + std::to_string(blocks), "2 or 3"});
+                          {"set_attention_tuning", bad.value, bad.expected});
   }
 }
 
