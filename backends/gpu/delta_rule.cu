@@ -26,6 +26,7 @@
 #include "attention.cuh"
 #include "check.h"
 #include "kernels.h"
+#include "last_block.cuh"
 #include "mma_sync.cuh"
 #include "reduce.cuh"
 #include "stream.h"
@@ -177,21 +178,15 @@ __global__ void __launch_bounds__(kChunkThreads)
 // warp's lanes hold in parts: in double, as the op defines it.
 __device__ inline double l2_inverse(double squares) { return rsqrt(warp_sum(squares) + double(ops::kDeltaRuleL2Eps)); }
 
-// The recurrent form. A block owns a tile of lanes·Columns state columns of one (sequence, value
-// head): lane l holds columns e0 + l·Columns … + Columns − 1, warp w the rows d = w, w + kRowWarps,
-// …, in registers for the whole call, so the state is read and written a row of the tile at a time
-// (coalesced) and each token's two sums over d are a warp's partial sums added across the block
-// through shared memory:
+// The recurrent form. A block owns a tile of `lanes` state columns of one (sequence, value head):
+// lane l holds column e0 + l, warp w the rows d = w, w + kRowWarps, …, in registers for the whole
+// call, so the state is read and written a row of the tile at a time (coalesced) and each token's
+// two sums over d are a warp's partial sums added across the block through shared memory:
 //   r = Σ_d S[d]·k[d];  u = β (v[e] − α r);  S[d] ← α S[d] + k[d]·u;  o = s Σ_d S[d]·q[d]
-// The block stages up to kStageTokens tokens' k, q, its v columns and gates in shared memory with
-// one set of loads, so the token loop waits on no global memory, and normalises them there when
-// the op asks for unit q and k (a warp per row). The kernel is chained (vendor.h): at decode its
-// start overlaps the kernel before.
-// Columns = 1 (32 or 64 columns a block) unless the op's out_norm is fused: then a block owns a
-// whole head (kWideColumns a lane, Dv ≤ lanes·kWideColumns), warp 0 sums every column of a token's o and
-// normalises the row itself (a warp sum of squares, the gate staged beside v), so the norm costs
-// no launch and no round trip between blocks. Its wider partial sums leave shared memory for
-// fewer staged tokens (kWideStageTokens).
+// The block stages kStageTokens tokens' k, q, its v columns and gates in shared memory with one
+// set of loads, so the token loop waits on no global memory, and normalises them there when the op
+// asks for unit q and k (a warp per row). The kernel is chained (vendor.h): at decode its start
+// overlaps the kernel before.
 constexpr int kRowWarps = 16;
 constexpr int kMaxRowsPerLane = int(ops::kMaxDeltaRuleKeyDim) / kRowWarps;
 #if defined(DING_GPU_AMD)
@@ -199,82 +194,99 @@ constexpr int kMaxLanes = 64;
 #else
 constexpr int kMaxLanes = 32;
 #endif
-constexpr int kStageTokens = 16, kWideStageTokens = 4;
-constexpr int kWideTile = 128, kWideColumns = kWideTile / kMaxLanes;
+constexpr int kStageTokens = 16;
 
-// The op's out_norm where the recurrent kernel applies it (gate.p null: out is o).
+// The op's out_norm inside the recurrent kernel (calls of up to kStageTokens tokens: decode). The
+// norm needs a head's whole row of o, which kMaxLanes-column blocks share: each block leaves its
+// columns of o, rounded to out's dtype as the staged norm would read them, in f32 scratch and
+// arrives at its head's ticket (last_block.cuh); the head's last block normalises the head's rows,
+// a warp per token. One launch less per layer than rms_norm after the rule, for a ticket's round
+// trip.
 struct FusedOutNorm {
+  float* o = nullptr;  // [B, T, Hv, Dv]; null: no norm here, the kernel stores o into out
   AnyFloat weight, gate;
   attn::Strides3 gate_s{};  // of [B, T, Hv, Dv]
   float eps = 0.0f;
 };
+// One ticket per (sequence, value head) of a call: more pairs stage the norm.
+constexpr int kNormTickets = 8192;
+// Zero at module load; every head's last block leaves its ticket at zero again.
+__device__ unsigned int delta_rule_norm_tickets[kNormTickets];
+
+// Token j's row of head h, from the blocks' f32 shares: out = o·rstd·weight·silu(gate), as
+// rms_norm (norm.cu) computes it from o in out's dtype. A warp per row, lanes over the elements.
+__device__ inline void normalize_head_rows(AnyFloat out, const DeltaShape& sh, const FusedOutNorm& norm, int b, int h,
+                                           int tokens) {
+  const int lanes = warp_size(), lane = int(threadIdx.x) % lanes, warp = int(threadIdx.x) / lanes;
+  if (warp >= tokens) return;
+  const float* const o = norm.o + ((int64_t(b) * sh.T + warp) * sh.Hv + h) * sh.Dv;
+  float squares = 0.0f;
+#pragma unroll 1
+  for (int e = lane; e < sh.Dv; e += lanes) {
+    const float x = load_partial(o + e);
+    squares += x * x;
+  }
+  const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(sh.Dv) + norm.eps);
+#pragma unroll 1
+  for (int e = lane; e < sh.Dv; e += lanes) {
+    const float y = load_partial(o + e) * rstd * norm.weight.load(e);
+    out.store(sh.out.at(b, warp, h) + e, silu_times(norm.gate.load(norm.gate_s.at(b, warp, h) + e), y));
+  }
+}
 
 // RowsPerLane: the rows of S a lane holds, ⌈Dk / kRowWarps⌉ rounded up to 8 or kMaxRowsPerLane (its
 // loops are unrolled to it; sized to Dk, the kernel is half as long). Each block normalises the
 // k and q rows it stages itself: the Hv/Hk value heads and column tiles that share a key head
 // repeat that small step rather than wait for one another.
-template <int RowsPerLane, int Columns>
+template <int RowsPerLane>
 __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
                             DeltaShape sh, FusedOutNorm norm) {
-  constexpr int kStage = Columns == 1 ? kStageTokens : kWideStageTokens, kTile = kMaxLanes * Columns;
-  constexpr bool kNorm = Columns > 1;
-  __shared__ float partial[3][kRowWarps][kTile];  // the warps' shares of r, then of o by token parity
-  __shared__ float keys[kStage][ops::kMaxDeltaRuleKeyDim], queries[kStage][ops::kMaxDeltaRuleKeyDim];
-  __shared__ float values[kStage][kTile];
-  __shared__ float norm_gate[kNorm ? kStage : 1][kNorm ? kTile : 1];
-  __shared__ float2 gates[kStage];  // (α, β)
+  __shared__ float partial[3][kRowWarps][kMaxLanes];  // the warps' shares of r, then of o by token parity
+  __shared__ float keys[kStageTokens][ops::kMaxDeltaRuleKeyDim], queries[kStageTokens][ops::kMaxDeltaRuleKeyDim];
+  __shared__ float values[kStageTokens][kMaxLanes];
+  __shared__ float2 gates[kStageTokens];  // (α, β)
   const int lanes = warp_size(), threads = kRowWarps * lanes, tid = int(threadIdx.x);
-  const int lane = tid % lanes, warp = tid / lanes, width = lanes * Columns;
+  const int lane = tid % lanes, warp = tid / lanes;
   // The grid holds at most INT32_MAX blocks (delta_rule_grid): block indices fit 32 bits.
-  const int tiles = (sh.Dv + width - 1) / width, Hv = int(sh.Hv);
+  const int tiles = (sh.Dv + lanes - 1) / lanes, Hv = int(sh.Hv);
   const int bh = int(blockIdx.x) / tiles;
-  const int e0 = int(blockIdx.x) % tiles * width, e = e0 + lane * Columns;  // the lane's first column
+  const int e0 = int(blockIdx.x) % tiles * lanes, e = e0 + lane;
+  const bool in = e < sh.Dv;  // lanes past Dv keep zeros and still take part in the block's sums
   const int b = bh / Hv, h = bh % Hv, kh = h / (Hv / int(sh.Hk));
-  float* const column = state + int64_t(bh) * sh.Dk * sh.Dv + e;  // S[d][e + c] at column[d · Dv + c]
-  float S[RowsPerLane][Columns];
+  float* const column = state + int64_t(bh) * sh.Dk * sh.Dv + e;  // S[d][e] at column[d · Dv]
+  float S[RowsPerLane];
   auto load_state = [&] {
 #pragma unroll
-    for (int i = 0; i < RowsPerLane; ++i)
-#pragma unroll
-      for (int c = 0; c < Columns; ++c) {
-        const int d = warp + i * kRowWarps;
-        S[i][c] = e + c < sh.Dv && d < sh.Dk ? column[int64_t(d) * sh.Dv + c] : 0.0f;
-      }
+    for (int i = 0; i < RowsPerLane; ++i) {
+      const int d = warp + i * kRowWarps;
+      S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
+    }
   };
   // A state written two or more ops back comes in over the previous kernel's tail.
   if (sh.state_settled) load_state();
   wait_for_prior_kernels();
   release_dependents();
   if (!sh.state_settled) load_state();
-  float norm_w[Columns];  // lanes past Dv keep zeros and still take part in the block's sums
-  if constexpr (kNorm)
-#pragma unroll
-    for (int c = 0; c < Columns; ++c) norm_w[c] = e + c < sh.Dv ? norm.weight.load(e + c) : 0.0f;
-
-  for (int64_t t0 = 0; t0 < sh.T; t0 += kStage) {
-    const int m = int(sh.T - t0 < kStage ? sh.T - t0 : int64_t(kStage));
+  for (int64_t t0 = 0; t0 < sh.T; t0 += kStageTokens) {
+    const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
     __syncthreads();  // the previous tokens are done with the staged rows
     // Rolled loops from here to the token loop: at a decode step each runs once or not at all.
-    // One loop over the staged items (k and q elements, v columns, the norm's gate columns, gates),
-    // so that at a decode step each thread stages at most a few and the block waits one round
-    // trip to global memory, not one a kind of item.
-    const int key_items = m * sh.Dk, value_items = m * width, gate_items = kNorm ? value_items : 0;
+    // One loop over the staged items (k and q elements, v columns, gates), so that at a decode step
+    // each thread stages at most one and the block waits one round trip to global memory, not one
+    // a kind of item.
+    const int key_items = m * sh.Dk, value_items = m * lanes;
 #pragma unroll 1
-    for (int i = tid; i < key_items + value_items + gate_items + m; i += threads) {
+    for (int i = tid; i < key_items + value_items + m; i += threads) {
       if (i < key_items) {
         const int j = i / sh.Dk, d = i % sh.Dk;
         keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
         queries[j][d] = q.load(sh.q.at(b, t0 + j, kh) + d);
       } else if (i < key_items + value_items) {
-        const int j = (i - key_items) / width, c = (i - key_items) % width;
+        const int j = (i - key_items) / lanes, c = (i - key_items) % lanes;
         values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
-      } else if (i < key_items + value_items + gate_items) {
-        const int j = (i - key_items - value_items) / width, c = (i - key_items - value_items) % width;
-        if constexpr (kNorm)
-          norm_gate[j][c] = e0 + c < sh.Dv ? norm.gate.load(norm.gate_s.at(b, t0 + j, h) + e0 + c) : 0.0f;
       } else {
-        const int j = i - key_items - value_items - gate_items;
+        const int j = i - key_items - value_items;
         const float2 ds = decay_and_strength(sh, g, beta, b, t0 + j, h);
         gates[j] = make_float2(expf(ds.x), ds.y);
       }
@@ -295,36 +307,27 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     }
     for (int j = 0; j < m; ++j) {
       const float alpha = gates[j].x, strength = gates[j].y;
-      float r[Columns] = {};
+      float r = 0.0f;
       if (sh.delta) {  // block-uniform
 #pragma unroll
         for (int i = 0; i < RowsPerLane; ++i) {
           const int d = warp + i * kRowWarps;
-          if (d < sh.Dk)
-#pragma unroll
-            for (int c = 0; c < Columns; ++c) r[c] = fmaf(S[i][c], keys[j][d], r[c]);
+          if (d < sh.Dk) r = fmaf(S[i], keys[j][d], r);
         }
-#pragma unroll
-        for (int c = 0; c < Columns; ++c) partial[0][warp][lane * Columns + c] = r[c];
+        partial[0][warp][lane] = r;
         __syncthreads();
+        r = 0.0f;
 #pragma unroll
-        for (int c = 0; c < Columns; ++c) {
-          r[c] = 0.0f;
-#pragma unroll
-          for (int w = 0; w < kRowWarps; ++w) r[c] += partial[0][w][lane * Columns + c];
-        }
+        for (int w = 0; w < kRowWarps; ++w) r += partial[0][w][lane];
       }
-      float o[Columns] = {};
+      const float u = strength * (values[j][lane] - alpha * r);
+      float o = 0.0f;
 #pragma unroll
-      for (int c = 0; c < Columns; ++c) {
-        const float u = strength * (values[j][lane * Columns + c] - alpha * r[c]);
-#pragma unroll
-        for (int i = 0; i < RowsPerLane; ++i) {
-          const int d = warp + i * kRowWarps;
-          if (d < sh.Dk) {
-            S[i][c] = fmaf(alpha, S[i][c], keys[j][d] * u);
-            o[c] = fmaf(S[i][c], queries[j][d], o[c]);
-          }
+      for (int i = 0; i < RowsPerLane; ++i) {
+        const int d = warp + i * kRowWarps;
+        if (d < sh.Dk) {
+          S[i] = fmaf(alpha, S[i], keys[j][d] * u);
+          o = fmaf(S[i], queries[j][d], o);
         }
       }
       // partial[0] is free again: every thread read it before this token's second barrier. The o
@@ -332,36 +335,24 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       // next token's shares may land while warp 0 still sums these; the one after that waits for
       // warp 0 at the next token's barrier.
       const int slot = 1 + (j & 1);
-#pragma unroll
-      for (int c = 0; c < Columns; ++c) partial[slot][warp][lane * Columns + c] = o[c];
+      partial[slot][warp][lane] = o;
       __syncthreads();
-      if (warp == 0) {
-        float squares = 0.0f;
+      if (warp == 0 && in) {
+        o = 0.0f;
 #pragma unroll
-        for (int c = 0; c < Columns; ++c) {
-          o[c] = 0.0f;
-#pragma unroll
-          for (int w = 0; w < kRowWarps; ++w) o[c] += partial[slot][w][lane * Columns + c];
-          // The norm reads o as out's dtype holds it, as rms_norm after the rule would.
-          o[c] = kNorm ? out.round(sh.scale * o[c]) : sh.scale * o[c];
-          squares += o[c] * o[c];  // zero past Dv
-        }
-        const float rstd = kNorm ? 1.0f / sqrtf(warp_sum(squares) / float(sh.Dv) + norm.eps) : 0.0f;
-#pragma unroll
-        for (int c = 0; c < Columns; ++c)
-          if (e + c < sh.Dv)
-            out.store(sh.out.at(b, t0 + j, h) + e + c,
-                      kNorm ? silu_times(norm_gate[j][lane * Columns + c], o[c] * rstd * norm_w[c]) : o[c]);
+        for (int w = 0; w < kRowWarps; ++w) o += partial[slot][w][lane];
+        if (norm.o) norm.o[((int64_t(b) * sh.T + t0 + j) * Hv + h) * sh.Dv + e] = out.round(sh.scale * o);
+        else out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
       }
     }
   }
 #pragma unroll
-  for (int i = 0; i < RowsPerLane; ++i)
-#pragma unroll
-    for (int c = 0; c < Columns; ++c) {
-      const int d = warp + i * kRowWarps;
-      if (e + c < sh.Dv && d < sh.Dk) column[int64_t(d) * sh.Dv + c] = S[i][c];
-    }
+  for (int i = 0; i < RowsPerLane; ++i) {
+    const int d = warp + i * kRowWarps;
+    if (in && d < sh.Dk) column[int64_t(d) * sh.Dv] = S[i];
+  }
+  if (norm.o && arrive_last(&delta_rule_norm_tickets[bh], unsigned(tiles)))  // norm.o: block-uniform
+    normalize_head_rows(out, sh, norm, b, h, int(sh.T));
 }
 
 // The chunk-wise form on tensor cores (NVIDIA sm_80+), in two passes per segment of the tokens:
@@ -1866,15 +1857,19 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   if (sh.B * sh.T * sh.Hv * sh.Dv == 0) return;
   const int64_t chunk = a.params.chunk;
   const bool chunkwise = sh.T > 1 && (chunk > 1 || (chunk == 0 && sh.T >= kChunkwiseFrom));
-  // The out_norm inside the recurrent kernel where it takes the call (a block can hold a head);
-  // staged through rms_norm, its o in the intermediate scratch that no path of the rule takes,
-  // otherwise.
+  // The out_norm inside the recurrent kernel where it takes the call; staged through rms_norm
+  // (its o in the intermediate scratch, which no path of the rule takes) otherwise.
   const ops::DeltaRuleOutNorm& out_norm = a.params.out_norm;
-  const bool fused_norm = out_norm.given() && !chunkwise && sh.Dv <= s.props().warp_size * kWideColumns;
-  if (out_norm.given() && !fused_norm) {
-    void* const o = s.scratch(size_t(a.out.numel()) * dtype_size(a.out.dtype), GpuStream::ScratchSlot::intermediate);
-    return ops::gated_delta_rule_with_staged_norm(
-        stream, a, Tensor::view(o, a.out.device, a.out.dtype, a.out.shape.data(), a.out.rank), gated_delta_rule, rms_norm);
+  FusedOutNorm norm;
+  if (out_norm.given()) {
+    const bool fused = !chunkwise && sh.T <= kStageTokens && sh.B * sh.Hv <= kNormTickets;
+    void* const o = s.scratch(size_t(a.out.numel()) * (fused ? sizeof(float) : dtype_size(a.out.dtype)),
+                              GpuStream::ScratchSlot::intermediate);
+    if (!fused)
+      return ops::gated_delta_rule_with_staged_norm(
+          stream, a, Tensor::view(o, a.out.device, a.out.dtype, a.out.shape.data(), a.out.rank), gated_delta_rule, rms_norm);
+    norm = {static_cast<float*>(o), any_float(out_norm.weight), any_float(out_norm.gate), attn::strides3(out_norm.gate),
+            out_norm.eps};
   }
   if (sh.l2_normalize && chunkwise) {
     // The recurrent kernel normalises what it stages; the chunk-wise ones take unit copies, in the
@@ -1929,16 +1924,9 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
     }
   }
   const int lanes = s.props().warp_size;
-  const bool narrow_keys = sh.Dk <= 8 * kRowWarps;
-  FusedOutNorm norm;
-  if (fused_norm)
-    norm = {any_float(out_norm.weight), any_float(out_norm.gate), attn::strides3(out_norm.gate), out_norm.eps};
-  const auto kernel = fused_norm ? (narrow_keys ? gated_delta_rule_kernel<8, kWideColumns>
-                                                : gated_delta_rule_kernel<kMaxRowsPerLane, kWideColumns>)
-                                 : (narrow_keys ? gated_delta_rule_kernel<8, 1> : gated_delta_rule_kernel<kMaxRowsPerLane, 1>);
-  const int64_t width = int64_t(lanes) * (fused_norm ? kWideColumns : 1);
-  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel,
-                                dim3(delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + width - 1) / width))), dim3(kRowWarps * lanes),
+  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(),
+                                sh.Dk <= 8 * kRowWarps ? gated_delta_rule_kernel<8> : gated_delta_rule_kernel<kMaxRowsPerLane>,
+                                dim3(delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes))), dim3(kRowWarps * lanes),
                                 0, s.handle(), any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v),
                                 any_float(a.g), any_float(a.beta), a.state.ptr<float>(), sh, norm));
   DING_GPU_CHECK_LAUNCH("gated_delta_rule_kernel");
