@@ -26,7 +26,6 @@
 #include "attention.cuh"
 #include "check.h"
 #include "kernels.h"
-#include "last_block.cuh"
 #include "mma_sync.cuh"
 #include "reduce.cuh"
 #include "stream.h"
@@ -43,7 +42,6 @@ struct DeltaShape {
   bool gated;                              // params.gates
   bool delta, has_g, has_beta;             // params.delta; g and beta present (else α = 1, β = 1)
   bool l2_normalize;                       // params.l2_normalize_qk (the recurrent kernel's own)
-  bool state_settled;                      // params.state_from_earlier_op (the recurrent kernel's)
   AnyFloat a_log, dt_bias;
 };
 
@@ -196,44 +194,6 @@ constexpr int kMaxLanes = 32;
 #endif
 constexpr int kStageTokens = 16;
 
-// The op's out_norm inside the recurrent kernel (calls of up to kStageTokens tokens: decode). The
-// norm needs a head's whole row of o, which kMaxLanes-column blocks share: each block leaves its
-// columns of o, rounded to out's dtype as the staged norm would read them, in f32 scratch and
-// arrives at its head's ticket (last_block.cuh); the head's last block normalises the head's rows,
-// a warp per token. One launch less per layer than rms_norm after the rule, for a ticket's round
-// trip.
-struct FusedOutNorm {
-  float* o = nullptr;  // [B, T, Hv, Dv]; null: no norm here, the kernel stores o into out
-  AnyFloat weight, gate;
-  attn::Strides3 gate_s{};  // of [B, T, Hv, Dv]
-  float eps = 0.0f;
-};
-// One ticket per (sequence, value head) of a call: more pairs stage the norm.
-constexpr int kNormTickets = 8192;
-// Zero at module load; every head's last block leaves its ticket at zero again.
-__device__ unsigned int delta_rule_norm_tickets[kNormTickets];
-
-// Token j's row of head h, from the blocks' f32 shares: out = o·rstd·weight·silu(gate), as
-// rms_norm (norm.cu) computes it from o in out's dtype. A warp per row, lanes over the elements.
-__device__ inline void normalize_head_rows(AnyFloat out, const DeltaShape& sh, const FusedOutNorm& norm, int b, int h,
-                                           int tokens) {
-  const int lanes = warp_size(), lane = int(threadIdx.x) % lanes, warp = int(threadIdx.x) / lanes;
-  if (warp >= tokens) return;
-  const float* const o = norm.o + ((int64_t(b) * sh.T + warp) * sh.Hv + h) * sh.Dv;
-  float squares = 0.0f;
-#pragma unroll 1
-  for (int e = lane; e < sh.Dv; e += lanes) {
-    const float x = load_partial(o + e);
-    squares += x * x;
-  }
-  const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(sh.Dv) + norm.eps);
-#pragma unroll 1
-  for (int e = lane; e < sh.Dv; e += lanes) {
-    const float y = load_partial(o + e) * rstd * norm.weight.load(e);
-    out.store(sh.out.at(b, warp, h) + e, silu_times(norm.gate.load(norm.gate_s.at(b, warp, h) + e), y));
-  }
-}
-
 // RowsPerLane: the rows of S a lane holds, ⌈Dk / kRowWarps⌉ rounded up to 8 or kMaxRowsPerLane (its
 // loops are unrolled to it; sized to Dk, the kernel is half as long). Each block normalises the
 // k and q rows it stages itself: the Hv/Hk value heads and column tiles that share a key head
@@ -241,7 +201,7 @@ __device__ inline void normalize_head_rows(AnyFloat out, const DeltaShape& sh, c
 template <int RowsPerLane>
 __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
-                            DeltaShape sh, FusedOutNorm norm) {
+                            DeltaShape sh) {
   __shared__ float partial[3][kRowWarps][kMaxLanes];  // the warps' shares of r, then of o by token parity
   __shared__ float keys[kStageTokens][ops::kMaxDeltaRuleKeyDim], queries[kStageTokens][ops::kMaxDeltaRuleKeyDim];
   __shared__ float values[kStageTokens][kMaxLanes];
@@ -255,19 +215,15 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
   const bool in = e < sh.Dv;  // lanes past Dv keep zeros and still take part in the block's sums
   const int b = bh / Hv, h = bh % Hv, kh = h / (Hv / int(sh.Hk));
   float* const column = state + int64_t(bh) * sh.Dk * sh.Dv + e;  // S[d][e] at column[d · Dv]
-  float S[RowsPerLane];
-  auto load_state = [&] {
-#pragma unroll
-    for (int i = 0; i < RowsPerLane; ++i) {
-      const int d = warp + i * kRowWarps;
-      S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
-    }
-  };
-  // A state written two or more ops back comes in over the previous kernel's tail.
-  if (sh.state_settled) load_state();
   wait_for_prior_kernels();
   release_dependents();
-  if (!sh.state_settled) load_state();
+
+  float S[RowsPerLane];
+#pragma unroll
+  for (int i = 0; i < RowsPerLane; ++i) {
+    const int d = warp + i * kRowWarps;
+    S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
+  }
   for (int64_t t0 = 0; t0 < sh.T; t0 += kStageTokens) {
     const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
     __syncthreads();  // the previous tokens are done with the staged rows
@@ -341,8 +297,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
         o = 0.0f;
 #pragma unroll
         for (int w = 0; w < kRowWarps; ++w) o += partial[slot][w][lane];
-        if (norm.o) norm.o[((int64_t(b) * sh.T + t0 + j) * Hv + h) * sh.Dv + e] = out.round(sh.scale * o);
-        else out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
+        out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
       }
     }
   }
@@ -351,8 +306,6 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     const int d = warp + i * kRowWarps;
     if (in && d < sh.Dk) column[int64_t(d) * sh.Dv] = S[i];
   }
-  if (norm.o && arrive_last(&delta_rule_norm_tickets[bh], unsigned(tiles)))  // norm.o: block-uniform
-    normalize_head_rows(out, sh, norm, b, h, int(sh.T));
 }
 
 // The chunk-wise form on tensor cores (NVIDIA sm_80+), in two passes per segment of the tokens:
@@ -1852,25 +1805,10 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   sh.gated = a.params.gates.given();
   sh.delta = a.params.delta, sh.has_g = a.g.defined(), sh.has_beta = a.beta.defined();
   sh.l2_normalize = a.params.l2_normalize_qk;
-  sh.state_settled = a.params.state_from_earlier_op;
   if (sh.gated) sh.a_log = any_float(a.params.gates.a_log), sh.dt_bias = any_float(a.params.gates.dt_bias);
   if (sh.B * sh.T * sh.Hv * sh.Dv == 0) return;
   const int64_t chunk = a.params.chunk;
   const bool chunkwise = sh.T > 1 && (chunk > 1 || (chunk == 0 && sh.T >= kChunkwiseFrom));
-  // The out_norm inside the recurrent kernel where it takes the call; staged through rms_norm
-  // (its o in the intermediate scratch, which no path of the rule takes) otherwise.
-  const ops::DeltaRuleOutNorm& out_norm = a.params.out_norm;
-  FusedOutNorm norm;
-  if (out_norm.given()) {
-    const bool fused = !chunkwise && sh.T <= kStageTokens && sh.B * sh.Hv <= kNormTickets;
-    void* const o = s.scratch(size_t(a.out.numel()) * (fused ? sizeof(float) : dtype_size(a.out.dtype)),
-                              GpuStream::ScratchSlot::intermediate);
-    if (!fused)
-      return ops::gated_delta_rule_with_staged_norm(
-          stream, a, Tensor::view(o, a.out.device, a.out.dtype, a.out.shape.data(), a.out.rank), gated_delta_rule, rms_norm);
-    norm = {static_cast<float*>(o), any_float(out_norm.weight), any_float(out_norm.gate), attn::strides3(out_norm.gate),
-            out_norm.eps};
-  }
   if (sh.l2_normalize && chunkwise) {
     // The recurrent kernel normalises what it stages; the chunk-wise ones take unit copies, in the
     // staged-input scratch (their own scratch is the kernel slot).
@@ -1928,7 +1866,7 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
                                 sh.Dk <= 8 * kRowWarps ? gated_delta_rule_kernel<8> : gated_delta_rule_kernel<kMaxRowsPerLane>,
                                 dim3(delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes))), dim3(kRowWarps * lanes),
                                 0, s.handle(), any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v),
-                                any_float(a.g), any_float(a.beta), a.state.ptr<float>(), sh, norm));
+                                any_float(a.g), any_float(a.beta), a.state.ptr<float>(), sh));
   DING_GPU_CHECK_LAUNCH("gated_delta_rule_kernel");
 }
 
