@@ -66,6 +66,10 @@ struct GatedDeltaRuleParams {
   // dtype), the sum and the product in double and rounded to f32 on the way, so that every backend
   // rounds each element alike. A model then launches no normalisation of its own.
   bool l2_normalize_qk = false;
+  // A scheduling fact, no part of the result: the state was last written two or more ops back (a
+  // decode step's state, written by the previous step), so a kernel chained behind the op before
+  // may read it before waiting for that op (vendor.h). Host backends ignore it.
+  bool state_from_earlier_op = false;
 };
 
 inline constexpr int64_t kMaxDeltaRuleChunk = 256;

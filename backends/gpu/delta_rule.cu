@@ -42,6 +42,7 @@ struct DeltaShape {
   bool gated;                              // params.gates
   bool delta, has_g, has_beta;             // params.delta; g and beta present (else α = 1, β = 1)
   bool l2_normalize;                       // params.l2_normalize_qk (the recurrent kernel's own)
+  bool state_settled;                      // params.state_from_earlier_op (the recurrent kernel's)
   AnyFloat a_log, dt_bias;
 };
 
@@ -215,15 +216,19 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
   const bool in = e < sh.Dv;  // lanes past Dv keep zeros and still take part in the block's sums
   const int b = bh / Hv, h = bh % Hv, kh = h / (Hv / int(sh.Hk));
   float* const column = state + int64_t(bh) * sh.Dk * sh.Dv + e;  // S[d][e] at column[d · Dv]
+  float S[RowsPerLane];
+  auto load_state = [&] {
+#pragma unroll
+    for (int i = 0; i < RowsPerLane; ++i) {
+      const int d = warp + i * kRowWarps;
+      S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
+    }
+  };
+  // A state written two or more ops back comes in over the previous kernel's tail.
+  if (sh.state_settled) load_state();
   wait_for_prior_kernels();
   release_dependents();
-
-  float S[RowsPerLane];
-#pragma unroll
-  for (int i = 0; i < RowsPerLane; ++i) {
-    const int d = warp + i * kRowWarps;
-    S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
-  }
+  if (!sh.state_settled) load_state();
   for (int64_t t0 = 0; t0 < sh.T; t0 += kStageTokens) {
     const int m = int(sh.T - t0 < kStageTokens ? sh.T - t0 : int64_t(kStageTokens));
     __syncthreads();  // the previous tokens are done with the staged rows
@@ -1805,6 +1810,7 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   sh.gated = a.params.gates.given();
   sh.delta = a.params.delta, sh.has_g = a.g.defined(), sh.has_beta = a.beta.defined();
   sh.l2_normalize = a.params.l2_normalize_qk;
+  sh.state_settled = a.params.state_from_earlier_op;
   if (sh.gated) sh.a_log = any_float(a.params.gates.a_log), sh.dt_bias = any_float(a.params.gates.dt_bias);
   if (sh.B * sh.T * sh.Hv * sh.Dv == 0) return;
   const int64_t chunk = a.params.chunk;

@@ -68,7 +68,9 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
   const Tensor o = scratch.take(dt, {n, Hv, Dv});
   ops::gated_delta_rule(stream, as_batch(o), as_batch(qk.slice(1, 0, Hk)), as_batch(qk.slice(1, Hk, 2 * Hk)), as_batch(v),
                         as_batch(a), as_batch(b), state,
-                        {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias}, .l2_normalize_qk = true});
+                        {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias},
+                         .l2_normalize_qk = true,
+                         .state_from_earlier_op = !prefill});  // at decode, the previous step's
 
   const Tensor normed = scratch.take(dt, {n, Hv, Dv});
   ops::rms_norm(stream, normed, o, w.out_norm_w, {.eps = c.norm_eps, .gate = z});

@@ -23,6 +23,7 @@ struct Delta {
   int64_t chunk = 0;   // the chunk-wise form's chunk (the reference's form too); 0: the backend's choice
   bool gated = false;  // g and β from Qwen3-Next's gates (params.gates): inputs a_t and b_t, A_log, dt_bias
   bool l2 = false;     // params.l2_normalize_qk: q and k of rows of any length (std 3), normalised in the op
+  bool settled = false;  // params.state_from_earlier_op (true here, where the state is uploaded before)
   bool in_tests = true;
 };
 
@@ -52,6 +53,7 @@ OpCase delta_case(const Delta& p) {
   if (p.chunk > 0) name += fmt::format("_chunk{}", p.chunk);
   if (p.gated) name += "_gated";
   if (p.l2) name += "_l2";
+  if (p.settled) name += "_settled";
   const int64_t elements = p.B * p.T * p.Hv * p.Dv;
   OpCase c{"gated_delta_rule", name, tolerance(p.out, elements), tolerance_reason(p.out), nullptr, p.in_tests};
   c.build = [p](CaseRun& run) {
@@ -68,7 +70,7 @@ OpCase delta_case(const Delta& p) {
     const Tensor beta = p.gated ? run.normal(p.gates, {p.B, p.T, p.Hv}, 2.0) : run.uniform(p.gates, {p.B, p.T, p.Hv}, 0.05, 0.95);
     const Tensor state = run.inout("state", DType::f32, {p.B, p.Hv, p.Dk, p.Dv}, 0.5);
     const Tensor out = run.output("out", p.out, {p.B, p.T, p.Hv, p.Dv});
-    ops::GatedDeltaRuleParams params{.chunk = p.chunk, .l2_normalize_qk = p.l2};
+    ops::GatedDeltaRuleParams params{.chunk = p.chunk, .l2_normalize_qk = p.l2, .state_from_earlier_op = p.settled};
     if (p.gated) params.gates = {.a_log = run.uniform(DType::f32, {p.Hv}, -2.0, 2.7), .dt_bias = run.uniform(DType::f32, {p.Hv}, -1.0, 1.0)};
     run.launch = [=](Stream& st) { ops::gated_delta_rule(st, out, q, k, v, g, beta, state, params); };
     run.cost = ops::cost(ops::GatedDeltaRuleArgs{out, q, k, v, g, beta, state, params});
@@ -135,6 +137,11 @@ std::vector<OpCase> delta_rule_cases() {
   add({.T = 20, .Hk = 2, .Hv = 2, .Dk = 32, .Dv = 16, .qkv = f16, .gates = f16, .out = f16, .chunk = 4, .l2 = true});
   add({.B = 2, .T = 37, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 32, .qkv = bf16, .gates = bf16, .out = f32, .views = true,
        .gated = true, .l2 = true});
+  // A decode step's hint that the state is settled (the GPU's recurrent kernel reads it before its
+  // chained wait), and a few tokens with it.
+  add({.B = 2, .T = 1, .Hk = 2, .Hv = 4, .Dk = 64, .Dv = 48, .qkv = bf16, .gates = bf16, .out = bf16, .gated = true,
+       .l2 = true, .settled = true});
+  add({.T = 6, .Hk = 1, .Hv = 2, .Dk = 256, .Dv = 40, .settled = true});
   // Qwen3-Next-80B-A3B's linear-attention heads (16 key heads, 32 value heads, 128 × 128 states):
   // decode at batch 1 and 8 (q and k normalised in the op, as the layer calls it); prefills of 1k
   // to 32k tokens in the recurrent form (chunk 1) and chunk-wise in chunks of 16 to 128, the
