@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <vector>
 
 #include "ding/ops/check.h"
 #include "ding/ops/dispatch.h"
@@ -71,6 +72,22 @@ void validate_recurrence(const char* op, const Device& device, const GatedDeltaR
       c.disjoint("state", a.state, name, *t);
     }
   }
+  const DeltaRuleOutNorm& norm = p.out_norm;
+  if (norm.given() || norm.gate.defined()) {
+    c.tensor("out_norm.weight", norm.weight, 1, 1);
+    c.float_dtype("out_norm.weight", norm.weight);
+    c.contiguous("out_norm.weight", norm.weight);
+    c.dim("out_norm.weight", norm.weight, 0, Dv, "Dv (from v)");
+    c.tensor("out_norm.gate", norm.gate, 4, 4);
+    c.float_dtype("out_norm.gate", norm.gate);
+    c.last_dim_contiguous("out_norm.gate", norm.gate);
+    c.same_shape("out_norm.gate", norm.gate, "out", a.out);
+    for (auto [name, t] : {std::pair{"out_norm.weight", &norm.weight}, {"out_norm.gate", &norm.gate}}) {
+      c.disjoint("out", a.out, name, *t);
+      c.disjoint("state", a.state, name, *t);
+    }
+    c.positive("out_norm.eps", norm.eps);
+  }
 }
 
 Cost cost(const GatedDeltaRuleArgs& a) {
@@ -79,8 +96,36 @@ Cost cost(const GatedDeltaRuleArgs& a) {
   const double tokens = double(a.v.dim(0) * a.v.dim(1) * a.v.dim(2));
   double flops = 8.0 * tokens * double(a.q.dim(3)) * double(a.v.dim(3));
   if (a.params.l2_normalize_qk) flops += 6.0 * double(a.q.numel());  // two squares-and-adds, a scale, for q and k
-  return {flops, double(a.q.nbytes() + a.k.nbytes() + a.v.nbytes() + a.g.nbytes() + a.beta.nbytes() + a.out.nbytes() +
-                        2 * a.state.nbytes())};
+  double bytes = double(a.q.nbytes() + a.k.nbytes() + a.v.nbytes() + a.g.nbytes() + a.beta.nbytes() + a.out.nbytes() +
+                        2 * a.state.nbytes());
+  if (a.params.out_norm.given()) {  // squares, a scale, the weight and the gate's silu a element
+    flops += 8.0 * double(a.out.numel());
+    bytes += double(a.params.out_norm.gate.nbytes() + a.params.out_norm.weight.nbytes());
+  }
+  return {flops, bytes};
+}
+
+RmsNormArgs out_norm_args(const GatedDeltaRuleArgs& a, const Tensor& o) {
+  const DeltaRuleOutNorm& norm = a.params.out_norm;
+  return {a.out, o, norm.weight, {.eps = norm.eps, .gate = norm.gate}};
+}
+
+void gated_delta_rule_with_staged_norm(Stream& stream, const GatedDeltaRuleArgs& a, const Tensor& o,
+                                       void (*rule)(Stream&, const GatedDeltaRuleArgs&),
+                                       void (*rms_norm)(Stream&, const RmsNormArgs&)) {
+  GatedDeltaRuleArgs plain = a;
+  plain.out = o;
+  plain.params.out_norm = {};
+  rule(stream, plain);
+  rms_norm(stream, out_norm_args(a, o));
+}
+
+void gated_delta_rule_with_staged_norm_on_host(Stream& stream, const GatedDeltaRuleArgs& a,
+                                               void (*rule)(Stream&, const GatedDeltaRuleArgs&),
+                                               void (*rms_norm)(Stream&, const RmsNormArgs&)) {
+  std::vector<unsigned char> staged(a.out.nbytes());
+  const Tensor o = Tensor::view(staged.data(), a.out.device, a.out.dtype, a.out.shape.data(), a.out.rank);
+  gated_delta_rule_with_staged_norm(stream, a, o, rule, rms_norm);
 }
 
 void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,

@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "ding/device.h"
+#include "ding/ops/norm.h"
 #include "ding/profile.h"
 
 namespace ding::ops {
@@ -51,6 +52,18 @@ struct DeltaRuleGates {
   bool given() const { return a_log.defined(); }
 };
 
+// Qwen3-Next's gated RMSNorm of each head's output (Qwen3NextRMSNormGated), applied in the op:
+//   out[b, t, h] = rms_norm(o[b, t, h]) · weight · silu(gate[b, t, h])   over the Dv elements
+// where o is the rule's output rounded to out's dtype, exactly what ops::rms_norm with this gate
+// computes on it (ops/norm.h). A backend fuses it or stages it through rms_norm (with_staged_norm);
+// either way a decode step needs no norm of its own, and the GPU's recurrent kernel launches none.
+struct DeltaRuleOutNorm {
+  Tensor weight;  // [Dv], f32/f16/bf16, contiguous; absent: out is o
+  Tensor gate;    // [B, T, Hv, Dv], f32/f16/bf16, last dim contiguous, apart from out
+  float eps = 1e-6f;
+  bool given() const { return weight.defined(); }
+};
+
 struct GatedDeltaRuleParams {
   float scale = 0.0f;  // s; 0 = 1/√Dk
   DeltaRuleGates gates;
@@ -66,6 +79,7 @@ struct GatedDeltaRuleParams {
   // dtype), the sum and the product in double and rounded to f32 on the way, so that every backend
   // rounds each element alike. A model then launches no normalisation of its own.
   bool l2_normalize_qk = false;
+  DeltaRuleOutNorm out_norm;
   // A scheduling fact, no part of the result: the state was last written two or more ops back (a
   // decode step's state, written by the previous step), so a kernel chained behind the op before
   // may read it before waiting for that op (vendor.h). Host backends ignore it.
@@ -94,6 +108,17 @@ void validate(const Device& device, const GatedDeltaRuleArgs& a);
 // The checks under `op`'s name: g and beta are required with params.delta, optional without it.
 void validate_recurrence(const char* op, const Device& device, const GatedDeltaRuleArgs& a);
 Cost cost(const GatedDeltaRuleArgs& a);
+// The out_norm as the op it stands for, out ← rms_norm(o) · silu(gate), for a backend that stages it.
+RmsNormArgs out_norm_args(const GatedDeltaRuleArgs& a, const Tensor& o);
+// A backend's unfused path: the rule (without out_norm) into `o` (shaped and typed as a.out, apart
+// from every other tensor), then rms_norm from o into a.out.
+void gated_delta_rule_with_staged_norm(Stream& stream, const GatedDeltaRuleArgs& a, const Tensor& o,
+                                       void (*rule)(Stream&, const GatedDeltaRuleArgs&),
+                                       void (*rms_norm)(Stream&, const RmsNormArgs&));
+// The same with o in host memory, for host-memory backends.
+void gated_delta_rule_with_staged_norm_on_host(Stream& stream, const GatedDeltaRuleArgs& a,
+                                               void (*rule)(Stream&, const GatedDeltaRuleArgs&),
+                                               void (*rms_norm)(Stream&, const RmsNormArgs&));
 void gated_delta_rule(Stream& stream, Tensor out, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state,
                       const GatedDeltaRuleParams& params = {});
 

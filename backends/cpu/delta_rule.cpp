@@ -180,7 +180,8 @@ void chunk_wise(const Head& x, int64_t t0, int64_t n, int64_t chunk) {
 
 }  // namespace
 
-void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
+void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
+  if (a.params.out_norm.given()) return ops::gated_delta_rule_with_staged_norm_on_host(stream, a, gated_delta_rule, rms_norm);
   const int64_t B = a.q.dim(0), T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
   const int64_t chunk = a.params.chunk > 1 ? a.params.chunk : a.params.chunk == 0 && T >= kChunk ? kChunk : 0;
   const float scale = ops::delta_rule_scale(a);

@@ -195,18 +195,35 @@ constexpr int kMaxLanes = 32;
 #endif
 constexpr int kStageTokens = 16;
 
+// The op's out_norm inside the recurrent kernel (NVIDIA sm_90+, a head of at most kMaxNormTiles
+// tiles of columns): the head's tiles run as one cluster. Per token each block's warp 0 rounds its
+// columns of o to out's dtype (what rms_norm after the rule would read), adds their squares, and
+// stores the sum into every block of the cluster; after the cluster's barrier each block adds the
+// tiles' sums in tile order (the same total in every block) and normalises its own columns. No
+// launch and no trip to global memory for the norm.
+constexpr int kMaxNormTiles = 8;  // a portable cluster
+struct FusedOutNorm {
+  AnyFloat weight, gate;
+  attn::Strides3 gate_s{};  // of [B, T, Hv, Dv]
+  float eps = 0.0f;
+};
+
 // RowsPerLane: the rows of S a lane holds, ⌈Dk / kRowWarps⌉ rounded up to 8 or kMaxRowsPerLane (its
 // loops are unrolled to it; sized to Dk, the kernel is half as long). Each block normalises the
 // k and q rows it stages itself: the Hv/Hk value heads and column tiles that share a key head
 // repeat that small step rather than wait for one another.
-template <int RowsPerLane>
+template <int RowsPerLane, bool kClusterNorm>
 __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     gated_delta_rule_kernel(AnyFloat out, AnyFloat q, AnyFloat k, AnyFloat v, AnyFloat g, AnyFloat beta, float* state,
-                            DeltaShape sh) {
+                            DeltaShape sh, FusedOutNorm norm) {
   __shared__ float partial[3][kRowWarps][kMaxLanes];  // the warps' shares of r, then of o by token parity
   __shared__ float keys[kStageTokens][ops::kMaxDeltaRuleKeyDim], queries[kStageTokens][ops::kMaxDeltaRuleKeyDim];
   __shared__ float values[kStageTokens][kMaxLanes];
   __shared__ float2 gates[kStageTokens];  // (α, β)
+  // kClusterNorm: the norm's gate columns, and every tile's sum of squares by token parity.
+  __shared__ float norm_gate[kClusterNorm ? kStageTokens : 1][kClusterNorm ? kMaxLanes : 1];
+  __shared__ float norm_squares[2][kClusterNorm ? kMaxNormTiles : 1];
+  if constexpr (kClusterNorm) cluster_arrive();  // this block has started (waited for before the first remote store)
   const int lanes = warp_size(), threads = kRowWarps * lanes, tid = int(threadIdx.x);
   const int lane = tid % lanes, warp = tid / lanes;
   // The grid holds at most INT32_MAX blocks (delta_rule_grid): block indices fit 32 bits.
@@ -224,8 +241,10 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       S[i] = in && d < sh.Dk ? column[int64_t(d) * sh.Dv] : 0.0f;
     }
   };
-  // A state written two or more ops back comes in over the previous kernel's tail.
+  // A state written two or more ops back comes in over the previous kernel's tail, as do the
+  // norm's weights.
   if (sh.state_settled) load_state();
+  const float norm_w = kClusterNorm && in ? norm.weight.load(e) : 0.0f;
   wait_for_prior_kernels();
   release_dependents();
   if (!sh.state_settled) load_state();
@@ -236,9 +255,9 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
     // One loop over the staged items (k and q elements, v columns, gates), so that at a decode step
     // each thread stages at most one and the block waits one round trip to global memory, not one
     // a kind of item.
-    const int key_items = m * sh.Dk, value_items = m * lanes;
+    const int key_items = m * sh.Dk, value_items = m * lanes, gate_items = kClusterNorm ? value_items : 0;
 #pragma unroll 1
-    for (int i = tid; i < key_items + value_items + m; i += threads) {
+    for (int i = tid; i < key_items + value_items + gate_items + m; i += threads) {
       if (i < key_items) {
         const int j = i / sh.Dk, d = i % sh.Dk;
         keys[j][d] = k.load(sh.k.at(b, t0 + j, kh) + d);
@@ -246,8 +265,12 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       } else if (i < key_items + value_items) {
         const int j = (i - key_items) / lanes, c = (i - key_items) % lanes;
         values[j][c] = e0 + c < sh.Dv ? v.load(sh.v.at(b, t0 + j, h) + e0 + c) : 0.0f;
+      } else if (i < key_items + value_items + gate_items) {
+        const int j = (i - key_items - value_items) / lanes, c = (i - key_items - value_items) % lanes;
+        if constexpr (kClusterNorm)
+          norm_gate[j][c] = e0 + c < sh.Dv ? norm.gate.load(norm.gate_s.at(b, t0 + j, h) + e0 + c) : 0.0f;
       } else {
-        const int j = i - key_items - value_items;
+        const int j = i - key_items - value_items - gate_items;
         const float2 ds = decay_and_strength(sh, g, beta, b, t0 + j, h);
         gates[j] = make_float2(expf(ds.x), ds.y);
       }
@@ -266,6 +289,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       }
       __syncthreads();
     }
+    if (kClusterNorm && t0 == 0) cluster_wait();  // every block of the cluster has started
     for (int j = 0; j < m; ++j) {
       const float alpha = gates[j].x, strength = gates[j].y;
       float r = 0.0f;
@@ -298,11 +322,28 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
       const int slot = 1 + (j & 1);
       partial[slot][warp][lane] = o;
       __syncthreads();
-      if (warp == 0 && in) {
+      if (warp == 0) {
         o = 0.0f;
 #pragma unroll
         for (int w = 0; w < kRowWarps; ++w) o += partial[slot][w][lane];
-        out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
+        if constexpr (kClusterNorm) {
+          o = in ? out.round(sh.scale * o) : 0.0f;
+          const float squares = warp_sum(o * o);
+          if (lane < tiles) cluster_store(&norm_squares[j & 1][cluster_rank()], unsigned(lane), squares);
+        } else if (in) {
+          out.store(sh.out.at(b, t0 + j, h) + e, sh.scale * o);
+        }
+      }
+      if constexpr (kClusterNorm) {
+        // Every tile's squares of this token are here. Slot j & 1 is written again at token j + 2,
+        // after every block has passed token j + 1's barrier, so after it read this one.
+        cluster_sync();
+        if (warp == 0 && in) {
+          float squares = 0.0f;
+          for (int tile = 0; tile < tiles; ++tile) squares += norm_squares[j & 1][tile];
+          const float rstd = 1.0f / sqrtf(squares / float(sh.Dv) + norm.eps);
+          out.store(sh.out.at(b, t0 + j, h) + e, silu_times(norm_gate[j][lane], o * rstd * norm_w));
+        }
       }
     }
   }
@@ -1797,6 +1838,15 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
 }
 #endif
 
+// Whether the cluster-norm kernels can run here: a device with clusters (sm_90+) and the kernels'
+// loaded code compiled for one (a build for older chips carries them without the cluster code).
+bool cluster_norm_compiled(const Props& props) {
+  if (!props.has_chained_launch()) return false;  // sm_90+: clusters and chained launches came together
+  int version = 0;
+  DING_GPU_CHECK(func_ptx_version(reinterpret_cast<const void*>(gated_delta_rule_kernel<8, true>), version));
+  return version >= 90;
+}
+
 }  // namespace
 
 void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
@@ -1815,6 +1865,16 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   if (sh.B * sh.T * sh.Hv * sh.Dv == 0) return;
   const int64_t chunk = a.params.chunk;
   const bool chunkwise = sh.T > 1 && (chunk > 1 || (chunk == 0 && sh.T >= kChunkwiseFrom));
+  // The out_norm inside the recurrent kernel where its column tiles can form a cluster; staged
+  // through rms_norm otherwise, o in the intermediate scratch (no path of the rule takes it).
+  const ops::DeltaRuleOutNorm& out_norm = a.params.out_norm;
+  const bool fused_norm = out_norm.given() && !chunkwise && cluster_norm_compiled(s.props()) &&
+                          (sh.Dv + s.props().warp_size - 1) / s.props().warp_size <= kMaxNormTiles;
+  if (out_norm.given() && !fused_norm) {
+    void* const o = s.scratch(size_t(a.out.numel()) * dtype_size(a.out.dtype), GpuStream::ScratchSlot::intermediate);
+    return ops::gated_delta_rule_with_staged_norm(
+        stream, a, Tensor::view(o, a.out.device, a.out.dtype, a.out.shape.data(), a.out.rank), gated_delta_rule, rms_norm);
+  }
   if (sh.l2_normalize && chunkwise) {
     // The recurrent kernel normalises what it stages; the chunk-wise ones take unit copies, in the
     // staged-input scratch (their own scratch is the kernel slot).
@@ -1868,11 +1928,23 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
     }
   }
   const int lanes = s.props().warp_size;
-  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(),
-                                sh.Dk <= 8 * kRowWarps ? gated_delta_rule_kernel<8> : gated_delta_rule_kernel<kMaxRowsPerLane>,
-                                dim3(delta_rule_grid(sh.B * sh.Hv * ((sh.Dv + lanes - 1) / lanes))), dim3(kRowWarps * lanes),
-                                0, s.handle(), any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v),
-                                any_float(a.g), any_float(a.beta), a.state.ptr<float>(), sh));
+  const int64_t tiles = (sh.Dv + lanes - 1) / lanes;
+  const bool narrow_keys = sh.Dk <= 8 * kRowWarps;
+  const dim3 grid(delta_rule_grid(sh.B * sh.Hv * tiles)), block(kRowWarps * lanes);
+  if (fused_norm) {
+    const FusedOutNorm norm{any_float(out_norm.weight), any_float(out_norm.gate), attn::strides3(out_norm.gate), out_norm.eps};
+    DING_GPU_CHECK(launch_chained_in_clusters(
+        s.props().has_chained_launch(), unsigned(tiles),
+        narrow_keys ? gated_delta_rule_kernel<8, true> : gated_delta_rule_kernel<kMaxRowsPerLane, true>, grid, block, 0,
+        s.handle(), any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta),
+        a.state.ptr<float>(), sh, norm));
+  } else {
+    DING_GPU_CHECK(launch_chained(
+        s.props().has_chained_launch(),
+        narrow_keys ? gated_delta_rule_kernel<8, false> : gated_delta_rule_kernel<kMaxRowsPerLane, false>, grid, block, 0,
+        s.handle(), any_float(a.out), any_float(a.q), any_float(a.k), any_float(a.v), any_float(a.g), any_float(a.beta),
+        a.state.ptr<float>(), sh, FusedOutNorm{}));
+  }
   DING_GPU_CHECK_LAUNCH("gated_delta_rule_kernel");
 }
 

@@ -258,6 +258,34 @@ inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid
 #endif
 }
 
+// launch_chained with the grid's blocks in clusters of `cluster` consecutive blocks along x
+// (NVIDIA sm_90+; grid.x a multiple of it): a cluster's blocks run at once and reach each other's
+// shared memory (cluster_store, cluster_sync below). HIP has no clusters: refused there.
+template <class... Params, class... Args>
+inline error_t launch_chained_in_clusters(bool chained, unsigned cluster, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                          size_t shared, stream_t stream, Args&&... args) {
+#if defined(DING_GPU_HIP_API)
+  (void)chained, (void)cluster, (void)kernel, (void)grid, (void)block, (void)shared, (void)stream;
+  return hipErrorNotSupported;
+#else
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = cluster;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = chained ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+#endif
+}
+
 // Blocks of `threads` threads with `shared` bytes of dynamic shared memory that fit one SM (CU)
 // at once, by the runtime's occupancy calculator (registers, shared memory, block limits).
 template <class... Params>
@@ -415,6 +443,50 @@ __device__ inline void prefetch_to_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 #else
   (void)p;
+#endif
+}
+
+// A block's place in its cluster (launch_chained_in_clusters), and the cluster's barrier: every
+// thread of every block of the cluster arrives (release) and waits (acquire), so shared-memory
+// stores into other blocks before it are seen after it. A cluster's first remote store waits for
+// a barrier its blocks passed (cluster_arrive at the start, cluster_wait before the store): every
+// block has started. No-ops outside NVIDIA sm_90+, where nothing launches clusters.
+__device__ inline unsigned cluster_rank() {
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+#else
+  return 0;
+#endif
+}
+
+__device__ inline void cluster_arrive() {
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+
+__device__ inline void cluster_wait() {
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+__device__ inline void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+
+// v into the float at `local` (a __shared__ address of this block) in the cluster's block `rank`.
+__device__ inline void cluster_store(float* local, unsigned rank, float v) {
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t here = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t there;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(there) : "r"(here), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(there), "f"(v) : "memory");
+#else
+  (void)local, (void)rank, (void)v;
 #endif
 }
 

@@ -22,7 +22,14 @@ KOKKOS_INLINE_FUNCTION float softplus(float x) { return x > 20.0f ? x : log1pf(e
 
 }  // namespace
 
-void gated_delta_rule(Stream&, const ops::GatedDeltaRuleArgs& a) {
+void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
+  if (a.params.out_norm.given()) {
+    const Buffer staged = temporary(stream, a.out.nbytes());
+    const Tensor o = Tensor::view(staged.data(), a.out.device, a.out.dtype, a.out.shape.data(), a.out.rank);
+    ops::gated_delta_rule_with_staged_norm(stream, a, o, gated_delta_rule, rms_norm);
+    stream.synchronize();  // before `staged` is freed
+    return;
+  }
   const int64_t T = a.q.dim(1), Hk = a.q.dim(2), Dk = a.q.dim(3), Hv = a.v.dim(2), Dv = a.v.dim(3);
   const float scale = ops::delta_rule_scale(a);
   const Elements out = elements(a.out), q = elements(a.q), k = elements(a.k), v = elements(a.v), g = elements(a.g),

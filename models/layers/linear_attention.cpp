@@ -1,10 +1,9 @@
 // Gated DeltaNet as a decoder layer (Qwen3-Next's linear_attention layers), every step a device op:
 //   [q k v | b a | z] = W_in h,  h = norm(x)                 matmul, the norm in its prologue
 //   q, k, v = silu(conv(q k v))                             causal_conv1d, state: the last K − 1 inputs
-//   o = gated_delta_rule(q/‖q‖, k/‖k‖, v; g(a), β(b))       the L2 norms per head and the gates (from
-//                                                           A_log, dt_bias) formed in the op
-//   x += W_out · (rms_norm(o) ⊙ silu(z))                    rms_norm with z as its gate, matmul with
-//                                                           x as residual
+//   o = gated_delta_rule(q/‖q‖, k/‖k‖, v; g(a), β(b))       the L2 norms per head, the gates (from
+//                                                           A_log, dt_bias) and the gated norm below
+//   x += W_out · (rms_norm(o) ⊙ silu(z))                    formed in the op; matmul with x as residual
 // A prefill chunk is one sequence's consecutive tokens (B = 1, T = n); a decode step is one token
 // of each of n sequences (B = n, T = 1). The cache holds per sequence what the next token needs,
 // whatever the context: the convolution's last inputs and the state.
@@ -33,6 +32,7 @@ void LinearAttentionCache::clear(Stream& stream, int64_t seq) {
 }
 
 std::vector<std::string_view> linear_attention_ops(const ModelConfig&) {
+  // rms_norm: where a backend stages the rule's out_norm.
   return {"matmul", "causal_conv1d", "gated_delta_rule", "rms_norm"};
 }
 
@@ -65,15 +65,14 @@ void linear_attention(const Step& s, const LinearAttentionWeights& w, LayerCache
   const Tensor v = mixed.slice(1, 2 * Kd, channels).unflatten(1, Hv);
   const Tensor b = proj.slice(1, channels, channels + Hv), a = proj.slice(1, channels + Hv, channels + 2 * Hv);
 
-  const Tensor o = scratch.take(dt, {n, Hv, Dv});
-  ops::gated_delta_rule(stream, as_batch(o), as_batch(qk.slice(1, 0, Hk)), as_batch(qk.slice(1, Hk, 2 * Hk)), as_batch(v),
-                        as_batch(a), as_batch(b), state,
+  // The gated norm inside the rule's op; at decode the state was written by the previous step.
+  const Tensor normed = scratch.take(dt, {n, Hv, Dv});
+  ops::gated_delta_rule(stream, as_batch(normed), as_batch(qk.slice(1, 0, Hk)), as_batch(qk.slice(1, Hk, 2 * Hk)),
+                        as_batch(v), as_batch(a), as_batch(b), state,
                         {.gates = {.a_log = w.a_log, .dt_bias = w.dt_bias},
                          .l2_normalize_qk = true,
-                         .state_from_earlier_op = !prefill});  // at decode, the previous step's
-
-  const Tensor normed = scratch.take(dt, {n, Hv, Dv});
-  ops::rms_norm(stream, normed, o, w.out_norm_w, {.eps = c.norm_eps, .gate = z});
+                         .out_norm = {.weight = w.out_norm_w, .gate = as_batch(z), .eps = c.norm_eps},
+                         .state_from_earlier_op = !prefill});
   ops::matmul(stream, s.x, normed.reshape({n, Vd}), w.out_w, {.residual = s.x});
 }
 

@@ -144,6 +144,8 @@ Tensor l2_normalized(const Tensor& x, std::vector<double>& storage) {
 }  // namespace
 
 void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& args) {
+  if (args.params.out_norm.given())
+    return ops::gated_delta_rule_with_staged_norm_on_host(stream, args, gated_delta_rule, rms_norm);
   if (args.params.l2_normalize_qk) {
     std::vector<double> q_storage, k_storage;
     ops::GatedDeltaRuleArgs normalized = args;

@@ -284,5 +284,21 @@ TEST(GatedDeltaRuleBadInput, ChunkOutOfRange) {
                  {"gated_delta_rule", "chunk", std::to_string(chunk)});
 }
 
+TEST(GatedDeltaRuleBadInput, OutNormNeedsAWeightOfDvAndAGateShapedLikeOut) {
+  CaseRun run(cpu(), 1);
+  const Tensors t = delta_tensors(run);
+  const Tensor weight = run.normal(DType::f32, {5}), gate = run.normal(DType::f32, {1, 3, 4, 5});
+  expect_error([&] { call(run, t, {.out_norm = {.weight = run.normal(DType::f32, {4}), .gate = gate}}); },
+               ErrorCode::shape_mismatch, {"gated_delta_rule", "out_norm.weight", "Dv (from v)"});
+  expect_error([&] { call(run, t, {.out_norm = {.weight = weight, .gate = run.normal(DType::f32, {1, 3, 4, 4})}}); },
+               ErrorCode::shape_mismatch, {"gated_delta_rule", "out_norm.gate", "out"});
+  expect_error([&] { call(run, t, {.out_norm = {.gate = gate}}); }, ErrorCode::invalid_argument,
+               {"gated_delta_rule", "out_norm.weight"});
+  expect_error([&] { call(run, t, {.out_norm = {.weight = weight, .gate = t.out}}); }, ErrorCode::aliasing,
+               {"gated_delta_rule", "out_norm.gate", "overlaps"});
+  expect_error([&] { call(run, t, {.out_norm = {.weight = weight, .gate = gate, .eps = 0.0f}}); },
+               ErrorCode::invalid_argument, {"gated_delta_rule", "out_norm.eps", "got 0"});
+}
+
 }  // namespace
 }  // namespace ding::testing
