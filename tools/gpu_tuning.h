@@ -20,6 +20,7 @@
 //   DING_DELTA_PAIRS=0     its walk's products as tf32 head and tail, not bf16 pairs, for bf16 q, k, v
 //   DING_DELTA_BULK=0      its walk's operands by cp.async, not by sm_90's bulk copies
 //   DING_DELTA_PREPARE_BLOCKS=N  its first pass N blocks an SM, 2 or 3 (0: three where that saves a wave)
+//   DING_DELTA_CLUSTER_NORM=0  its output's gated norm by rms_norm after it, not in its recurrent kernel
 //   DING_DECODE_EARLY=0    decode attention copies no K/V tile before the chained-launch wait
 #pragma once
 #include <optional>

@@ -1868,7 +1868,8 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   // The out_norm inside the recurrent kernel where its column tiles can form a cluster; staged
   // through rms_norm otherwise, o in the intermediate scratch (no path of the rule takes it).
   const ops::DeltaRuleOutNorm& out_norm = a.params.out_norm;
-  const bool fused_norm = out_norm.given() && !chunkwise && cluster_norm_compiled(s.props()) &&
+  const bool fused_norm = out_norm.given() && !chunkwise && s.attention_tuning().delta_rule_cluster_norm &&
+                          cluster_norm_compiled(s.props()) &&
                           (sh.Dv + s.props().warp_size - 1) / s.props().warp_size <= kMaxNormTiles;
   if (out_norm.given() && !fused_norm) {
     void* const o = s.scratch(size_t(a.out.numel()) * dtype_size(a.out.dtype), GpuStream::ScratchSlot::intermediate);

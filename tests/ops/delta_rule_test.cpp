@@ -213,6 +213,25 @@ TEST(GatedDeltaRuleGpu, BothProductFormsKeepTheBound) {
   EXPECT_GT(count, 20);
 }
 
+// The output's gated norm inside the recurrent kernel (a cluster of a head's column tiles, on
+// sm_90) and staged through rms_norm: each keeps the bound of every case that asks for the norm.
+TEST(GatedDeltaRuleGpu, ClusterAndStagedNormKeepTheBound) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  constexpr auto cluster = &gpu::AttentionTuning::delta_rule_cluster_norm;
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  int count = 0;
+  for (const OpCase& c : delta_rule_cases()) {
+    if (!c.in_tests || !c.name.ends_with("_norm")) continue;
+    expect_case_under(cuda, c, seed, {{"in the kernel", tuning.with(cluster, true)}, {"staged", tuning.with(cluster, false)}},
+                      /*same_bits=*/false);
+    ++count;
+  }
+  EXPECT_GE(count, 6);
+}
+
 // ---- Bad input -----------------------------------------------------------------------------------
 
 struct Tensors {

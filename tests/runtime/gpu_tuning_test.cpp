@@ -119,7 +119,7 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
   ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0"), fold("DING_MLA_FOLD", "0"),
       segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), bulk_delta("DING_DELTA_BULK", "0"),
-      prepare_blocks("DING_DELTA_PREPARE_BLOCKS", "3"),
+      prepare_blocks("DING_DELTA_PREPARE_BLOCKS", "3"), cluster_norm("DING_DELTA_CLUSTER_NORM", "0"),
       decode_early("DING_DECODE_EARLY", "0");
   const auto a = tools::attention_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
@@ -130,6 +130,7 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(a->delta_rule_bf16_pairs);  // the default is true
   EXPECT_FALSE(a->delta_rule_bulk_copies);  // the default is true
   EXPECT_EQ(a->delta_rule_prepare_blocks, 3);  // the default is 0: chosen by waves
+  EXPECT_FALSE(a->delta_rule_cluster_norm);  // the default is true
   EXPECT_FALSE(a->decode_early_tiles);  // the default is true
 }
 

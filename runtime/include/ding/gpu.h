@@ -65,6 +65,9 @@ struct AttentionTuning {
   int delta_rule_prepare_blocks = 0;  // its first pass's blocks an SM: 2; 3 (T over the chunk's queries, at
                                       // most 80 registers) where the rows are 16-bit and chunks of 64 leave
                                       // room; 0: three where they fit and take fewer waves than two
+  bool delta_rule_cluster_norm = true;  // the op's out_norm inside its recurrent kernel, the column tiles of
+                                        // a head one cluster (sm_90+); false: staged through rms_norm, as
+                                        // on sm_80/sm_89
   bool decode_early_tiles = true;  // decode attention's first K/V tiles copied before the chained-launch
                                    // wait, where the op says the cache comes from earlier ops
 };
