@@ -1865,12 +1865,15 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   if (sh.B * sh.T * sh.Hv * sh.Dv == 0) return;
   const int64_t chunk = a.params.chunk;
   const bool chunkwise = sh.T > 1 && (chunk > 1 || (chunk == 0 && sh.T >= kChunkwiseFrom));
-  // The out_norm inside the recurrent kernel where its column tiles can form a cluster; staged
-  // through rms_norm otherwise, o in the intermediate scratch (no path of the rule takes it).
+  // The out_norm inside the recurrent kernel where its column tiles can form a cluster and the
+  // blocks are at most one an SM (a decode step of one sequence: at 8, Qwen3-Next-80B's 1024 blocks
+  // in clusters took 35 µs against 28 staged on an H100, docs/PERFORMANCE.md); staged through
+  // rms_norm otherwise, o in the intermediate scratch (no path of the rule takes it).
   const ops::DeltaRuleOutNorm& out_norm = a.params.out_norm;
+  const int64_t norm_tiles = (sh.Dv + s.props().warp_size - 1) / s.props().warp_size;
   const bool fused_norm = out_norm.given() && !chunkwise && s.attention_tuning().delta_rule_cluster_norm &&
-                          cluster_norm_compiled(s.props()) &&
-                          (sh.Dv + s.props().warp_size - 1) / s.props().warp_size <= kMaxNormTiles;
+                          cluster_norm_compiled(s.props()) && norm_tiles <= kMaxNormTiles &&
+                          sh.B * sh.Hv * norm_tiles <= s.props().sm_count;
   if (out_norm.given() && !fused_norm) {
     void* const o = s.scratch(size_t(a.out.numel()) * dtype_size(a.out.dtype), GpuStream::ScratchSlot::intermediate);
     return ops::gated_delta_rule_with_staged_norm(
