@@ -40,6 +40,10 @@
 #if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define DING_GPU_NVIDIA_MMA 1
 #endif
+// Device code for NVIDIA sm_90+: chained launches' griddepcontrol, clusters, bulk copies.
+#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DING_GPU_SM90_CODE 1
+#endif
 #if !defined(DING_GPU_AMD)
 #define DING_GPU_NVIDIA 1
 #endif
@@ -409,13 +413,13 @@ __device__ inline uint16_t float_to_bf16_bits(float f) {
 // before it have finished: their writes are in memory (cp.async.cg and L2-coherent loads see
 // them; the non-coherent read-only path may not).
 __device__ inline void wait_for_prior_kernels() {
-#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(DING_GPU_SM90_CODE)
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 __device__ inline void release_dependents() {
-#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(DING_GPU_SM90_CODE)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
@@ -424,7 +428,7 @@ __device__ inline void release_dependents() {
 // its weights in while its predecessor finishes. One bulk request per call on sm_90 (p and bytes
 // multiples of 16); per 128-byte line elsewhere on NVIDIA; nothing on HIP.
 __device__ inline void prefetch_to_l2(const void* p, uint32_t bytes) {
-#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(DING_GPU_SM90_CODE)
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #elif !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__)
   for (uint32_t off = 0; off < bytes; off += 128)
@@ -452,7 +456,7 @@ __device__ inline void prefetch_to_l1(const void* p) {
 // a barrier its blocks passed (cluster_arrive at the start, cluster_wait before the store): every
 // block has started. No-ops outside NVIDIA sm_90+, where nothing launches clusters.
 __device__ inline unsigned cluster_rank() {
-#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(DING_GPU_SM90_CODE)
   unsigned rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
   return rank;
@@ -462,13 +466,13 @@ __device__ inline unsigned cluster_rank() {
 }
 
 __device__ inline void cluster_arrive() {
-#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(DING_GPU_SM90_CODE)
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #endif
 }
 
 __device__ inline void cluster_wait() {
-#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(DING_GPU_SM90_CODE)
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
@@ -480,7 +484,7 @@ __device__ inline void cluster_sync() {
 
 // v into the float at `local` (a __shared__ address of this block) in the cluster's block `rank`.
 __device__ inline void cluster_store(float* local, unsigned rank, float v) {
-#if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(DING_GPU_SM90_CODE)
   const uint32_t here = static_cast<uint32_t>(__cvta_generic_to_shared(local));
   uint32_t there;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(there) : "r"(here), "r"(rank));
