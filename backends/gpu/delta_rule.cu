@@ -1840,11 +1840,15 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
 
 // Whether the cluster-norm kernels can run here: a device with clusters (sm_90+) and the kernels'
 // loaded code compiled for one (a build for older chips carries them without the cluster code).
+// Asked once, as gemm_mma_e4m3.cu asks of its kernels: a decode step without graphs calls this
+// every layer.
 bool cluster_norm_compiled(const Props& props) {
-  if (!props.has_chained_launch()) return false;  // sm_90+: clusters and chained launches came together
-  int version = 0;
-  DING_GPU_CHECK(func_ptx_version(reinterpret_cast<const void*>(gated_delta_rule_kernel<8, true>), version));
-  return version >= 90;
+  static const bool compiled = [] {
+    int version = 0;
+    const auto kernel = gated_delta_rule_kernel<8, true>;
+    return func_ptx_version(reinterpret_cast<const void*>(kernel), version) == success && version >= 90;
+  }();
+  return props.has_chained_launch() && compiled;  // sm_90+: clusters and chained launches came together
 }
 
 }  // namespace

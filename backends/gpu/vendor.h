@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #if !defined(DING_GPU_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define DING_GPU_NVIDIA_MMA 1
@@ -240,11 +241,15 @@ inline error_t event_elapsed_ms(float* ms, event_t start, event_t stop) { return
 // kernel on the stream is still running, and must call wait_for_prior_kernels() (below) before
 // it touches anything an earlier kernel writes or reads. Elsewhere, and on HIP, a plain launch.
 // Recorded into a CUDA graph, the early start becomes a programmatic edge and survives replay.
+// `cluster` > 0 (NVIDIA sm_90+; grid.x a multiple of it) puts the grid's blocks in clusters of that
+// many consecutive blocks along x: a cluster's blocks run at once and reach each other's shared
+// memory (cluster_store, cluster_sync below). HIP has no clusters: refused there.
 template <class... Params, class... Args>
-inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
-                              stream_t stream, Args&&... args) {
+inline error_t launch_chained_in_clusters(bool chained, unsigned cluster, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                          size_t shared, stream_t stream, Args&&... args) {
 #if defined(DING_GPU_HIP_API)
   (void)chained;
+  if (cluster > 0) return hipErrorNotSupported;
   hipLaunchKernelGGL(kernel, grid, block, shared, stream, static_cast<Params>(args)...);
   return hipGetLastError();
 #else
@@ -253,41 +258,30 @@ inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid
   config.blockDim = block;
   config.dynamicSmemBytes = shared;
   config.stream = stream;
-  cudaLaunchAttribute early_start[1];
-  early_start[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early_start[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = early_start;
-  config.numAttrs = chained ? 1 : 0;
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (cluster > 0) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = cluster;
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (chained) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 #endif
 }
 
-// launch_chained with the grid's blocks in clusters of `cluster` consecutive blocks along x
-// (NVIDIA sm_90+; grid.x a multiple of it): a cluster's blocks run at once and reach each other's
-// shared memory (cluster_store, cluster_sync below). HIP has no clusters: refused there.
 template <class... Params, class... Args>
-inline error_t launch_chained_in_clusters(bool chained, unsigned cluster, void (*kernel)(Params...), dim3 grid, dim3 block,
-                                          size_t shared, stream_t stream, Args&&... args) {
-#if defined(DING_GPU_HIP_API)
-  (void)chained, (void)cluster, (void)kernel, (void)grid, (void)block, (void)shared, (void)stream;
-  return hipErrorNotSupported;
-#else
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  cudaLaunchAttribute attributes[2];
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = cluster;
-  attributes[0].val.clusterDim.y = 1;
-  attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attributes;
-  config.numAttrs = chained ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-#endif
+inline error_t launch_chained(bool chained, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                              stream_t stream, Args&&... args) {
+  return launch_chained_in_clusters(chained, 0, kernel, grid, block, shared, stream, std::forward<Args>(args)...);
 }
 
 // Blocks of `threads` threads with `shared` bytes of dynamic shared memory that fit one SM (CU)
