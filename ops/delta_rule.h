@@ -24,6 +24,9 @@
 // form keeps the cumulative G_i in double (or relative to a nearby token): Qwen3-Next's heads decay
 // by up to e^-300 a token, so G_i reach −10⁴ within a chunk, where f32 holds e^(G_i − G_j) of
 // neighbours to only ~1e-3.
+// Precision: the state and every sum are f32. Where q, k and v are bf16 and the output 16-bit, a
+// backend may take the chunk-wise form's products in bf16 pairs (each computed operand as hi + lo,
+// ~2^-17 relative): 2^8 below the output's own rounding, so it only flips a share of its roundings.
 #pragma once
 #include <cmath>
 #include <cstdint>
