@@ -60,6 +60,7 @@ std::optional<gpu::MatmulTuning> matmul_tuning_from_environment() {
   }
   if (auto v = count("DING_GEMV_EARLY")) t.gemv_early_units = *v, any = true;
   if (auto v = flag("DING_GEMV_EARLY_SEGMENTS")) t.gemv_early_segments = *v, any = true;
+  if (auto v = flag("DING_GEMV_EVICT_FIRST")) t.gemv_evict_first = *v, any = true;
   if (auto v = count("DING_GEMV_MMA_MIN_KB")) t.gemv_mma_min_bytes = int64_t(*v) * 1024, any = true;
   if (auto v = flag("DING_GEMM_E4M3")) t.e4m3_mma = *v, any = true;
   if (!any) return std::nullopt;

@@ -11,6 +11,7 @@
 //   DING_GEMV_EARLY=N      units of the tensor-core GEMV's ring copied before the chained-launch wait
 //   DING_GEMV_EARLY_SEGMENTS=0  the tensor-core GEMV finds a mixture's experts after the wait only,
 //                          whatever the op's hint
+//   DING_GEMV_EVICT_FIRST=0  the tensor-core GEMV's copies of w kept in L2 as any other data
 //   DING_GEMV_MMA_MIN_KB=N one row times weights below N KiB takes the FMA GEMV (0: never)
 //   DING_GEMM_E4M3=0       prefill products of E4M3 weights not on E4M3 tensor cores (x kept 16-bit)
 //   DING_MLA_STAGES=N      the latent attend kernel's ring: at most N tiles, 2 to 4 (0: automatic)

@@ -29,6 +29,33 @@ __device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes,
   else
     cp_async_16(dst, src, src_bytes);
 }
+// An L2 eviction policy for copies of data read once per pass (a decode step's weights): as they
+// stream through L2 they are the first lines evicted, so what the step reads again (the KV cache,
+// activations, the kernels' code) stays resident. `evict_first` false: the normal policy, the
+// same as a copy without a hint.
+__device__ inline uint64_t l2_stream_policy(bool evict_first) {
+  uint64_t policy;
+  if (evict_first)
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  else
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// cp_async_16 with an L2 fetch size (as above) and an eviction policy (l2_stream_policy).
+__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes, int l2_fetch, uint64_t policy) {
+  if (l2_fetch == 128)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes), "l"(policy)
+                 : "memory");
+  else if (l2_fetch == 256)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes), "l"(policy)
+                 : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes), "l"(policy)
+                 : "memory");
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

@@ -127,6 +127,7 @@ struct MmaRows {
   int early_units = 0;      // ring slots filled before the chained-launch wait; the rest after x's
                             // copies are issued (launch_mma)
   int l2_fetch = 128;       // bytes L2 fetches around each copy of w: 0 (the copy's own), 128 or 256
+  bool evict_first = true;  // w's copies evicted from L2 first (l2_stream_policy)
 };
 
 // A launch of the core: the row split, the ring depth (units in flight per thread) and the grid.
@@ -418,14 +419,15 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMaxBlocksPerSm) gemv_mma_kern
   // The unit's rows g and g + 8 of the block's run `w`, into slot s: one commit group per unit,
   // empty past the block's last tile so that the group count stays in step with the units.
   // l2_fetch: rs.l2_fetch, a compile-time constant in the main loop (cp_async_16's choice folds).
+  const uint64_t w_policy = l2_stream_policy(rs.evict_first);
   auto issue = [&](int s, const Cursor& c, const W* w, int l2_fetch) {
     if (c.tile < tiles) {
       const bool in = c.k < K;  // K % kLaneK == 0: a lane's elements are all in or all out
       const bool lo = in && c.row < rows, hi = in && c.row + rs.hi_rows < rows;
       const W* src = w + (c.row * K + c.k);
       // Rows or columns past the block's: 16 zero bytes, read from nowhere (w is a valid address).
-      cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0, l2_fetch);
-      cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0, l2_fetch);
+      cp_async_16(smem_address(slot_lo(s)), lo ? src : w, lo ? 16 : 0, l2_fetch, w_policy);
+      cp_async_16(smem_address(slot_hi(s)), hi ? src + rs.hi_offset : w, hi ? 16 : 0, l2_fetch, w_policy);
     }
     cp_async_commit();
   };
@@ -722,6 +724,7 @@ void launch_mma(GpuStream& s, const Params& a) {
   const bool normed = a.norm.weight != nullptr;
   MmaPlan plan = mma_plan(s.props(), p, normed, ep.swiglu, sizeof(W) == 1);
   if (const int fetch = s.matmul_tuning().gemv_l2_fetch; fetch == 0 || fetch == 128 || fetch == 256) plan.rows.l2_fetch = fetch;
+  plan.rows.evict_first = s.matmul_tuning().gemv_evict_first;
   const int early = s.matmul_tuning().gemv_early_units;
   plan.rows.early_units = early >= 0 ? std::min(early, plan.depth) : plan.depth / 2;
   const bool chained = gemv_chained(s);

@@ -30,6 +30,8 @@ struct MatmulTuning {
                                // chained-launch wait, the rest after x's copies (-1: its default)
   bool gemv_early_segments = true;  // and a mixture's experts found there too, where the offsets
                                     // that select them come from an earlier op (ops::MoeMatmulArgs)
+  bool gemv_evict_first = true;  // the tensor-core GEMV's copies of w evicted from L2 first (a
+                                 // decode step reads each weight once; the rest it reads stays)
   int64_t gemv_mma_min_bytes = -1;  // one row of x times weights below this many bytes takes the
                                     // FMA GEMV, not the tensor-core one (-1: its default, 1 MiB; 0: never)
   bool e4m3_mma = true;        // prefill products of 16-bit x and E4M3 w on E4M3 tensor cores, x
