@@ -103,7 +103,8 @@ TEST(GpuTuning, MissingTmaCoreIsRefused) {
 TEST(GpuTuning, EnvironmentIsRead) {
   ScopedVariable tile("DING_GEMM_TILE", "64x128"), split("DING_GEMM_SPLIT", "3"), wgmma("DING_GEMM_WGMMA", "0"),
       l2("DING_GEMV_L2", "256"), mma_min("DING_GEMV_MMA_MIN_KB", "4"), e4m3("DING_GEMM_E4M3", "0"),
-      early("DING_GEMV_EARLY", "3"), early_segments("DING_GEMV_EARLY_SEGMENTS", "0");
+      early("DING_GEMV_EARLY", "3"), early_segments("DING_GEMV_EARLY_SEGMENTS", "0"),
+      evict_first("DING_GEMV_EVICT_FIRST", "0");
   const auto t = tools::matmul_tuning_from_environment();
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->tile_m, 64);
@@ -114,6 +115,7 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_EQ(t->gemv_mma_min_bytes, 4096);
   EXPECT_EQ(t->gemv_early_units, 3);
   EXPECT_FALSE(t->gemv_early_segments);  // the default is true
+  EXPECT_FALSE(t->gemv_evict_first);     // the default is true
   EXPECT_FALSE(t->e4m3_mma);
   EXPECT_FALSE(t->tma);  // unset: the default
   EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
@@ -139,7 +141,8 @@ TEST(GpuTuning, UnreadableVariableIsNamed) {
                                     std::pair{"DING_GEMM_SPLIT", "-1"}, std::pair{"DING_GEMM_SPLIT", "two"},
                                     std::pair{"DING_GEMM_WGMMA", "off"}, std::pair{"DING_GEMV_L2", "64"},
                                     std::pair{"DING_GEMV_MMA_MIN_KB", "-1"}, std::pair{"DING_GEMM_E4M3", "no"},
-                                    std::pair{"DING_GEMV_EARLY", "-2"}, std::pair{"DING_GEMV_EARLY_SEGMENTS", "yes"}}) {
+                                    std::pair{"DING_GEMV_EARLY", "-2"}, std::pair{"DING_GEMV_EARLY_SEGMENTS", "yes"},
+                                    std::pair{"DING_GEMV_EVICT_FIRST", "first"}}) {
     ScopedVariable v(name, value);
     testing::expect_error([] { (void)tools::matmul_tuning_from_environment(); }, ErrorCode::invalid_argument,
                           {std::string(name) + "=" + value});
