@@ -17,22 +17,10 @@ __device__ inline uint32_t smem_address(const void* p) { return static_cast<uint
 __device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
-// The same, asking L2 to fetch the whole `l2_fetch`-byte piece (128 or 256; 0: none) around src
-// from memory: where neighbouring threads (or this thread's next copies) read the rest of it soon,
-// fewer and larger DRAM requests. l2_fetch is uniform over the launch, so the branch costs no
-// divergence.
-__device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes, int l2_fetch) {
-  if (l2_fetch == 128)
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-  else if (l2_fetch == 256)
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-  else
-    cp_async_16(dst, src, src_bytes);
-}
 // An L2 eviction policy for copies of data read once per pass (a decode step's weights): as they
 // stream through L2 they are the first lines evicted, so what the step reads again (the KV cache,
-// activations, the kernels' code) stays resident. `evict_first` false: the normal policy, the
-// same as a copy without a hint.
+// activations, the kernels' code) stays resident. `evict_first` false: evict_normal, the priority
+// the PTX ISA gives a copy without a hint.
 __device__ inline uint64_t l2_stream_policy(bool evict_first) {
   uint64_t policy;
   if (evict_first)
@@ -41,7 +29,10 @@ __device__ inline uint64_t l2_stream_policy(bool evict_first) {
     asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
-// cp_async_16 with an L2 fetch size (as above) and an eviction policy (l2_stream_policy).
+// The same copy under an eviction policy (l2_stream_policy), asking L2 to fetch the whole
+// `l2_fetch`-byte piece (128 or 256; 0: none) around src from memory: where neighbouring threads
+// (or this thread's next copies) read the rest of it soon, fewer and larger DRAM requests.
+// l2_fetch is uniform over the launch, so the branch costs no divergence.
 __device__ inline void cp_async_16(uint32_t dst, const void* src, int src_bytes, int l2_fetch, uint64_t policy) {
   if (l2_fetch == 128)
     asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
