@@ -443,6 +443,13 @@ std::vector<OpCase> attention_cases() {
   // Bench: the Llama-3.1-8B decode step's attention with its rope.
   decode({.S = 512, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 384, .append = bf16,
           .in_tests = false, .rope = true});
+  // Bench: a decode step's attention as ding-bench model runs it, the cache settled (llama-3.1-8b at
+  // --prompt 256 --new 32 with its llama3 table; olmoe-1b-7b at --prompt 256 --new 64 with its norm),
+  // halfway through the new tokens: at a short context the kernel's fixed work is its cost.
+  decode({.S = 288, .H = 32, .Hkv = 8, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 272, .append = bf16,
+          .in_tests = false, .rope = true, .table = true, .settled = true});
+  decode({.S = 320, .H = 16, .Hkv = 16, .D = 128, .q = bf16, .kv = bf16, .out = bf16, .len = 288, .append = bf16,
+          .in_tests = false, .rope = true, .qk_norm = whole, .settled = true});
 
   // Rolling caches (S slots, position p at slot p mod S; window ≤ S, prefill window + Tq − 1 ≤ S).
   // Prefill: Tk many times S (the keys wrap inside a tile), the tightest S, on the GPU's SIMT
