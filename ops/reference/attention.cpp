@@ -29,12 +29,14 @@ KeyRange visible(int64_t p, int64_t window) { return {window > 0 ? std::max<int6
 void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at, const Tensor& k, const Tensor& v,
                 int64_t b, int64_t kv_head, KeyRange keys, double scale) {
   const int64_t D = k.dim(3), S = k.dim(1);
+  std::vector<double> q_row(size_t(D), 0.0), o(size_t(D), 0.0);
+  for (int64_t d = 0; d < D; ++d) q_row[size_t(d)] = load(q, q_at + d * q.strides[q.rank - 1]);
   std::vector<double> score(size_t(keys.end - keys.first), 0.0);
   double max_score = -std::numeric_limits<double>::infinity();
   for (int64_t j = keys.first; j < keys.end; ++j) {
     const int64_t k_at = offset(k, {b, j % S, kv_head, 0});
     double s = 0;
-    for (int64_t d = 0; d < D; ++d) s += load(q, q_at + d * q.strides[q.rank - 1]) * load(k, k_at + d * k.strides[3]);
+    for (int64_t d = 0; d < D; ++d) s += q_row[size_t(d)] * load(k, k_at + d * k.strides[3]);
     score[size_t(j - keys.first)] = scale * s;
     max_score = std::max(max_score, score[size_t(j - keys.first)]);
   }
@@ -44,12 +46,12 @@ void attend_row(const Tensor& out, int64_t out_at, const Tensor& q, int64_t q_at
     s = std::exp(s - max_score);
     denominator += s;
   }
-  for (int64_t d = 0; d < D; ++d) {
-    double o = 0;
-    for (int64_t j = keys.first; j < keys.end; ++j)
-      o += score[size_t(j - keys.first)] * load(v, offset(v, {b, j % S, kv_head, d}));
-    store(out, out_at + d * out.strides[out.rank - 1], o / denominator);
+  // Each o[d] sums its keys in order j = first, …, end − 1.
+  for (int64_t j = keys.first; j < keys.end; ++j) {
+    const int64_t v_at = offset(v, {b, j % S, kv_head, 0});
+    for (int64_t d = 0; d < D; ++d) o[size_t(d)] += score[size_t(j - keys.first)] * load(v, v_at + d * v.strides[3]);
   }
+  for (int64_t d = 0; d < D; ++d) store(out, out_at + d * out.strides[out.rank - 1], o[size_t(d)] / denominator);
 }
 
 }  // namespace

@@ -42,44 +42,54 @@ struct Head {  // one (sequence, value head) of the call, its inputs read in dou
 // Tokens [t0, t1) from state S (Dk × Dv, row d holds S[d][·]), one at a time.
 void recurrent(const Head& x, std::vector<double>& S, int64_t t0, int64_t t1) {
   const int64_t Dk = x.Dk, Dv = x.Dv;
-  std::vector<double> u(static_cast<size_t>(Dv));
+  std::vector<double> u(static_cast<size_t>(Dv)), k(static_cast<size_t>(Dk)), q(static_cast<size_t>(Dk));
   for (int64_t t = t0; t < t1; ++t) {
     const double alpha = std::exp(x.g(t)), beta = x.beta(t);
+    for (int64_t d = 0; d < Dk; ++d) k[size_t(d)] = x.k(t, d), q[size_t(d)] = x.q(t, d);
     for (double& s : S) s *= alpha;
     for (int64_t e = 0; e < Dv; ++e) {
       double recalled = 0;  // (Sᵀk)[e], what the delta rule corrects toward v
       if (x.a.params.delta)
-        for (int64_t d = 0; d < Dk; ++d) recalled += S[size_t(d * Dv + e)] * x.k(t, d);
+        for (int64_t d = 0; d < Dk; ++d) recalled += S[size_t(d * Dv + e)] * k[size_t(d)];
       u[size_t(e)] = beta * (x.v(t, e) - recalled);
     }
     for (int64_t d = 0; d < Dk; ++d)
-      for (int64_t e = 0; e < Dv; ++e) S[size_t(d * Dv + e)] += x.k(t, d) * u[size_t(e)];
+      for (int64_t e = 0; e < Dv; ++e) S[size_t(d * Dv + e)] += k[size_t(d)] * u[size_t(e)];
     for (int64_t e = 0; e < Dv; ++e) {
       double o = 0;
-      for (int64_t d = 0; d < Dk; ++d) o += S[size_t(d * Dv + e)] * x.q(t, d);
+      for (int64_t d = 0; d < Dk; ++d) o += S[size_t(d * Dv + e)] * q[size_t(d)];
       x.out(t, e, o);
     }
   }
 }
 
-// Tokens [t0, t0 + n) from state S as one chunk of the chunk-wise form.
+// Tokens [t0, t0 + n) from state S as one chunk of the chunk-wise form. The chunk's rows of q and
+// k, its decays γ_i/γ_j and its products q_i·k_j are formed once, each as the formulas above say.
 void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
   const int64_t Dk = x.Dk, Dv = x.Dv;
-  std::vector<double> G(static_cast<size_t>(n));  // G_i = g_1 + … + g_i within the chunk
-  for (int64_t i = 0; i < n; ++i) G[size_t(i)] = (i > 0 ? G[size_t(i - 1)] : 0.0) + x.g(t0 + i);
-  auto ratio = [&](int64_t i, int64_t j) { return std::exp(G[size_t(i)] - G[size_t(j)]); };  // γ_i/γ_j
-  auto dot_kk = [&](int64_t i, int64_t j) {
+  std::vector<double> Q(static_cast<size_t>(n * Dk)), K(static_cast<size_t>(n * Dk));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < Dk; ++d) Q[size_t(i * Dk + d)] = x.q(t0 + i, d), K[size_t(i * Dk + d)] = x.k(t0 + i, d);
+  auto dot = [&](const std::vector<double>& A, int64_t i, int64_t j) {  // A_i · K_j
     double s = 0;
-    for (int64_t d = 0; d < Dk; ++d) s += x.k(t0 + i, d) * x.k(t0 + j, d);
+    for (int64_t d = 0; d < Dk; ++d) s += A[size_t(i * Dk + d)] * K[size_t(j * Dk + d)];
     return s;
   };
+  std::vector<double> G(static_cast<size_t>(n));  // G_i = g_1 + … + g_i within the chunk
+  for (int64_t i = 0; i < n; ++i) G[size_t(i)] = (i > 0 ? G[size_t(i - 1)] : 0.0) + x.g(t0 + i);
+  std::vector<double> ratio(static_cast<size_t>(n * n), 0.0), QK(static_cast<size_t>(n * n), 0.0);  // j ≤ i
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      ratio[size_t(i * n + j)] = std::exp(G[size_t(i)] - G[size_t(j)]);  // γ_i/γ_j
+      QK[size_t(i * n + j)] = dot(Q, i, j);
+    }
   // W = (I + L)^(-1), row by row: W_i = e_i − Σ_{j<i} L_ij W_j.
   std::vector<double> W(static_cast<size_t>(n * n), 0.0);
   const bool delta = x.a.params.delta;  // without it L = 0: W = I and no K S_0 term
   for (int64_t i = 0; i < n; ++i) {
     W[size_t(i * n + i)] = 1.0;
     for (int64_t j = 0; j < i && delta; ++j) {
-      const double l = x.beta(t0 + i) * ratio(i, j) * dot_kk(i, j);
+      const double l = x.beta(t0 + i) * ratio[size_t(i * n + j)] * dot(K, i, j);
       for (int64_t m = 0; m <= j; ++m) W[size_t(i * n + m)] -= l * W[size_t(j * n + m)];
     }
   }
@@ -90,7 +100,7 @@ void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
     for (int64_t e = 0; e < Dv; ++e) {
       double ks = 0;
       if (delta)
-        for (int64_t d = 0; d < Dk; ++d) ks += x.k(t0 + i, d) * S[size_t(d * Dv + e)];
+        for (int64_t d = 0; d < Dk; ++d) ks += K[size_t(i * Dk + d)] * S[size_t(d * Dv + e)];
       R[size_t(i * Dv + e)] = beta * (x.v(t0 + i, e) - gamma * ks);
     }
   }
@@ -102,13 +112,9 @@ void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
     const double gamma = std::exp(G[size_t(i)]);
     for (int64_t e = 0; e < Dv; ++e) {
       double o = 0;
-      for (int64_t d = 0; d < Dk; ++d) o += S[size_t(d * Dv + e)] * x.q(t0 + i, d);
+      for (int64_t d = 0; d < Dk; ++d) o += S[size_t(d * Dv + e)] * Q[size_t(i * Dk + d)];
       o *= gamma;
-      for (int64_t j = 0; j <= i; ++j) {
-        double qk = 0;
-        for (int64_t d = 0; d < Dk; ++d) qk += x.q(t0 + i, d) * x.k(t0 + j, d);
-        o += ratio(i, j) * qk * U[size_t(j * Dv + e)];
-      }
+      for (int64_t j = 0; j <= i; ++j) o += ratio[size_t(i * n + j)] * QK[size_t(i * n + j)] * U[size_t(j * Dv + e)];
       x.out(t0 + i, e, o);
     }
   }
@@ -117,7 +123,7 @@ void chunk_wise(const Head& x, std::vector<double>& S, int64_t t0, int64_t n) {
   for (int64_t d = 0; d < Dk; ++d)
     for (int64_t e = 0; e < Dv; ++e) {
       double s = gamma_n * S[size_t(d * Dv + e)];
-      for (int64_t j = 0; j < n; ++j) s += ratio(n - 1, j) * x.k(t0 + j, d) * U[size_t(j * Dv + e)];
+      for (int64_t j = 0; j < n; ++j) s += ratio[size_t((n - 1) * n + j)] * K[size_t(j * Dk + d)] * U[size_t(j * Dv + e)];
       S[size_t(d * Dv + e)] = s;
     }
 }
