@@ -1,5 +1,6 @@
 // The reference implementation of every op: plain loops over the math, double accumulation,
-// each function beside the formula it implements. The oracle of the parity tests; never optimised.
+// each function beside the formula it implements. The oracle of the parity tests; never optimised
+// beyond reading a value once where the formula uses it many times (same operations, same order).
 #pragma once
 #include <cstdint>
 
