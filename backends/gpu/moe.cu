@@ -290,11 +290,16 @@ __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int
 // (group_few_slots) and gathers the normed rows from its staged copy. So the dependent chain x →
 // h → logits → routing → grouping runs inside one kernel, where four launches (rms_norm, matmul,
 // moe_route, moe_group) each began with a wait for the one before.
+// Cluster (sm_90+, a grid of at most kMaxRouteCluster blocks, launched as one cluster): each warp
+// stores its logits straight into block 0's shared memory, and block 0 routes after the cluster's
+// barrier. That barrier stands in for the ticket's chain of L2 round
+// trips: the fence after the logits' stores, the atomic, and the last block's reload of the logits.
 // T ≤ kMaxRouteTokens and the block's warps, T·k ≤ kSmallGroupSlots, C·sizeof(X) a multiple of 16.
 constexpr int kMaxRouteTokens = 8;
 constexpr int kRouterPacks = 8;  // 16-byte pieces of a router row per lane in flight together
 constexpr int kRouteBatch = 4;   // loads of x or of the logits per thread in flight together
 constexpr size_t kRouteGatherBytes = 64 * 1024;  // the most grouped rows the last block writes
+constexpr int kMaxRouteCluster = 8;  // a portable cluster
 
 // Its dynamic shared memory, beside the four static slot arrays, within the default 48 KB a block.
 constexpr size_t kRouteDecodeSharedBytes = kRouteSharedBytes - 4 * kSmallGroupSlots * sizeof(int);
@@ -318,7 +323,7 @@ __device__ inline void widen_unit(const uint4& u, float (&v)[kPack16<X>]) {
   }
 }
 
-template <class X, bool Grouped>
+template <class X, bool Grouped, bool Cluster>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
     float* logits, float* weights, int32_t* experts, int32_t* offsets, int32_t* slots, int32_t* positions,
     const X* x, const X* router_w, X* x_grouped, int T, int E, int k, int C, ops::MoeRouteParams params,
@@ -327,8 +332,8 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
   // Pack<bf16, 8> in registers is eight 16-bit values, and moving it splits and joins them.
   constexpr int kN = kPack16<X>;
   using P = Pack<X, kN>;
-  // Dynamic shared memory: x's rows [T][C], the norm's weights [C] (with a norm), then the tokens'
-  // (logit, expert) pairs [T][E].
+  // Dynamic shared memory: x's rows [T][C], the norm's weights [C] (with a norm), the tokens'
+  // (logit, expert) pairs [T][E], then (Cluster) their logits [T][E] as the grid's warps left them.
   extern __shared__ uint4 route_shared[];
   // The routing's choices, parked here rather than in global memory, where reading them back
   // would cost a round trip to L2 each time.
@@ -341,6 +346,9 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
   uint4* const xs = route_shared;
   uint4* const norm_ws = xs + x_total;
   const uint4* const w_rows = reinterpret_cast<const uint4*>(router_w);
+  uint64_t* const pairs = reinterpret_cast<uint64_t*>(norm_ws + (norm_w != nullptr ? packs : 0));
+  float* const cluster_logits = reinterpret_cast<float*>(pairs + T * E);
+  if constexpr (Cluster) cluster_arrive();  // this block has started (waited for before the first remote store)
   const int first_row = int(blockIdx.x) * warps + warp, row_stride = int(gridDim.x) * warps;
   // Pieces p0 + i·warp_size() + lane, i < kRouterPacks, of a row of w, and their dot product with
   // the same pieces of a staged row of x.
@@ -420,6 +428,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
   // Loops rolled (tokens, rows, pieces past the first kRouterPacks a lane): the code stays short
   // for a kernel that runs once a layer. A row's first pieces stay in registers for every token.
   const int step = kRouterPacks * warp_size();
+  if constexpr (Cluster) cluster_wait();  // every block of the cluster has started
 #pragma unroll 1
   for (int row = first_row; row < E; row += row_stride) {
     if (row != first_row) load_w(w, row, 0);
@@ -438,27 +447,36 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_decode_kernel(
         acc += dot(chunk, xs + t * packs, p0);
       }
       acc = warp_sum(acc);
-      if (lane == 0) logits[int64_t(t) * E + row] = acc;
+      if (lane == 0) {
+        logits[int64_t(t) * E + row] = acc;
+        if constexpr (Cluster) cluster_store(cluster_logits + t * E + row, 0, acc);
+      }
     }
   }
-  if (!arrive_last(&route_ticket, gridDim.x)) return;
-
-  // The last block. Each token's pairs from the logits the grid wrote (loads from L2).
-  uint64_t* const pairs = reinterpret_cast<uint64_t*>(route_shared + x_total + (norm_w != nullptr ? packs : 0));
   const int logit_total = T * E;
+  if constexpr (Cluster) {
+    cluster_sync();  // every logit is in block 0
+    if (cluster_rank() != 0) return;
 #pragma unroll 1
-  for (int i0 = int(threadIdx.x); i0 < logit_total; i0 += kRouteBatch * threads) {
-    float v[kRouteBatch];
+    for (int i = int(threadIdx.x); i < logit_total; i += threads) pairs[i] = order_pair(cluster_logits[i], uint32_t(i % E));
+    __syncthreads();
+  } else {
+    if (!arrive_last(&route_ticket, gridDim.x)) return;
+    // The last block. Each token's pairs from the logits the grid wrote (loads from L2).
+#pragma unroll 1
+    for (int i0 = int(threadIdx.x); i0 < logit_total; i0 += kRouteBatch * threads) {
+      float v[kRouteBatch];
 #pragma unroll
-    for (int b = 0; b < kRouteBatch; ++b)
-      if (i0 + b * threads < logit_total) v[b] = load_partial(logits + i0 + b * threads);
+      for (int b = 0; b < kRouteBatch; ++b)
+        if (i0 + b * threads < logit_total) v[b] = load_partial(logits + i0 + b * threads);
 #pragma unroll
-    for (int b = 0; b < kRouteBatch; ++b) {
-      const int i = i0 + b * threads;
-      if (i < logit_total) pairs[i] = order_pair(v[b], uint32_t(i % E));
+      for (int b = 0; b < kRouteBatch; ++b) {
+        const int i = i0 + b * threads;
+        if (i < logit_total) pairs[i] = order_pair(v[b], uint32_t(i % E));
+      }
     }
+    __syncthreads();
   }
-  __syncthreads();
   if (warp < T) {
     const uint64_t* const token_pairs = pairs + warp * E;
     route_token<Grouped>([&](int e) { return token_pairs[e]; }, chosen_weights + warp * k, chosen_experts + warp * k,
@@ -594,6 +612,18 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
   DING_GPU_CHECK_LAUNCH("moe_gather_convert_kernel");
 }
 
+// Whether the routing kernel's cluster form can run here: a device with clusters (sm_90+) and the
+// kernel's loaded code compiled for one (a build for older chips carries it without the cluster
+// code). Asked once: a decode step without graphs routes every layer.
+bool route_cluster_compiled(const Props& props) {
+  static const bool compiled = [] {
+    int version = 0;
+    const auto kernel = moe_route_decode_kernel<ding::bf16, false, true>;
+    return func_ptx_version(reinterpret_cast<const void*>(kernel), version) == success && version >= 90;
+  }();
+  return props.has_chained_launch() && compiled;  // sm_90+: clusters and chained launches came together
+}
+
 // moe_route with the router and the grouping in one launch (moe_route_decode_kernel) where a
 // decode step's sizes allow it; false, with nothing launched, where they do not.
 bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
@@ -604,7 +634,9 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
     return false;
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.params.k, C = a.x.dim(1);
   const int64_t row_bytes = C * int64_t(dtype_size(a.x.dtype));
-  const size_t shared_bytes = size_t((T + (normed ? 1 : 0)) * row_bytes) + size_t(T * E) * sizeof(uint64_t);
+  // The pairs, then the cluster form's logits (asked of every form: one rule for what fits).
+  const size_t shared_bytes =
+      size_t((T + (normed ? 1 : 0)) * row_bytes) + size_t(T * E) * (sizeof(uint64_t) + sizeof(float));
   const int warps = kRouteThreads / s.props().warp_size;
   if (T > std::min(kMaxRouteTokens, warps) || T * k > kSmallGroupSlots || row_bytes % 16 != 0 ||
       !aligned(a.x.data, 16) || !aligned(a.router_w.data, 16) || shared_bytes > kRouteDecodeSharedBytes ||
@@ -615,11 +647,14 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
   // The last block writes every grouped row alone: beyond kRouteGatherBytes the four parts, whose
   // gather spreads over a block per token, are faster (OLMoE at batch 8: 256 KB, docs/PERFORMANCE.md).
   if (gathers && size_t(T * k * row_bytes) > kRouteGatherBytes) return false;
+  const int64_t blocks = ceil_div(E, warps);
+  const bool cluster =
+      s.attention_tuning().moe_route_cluster && blocks <= kMaxRouteCluster && route_cluster_compiled(s.props());
   with_float_type(a.x.dtype, [&](auto tag) {
     using X = decltype(tag);
     auto launch = [&](auto kernel) {
-      DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, dim3(unsigned(ceil_div(E, warps))),
-                                    dim3(kRouteThreads), shared_bytes, s.handle(), a.logits.ptr<float>(),
+      DING_GPU_CHECK(launch_chained_in_clusters(s.props().has_chained_launch(), cluster ? unsigned(blocks) : 0u, kernel,
+                                    dim3(unsigned(blocks)), dim3(kRouteThreads), shared_bytes, s.handle(), a.logits.ptr<float>(),
                                     a.weights.ptr<float>(), a.experts.ptr<int32_t>(), a.offsets.ptr<int32_t>(),
                                     a.slots.ptr<int32_t>(), a.positions.ptr<int32_t>(), static_cast<const X*>(a.x.data),
                                     static_cast<const X*>(a.router_w.data), gathers ? static_cast<X*>(a.x_grouped.data) : nullptr,
@@ -628,9 +663,9 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
                                     normed ? static_cast<X*>(a.h.data) : nullptr));
     };
     if (a.params.groups > 1)
-      launch(moe_route_decode_kernel<X, true>);
+      cluster ? launch(moe_route_decode_kernel<X, true, true>) : launch(moe_route_decode_kernel<X, true, false>);
     else
-      launch(moe_route_decode_kernel<X, false>);
+      cluster ? launch(moe_route_decode_kernel<X, false, true>) : launch(moe_route_decode_kernel<X, false, false>);
   });
   DING_GPU_CHECK_LAUNCH("moe_route_decode_kernel");
   if (a.x_grouped.defined() && !gathers) moe_gather(s, ops::grouping_part(a), int(T * k), int(k));

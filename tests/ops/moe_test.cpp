@@ -11,6 +11,7 @@
 #include "ding/ding.h"
 #include "ding/gpu.h"
 #include "ding/ops/moe.h"
+#include "configurations.h"
 #include "expect_error.h"
 #include "gpu_tuning_scope.h"
 #include "tensors.h"
@@ -394,6 +395,23 @@ TEST(MoeMatmulGpu, EightBitExpertsWidenedAGroupAtATimeGiveTheWholeProduct_P1040_
   gate *= scale_values[0], up *= scale_values[size_t(N)];
   const double expected = gate / (1.0 + std::exp(-gate)) * up;
   EXPECT_NEAR(whole[0], expected, 1e-4 * std::abs(expected) + 1e-6);
+}
+
+// A decode step's routing kernel hands its logits to its first block through a cluster's shared
+// memory (sm_90, grids of at most 8 blocks) or through L2 and a ticket: the same logits, so the
+// same bits, for every routing case with its router (one block, a cluster of 8, and 20 blocks,
+// which always take the ticket).
+TEST(MoeRouteGpu, ClusterAndTicketGiveTheSameBits) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  std::vector<OpCase> routed;
+  for (const OpCase& c : moe_cases())
+    if (c.name.starts_with("moe_route/router_")) routed.push_back(c);
+  const std::vector<Configuration> handovers = {
+      {"cluster", tuning.with(&gpu::AttentionTuning::moe_route_cluster, true)},
+      {"ticket", tuning.with(&gpu::AttentionTuning::moe_route_cluster, false)}};
+  EXPECT_GE(expect_configurations_agree(cuda, routed, handovers), 8);
 }
 
 TEST(MoeCombine, AddsTheResidualInPlace_T2_k2_C3) {
