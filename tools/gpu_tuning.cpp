@@ -87,6 +87,7 @@ std::optional<gpu::AttentionTuning> attention_tuning_from_environment() {
   }
   if (auto v = flag("DING_DELTA_CLUSTER_NORM")) t.delta_rule_cluster_norm = *v, any = true;
   if (auto v = flag("DING_DECODE_EARLY")) t.decode_early_tiles = *v, any = true;
+  if (auto v = flag("DING_DECODE_CLUSTER")) t.decode_cluster_merge = *v, any = true;
   if (auto v = flag("DING_ROUTE_CLUSTER")) t.moe_route_cluster = *v, any = true;
   if (!any) return std::nullopt;
   return t;

@@ -23,6 +23,7 @@
 //   DING_DELTA_PREPARE_BLOCKS=N  its first pass N blocks an SM, 2 or 3 (0: three where that saves a wave)
 //   DING_DELTA_CLUSTER_NORM=0  its output's gated norm by rms_norm after it, not in its recurrent kernel
 //   DING_DECODE_EARLY=0    decode attention copies no K/V tile before the chained-launch wait
+//   DING_DECODE_CLUSTER=0  decode attention's splits merge through L2 and a ticket, not in a cluster
 //   DING_ROUTE_CLUSTER=0   a decode step's routing kernel hands its logits over through L2 and a
 //                          ticket, not in a cluster's shared memory
 #pragma once

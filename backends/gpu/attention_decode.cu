@@ -118,6 +118,8 @@ struct DecodeShape {
   bool rolling;     // a rolling cache (ops::rolling_cache): lengths past S, key j at slot j mod S
   bool settled;     // seq_lens and every cache row but the newest were written two or more kernels
                     // back (ops::AttentionDecodeArgs::cache_from_earlier_op): readable before the wait
+  bool cluster_merge = false;  // (tensor-core kernel) a group's splits are one cluster and merge in
+                               // shared memory (merge_in_cluster), not through L2 and a ticket
 };
 
 // The current token's key and value (attention_decode's k_new and v_new, rows of the QKV
@@ -435,10 +437,12 @@ __device__ inline float staged_row_rstd(const T* row, int n, float eps) {
 // head g of the block: m at red_m[w·rows + g], l at red_l[w·rows + g], acc row at
 // red_acc[(w·rows + g)·acc_ld]. Each output element combines the warps' states in warp order and
 // becomes the output (one split) or the split's partial state.
+// With `in_cluster` (sh.cluster_merge) the split's state goes to this block's shared memory
+// instead, laid out as merge_in_cluster reads it: m [rows], l [rows], acc [rows][D].
 template <int kWarps>
 __device__ inline void store_block_state(const float* red_m, const float* red_l, const float* red_acc, int rows,
                                          int acc_ld, Operand out, Partials part, const DecodeShape& sh,
-                                         const DecodeBlock& blk) {
+                                         const DecodeBlock& blk, float* in_cluster = nullptr) {
   for (int t = threadIdx.x; t < blk.heads * sh.D; t += kDecodeThreads) {
     const int g = t / sh.D, d = t % sh.D;
     float m_all = -INFINITY;
@@ -456,6 +460,9 @@ __device__ inline void store_block_state(const float* red_m, const float* red_l,
         using T = decltype(tag);
         static_cast<T*>(out.data)[out.at.at(blk.b, 0, blk.h0 + g) + d] = from_float<T>(o * (1.0f / l_all));
       });
+    } else if (in_cluster != nullptr) {
+      in_cluster[2 * rows + g * sh.D + d] = o;
+      if (d == 0) in_cluster[g] = m_all, in_cluster[rows + g] = l_all;
     } else {
       const int64_t state = (blk.b * sh.H + blk.h0 + g) * sh.splits + blk.split;
       part.acc[state * sh.D + d] = o;
@@ -472,6 +479,52 @@ __device__ inline void store_block_state(const float* red_m, const float* red_l,
 // merge by quads is compiled: the kernel's code is fetched once a layer, and its size shows in a
 // decode step's instruction-fetch stalls (docs/PERFORMANCE.md, issues 20 and 22).
 constexpr int kMergeFloatsPerBlock = 6 * kDecodeThreads;
+
+// A float of the cluster's block `rank` at the address `local` has in this block (NVIDIA sm_90+).
+__device__ inline float cluster_load(const float* local, unsigned rank) {
+#if defined(DING_GPU_SM90_CODE)
+  const uint32_t here = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t there;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(there) : "r"(here), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(there) : "memory");
+  return v;
+#else
+  (void)local, (void)rank;
+  return 0.0f;
+#endif
+}
+
+// Several splits as one cluster (sh.cluster_merge: a group's splits are consecutive blocks, one
+// head block per kv head): after the cluster's barrier each split's block merges its share of the
+// group's heads × D outputs from the states the splits left in their shared memory (`state`,
+// store_block_state's layout for `rows` heads), in split order, as store_block_state combines
+// warps; a second barrier keeps every block's state in place until all have read it. No
+// partials in memory, no fence, no ticket; the merge is spread over the group's blocks. Every
+// thread of every block of the cluster calls it.
+__device__ void merge_in_cluster(Operand out, const DecodeShape& sh, const DecodeBlock& blk, const DecodeKeys& keys,
+                                 const float* state, int rows) {
+  cluster_sync();  // every split's state is in its block
+  const int used = int((keys.len - keys.first + sh.chunk - 1) / sh.chunk);  // splits with keys
+  const int n = blk.heads * sh.D, share = (n + sh.splits - 1) / sh.splits;
+  const int first = blk.split * share, last = min(n, first + share);
+  for (int t = first + int(threadIdx.x); t < last; t += kDecodeThreads) {
+    const int g = t / sh.D, d = t % sh.D;
+    float m_all = -INFINITY;
+    for (int s = 0; s < used; ++s) m_all = fmaxf(m_all, cluster_load(state + g, unsigned(s)));
+    float l_all = 0.0f, o = 0.0f;
+    for (int s = 0; s < used; ++s) {
+      const float wt = exp_from(cluster_load(state + g, unsigned(s)), m_all);
+      l_all += wt * cluster_load(state + rows + g, unsigned(s));
+      o += wt * cluster_load(state + 2 * rows + g * sh.D + d, unsigned(s));
+    }
+    with_element_type(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      static_cast<T*>(out.data)[out.at.at(blk.b, 0, blk.h0 + g) + d] = from_float<T>(o * (1.0f / l_all));
+    });
+  }
+  cluster_sync();  // no block leaves while another reads its state
+}
 
 template <int kMergeBatch, bool kQuadRows = false>
 __device__ void merge_if_last(Operand out, Partials part, const DecodeShape& sh, const DecodeBlock& blk,
@@ -669,8 +722,10 @@ struct DecodeMmaTile {
   static constexpr int kStateLd = DH + 4;
   static constexpr size_t kStateBytes = sizeof(float) * size_t(kDecodeThreads / 32) * kMmaRows * (kStateLd + 2);
   static constexpr size_t kRingBytes = sizeof(uint16_t) * size_t(kStages) * 2 * kTileElems;
-  static_assert(kRingBytes >= kStateBytes && kRingBytes >= sizeof(float) * kMergeFloatsPerBlock,
-                "the ring holds the warps' states, then the merge's staging");
+  // The split's state for a merge in the cluster: m and l of each head, then its acc row.
+  static constexpr size_t kClusterStateBytes = sizeof(float) * size_t(kMmaRows) * (DH + 2);
+  static_assert(kRingBytes >= kStateBytes + kClusterStateBytes && kRingBytes >= sizeof(float) * kMergeFloatsPerBlock,
+                "the ring holds the warps' states and the split's, then the merge's staging");
   static constexpr size_t shared_bytes = sizeof(uint16_t) * size_t(kQElems) + kRingBytes;
 };
 
@@ -750,6 +805,8 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
   extern __shared__ uint4 decode_shared[];
   T* const Qs = reinterpret_cast<T*>(decode_shared);  // [16][kPitch]: the block's heads, zero past them
   T* const ring = Qs + Tile::kQElems;                  // per stage: K [64][kPitch], then V [64][kPitch]
+  // The split's state for merge_in_cluster, in the ring past the warps' states.
+  float* const cluster_state = reinterpret_cast<float*>(reinterpret_cast<char*>(ring) + Tile::kStateBytes);
 
   const DecodeBlock blk = decode_block(sh);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -955,11 +1012,17 @@ __global__ void __launch_bounds__(kDecodeThreads, launch_min_blocks(kDecodeThrea
       }
     }
     __syncthreads();
-    store_block_state<kWarps>(red_m, red_l, red_acc, kMmaRows, Tile::kStateLd, out, part, sh, blk);
+    store_block_state<kWarps>(red_m, red_l, red_acc, kMmaRows, Tile::kStateLd, out, part, sh, blk,
+                              sh.cluster_merge ? cluster_state : nullptr);
   }
   // The merge's staging in the ring (free by then): the block's static shared memory stays a
   // few bytes, so that three blocks fit an H100 SM at D = 128.
-  if (sh.splits > 1) merge_if_last<8, true>(out, part, sh, blk, keys, reinterpret_cast<float*>(ring));
+  if (sh.splits > 1) {
+    if (sh.cluster_merge)
+      merge_in_cluster(out, sh, blk, keys, cluster_state, kMmaRows);
+    else
+      merge_if_last<8, true>(out, part, sh, blk, keys, reinterpret_cast<float*>(ring));
+  }
 #endif  // DING_GPU_NVIDIA_MMA
 }
 
@@ -999,6 +1062,20 @@ NewKv<KV> new_kv(const ops::AttentionDecodeArgs& a, bool fresh_in_kernel) {
 }
 
 #if defined(DING_GPU_NVIDIA)
+constexpr int kMaxMergeCluster = 8;  // a portable cluster
+
+// Whether the tensor-core kernel's cluster merge can run here: a device with clusters (sm_90+) and
+// the kernel's loaded code compiled for one. Asked once: a decode step without graphs calls this
+// every layer.
+bool cluster_merge_compiled(const Props& props) {
+  static const bool compiled = [] {
+    int version = 0;
+    const auto kernel = attention_decode_mma_kernel<ding::bf16, 128, false>;
+    return func_ptx_version(reinterpret_cast<const void*>(kernel), version) == success && version >= 90;
+  }();
+  return props.has_chained_launch() && compiled;  // sm_90+: clusters and chained launches came together
+}
+
 // The tensor-core kernel for T = the q, k and v dtype, DH = D; false (nothing launched) where a
 // block's shared memory does not fit this device.
 template <class T, int DH>
@@ -1017,10 +1094,14 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
   DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kDecodeThreads, shared));
   const int64_t B = a.q.dim(0);
   plan_splits(sh, B, int64_t(std::max(per_sm, 1)) * s.props().sm_count, kMmaKeys, kMmaMergeFloats);
+  // A group's splits are consecutive blocks where it has one head block: one cluster, if it fits one.
+  sh.cluster_merge = s.attention_tuning().decode_cluster_merge && sh.head_blocks == 1 && sh.splits > 1 &&
+                     sh.splits <= kMaxMergeCluster && cluster_merge_compiled(s.props());
   T* const k = static_cast<T*>(a.k_cache.data);
   T* const v = static_cast<T*>(a.v_cache.data);
   const dim3 grid(unsigned(B * sh.Hkv * sh.head_blocks * sh.splits));
-  DING_GPU_CHECK(launch_chained(s.props().has_chained_launch(), kernel, grid, dim3(kDecodeThreads), shared, s.handle(),
+  DING_GPU_CHECK(launch_chained_in_clusters(s.props().has_chained_launch(), sh.cluster_merge ? unsigned(sh.splits) : 0u,
+                                kernel, grid, dim3(kDecodeThreads), shared, s.handle(),
                                 operand(a.out, strides_bhd(a.out)), static_cast<const T*>(a.q.data), strides_bhd(a.q),
                                 k, strides3(a.k_cache), v, strides3(a.v_cache),
                                 static_cast<const int32_t*>(a.seq_lens.data), sh, scale, partials(s, sh, B),

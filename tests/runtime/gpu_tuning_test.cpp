@@ -122,7 +122,8 @@ TEST(GpuTuning, EnvironmentIsRead) {
   ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0"), fold("DING_MLA_FOLD", "0"),
       segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), bulk_delta("DING_DELTA_BULK", "0"),
       prepare_blocks("DING_DELTA_PREPARE_BLOCKS", "3"), cluster_norm("DING_DELTA_CLUSTER_NORM", "0"),
-      decode_early("DING_DECODE_EARLY", "0"), route_cluster("DING_ROUTE_CLUSTER", "0");
+      decode_early("DING_DECODE_EARLY", "0"), route_cluster("DING_ROUTE_CLUSTER", "0"),
+      decode_cluster("DING_DECODE_CLUSTER", "0");
   const auto a = tools::attention_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->mla_stages, 2);
@@ -135,6 +136,7 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(a->delta_rule_cluster_norm);  // the default is true
   EXPECT_FALSE(a->decode_early_tiles);  // the default is true
   EXPECT_FALSE(a->moe_route_cluster);   // the default is true
+  EXPECT_FALSE(a->decode_cluster_merge);  // the default is true
 }
 
 TEST(GpuTuning, UnreadableVariableIsNamed) {
