@@ -1068,11 +1068,8 @@ constexpr int kMaxMergeCluster = 8;  // a portable cluster
 // the kernel's loaded code compiled for one. Asked once: a decode step without graphs calls this
 // every layer.
 bool cluster_merge_compiled(const Props& props) {
-  static const bool compiled = [] {
-    int version = 0;
-    const auto kernel = attention_decode_mma_kernel<ding::bf16, 128, false>;
-    return func_ptx_version(reinterpret_cast<const void*>(kernel), version) == success && version >= 90;
-  }();
+  static const bool compiled =
+      kernel_compiled_for(reinterpret_cast<const void*>(attention_decode_mma_kernel<ding::bf16, 128, false>), 90);
   return props.has_chained_launch() && compiled;  // sm_90+: clusters and chained launches came together
 }
 

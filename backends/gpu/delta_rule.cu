@@ -1843,11 +1843,8 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
 // Asked once, as gemm_mma_e4m3.cu asks of its kernels: a decode step without graphs calls this
 // every layer.
 bool cluster_norm_compiled(const Props& props) {
-  static const bool compiled = [] {
-    int version = 0;
-    const auto kernel = gated_delta_rule_kernel<8, true>;
-    return func_ptx_version(reinterpret_cast<const void*>(kernel), version) == success && version >= 90;
-  }();
+  static const bool compiled =
+      kernel_compiled_for(reinterpret_cast<const void*>(gated_delta_rule_kernel<8, true>), 90);
   return props.has_chained_launch() && compiled;  // sm_90+: clusters and chained launches came together
 }
 

@@ -62,9 +62,8 @@ __global__ void __launch_bounds__(kRoundThreads) round_rows_e4m3_kernel(const X*
 // code for the GPU is PTX for an older architecture would trap in them.
 bool e4m3_kernels_compiled() {
   static const bool compiled = [] {
-    int version = 0;
     const auto kernel = mma::gemm_mma_kernel<ding::f8e4m3, ding::f8e4m3, mma::TileLarge4>;
-    return func_ptx_version(reinterpret_cast<const void*>(kernel), version) == success && version >= 89;
+    return kernel_compiled_for(reinterpret_cast<const void*>(kernel), 89);
   }();
   return compiled;
 }

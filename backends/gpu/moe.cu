@@ -616,11 +616,8 @@ void moe_gather(GpuStream& s, const ops::MoeGroupArgs& a, int S, int k) {
 // kernel's loaded code compiled for one (a build for older chips carries it without the cluster
 // code). Asked once: a decode step without graphs routes every layer.
 bool route_cluster_compiled(const Props& props) {
-  static const bool compiled = [] {
-    int version = 0;
-    const auto kernel = moe_route_decode_kernel<ding::bf16, false, true>;
-    return func_ptx_version(reinterpret_cast<const void*>(kernel), version) == success && version >= 90;
-  }();
+  static const bool compiled =
+      kernel_compiled_for(reinterpret_cast<const void*>(moe_route_decode_kernel<ding::bf16, false, true>), 90);
   return props.has_chained_launch() && compiled;  // sm_90+: clusters and chained launches came together
 }
 

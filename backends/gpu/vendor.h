@@ -108,6 +108,14 @@ inline error_t func_ptx_version(const void* kernel, int& version) {
 }
 #endif
 
+// Whether `kernel`'s loaded code was compiled for virtual architecture `arch` (major · 10 + minor)
+// or a later one: a build whose code for the GPU is PTX for an older chip carries the kernel
+// without that chip's instructions (clusters, E4M3 conversions), which it must then not be asked for.
+inline bool kernel_compiled_for(const void* kernel, int arch) {
+  int version = 0;
+  return func_ptx_version(kernel, version) == success && version >= arch;
+}
+
 // ---- host side: the runtime API under one name each (backends/gpu/device.cpp) -----------------
 enum class CopyKind { host_to_device, device_to_host, device_to_device };
 // Device facts read one at a time (the property structs differ between the APIs and versions).
