@@ -7,13 +7,11 @@
 #include <optional>
 #include <string>
 
-#include "ding/gpu.h"
 #include "ding/ops/attention.h"
 #include "ding/ops/copy.h"
 #include "ding/threads.h"
 #include "configurations.h"
 #include "expect_error.h"
-#include "gpu_tuning_scope.h"
 #include "op_cases.h"
 
 namespace ding::testing {
@@ -278,21 +276,8 @@ struct DecodeInputs {
 // decode case's bound of the reference. (The two sum the splits in different groupings, so their
 // bits may differ.)
 TEST(AttentionDecodeGpu, ClusterAndTicketMergesKeepTheBound) {
-  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
-  Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  const uint64_t seed = test_seed();
-  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
-  int count = 0;
-  for (const OpCase& c : attention_cases()) {
-    if (!c.in_tests || c.op != "attention_decode") continue;
-    expect_case_under(cuda, c, seed,
-                      {{"cluster", tuning.with(&gpu::AttentionTuning::decode_cluster_merge, true)},
-                       {"ticket", tuning.with(&gpu::AttentionTuning::decode_cluster_merge, false)}},
-                      /*same_bits=*/false);
-    ++count;
-  }
-  EXPECT_GE(count, 20);
+  expect_both_settings_keep_the_bound(attention_cases(), &gpu::AttentionTuning::decode_cluster_merge, "cluster",
+                                      "ticket", [](const OpCase& c) { return c.op == "attention_decode"; }, 20);
 }
 
 // ---- The cpu kernel's threads ---------------------------------------------------------------

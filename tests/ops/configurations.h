@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "ding/gpu.h"
+#include "gpu_tuning_scope.h"
 #include "op_cases.h"
 
 namespace ding::testing {
@@ -80,6 +82,28 @@ inline int expect_configurations_agree(Device& device, const std::vector<OpCase>
     ++count;
   }
   return count;
+}
+
+// Every in-test case of `cases` that `takes` accepts, on the cuda device (skipped without one) with
+// the boolean attention tuning `member` on and off (named `on` and `off`), each within the case's
+// bound of the reference; at least `min_cases` of them. For two forms of one op whose sums are
+// grouped differently, so that their bits may differ.
+inline void expect_both_settings_keep_the_bound(const std::vector<OpCase>& cases, bool gpu::AttentionTuning::*member,
+                                                const char* on, const char* off,
+                                                const std::function<bool(const OpCase&)>& takes, int min_cases) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  int count = 0;
+  for (const OpCase& c : cases) {
+    if (!c.in_tests || !takes(c)) continue;
+    expect_case_under(cuda, c, seed, {{on, tuning.with(member, true)}, {off, tuning.with(member, false)}},
+                      /*same_bits=*/false);
+    ++count;
+  }
+  EXPECT_GE(count, min_cases);
 }
 
 }  // namespace ding::testing

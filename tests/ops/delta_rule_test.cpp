@@ -194,36 +194,18 @@ TEST(GatedDeltaRuleGpu, WalkCopiesGiveTheSameBits) {
   });
 }
 
-// Every delta-rule case that `takes` accepts keeps its bound of the reference with the boolean
-// attention tuning `member` on and off (at least `min_cases` of them).
-void expect_both_settings_keep_the_bound(bool gpu::AttentionTuning::*member, const char* on, const char* off,
-                                         const std::function<bool(const OpCase&)>& takes, int min_cases) {
-  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
-  Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  const uint64_t seed = test_seed();
-  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
-  int count = 0;
-  for (const OpCase& c : delta_rule_cases()) {
-    if (!c.in_tests || !takes(c)) continue;
-    expect_case_under(cuda, c, seed, {{on, tuning.with(member, true)}, {off, tuning.with(member, false)}},
-                      /*same_bits=*/false);
-    ++count;
-  }
-  EXPECT_GE(count, min_cases);
-}
-
 // The walk's products take bf16 pairs, where switched on, for bf16 q, k and v and a 16-bit output,
 // and tf32 head and tail otherwise: each form keeps every case's bound of the reference.
 TEST(GatedDeltaRuleGpu, BothProductFormsKeepTheBound) {
-  expect_both_settings_keep_the_bound(&gpu::AttentionTuning::delta_rule_bf16_pairs, "bf16 pairs", "tf32",
-                                      [](const OpCase&) { return true; }, 21);
+  expect_both_settings_keep_the_bound(delta_rule_cases(), &gpu::AttentionTuning::delta_rule_bf16_pairs, "bf16 pairs",
+                                      "tf32", [](const OpCase&) { return true; }, 21);
 }
 
 // The output's gated norm inside the recurrent kernel (a cluster of a head's column tiles, on
 // sm_90) and staged through rms_norm: each keeps the bound of every case that asks for the norm.
 TEST(GatedDeltaRuleGpu, ClusterAndStagedNormKeepTheBound) {
-  expect_both_settings_keep_the_bound(&gpu::AttentionTuning::delta_rule_cluster_norm, "in the kernel", "staged",
+  expect_both_settings_keep_the_bound(delta_rule_cases(), &gpu::AttentionTuning::delta_rule_cluster_norm,
+                                      "in the kernel", "staged",
                                       [](const OpCase& c) { return c.name.ends_with("_norm"); }, 6);
 }
 
