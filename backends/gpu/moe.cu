@@ -292,8 +292,8 @@ __global__ void __launch_bounds__(kSmallGroupThreads) moe_group_small_kernel(int
 // moe_route, moe_group) each began with a wait for the one before.
 // Cluster (sm_90+, a grid of at most kMaxRouteCluster blocks, launched as one cluster): each warp
 // stores its logits straight into block 0's shared memory, and block 0 routes after the cluster's
-// barrier. That barrier stands in for the ticket's chain of L2 round
-// trips: the fence after the logits' stores, the atomic, and the last block's reload of the logits.
+// barrier. That barrier stands in for the ticket's chain of L2 round trips: the fence after the
+// logits' stores, the atomic, and the last block's reload of the logits.
 // T ≤ kMaxRouteTokens and the block's warps, T·k ≤ kSmallGroupSlots, C·sizeof(X) a multiple of 16.
 constexpr int kMaxRouteTokens = 8;
 constexpr int kRouterPacks = 8;  // 16-byte pieces of a router row per lane in flight together
