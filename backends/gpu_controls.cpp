@@ -1,4 +1,4 @@
-// ding::gpu::set_matmul_tuning, set_matmul_override and set_attention_tuning (ding/gpu.h): each
+// ding::gpu::set_matmul_tuning, set_matmul_override, set_op_tuning and set_form_log (ding/gpu.h): each
 // GPU API compiled into this library is asked in turn whether `device` is one of its devices.
 // Compiled into ding and ding_cpu alike, like builtin.cpp, with the DING_HAVE_* definitions of each.
 #include <fmt/format.h>
@@ -16,14 +16,16 @@ namespace ding::gpu {
 inline namespace cuda_api {
 bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning);
 bool apply_matmul_override(Device& device, std::shared_ptr<MatmulOverride> override);
-bool apply_attention_tuning(Device& device, const AttentionTuning& tuning);
+bool apply_op_tuning(Device& device, const OpTuning& tuning);
+bool apply_form_log(Device& device, std::shared_ptr<FormLog> log);
 }  // namespace cuda_api
 #endif
 #ifdef DING_HAVE_HIP
 inline namespace hip_api {
 bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning);
 bool apply_matmul_override(Device& device, std::shared_ptr<MatmulOverride> override);
-bool apply_attention_tuning(Device& device, const AttentionTuning& tuning);
+bool apply_op_tuning(Device& device, const OpTuning& tuning);
+bool apply_form_log(Device& device, std::shared_ptr<FormLog> log);
 }  // namespace hip_api
 #endif
 
@@ -33,16 +35,17 @@ namespace {
 struct Api {
   bool (*matmul_tuning)(Device&, const MatmulTuning&);
   bool (*matmul_override)(Device&, std::shared_ptr<MatmulOverride>);
-  bool (*attention_tuning)(Device&, const AttentionTuning&);
+  bool (*op_tuning)(Device&, const OpTuning&);
+  bool (*form_log)(Device&, std::shared_ptr<FormLog>);
 };
 
 const std::vector<Api>& compiled_apis() {
   static const std::vector<Api> apis = {
 #ifdef DING_HAVE_CUDA
-      {cuda_api::apply_matmul_tuning, cuda_api::apply_matmul_override, cuda_api::apply_attention_tuning},
+      {cuda_api::apply_matmul_tuning, cuda_api::apply_matmul_override, cuda_api::apply_op_tuning, cuda_api::apply_form_log},
 #endif
 #ifdef DING_HAVE_HIP
-      {hip_api::apply_matmul_tuning, hip_api::apply_matmul_override, hip_api::apply_attention_tuning},
+      {hip_api::apply_matmul_tuning, hip_api::apply_matmul_override, hip_api::apply_op_tuning, hip_api::apply_form_log},
 #endif
   };
   return apis;
@@ -66,20 +69,24 @@ void set_matmul_override(Device& device, std::shared_ptr<MatmulOverride> overrid
   on_gpu("set_matmul_override", device, [&](const Api& api) { return api.matmul_override(device, override); });
 }
 
-void set_attention_tuning(Device& device, const AttentionTuning& tuning) {
+void set_op_tuning(Device& device, const OpTuning& tuning) {
   if (tuning.mla_stages != 0 && (tuning.mla_stages < 2 || tuning.mla_stages > 4))
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("ding::gpu::set_attention_tuning: mla_stages = {}: expected 0 (automatic) or 2 to 4",
+                fmt::format("ding::gpu::set_op_tuning: mla_stages = {}: expected 0 (automatic) or 2 to 4",
                             tuning.mla_stages));
   if (tuning.delta_rule_segment_chunks < 0)
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("ding::gpu::set_attention_tuning: delta_rule_segment_chunks = {}: expected 0 (automatic) or more",
+                fmt::format("ding::gpu::set_op_tuning: delta_rule_segment_chunks = {}: expected 0 (automatic) or more",
                             tuning.delta_rule_segment_chunks));
   if (tuning.delta_rule_prepare_blocks != 0 && tuning.delta_rule_prepare_blocks != 2 && tuning.delta_rule_prepare_blocks != 3)
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("ding::gpu::set_attention_tuning: delta_rule_prepare_blocks = {}: expected 0 (by waves), 2 or 3",
+                fmt::format("ding::gpu::set_op_tuning: delta_rule_prepare_blocks = {}: expected 0 (by waves), 2 or 3",
                             tuning.delta_rule_prepare_blocks));
-  on_gpu("set_attention_tuning", device, [&](const Api& api) { return api.attention_tuning(device, tuning); });
+  on_gpu("set_op_tuning", device, [&](const Api& api) { return api.op_tuning(device, tuning); });
+}
+
+void set_form_log(Device& device, std::shared_ptr<FormLog> log) {
+  on_gpu("set_form_log", device, [&](const Api& api) { return api.form_log(device, log); });
 }
 
 }  // namespace ding::gpu

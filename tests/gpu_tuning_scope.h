@@ -19,9 +19,9 @@ struct TuningAccess<gpu::MatmulTuning> {
   static void set(Device& device, const gpu::MatmulTuning& t) { gpu::set_matmul_tuning(device, t); }
 };
 template <>
-struct TuningAccess<gpu::AttentionTuning> {
-  static std::optional<gpu::AttentionTuning> from_environment() { return tools::attention_tuning_from_environment(); }
-  static void set(Device& device, const gpu::AttentionTuning& t) { gpu::set_attention_tuning(device, t); }
+struct TuningAccess<gpu::OpTuning> {
+  static std::optional<gpu::OpTuning> from_environment() { return tools::op_tuning_from_environment(); }
+  static void set(Device& device, const gpu::OpTuning& t) { gpu::set_op_tuning(device, t); }
 };
 
 template <class Tuning>

@@ -67,8 +67,8 @@ std::optional<gpu::MatmulTuning> matmul_tuning_from_environment() {
   return t;
 }
 
-std::optional<gpu::AttentionTuning> attention_tuning_from_environment() {
-  gpu::AttentionTuning t;
+std::optional<gpu::OpTuning> op_tuning_from_environment() {
+  gpu::OpTuning t;
   bool any = false;
   if (auto v = count("DING_MLA_STAGES")) {
     if (*v != 0 && (*v < 2 || *v > 4)) unreadable("DING_MLA_STAGES", std::to_string(*v), "0 or 2 to 4");
@@ -95,11 +95,11 @@ std::optional<gpu::AttentionTuning> attention_tuning_from_environment() {
 
 void apply_gpu_tuning_from_environment(Device& device) {
   const auto matmul = matmul_tuning_from_environment();
-  const auto attention = attention_tuning_from_environment();
+  const auto attention = op_tuning_from_environment();
   const std::string& backend = device.caps().backend;
   if (backend != "cuda" && backend != "hip") return;
   if (matmul) gpu::set_matmul_tuning(device, *matmul);
-  if (attention) gpu::set_attention_tuning(device, *attention);
+  if (attention) gpu::set_op_tuning(device, *attention);
 }
 
 }  // namespace ding::tools

@@ -1,4 +1,4 @@
-// The GPU matmul and attention tunings (ding::gpu::MatmulTuning, AttentionTuning) from the
+// The GPU matmul and op tunings (ding::gpu::MatmulTuning, OpTuning) from the
 // environment, for ding's own programs (ding-bench, ding-run, ding_tests): a benchmark sweeps the
 // plans, and a bypass is tried, without a rebuild. The library itself reads no environment.
 //   DING_GEMM_TMA=1        the sm_90a TMA core where it fits
@@ -38,7 +38,7 @@ namespace ding::tools {
 // one cannot be read.
 std::optional<gpu::MatmulTuning> matmul_tuning_from_environment();
 
-std::optional<gpu::AttentionTuning> attention_tuning_from_environment();
+std::optional<gpu::OpTuning> op_tuning_from_environment();
 
 // Sets each on `device` when one of its variables is set and `device` is a GPU device.
 void apply_gpu_tuning_from_environment(Device& device);

@@ -495,6 +495,8 @@ __device__ inline float cluster_load(const float* local, unsigned rank) {
 #endif
 }
 
+constexpr int kMaxMergeCluster = 8;  // a portable cluster
+
 // Several splits as one cluster (sh.cluster_merge: a group's splits are consecutive blocks, one
 // head block per kv head): after the cluster's barrier each split's block merges its share of the
 // group's heads × D outputs from the states the splits left in their shared memory (`state`,
@@ -502,6 +504,8 @@ __device__ inline float cluster_load(const float* local, unsigned rank) {
 // warps; a second barrier keeps every block's state in place until all have read it. No
 // partials in memory, no fence, no ticket; the merge is spread over the group's blocks. Every
 // thread of every block of the cluster calls it.
+// A thread loads every split's m, l and acc element once, all before the first use: remote loads
+// of a loop that used each as it came would wait out one round trip after another.
 __device__ void merge_in_cluster(Operand out, const DecodeShape& sh, const DecodeBlock& blk, const DecodeKeys& keys,
                                  const float* state, int rows) {
   cluster_sync();  // every split's state is in its block
@@ -510,14 +514,26 @@ __device__ void merge_in_cluster(Operand out, const DecodeShape& sh, const Decod
   const int first = blk.split * share, last = min(n, first + share);
   for (int t = first + int(threadIdx.x); t < last; t += kDecodeThreads) {
     const int g = t / sh.D, d = t % sh.D;
+    float m[kMaxMergeCluster], l[kMaxMergeCluster], acc[kMaxMergeCluster];
+#pragma unroll
+    for (int s = 0; s < kMaxMergeCluster; ++s)
+      if (s < used) {
+        m[s] = cluster_load(state + g, unsigned(s));
+        l[s] = cluster_load(state + rows + g, unsigned(s));
+        acc[s] = cluster_load(state + 2 * rows + g * sh.D + d, unsigned(s));
+      }
     float m_all = -INFINITY;
-    for (int s = 0; s < used; ++s) m_all = fmaxf(m_all, cluster_load(state + g, unsigned(s)));
+#pragma unroll
+    for (int s = 0; s < kMaxMergeCluster; ++s)
+      if (s < used) m_all = fmaxf(m_all, m[s]);
     float l_all = 0.0f, o = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      const float wt = exp_from(cluster_load(state + g, unsigned(s)), m_all);
-      l_all += wt * cluster_load(state + rows + g, unsigned(s));
-      o += wt * cluster_load(state + 2 * rows + g * sh.D + d, unsigned(s));
-    }
+#pragma unroll
+    for (int s = 0; s < kMaxMergeCluster; ++s)
+      if (s < used) {
+        const float wt = exp_from(m[s], m_all);
+        l_all += wt * l[s];
+        o += wt * acc[s];
+      }
     with_element_type(out.dtype, [&](auto tag) {
       using T = decltype(tag);
       static_cast<T*>(out.data)[out.at.at(blk.b, 0, blk.h0 + g) + d] = from_float<T>(o * (1.0f / l_all));
@@ -1062,7 +1078,6 @@ NewKv<KV> new_kv(const ops::AttentionDecodeArgs& a, bool fresh_in_kernel) {
 }
 
 #if defined(DING_GPU_NVIDIA)
-constexpr int kMaxMergeCluster = 8;  // a portable cluster
 
 // Whether the tensor-core kernel's cluster merge can run here: a device with clusters (sm_90+) and
 // the kernel's loaded code compiled for one. Asked once: a decode step without graphs calls this
@@ -1092,8 +1107,9 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
   const int64_t B = a.q.dim(0);
   plan_splits(sh, B, int64_t(std::max(per_sm, 1)) * s.props().sm_count, kMmaKeys, kMmaMergeFloats);
   // A group's splits are consecutive blocks where it has one head block: one cluster, if it fits one.
-  sh.cluster_merge = s.attention_tuning().decode_cluster_merge && sh.head_blocks == 1 && sh.splits > 1 &&
+  sh.cluster_merge = s.op_tuning().decode_cluster_merge && sh.head_blocks == 1 && sh.splits > 1 &&
                      sh.splits <= kMaxMergeCluster && cluster_merge_compiled(s.props());
+  if (sh.splits > 1) s.note_form("attention_decode", sh.cluster_merge ? "splits merged in a cluster" : "splits merged by a ticket");
   T* const k = static_cast<T*>(a.k_cache.data);
   T* const v = static_cast<T*>(a.v_cache.data);
   const dim3 grid(unsigned(B * sh.Hkv * sh.head_blocks * sh.splits));
@@ -1163,7 +1179,7 @@ void attention_decode(Stream& stream, const ops::AttentionDecodeArgs& a) {
   sh.H = H, sh.S = S, sh.Hkv = Hkv, sh.group = group, sh.D = int(D), sh.window = a.params.window;
   sh.rolling = ops::rolling_cache(a.params, S);
   // A kv_append launched just above writes only the newest row, which the kernel reads after its wait.
-  sh.settled = a.cache_from_earlier_op && s.attention_tuning().decode_early_tiles;
+  sh.settled = a.cache_from_earlier_op && s.op_tuning().decode_early_tiles;
 #if defined(DING_GPU_NVIDIA)
   // Up to 16 heads of a kv head's group per block (an m16 tile's rows); larger groups take
   // several blocks.

@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kRowWarps * kMaxLanes)
 //       U = U' − W S_0,   O = s γ ⊙ (Q S_0) + A U,   S ← γ_n S_0 + Kᵀ (e^(G_n − G_j) U_j).
 // So the walk, the sequential part, holds no substitution and no n × n product of q and k.
 // The products take one of two forms (Parts), chosen by the dtypes and
-// AttentionTuning::delta_rule_bf16_pairs, each with a walk of its own:
+// OpTuning::delta_rule_bf16_pairs, each with a walk of its own:
 //  - bf16 pairs (m16n8k16), the default where q, k and v are bf16 and the output 16-bit: each
 //    computed operand (W, A, S, U, the decayed U) enters as hi = round(x), lo = round(x − hi), the
 //    lo × lo term dropped: ~2^-17 relative, 2^8 below a 16-bit output's rounding. A k step of 16
@@ -1776,7 +1776,7 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   ChunkWorkspace ws{C, sh.Dk, sh.Dv, kSplitWords, 0, nullptr, nullptr, rows_in_pieces<E>(a, sh)};
   const int64_t chunks = (sh.T + C - 1) / C;
   const size_t value_bytes = size_t(sh.B * sh.Hv * ws.per_value()) * 4, row_bytes = size_t(sh.B * sh.Hk * 2 * C * sh.Dk) * sizeof(E);
-  const int64_t tuned = s.attention_tuning().delta_rule_segment_chunks;
+  const int64_t tuned = s.op_tuning().delta_rule_segment_chunks;
   // Without a tuning, segments of equal size: the fewest the bound allows, none left short.
   const int64_t most = std::max<int64_t>(1, int64_t(kSegmentBytes / (value_bytes + row_bytes)));
   const int64_t segments = (chunks + most - 1) / most;
@@ -1789,7 +1789,7 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   auto prepare = gated_delta_rule_prepare_kernel<C, E, kPairs>;
   bool three = false;
   if constexpr (C == 64 && !std::is_same_v<E, float>) {
-    const int asked = s.attention_tuning().delta_rule_prepare_blocks;
+    const int asked = s.op_tuning().delta_rule_prepare_blocks;
     const PrepareLayout over_queries(C, sh.Dk, sh.Dv, int(sizeof(E)), true);
     int fit = 0;
     if (asked != 2 && over_queries.queries_hold_t()) {
@@ -1822,7 +1822,8 @@ void chunk_passes(GpuStream& s, const ops::GatedDeltaRuleArgs& a, const DeltaSha
   DING_GPU_CHECK(func_set_max_dynamic_shared(reinterpret_cast<const void*>(walk), int(walk_bytes)));
   const int64_t column_tiles = (sh.Dv + kMmaColumns - 1) / kMmaColumns;
   // Whether every output row's even columns start a pair the walk may store as one (store_row_pair).
-  const WalkOptions options{attn::rows_aligned(a.out, 2), s.props().has_bulk_copies() && s.attention_tuning().delta_rule_bulk_copies};
+  const WalkOptions options{attn::rows_aligned(a.out, 2), s.props().has_bulk_copies() && s.op_tuning().delta_rule_bulk_copies};
+  s.note_form("gated_delta_rule", options.bulk ? "walk operands by bulk copies" : "walk operands by cp.async");
   for (int64_t c0 = 0; c0 < chunks; c0 += per_segment) {
     ws.chunks = std::min(per_segment, chunks - c0);
     ws.values = values;
@@ -1872,9 +1873,10 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   // rms_norm otherwise, o in the intermediate scratch (no path of the rule takes it).
   const ops::DeltaRuleOutNorm& out_norm = a.params.out_norm;
   const int64_t norm_tiles = (sh.Dv + s.props().warp_size - 1) / s.props().warp_size;
-  const bool fused_norm = out_norm.given() && !chunkwise && s.attention_tuning().delta_rule_cluster_norm &&
+  const bool fused_norm = out_norm.given() && !chunkwise && s.op_tuning().delta_rule_cluster_norm &&
                           cluster_norm_compiled(s.props()) && norm_tiles <= kMaxNormTiles &&
                           sh.B * sh.Hv * norm_tiles <= s.props().sm_count;
+  if (out_norm.given()) s.note_form("gated_delta_rule", fused_norm ? "out_norm in a cluster" : "out_norm staged");
   if (out_norm.given() && !fused_norm) {
     void* const o = s.scratch(size_t(a.out.numel()) * dtype_size(a.out.dtype), GpuStream::ScratchSlot::intermediate);
     return ops::gated_delta_rule_with_staged_norm(
@@ -1902,8 +1904,9 @@ void gated_delta_rule(Stream& stream, const ops::GatedDeltaRuleArgs& a) {
   // Tensor cores where they run, q, k and v of one 16-bit dtype as it (exact operands, one part),
   // anything else as f32 (split operands); bf16 pairs (unless switched off) for bf16 rows and a 16-bit output.
   const DType rows = a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype ? a.q.dtype : DType::f32;
-  const bool pairs = s.attention_tuning().delta_rule_bf16_pairs && rows == DType::bf16 && a.out.dtype != DType::f32;
+  const bool pairs = s.op_tuning().delta_rule_bf16_pairs && rows == DType::bf16 && a.out.dtype != DType::f32;
   if (const int C = chunkwise ? mma_chunk(s.props(), sh.Dk, sh.Dv, int(dtype_size(rows)), pairs, chunk) : 0) {
+    s.note_form("gated_delta_rule", pairs ? "chunk products in bf16 pairs" : "chunk products in tf32");
     auto by_rows = [&](auto chunk_tag) {
       constexpr int kC = decltype(chunk_tag)::value;
       if (pairs) chunk_passes<kC, ding::bf16, true>(s, a, sh);

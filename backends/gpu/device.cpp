@@ -50,13 +50,23 @@ double bf16_flops_per_unit_clock(const Props& p, std::string_view arch) {
 #endif
 }
 
-// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"; "AMD Instinct MI250X (gfx90a, 110 CUs)".
-std::string describe(const std::string& name, std::string_view arch, const Props& p) {
+// "sm_90"; "gfx90a" (the device's name for it less its feature flags, as in "gfx90a:sramecc+:xnack-").
+std::string instruction_set(std::string_view arch, const Props& p) {
 #if defined(DING_GPU_AMD)
-  return fmt::format("{} ({}, {} CUs)", name, arch.substr(0, arch.find(':')), p.sm_count);
+  (void)p;
+  return std::string(arch.substr(0, arch.find(':')));
 #else
   (void)arch;
-  return fmt::format("{} (sm_{}{}, {} SMs)", name, p.cc_major, p.cc_minor, p.sm_count);
+  return fmt::format("sm_{}{}", p.cc_major, p.cc_minor);
+#endif
+}
+
+// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"; "AMD Instinct MI250X (gfx90a, 110 CUs)".
+std::string describe(const std::string& name, const std::string& instruction_set, const Props& p) {
+#if defined(DING_GPU_AMD)
+  return fmt::format("{} ({}, {} CUs)", name, instruction_set, p.sm_count);
+#else
+  return fmt::format("{} ({}, {} SMs)", name, instruction_set, p.sm_count);
 #endif
 }
 
@@ -201,7 +211,8 @@ GpuDevice::GpuDevice(std::string backend, int index) : backend_(std::move(backen
   size_t free = 0, total = 0;
   DING_GPU_CHECK(mem_info(&free, &total));
   caps_.backend = backend_;
-  caps_.name = describe(name, arch, props_);
+  caps_.arch = instruction_set(arch, props_);
+  caps_.name = describe(name, caps_.arch, props_);
   caps_.memory_bytes = total;
   caps_.compute_units = props_.sm_count;
   caps_.llc_bytes = props_.l2_bytes;
@@ -312,9 +323,15 @@ bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning) {
   return ours != nullptr;
 }
 
-bool apply_attention_tuning(Device& device, const AttentionTuning& tuning) {
+bool apply_op_tuning(Device& device, const OpTuning& tuning) {
   auto* ours = dynamic_cast<GpuDevice*>(&device);
-  if (ours) ours->stream().set_attention_tuning(tuning);
+  if (ours) ours->stream().set_op_tuning(tuning);
+  return ours != nullptr;
+}
+
+bool apply_form_log(Device& device, std::shared_ptr<FormLog> log) {
+  auto* ours = dynamic_cast<GpuDevice*>(&device);
+  if (ours) ours->stream().set_form_log(std::move(log));
   return ours != nullptr;
 }
 

@@ -49,10 +49,11 @@ int device_count();
 // driver reports a device, creating GpuDevices.
 BackendInfo backend_info(std::string name);
 
-// ding::gpu::set_matmul_tuning / set_matmul_override / set_attention_tuning for this API's devices: false when `device`
+// ding::gpu::set_matmul_tuning / set_matmul_override / set_op_tuning / set_form_log for this API's devices: false when `device`
 // is not one of them (backends/gpu_controls.cpp then asks the next API compiled in).
 bool apply_matmul_tuning(Device& device, const MatmulTuning& tuning);
 bool apply_matmul_override(Device& device, std::shared_ptr<MatmulOverride> override);
-bool apply_attention_tuning(Device& device, const AttentionTuning& tuning);
+bool apply_op_tuning(Device& device, const OpTuning& tuning);
+bool apply_form_log(Device& device, std::shared_ptr<FormLog> log);
 
 DING_GPU_END

@@ -26,11 +26,11 @@
 //            the producer warps. The heads are the 16 rows of m16n8k16 tiles (rows past the group's
 //            are zero, never stored). The producers copy the tiles into a ring of 2 to 4 stages (as
 //            many as the device's shared memory holds: 4 on an H100, 2 on an RTX 4090; fewer where
-//            AttentionTuning asks), handing each over through an mbarrier (full: its copies have
+//            OpTuning asks), handing each over through an mbarrier (full: its copies have
 //            landed; empty: every consumer warp is done with it); the first ring's worth before
 //            waiting for the absorb kernel, whose run they overlap (rows but decode's newest were
 //            written two or more kernels back). On sm_90 one producer warp issues a bulk copy per
-//            row (the copy engine's, a lane per row); elsewhere, or where AttentionTuning asks, four
+//            row (the copy engine's, a lane per row); elsewhere, or where OpTuning asks, four
 //            issue cp.async, one per SM sub-partition, each with its pieces' offsets worked out
 //            once. A cp.async waits for room in the memory system's queues, at this kernel's
 //            bandwidth most of a tile's time; only the producers wait there, so the consumers'
@@ -75,7 +75,7 @@
 //            Several: its unnormalised acc and, per head, (m, sum); a split past the row's keys
 //            writes only the neutral state m = −inf, sum = 0.
 //   merge and project, one launch (several splits, W_uv rows of whole 16-byte pieces: decode's
-//            case, unless AttentionTuning::mla_fold_projection is off) grid (⌈L/64⌉, H, rows), 256
+//            case, unless OpTuning::mla_fold_projection is off) grid (⌈L/64⌉, H, rows), 256
 //            threads: the block merges its 64 latents of o_lat as the merge below does and
 //            multiplies them into those 64 columns of W_uv for every output e; the head's last
 //            chunk to arrive adds the chunks' parts in order (a ticket per row and head,
@@ -1340,8 +1340,8 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   // registers, its shared memory within the device's. Rows padded to 16 mod 128 bytes, so the 8
   // rows of an ldmatrix matrix hit 8 different 16-byte bank groups.
   // The ring takes as many stages as fit (more tiles in flight per block), or fewer where the
-  // attention tuning asks.
-  const AttentionTuning& tuning = s.attention_tuning();
+  // op tuning asks.
+  const OpTuning& tuning = s.op_tuning();
   const int mma_pitch = int((ceil_div(int64_t(sh.E) * 2, 128) * 128 + 16) / 2);
   auto mma_bytes_for = [&](int stages) {
     return sizeof(uint16_t) * size_t(stages * kMmaKeys) * size_t(mma_pitch) +
@@ -1430,6 +1430,8 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   // 16-byte pieces (and a ticket per row and head is there); else a merge launch, then the
   // projection's.
   const bool fold = sh.splits > 1 && w_vec && pass_rows * sh.H <= kPassRowHeads && tuning.mla_fold_projection;
+  if (mma) s.note_form("mla_decode", mma_bulk ? "tiles by bulk copies" : "tiles by cp.async");
+  if (sh.splits > 1) s.note_form("mla_decode", fold ? "splits merged and projected in one launch" : "splits merged, then projected");
   const int64_t fold_chunks = ceil_div(sh.L, kFoldLatents);
 
   // The pass's f32 scratch: the partial states (several splits), o_lat or the folded

@@ -646,7 +646,8 @@ bool route_in_one_launch(GpuStream& s, const ops::MoeRouteArgs& a) {
   if (gathers && size_t(T * k * row_bytes) > kRouteGatherBytes) return false;
   const int64_t blocks = ceil_div(E, warps);
   const bool cluster =
-      s.attention_tuning().moe_route_cluster && blocks <= kMaxRouteCluster && route_cluster_compiled(s.props());
+      s.op_tuning().moe_route_cluster && blocks <= kMaxRouteCluster && route_cluster_compiled(s.props());
+  s.note_form("moe_route", cluster ? "logits handed over in a cluster" : "logits handed over by a ticket");
   with_float_type(a.x.dtype, [&](auto tag) {
     using X = decltype(tag);
     auto launch = [&](auto kernel) {

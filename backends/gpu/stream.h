@@ -1,6 +1,6 @@
 // GpuStream: what the kernels of backends/gpu/ get from a stream of a GPU backend (cuda, hip):
-// the native queue, the device's properties, scratch memory for temporaries, and the matmul
-// and attention tunings; Props: the device facts the kernels choose their paths by.
+// the native queue, the device's properties, scratch memory for temporaries, the matmul and op
+// tunings and the form log; Props: the device facts the kernels choose their paths by.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -60,7 +60,7 @@ class GpuDevice;
 
 // The stream of a GPU device (device.h): the native queue, scratch memory, graph capture, timers,
 // and what the kernels read to choose their path (the device's properties, the matmul tuning and
-// override, the attention tuning). The kernels see only this header.
+// override, the op tuning) and where to note the form they took. The kernels see only this header.
 class GpuStream final : public Stream {
  public:
   GpuStream(GpuDevice& device, int index, const Props& props);
@@ -96,8 +96,13 @@ class GpuStream final : public Stream {
   void set_matmul_override(std::shared_ptr<MatmulOverride> override) { matmul_override_ = std::move(override); }
   const MatmulTuning& matmul_tuning() const { return matmul_tuning_; }
   void set_matmul_tuning(const MatmulTuning& tuning) { matmul_tuning_ = tuning; }
-  const AttentionTuning& attention_tuning() const { return attention_tuning_; }
-  void set_attention_tuning(const AttentionTuning& tuning) { attention_tuning_ = tuning; }
+  const OpTuning& op_tuning() const { return op_tuning_; }
+  void set_op_tuning(const OpTuning& tuning) { op_tuning_ = tuning; }
+  // Notes the form an op took where two compute it (ding::gpu::set_form_log); nothing without a log.
+  void note_form(const char* op, const char* form) {
+    if (form_log_) form_log_->push_back(std::string(op) + ": " + form);
+  }
+  void set_form_log(std::shared_ptr<FormLog> log) { form_log_ = std::move(log); }
 
  private:
   GpuDevice& device_;
@@ -112,7 +117,8 @@ class GpuStream final : public Stream {
   std::array<Scratch, 3> scratch_;  // by ScratchSlot
   std::shared_ptr<MatmulOverride> matmul_override_;
   MatmulTuning matmul_tuning_;
-  AttentionTuning attention_tuning_;
+  OpTuning op_tuning_;
+  std::shared_ptr<FormLog> form_log_;
 };
 
 // The GPU stream behind `stream`; throws Error(device_mismatch) if it is another backend's.

@@ -274,10 +274,14 @@ struct DecodeInputs {
 // The tensor-core decode kernel merges a group's splits in a cluster's shared memory (sm_90, at
 // most 8 splits of a group with one head block) or through L2 and a ticket: each keeps every
 // decode case's bound of the reference. (The two sum the splits in different groupings, so their
-// bits may differ.)
+// bits may differ.) On sm_90 some case merges in a cluster; switched off, none does.
 TEST(AttentionDecodeGpu, ClusterAndTicketMergesKeepTheBound) {
-  expect_both_settings_keep_the_bound(attention_cases(), &gpu::AttentionTuning::decode_cluster_merge, "cluster",
-                                      "ticket", [](const OpCase& c) { return c.op == "attention_decode"; }, 20);
+  expect_both_settings_keep_the_bound(
+      attention_cases(), &gpu::OpTuning::decode_cluster_merge, "cluster", "ticket",
+      [](const OpCase& c) { return c.op == "attention_decode"; }, 20, [](const Device& cuda) {
+        return SwitchForms{"attention_decode: splits merged in a cluster", "attention_decode: splits merged by a ticket",
+                           nvidia_at_least(cuda, 90)};
+      });
 }
 
 // ---- The cpu kernel's threads ---------------------------------------------------------------

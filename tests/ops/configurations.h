@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,13 +19,46 @@
 
 namespace ding::testing {
 
-// A configuration: its name in a failure's trace, what selects it on the device, and the NMSE
-// bound its outputs keep (0: the case's tolerance).
+// A configuration: its name in a failure's trace, what selects it on the device, the NMSE bound
+// its outputs keep (0: the case's tolerance), and the forms (ding::gpu::set_form_log's "op: form")
+// its calls must note over all the cases run: `noted` at least once, `never` not once (empty: no
+// check). The forms say which way a switch sent the kernels, which equal outputs cannot.
 struct Configuration {
   std::string name;
   std::function<void()> select;
   double bound = 0;
+  std::string noted, never;
 };
+
+// Whether `device` is an NVIDIA GPU of at least compute capability `sm` (90: sm_90, whose clusters
+// and bulk copies the kernels take where they can).
+inline bool nvidia_at_least(const Device& device, int sm) {
+  const std::string& arch = device.caps().arch;
+  return arch.starts_with("sm_") && std::stoi(arch.substr(3)) >= sm;
+}
+
+// `run` over `configurations` whose selection also points the device's form log at a log of the
+// configuration's own, then each configuration's `noted` and `never` checked against it.
+inline void expect_forms(Device& device, const std::vector<Configuration>& configurations,
+                         const std::function<void(const std::vector<Configuration>&)>& run) {
+  std::vector<std::shared_ptr<gpu::FormLog>> logs;
+  std::vector<Configuration> logged = configurations;
+  for (Configuration& configuration : logged) {
+    auto log = logs.emplace_back(std::make_shared<gpu::FormLog>());
+    configuration.select = [&device, select = configuration.select, log] {
+      select();
+      gpu::set_form_log(device, log);
+    };
+  }
+  run(logged);
+  gpu::set_form_log(device, nullptr);
+  for (size_t i = 0; i < configurations.size(); ++i) {
+    const Configuration& c = configurations[i];
+    const auto times = [&](const std::string& form) { return std::count(logs[i]->begin(), logs[i]->end(), form); };
+    if (!c.noted.empty()) EXPECT_GT(times(c.noted), 0) << c.name << ": no call noted '" << c.noted << "'";
+    if (!c.never.empty()) EXPECT_EQ(times(c.never), 0) << c.name << ": calls noted '" << c.never << "'";
+  }
+}
 
 // Where two outputs of one case differ: how many elements, the first one's index and both values
 // (scattered differences point to a race, one region to a path that differs).
@@ -76,33 +111,49 @@ inline int expect_configurations_agree(Device& device, const std::vector<OpCase>
   const uint64_t seed = test_seed();
   SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
   int count = 0;
-  for (const OpCase& c : cases) {
-    if (!c.in_tests) continue;
-    expect_case_under(device, c, seed, configurations, /*same_bits=*/true);
-    ++count;
-  }
+  expect_forms(device, configurations, [&](const std::vector<Configuration>& logged) {
+    for (const OpCase& c : cases) {
+      if (!c.in_tests) continue;
+      expect_case_under(device, c, seed, logged, /*same_bits=*/true);
+      ++count;
+    }
+  });
   return count;
 }
 
+// The forms a switch's two settings send an op's calls to ("op: form"): `off` by every call the
+// switch is off for, `on` where it is on, wherever `on_here` (the device can take that form);
+// elsewhere the switch on must leave the calls in the off form too.
+struct SwitchForms {
+  std::string on, off;
+  bool on_here = true;
+};
+
 // Every in-test case of `cases` that `takes` accepts, on the cuda device (skipped without one) with
-// the boolean attention tuning `member` on and off (named `on` and `off`), each within the case's
-// bound of the reference; at least `min_cases` of them. For two forms of one op whose sums are
-// grouped differently, so that their bits may differ.
-inline void expect_both_settings_keep_the_bound(const std::vector<OpCase>& cases, bool gpu::AttentionTuning::*member,
+// the boolean op tuning `member` on and off (named `on` and `off`), each within the case's
+// bound of the reference, and the calls in the `forms` each setting asks; at least `min_cases` of
+// them. For two forms of one op whose sums are grouped differently, so that their bits may differ.
+inline void expect_both_settings_keep_the_bound(const std::vector<OpCase>& cases, bool gpu::OpTuning::*member,
                                                 const char* on, const char* off,
-                                                const std::function<bool(const OpCase&)>& takes, int min_cases) {
+                                                const std::function<bool(const OpCase&)>& takes, int min_cases,
+                                                const std::function<SwitchForms(const Device&)>& forms) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  const ScopedGpuTuning<gpu::OpTuning> tuning(cuda);
   const uint64_t seed = test_seed();
   SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
+  const SwitchForms f = forms(cuda);
+  const std::vector<Configuration> settings = {
+      {on, tuning.with(member, true), 0, f.on_here ? f.on : f.off, f.on_here ? "" : f.on},
+      {off, tuning.with(member, false), 0, f.off, f.on}};
   int count = 0;
-  for (const OpCase& c : cases) {
-    if (!c.in_tests || !takes(c)) continue;
-    expect_case_under(cuda, c, seed, {{on, tuning.with(member, true)}, {off, tuning.with(member, false)}},
-                      /*same_bits=*/false);
-    ++count;
-  }
+  expect_forms(cuda, settings, [&](const std::vector<Configuration>& logged) {
+    for (const OpCase& c : cases) {
+      if (!c.in_tests || !takes(c)) continue;
+      expect_case_under(cuda, c, seed, logged, /*same_bits=*/false);
+      ++count;
+    }
+  });
   EXPECT_GE(count, min_cases);
 }
 

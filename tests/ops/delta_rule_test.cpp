@@ -154,13 +154,13 @@ TEST(GatedDeltaRuleReference, GatesEqualTheirClosedForm) {
 
 // ---- The GPU's segments ----------------------------------------------------------------------------
 
-// Every delta-rule case gives the same bits under each of the attention tunings `settings` makes
+// Every delta-rule case gives the same bits under each of the op tunings `settings` makes
 // (over at least 20 cases): what they change is where or how the same arithmetic runs.
 void expect_tunings_agree(
-    const std::function<std::vector<Configuration>(const ScopedGpuTuning<gpu::AttentionTuning>&)>& settings) {
+    const std::function<std::vector<Configuration>(const ScopedGpuTuning<gpu::OpTuning>&)>& settings) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  const ScopedGpuTuning<gpu::OpTuning> tuning(cuda);
   EXPECT_GT(expect_configurations_agree(cuda, delta_rule_cases(), settings(tuning)), 20);
 }
 
@@ -168,7 +168,7 @@ void expect_tunings_agree(
 // carried between them in f32 as between calls: segments of 1 and 3 chunks give the bits of one
 // segment for every case of more than one chunk, each within its bound of the reference.
 TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
-  constexpr auto segment = &gpu::AttentionTuning::delta_rule_segment_chunks;
+  constexpr auto segment = &gpu::OpTuning::delta_rule_segment_chunks;
   expect_tunings_agree([segment](const auto& tuning) {
     return std::vector<Configuration>{{"one segment", tuning.with(segment, 0)},  // 0: as many chunks as the workspace bound holds
                                       {"segments of 1 chunk", tuning.with(segment, 1)},
@@ -179,7 +179,7 @@ TEST(GatedDeltaRuleGpu, SegmentsGiveTheSameBits) {
 // The first pass at three blocks an SM (T over the chunk's queries, fewer registers) is the same
 // arithmetic as at two: the same bits.
 TEST(GatedDeltaRuleGpu, FirstPassAtThreeBlocksGivesTheSameBits) {
-  constexpr auto blocks = &gpu::AttentionTuning::delta_rule_prepare_blocks;
+  constexpr auto blocks = &gpu::OpTuning::delta_rule_prepare_blocks;
   expect_tunings_agree([blocks](const auto& tuning) {
     return std::vector<Configuration>{{"two blocks an SM", tuning.with(blocks, 2)}, {"three blocks an SM", tuning.with(blocks, 3)}};
   });
@@ -188,25 +188,33 @@ TEST(GatedDeltaRuleGpu, FirstPassAtThreeBlocksGivesTheSameBits) {
 // The walk's operands by the copy engine's bulk copies (sm_90+) or by every thread's cp.async (the
 // sm_80/sm_89 path, which an H100 then runs too) land as the same bytes: the same bits.
 TEST(GatedDeltaRuleGpu, WalkCopiesGiveTheSameBits) {
-  constexpr auto bulk = &gpu::AttentionTuning::delta_rule_bulk_copies;
+  constexpr auto bulk = &gpu::OpTuning::delta_rule_bulk_copies;
   expect_tunings_agree([bulk](const auto& tuning) {
-    return std::vector<Configuration>{{"bulk copies", tuning.with(bulk, true)}, {"cp.async", tuning.with(bulk, false)}};
+    const std::string by_bulk = "gated_delta_rule: walk operands by bulk copies", by_threads = "gated_delta_rule: walk operands by cp.async";
+    const bool here = nvidia_at_least(Device::open("cuda"), 90);
+    return std::vector<Configuration>{{"bulk copies", tuning.with(bulk, true), 0, here ? by_bulk : by_threads, here ? "" : by_bulk},
+                                      {"cp.async", tuning.with(bulk, false), 0, by_threads, by_bulk}};
   });
 }
 
 // The walk's products take bf16 pairs, where switched on, for bf16 q, k and v and a 16-bit output,
 // and tf32 head and tail otherwise: each form keeps every case's bound of the reference.
 TEST(GatedDeltaRuleGpu, BothProductFormsKeepTheBound) {
-  expect_both_settings_keep_the_bound(delta_rule_cases(), &gpu::AttentionTuning::delta_rule_bf16_pairs, "bf16 pairs",
-                                      "tf32", [](const OpCase&) { return true; }, 21);
+  expect_both_settings_keep_the_bound(
+      delta_rule_cases(), &gpu::OpTuning::delta_rule_bf16_pairs, "bf16 pairs", "tf32", [](const OpCase&) { return true; }, 21,
+      [](const Device&) {
+        return SwitchForms{"gated_delta_rule: chunk products in bf16 pairs", "gated_delta_rule: chunk products in tf32"};
+      });
 }
 
 // The output's gated norm inside the recurrent kernel (a cluster of a head's column tiles, on
 // sm_90) and staged through rms_norm: each keeps the bound of every case that asks for the norm.
 TEST(GatedDeltaRuleGpu, ClusterAndStagedNormKeepTheBound) {
-  expect_both_settings_keep_the_bound(delta_rule_cases(), &gpu::AttentionTuning::delta_rule_cluster_norm,
-                                      "in the kernel", "staged",
-                                      [](const OpCase& c) { return c.name.ends_with("_norm"); }, 6);
+  expect_both_settings_keep_the_bound(
+      delta_rule_cases(), &gpu::OpTuning::delta_rule_cluster_norm, "in the kernel", "staged",
+      [](const OpCase& c) { return c.name.ends_with("_norm"); }, 6, [](const Device& cuda) {
+        return SwitchForms{"gated_delta_rule: out_norm in a cluster", "gated_delta_rule: out_norm staged", nvidia_at_least(cuda, 90)};
+      });
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------

@@ -88,12 +88,15 @@ TEST(MlaReference, DecodeAppendsTheTokensLatentFirst) {
 TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  const ScopedGpuTuning<gpu::OpTuning> tuning(cuda);
+  const std::string by_bulk = "mla_decode: tiles by bulk copies", by_threads = "mla_decode: tiles by cp.async";
+  const bool here = nvidia_at_least(cuda, 90);
   std::vector<Configuration> configurations;  // the first: 4 stages with bulk copies
   for (int stages : {4, 3, 2})
     for (bool bulk : {true, false})
       configurations.push_back({fmt::format("{} stages, bulk copies {}", stages, bulk),
-                                [&tuning, stages, bulk] { tuning.set({.mla_stages = stages, .mla_bulk_copies = bulk}); }});
+                                [&tuning, stages, bulk] { tuning.set({.mla_stages = stages, .mla_bulk_copies = bulk}); }, 0,
+                                bulk && here ? by_bulk : by_threads, bulk && here ? "" : by_bulk});
   EXPECT_GT(expect_configurations_agree(cuda, mla_cases(), configurations), 20);
 }
 
@@ -102,21 +105,11 @@ TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
 // bound of the reference, for the cases that take the one launch too (they add in another order,
 // so their bits differ).
 TEST(MlaGpu, MergeAndProjectionInOneLaunchOrTwo) {
-  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
-  Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
-  const uint64_t seed = test_seed();
-  SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
-  int decode_cases = 0;
-  for (const OpCase& c : mla_cases()) {
-    if (!c.in_tests || c.op != "mla_decode") continue;
-    expect_case_under(cuda, c, seed,
-                      {{"one launch", [&tuning] { tuning.set({.mla_fold_projection = true}); }},
-                       {"two launches", [&tuning] { tuning.set({.mla_fold_projection = false}); }}},
-                      /*same_bits=*/false);
-    ++decode_cases;
-  }
-  EXPECT_GT(decode_cases, 15);
+  expect_both_settings_keep_the_bound(
+      mla_cases(), &gpu::OpTuning::mla_fold_projection, "one launch", "two launches",
+      [](const OpCase& c) { return c.op == "mla_decode"; }, 16, [](const Device&) {
+        return SwitchForms{"mla_decode: splits merged and projected in one launch", "mla_decode: splits merged, then projected"};
+      });
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------

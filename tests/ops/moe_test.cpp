@@ -404,13 +404,15 @@ TEST(MoeMatmulGpu, EightBitExpertsWidenedAGroupAtATimeGiveTheWholeProduct_P1040_
 TEST(MoeRouteGpu, ClusterAndTicketGiveTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::AttentionTuning> tuning(cuda);
+  const ScopedGpuTuning<gpu::OpTuning> tuning(cuda);
   std::vector<OpCase> routed;
   for (const OpCase& c : moe_cases())
     if (c.name.starts_with("moe_route/router_")) routed.push_back(c);
+  const std::string in_cluster = "moe_route: logits handed over in a cluster", by_ticket = "moe_route: logits handed over by a ticket";
+  const bool here = nvidia_at_least(cuda, 90);
   const std::vector<Configuration> handovers = {
-      {"cluster", tuning.with(&gpu::AttentionTuning::moe_route_cluster, true)},
-      {"ticket", tuning.with(&gpu::AttentionTuning::moe_route_cluster, false)}};
+      {"cluster", tuning.with(&gpu::OpTuning::moe_route_cluster, true), 0, here ? in_cluster : by_ticket, here ? "" : in_cluster},
+      {"ticket", tuning.with(&gpu::OpTuning::moe_route_cluster, false), 0, by_ticket, in_cluster}};
   EXPECT_GE(expect_configurations_agree(cuda, routed, handovers), 8);
 }
 

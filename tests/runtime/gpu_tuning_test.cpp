@@ -1,4 +1,4 @@
-// The GPU matmul and attention tunings: their public setters (ding/gpu.h) and the tools'
+// The GPU matmul and op tunings: their public setters (ding/gpu.h) and the tools'
 // environment readers (tools/gpu_tuning.h), which this file also applies to the GPU devices of the
 // whole test run, so that tools/gemm-check.sh runs the parity suite on each matmul core by
 // DING_GEMM_* variables (and DING_MLA_* picks the latent attend kernel's configuration).
@@ -15,6 +15,7 @@
 #include "ding/device.h"
 #include "ding/gpu.h"
 #include "expect_error.h"
+#include "ops/op_cases.h"
 #include "tools/gpu_tuning.h"
 
 namespace ding {
@@ -57,8 +58,44 @@ TEST(GpuTuning, CpuDeviceIsNotAGpu) {
                         ErrorCode::invalid_argument, {"set_matmul_tuning", "'cpu' is not a GPU device"});
   testing::expect_error([] { gpu::set_matmul_override(Device::open("ref"), nullptr); }, ErrorCode::invalid_argument,
                         {"set_matmul_override", "'ref' is not a GPU device"});
-  testing::expect_error([] { gpu::set_attention_tuning(Device::open("cpu"), gpu::AttentionTuning{}); },
-                        ErrorCode::invalid_argument, {"set_attention_tuning", "'cpu' is not a GPU device"});
+  testing::expect_error([] { gpu::set_op_tuning(Device::open("cpu"), gpu::OpTuning{}); },
+                        ErrorCode::invalid_argument, {"set_op_tuning", "'cpu' is not a GPU device"});
+  testing::expect_error([] { gpu::set_form_log(Device::open("cpu"), std::make_shared<gpu::FormLog>()); },
+                        ErrorCode::invalid_argument, {"set_form_log", "'cpu' is not a GPU device"});
+}
+
+// A GPU device names its instruction set, which the tests read to know what forms the kernels can
+// take (tests/ops/configurations.h); the host devices name none.
+TEST(GpuTuning, GpuDevicesNameTheirInstructionSet) {
+  EXPECT_EQ(Device::open("cpu").caps().arch, "");
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  const std::string& arch = Device::open("cuda").caps().arch;
+  EXPECT_TRUE(arch.starts_with("sm_") && arch.size() >= 5) << arch;
+  EXPECT_NE(Device::open("cuda").caps().name.find("(" + arch + ","), std::string::npos) << Device::open("cuda").caps().name;
+}
+
+// A decode step on an sm_90 GPU notes the forms its kernels took while a log is set, and nothing
+// once it is taken away.
+TEST(GpuTuning, FormLogNotesTheFormsTakenWhileSet) {
+  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
+  Device& cuda = Device::open("cuda");
+  auto log = std::make_shared<gpu::FormLog>();
+  const auto route = [&] {  // every routing case with a router: on a GPU, decode-sized ones take the routing kernel
+    for (const testing::OpCase& c : testing::all_op_cases())
+      if (c.name.starts_with("moe_route/router_") && c.in_tests) {
+        testing::CaseRun run(cuda, testing::test_seed());
+        c.build(run);
+        run.run();
+      }
+  };
+  gpu::set_form_log(cuda, log);
+  route();
+  gpu::set_form_log(cuda, nullptr);
+  ASSERT_FALSE(log->empty());
+  for (const std::string& form : *log) EXPECT_TRUE(form.starts_with("moe_route: logits handed over ")) << form;
+  const size_t noted = log->size();
+  route();
+  EXPECT_EQ(log->size(), noted);
 }
 
 // A value no kernel has an instance for is refused before any device is asked: a latent attend
@@ -66,7 +103,7 @@ TEST(GpuTuning, CpuDeviceIsNotAGpu) {
 // blocks an SM.
 TEST(GpuTuning, AttentionValuesWithoutAKernelAreRefused) {
   struct Bad {
-    std::function<void(gpu::AttentionTuning&)> set;
+    std::function<void(gpu::OpTuning&)> set;
     std::string value, expected;  // as the message names them
   };
   const std::vector<Bad> cases = {
@@ -79,10 +116,10 @@ TEST(GpuTuning, AttentionValuesWithoutAKernelAreRefused) {
       {[](auto& t) { t.delta_rule_prepare_blocks = -1; }, "delta_rule_prepare_blocks = -1", "2 or 3"},
   };
   for (const Bad& bad : cases) {
-    gpu::AttentionTuning tuning;
+    gpu::OpTuning tuning;
     bad.set(tuning);
-    testing::expect_error([&] { gpu::set_attention_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
-                          {"set_attention_tuning", bad.value, bad.expected});
+    testing::expect_error([&] { gpu::set_op_tuning(Device::open("cpu"), tuning); }, ErrorCode::invalid_argument,
+                          {"set_op_tuning", bad.value, bad.expected});
   }
 }
 
@@ -118,13 +155,13 @@ TEST(GpuTuning, EnvironmentIsRead) {
   EXPECT_FALSE(t->gemv_evict_first);     // the default is true
   EXPECT_FALSE(t->e4m3_mma);
   EXPECT_FALSE(t->tma);  // unset: the default
-  EXPECT_FALSE(tools::attention_tuning_from_environment().has_value());  // none of its variables set
+  EXPECT_FALSE(tools::op_tuning_from_environment().has_value());  // none of its variables set
   ScopedVariable stages("DING_MLA_STAGES", "2"), bulk("DING_MLA_BULK", "0"), fold("DING_MLA_FOLD", "0"),
       segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), bulk_delta("DING_DELTA_BULK", "0"),
       prepare_blocks("DING_DELTA_PREPARE_BLOCKS", "3"), cluster_norm("DING_DELTA_CLUSTER_NORM", "0"),
       decode_early("DING_DECODE_EARLY", "0"), route_cluster("DING_ROUTE_CLUSTER", "0"),
       decode_cluster("DING_DECODE_CLUSTER", "0");
-  const auto a = tools::attention_tuning_from_environment();
+  const auto a = tools::op_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->mla_stages, 2);
   EXPECT_FALSE(a->mla_bulk_copies);
@@ -155,7 +192,7 @@ TEST(GpuTuning, UnreadableVariableIsNamed) {
                                     std::pair{"DING_DELTA_SEGMENT", "-3"}, std::pair{"DING_DELTA_PREPARE_BLOCKS", "4"},
                                     std::pair{"DING_DELTA_BULK", "no"}, std::pair{"DING_DECODE_EARLY", "2"}}) {
     ScopedVariable v(name, value);
-    testing::expect_error([] { (void)tools::attention_tuning_from_environment(); }, ErrorCode::invalid_argument,
+    testing::expect_error([] { (void)tools::op_tuning_from_environment(); }, ErrorCode::invalid_argument,
                           {std::string(name) + "=" + value});
   }
 }

@@ -17,7 +17,7 @@ else
   gpu_build delta_rule_kernels "$out/build.txt" ding-bench
   bench="$build/tools/ding-bench"
 fi
-# The walk's two product forms (AttentionTuning::delta_rule_bf16_pairs) side by side: tf32, then bf16 pairs.
+# The walk's two product forms (OpTuning::delta_rule_bf16_pairs) side by side: tf32, then bf16 pairs.
 for filter in ${DING_BENCH_FILTERS:-bench_B1_T1_ bench_B8_T1_ bench_B1_T1024_ bench_B1_T4096_}; do
   for pairs in 0 1; do
     DING_DELTA_PAIRS=$pairs timeout 120 "$bench" ops --backend cuda --op gated_delta_rule --filter "$filter" 2>&1 |

@@ -21,6 +21,7 @@ class Profiler;
 struct Caps {
   std::string name;                // "AMD EPYC 7B13 (2 threads)", "NVIDIA H100 80GB HBM3"
   std::string backend;             // "cpu", "ref", "cuda", ...
+  std::string arch;                // a GPU's instruction set: "sm_90", "gfx90a"; empty elsewhere
   size_t memory_bytes = 0;         // total device memory
   int compute_units = 0;           // CPU threads, GPU SMs / CUs
   size_t llc_bytes = 0;            // last-level cache (L3 on CPUs, L2 on GPUs)

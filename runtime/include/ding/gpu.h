@@ -3,6 +3,8 @@
 // includes every device of a library built without a GPU backend (ding::cpu).
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ding/device.h"
 #include "ding/ops/matmul.h"
@@ -46,10 +48,12 @@ struct MatmulTuning {
 // Applies to the calls enqueued after it on every stream of `device`.
 void set_matmul_tuning(Device& device, const MatmulTuning& tuning);
 
-// How the attention kernels are configured; the defaults are the production choice. ding's own
-// tools fill it from DING_MLA_* environment variables (tools/gpu_tuning.h). Lets one GPU run every
-// configuration another chip would get (an RTX 4090's smaller rings and cp.async copies on an H100).
-struct AttentionTuning {
+// How the kernels of the ops other than the products are configured: attention, latent attention,
+// the delta rule and the routing of a mixture; the defaults are the production choice. ding's own
+// tools fill it from DING_MLA_*, DING_DELTA_*, DING_DECODE_* and DING_ROUTE_* environment variables
+// (tools/gpu_tuning.h). Lets one GPU run every configuration another chip would get (an RTX 4090's
+// smaller rings, cp.async copies and tickets in place of clusters on an H100).
+struct OpTuning {
   int mla_stages = 0;           // the latent attend kernel's ring: at most this many tiles, 2 to 4
                                 // (0: as many as the device's shared memory holds)
   bool mla_bulk_copies = true;  // its tiles by the copy engine's bulk copies where the device has
@@ -80,7 +84,14 @@ struct AttentionTuning {
 };
 
 // Applies to the calls enqueued after it on every stream of `device`.
-void set_attention_tuning(Device& device, const AttentionTuning& tuning);
+void set_op_tuning(Device& device, const OpTuning& tuning);
+
+// The forms a device's kernels took where the device or a tuning switch chooses between two ways
+// to compute the same op (a cluster or a ticket; bulk copies or cp.async; bf16 pairs or tf32):
+// while a log is set, each such op appends "op: form" as it is enqueued, so that a test or a
+// benchmark can say which one ran rather than infer it from a timing. nullptr stops the log.
+using FormLog = std::vector<std::string>;
+void set_form_log(Device& device, std::shared_ptr<FormLog> log);
 
 // Who computes ops::matmul on the device: ding's own kernels (the default), or another library
 // for comparison (ding-bench --matmul cublas installs one). The library links no vendor BLAS
