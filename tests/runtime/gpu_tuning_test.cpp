@@ -101,7 +101,7 @@ TEST(GpuTuning, FormLogNotesTheFormsTakenWhileSet) {
 // A value no kernel has an instance for is refused before any device is asked: a latent attend
 // ring outside 2 to 4, a negative delta rule segment, a first pass of other than two or three
 // blocks an SM.
-TEST(GpuTuning, AttentionValuesWithoutAKernelAreRefused) {
+TEST(GpuTuning, OpTuningValuesWithoutAKernelAreRefused) {
   struct Bad {
     std::function<void(gpu::OpTuning&)> set;
     std::string value, expected;  // as the message names them
