@@ -77,7 +77,6 @@ std::optional<gpu::OpTuning> op_tuning_from_environment() {
   }
   if (auto v = flag("DING_MLA_BULK")) t.mla_bulk_copies = *v, any = true;
   if (auto v = flag("DING_MLA_FOLD")) t.mla_fold_projection = *v, any = true;
-  if (auto v = flag("DING_MLA_FOLD_CLUSTER")) t.mla_fold_cluster = *v, any = true;
   if (auto v = count("DING_DELTA_SEGMENT")) t.delta_rule_segment_chunks = *v, any = true;
   if (auto v = flag("DING_DELTA_PAIRS")) t.delta_rule_bf16_pairs = *v, any = true;
   if (auto v = flag("DING_DELTA_BULK")) t.delta_rule_bulk_copies = *v, any = true;

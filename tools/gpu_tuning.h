@@ -17,7 +17,6 @@
 //   DING_MLA_STAGES=N      the latent attend kernel's ring: at most N tiles, 2 to 4 (0: automatic)
 //   DING_MLA_BULK=0        its tiles by cp.async, not by sm_90's bulk copies
 //   DING_MLA_FOLD=0        latent decode's splits merged, then projected: two launches, not one
-//   DING_MLA_FOLD_CLUSTER=0  that one launch's chunk parts added through L2 and a ticket, not in a cluster
 //   DING_DELTA_SEGMENT=N   the chunk-wise delta rule's chunks per pair of passes (0: by workspace size)
 //   DING_DELTA_PAIRS=0     its walk's products as tf32 head and tail, not bf16 pairs, for bf16 q, k, v
 //   DING_DELTA_BULK=0      its walk's operands by cp.async, not by sm_90's bulk copies

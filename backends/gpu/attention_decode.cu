@@ -480,6 +480,21 @@ __device__ inline void store_block_state(const float* red_m, const float* red_l,
 // decode step's instruction-fetch stalls (docs/PERFORMANCE.md, issues 20 and 22).
 constexpr int kMergeFloatsPerBlock = 6 * kDecodeThreads;
 
+// A float of the cluster's block `rank` at the address `local` has in this block (NVIDIA sm_90+).
+__device__ inline float cluster_load(const float* local, unsigned rank) {
+#if defined(DING_GPU_SM90_CODE)
+  const uint32_t here = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t there;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(there) : "r"(here), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(there) : "memory");
+  return v;
+#else
+  (void)local, (void)rank;
+  return 0.0f;
+#endif
+}
+
 constexpr int kMaxMergeCluster = 8;  // a portable cluster
 
 // Several splits as one cluster (sh.cluster_merge: a group's splits are consecutive blocks, one

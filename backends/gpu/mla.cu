@@ -1147,35 +1147,13 @@ __global__ void __launch_bounds__(kProjectThreads)
 
 // Several splits, decode: the merge and the projection in one launch, a block per (row, head,
 // chunk of kFoldLatents latents). The block merges its chunk of o_lat from the splits' states,
-// Σ_c part(c) for c = 0 … chunks − 1, added in that order, the loads of kMaxFoldCluster chunks
-// issued before the first is added: a loop that added each as it came would wait out one round
-// trip (to L2, or to another block's shared memory) after another.
-constexpr int kMaxFoldCluster = 8;  // a portable cluster
-template <class Part>
-__device__ inline float sum_in_chunk_order(int chunks, Part&& part) {
-  float o = 0.0f;
-  for (int c0 = 0; c0 < chunks; c0 += kMaxFoldCluster) {
-    float x[kMaxFoldCluster];
-#pragma unroll
-    for (int k = 0; k < kMaxFoldCluster; ++k)
-      if (c0 + k < chunks) x[k] = part(c0 + k);
-#pragma unroll
-    for (int k = 0; k < kMaxFoldCluster; ++k)
-      if (c0 + k < chunks) o += x[k];
-  }
-  return o;
-}
-
 // o_lat[l] = Σ_s w_s·acc_s[l] / sum*, and multiplies it into the chunk's columns of W_uv,
 // part[e] = Σ_(l in chunk) W_uv[h, e, l]·o_lat[l], for every e; the last of the head's chunks to
-// arrive (last_block.cuh) adds the chunks' parts in chunk order into out[r, h, e]; or, as one
-// cluster (Cluster: sm_90, at most kMaxFoldCluster chunks), each chunk keeps its part in its shared
-// memory and, after the cluster's barrier, adds a share of the outputs e from every chunk's part, in
-// the same order (the same bits, no fence, no ticket, no trip through L2). A block reads
+// arrive (last_block.cuh) adds the chunks' parts in chunk order into out[r, h, e]. A block reads
 // its splits' share of the states (splits × 64 floats) and 64 columns of W_uv: 8 · 16 blocks at
 // DeepSeek-V2-Lite's decode, where one block per head would read all of a head's states alone.
 // w_vec: L % 8 == 0 and W 16-byte aligned (the acc rows then start 16-byte aligned too).
-template <class W, bool Cluster>
+template <class W>
 __global__ void __launch_bounds__(kFoldThreads)
     mla_merge_project_kernel(AnyFloat out, Strides3 os, const W* w, MlaPartials part, float* chunk_parts, MlaShape sh,
                              int64_t r0) {
@@ -1260,19 +1238,17 @@ __global__ void __launch_bounds__(kFoldThreads)
   __syncthreads();
 
   // The chunk's part of every output e, summed over the lane group's 8 lanes in a fixed order.
-  // In a cluster it stays in the block's subtotal, read by now: [e]; else in chunk_parts: [chunk][e].
   float x[8];
 #pragma unroll
   for (int c = 0; c < 8; ++c) x[c] = lat[8 * piece + c];
-  float* const parts = chunk_parts + head * int64_t(chunks) * sh.Dv;
-  float* const chunk_part = Cluster ? &subtotal[0][0] : parts + int64_t(chunk) * sh.Dv;
+  float* const parts = chunk_parts + head * int64_t(chunks) * sh.Dv;  // [chunk][e]
   auto store_part = [&](int e, const float (&wr)[8]) {
     float d = 0.0f;
 #pragma unroll
     for (int c = 0; c < 8; ++c) d = fmaf(wr[c], x[c], d);
 #pragma unroll
     for (int mask = 1; mask < kFoldRowLanes; mask *= 2) d += shfl_xor(d, mask);
-    if (piece == 0 && e < sh.Dv) chunk_part[e] = d;
+    if (piece == 0 && e < sh.Dv) parts[int64_t(chunk) * sh.Dv + e] = d;
   };
 #pragma unroll
   for (int k = 0; k < kFoldFirstRows; ++k) store_part(row_lane + k * kFoldRowsPerPass, w_first[k]);
@@ -1287,32 +1263,12 @@ __global__ void __launch_bounds__(kFoldThreads)
     store_part(e, wr);
   }
 
-  if constexpr (Cluster) {
-    cluster_sync();  // every chunk's part is in its block
-    const int share = (sh.Dv + chunks - 1) / chunks, last = min(sh.Dv, (chunk + 1) * share);
-    for (int e = chunk * share + tid; e < last; e += kFoldThreads)
-      out.store(row_at(os, r0 + r, sh.Tq, h) + e,
-                sum_in_chunk_order(chunks, [&](int c) { return cluster_load(&subtotal[0][0] + e, unsigned(c)); }));
-    cluster_sync();  // no block leaves while another reads its part
-    return;
-  }
   if (!arrive_last(&mla_tickets[head], unsigned(chunks))) return;
-  for (int e = tid; e < sh.Dv; e += kFoldThreads)
-    out.store(row_at(os, r0 + r, sh.Tq, h) + e,
-              sum_in_chunk_order(chunks, [&](int c) { return load_partial(parts + int64_t(c) * sh.Dv + e); }));
-}
-
-// Whether the merge and projection can run as clusters here: a device with clusters (sm_90+) and the
-// kernel's loaded code compiled for one. Asked once: a decode step without graphs calls this every layer.
-bool fold_cluster_compiled(const Props& props) {
-#if defined(DING_GPU_NVIDIA)
-  static const bool compiled =
-      kernel_compiled_for(reinterpret_cast<const void*>(mla_merge_project_kernel<ding::bf16, true>), 90);
-  return props.has_chained_launch() && compiled;  // sm_90+: clusters and chained launches came together
-#else
-  (void)props;
-  return false;
-#endif
+  for (int e = tid; e < sh.Dv; e += kFoldThreads) {
+    float o = 0.0f;
+    for (int c = 0; c < chunks; ++c) o += load_partial(parts + int64_t(c) * sh.Dv + e);
+    out.store(row_at(os, r0 + r, sh.Tq, h) + e, o);
+  }
 }
 
 // Whether every row of x (all dims but the last) starts 16-byte aligned and is whole 16-byte pieces.
@@ -1474,13 +1430,9 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
   // 16-byte pieces (and a ticket per row and head is there); else a merge launch, then the
   // projection's.
   const bool fold = sh.splits > 1 && w_vec && pass_rows * sh.H <= kPassRowHeads && tuning.mla_fold_projection;
-  const int64_t fold_chunks = ceil_div(sh.L, kFoldLatents);
   if (mma) s.note_form("mla_decode", mma_bulk ? "tiles by bulk copies" : "tiles by cp.async");
-  // That launch's chunks of a head one cluster, where they fit one and the parts fit a block's subtotal.
-  const bool fold_cluster = fold && fold_chunks <= kMaxFoldCluster && sh.Dv <= kFoldSubsets * kFoldLatents &&
-                            tuning.mla_fold_cluster && fold_cluster_compiled(props);
   if (sh.splits > 1) s.note_form("mla_decode", fold ? "splits merged and projected in one launch" : "splits merged, then projected");
-  if (fold) s.note_form("mla_decode", fold_cluster ? "chunk parts added in a cluster" : "chunk parts added by a ticket");
+  const int64_t fold_chunks = ceil_div(sh.L, kFoldLatents);
 
   // The pass's f32 scratch: the partial states (several splits), o_lat or the folded
   // projection's chunk parts, qa. The states' acc first: its rows start 16-byte aligned.
@@ -1540,19 +1492,10 @@ void launch_mla(GpuStream& s, MlaShape sh, int64_t rows, const Tensor& q, Stride
     if (fold) {
       with_float_type(w_kv.dtype, [&](auto w_tag) {
         using W = decltype(w_tag);
-        auto launch = [&](auto kernel) {
-          DING_GPU_CHECK(launch_chained_in_clusters(chained, fold_cluster ? unsigned(fold_chunks) : 0u, kernel,
-                                                    dim3(unsigned(fold_chunks), unsigned(sh.H), unsigned(n)),
-                                                    dim3(kFoldThreads), 0, s.handle(), any_float(out), os,
-                                                    static_cast<const W*>(w_kv.data), part, o_lat, sh, r0));
-        };
-#if defined(DING_GPU_NVIDIA)
-        if (fold_cluster) {
-          launch(mla_merge_project_kernel<W, true>);
-          return;
-        }
-#endif
-        launch(mla_merge_project_kernel<W, false>);
+        DING_GPU_CHECK(launch_chained(chained, mla_merge_project_kernel<W>,
+                                      dim3(unsigned(fold_chunks), unsigned(sh.H), unsigned(n)), dim3(kFoldThreads), 0,
+                                      s.handle(), any_float(out), os, static_cast<const W*>(w_kv.data), part, o_lat,
+                                      sh, r0));
       });
       continue;
     }

@@ -496,21 +496,6 @@ __device__ inline void cluster_store(float* local, unsigned rank, float v) {
 #endif
 }
 
-// The float of the cluster's block `rank` at the address `local` (a __shared__ address) has in this block.
-__device__ inline float cluster_load(const float* local, unsigned rank) {
-#if defined(DING_GPU_SM90_CODE)
-  const uint32_t here = static_cast<uint32_t>(__cvta_generic_to_shared(local));
-  uint32_t there;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(there) : "r"(here), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(there) : "memory");
-  return v;
-#else
-  (void)local, (void)rank;
-  return 0.0f;
-#endif
-}
-
 #endif  // device side
 
 DING_GPU_END

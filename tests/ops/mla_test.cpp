@@ -112,21 +112,6 @@ TEST(MlaGpu, MergeAndProjectionInOneLaunchOrTwo) {
       });
 }
 
-// The one launch's chunks of a head add their parts in a cluster's shared memory (sm_90, at most 8
-// chunks) or through L2 and a ticket, in the same chunk order either way: the same bits for every
-// mla case; on sm_90 some case takes the cluster, and switched off none does.
-TEST(MlaGpu, FoldedChunksInAClusterOrByATicketGiveTheSameBits) {
-  if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
-  Device& cuda = Device::open("cuda");
-  const ScopedGpuTuning<gpu::OpTuning> tuning(cuda);
-  const std::string in_cluster = "mla_decode: chunk parts added in a cluster", by_ticket = "mla_decode: chunk parts added by a ticket";
-  const bool here = nvidia_at_least(cuda, 90);
-  const std::vector<Configuration> adds = {
-      {"cluster", tuning.with(&gpu::OpTuning::mla_fold_cluster, true), 0, here ? in_cluster : by_ticket, here ? "" : in_cluster},
-      {"ticket", tuning.with(&gpu::OpTuning::mla_fold_cluster, false), 0, by_ticket, in_cluster}};
-  EXPECT_GT(expect_configurations_agree(cuda, mla_cases(), adds), 20);
-}
-
 // ---- Bad input -----------------------------------------------------------------------------------
 
 struct Tensors {

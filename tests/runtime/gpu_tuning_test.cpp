@@ -160,13 +160,12 @@ TEST(GpuTuning, EnvironmentIsRead) {
       segment("DING_DELTA_SEGMENT", "5"), pairs("DING_DELTA_PAIRS", "0"), bulk_delta("DING_DELTA_BULK", "0"),
       prepare_blocks("DING_DELTA_PREPARE_BLOCKS", "3"), cluster_norm("DING_DELTA_CLUSTER_NORM", "0"),
       decode_early("DING_DECODE_EARLY", "0"), route_cluster("DING_ROUTE_CLUSTER", "0"),
-      decode_cluster("DING_DECODE_CLUSTER", "0"), fold_cluster("DING_MLA_FOLD_CLUSTER", "0");
+      decode_cluster("DING_DECODE_CLUSTER", "0");
   const auto a = tools::op_tuning_from_environment();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->mla_stages, 2);
   EXPECT_FALSE(a->mla_bulk_copies);
   EXPECT_FALSE(a->mla_fold_projection);  // the default is true
-  EXPECT_FALSE(a->mla_fold_cluster);  // the default is true
   EXPECT_EQ(a->delta_rule_segment_chunks, 5);
   EXPECT_FALSE(a->delta_rule_bf16_pairs);  // the default is true
   EXPECT_FALSE(a->delta_rule_bulk_copies);  // the default is true

@@ -61,8 +61,6 @@ struct OpTuning {
   bool mla_fold_projection = true;  // decode's several splits merged and projected by W_uv in one
                                     // launch where W_uv's rows allow it; false: a merge launch, then
                                     // a projection launch
-  bool mla_fold_cluster = true;  // and that launch's chunks of a head one cluster (sm_90+, at most 8),
-                                 // their parts added in shared memory; false: through L2 and a ticket
   int delta_rule_segment_chunks = 0;  // the chunk-wise delta rule's chunks per pair of passes
                                       // (0: equal segments of at most 192 MB of first-pass output)
   bool delta_rule_bf16_pairs = true;  // its walk's computed operands as bf16 pairs (hi + lo) where q,
