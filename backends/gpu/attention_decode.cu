@@ -1078,7 +1078,6 @@ NewKv<KV> new_kv(const ops::AttentionDecodeArgs& a, bool fresh_in_kernel) {
 }
 
 #if defined(DING_GPU_NVIDIA)
-
 // Whether the tensor-core kernel's cluster merge can run here: a device with clusters (sm_90+) and
 // the kernel's loaded code compiled for one. Asked once: a decode step without graphs calls this
 // every layer.
