@@ -480,6 +480,9 @@ __device__ inline void store_block_state(const float* red_m, const float* red_l,
 // decode step's instruction-fetch stalls (docs/PERFORMANCE.md, issues 20 and 22).
 constexpr int kMergeFloatsPerBlock = 6 * kDecodeThreads;
 
+constexpr int kMaxMergeCluster = 8;  // a portable cluster
+
+#if defined(DING_GPU_NVIDIA_MMA)  // the tensor-core kernel's, which alone merges in a cluster
 // A float of the cluster's block `rank` at the address `local` has in this block (NVIDIA sm_90+).
 __device__ inline float cluster_load(const float* local, unsigned rank) {
 #if defined(DING_GPU_SM90_CODE)
@@ -494,8 +497,6 @@ __device__ inline float cluster_load(const float* local, unsigned rank) {
   return 0.0f;
 #endif
 }
-
-constexpr int kMaxMergeCluster = 8;  // a portable cluster
 
 // Several splits as one cluster (sh.cluster_merge: a group's splits are consecutive blocks, one
 // head block per kv head): after the cluster's barrier each split's block merges its share of the
@@ -541,6 +542,7 @@ __device__ void merge_in_cluster(Operand out, const DecodeShape& sh, const Decod
   }
   cluster_sync();  // no block leaves while another reads its state
 }
+#endif  // DING_GPU_NVIDIA_MMA
 
 template <int kMergeBatch, bool kQuadRows = false>
 __device__ void merge_if_last(Operand out, Partials part, const DecodeShape& sh, const DecodeBlock& blk,
