@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
