@@ -129,6 +129,15 @@ struct SwitchForms {
   bool on_here = true;
 };
 
+// `c` with the forms of `f` it must note: the on form where it asks for it (`wants_on`) and the
+// device can take it, and then the off form never; else the off form, and the on form never.
+inline Configuration expecting(Configuration c, const SwitchForms& f, bool wants_on) {
+  const bool on = wants_on && f.on_here;
+  c.noted = on ? f.on : f.off;
+  c.never = on ? "" : f.on;
+  return c;
+}
+
 // Every in-test case of `cases` that `takes` accepts, on the cuda device (skipped without one) with
 // the boolean op tuning `member` on and off (named `on` and `off`), each within the case's
 // bound of the reference, and the calls in the `forms` each setting asks; at least `min_cases` of
@@ -143,9 +152,8 @@ inline void expect_both_settings_keep_the_bound(const std::vector<OpCase>& cases
   const uint64_t seed = test_seed();
   SCOPED_TRACE(fmt::format("seed {} (rerun with DING_TEST_SEED={})", seed, seed));
   const SwitchForms f = forms(cuda);
-  const std::vector<Configuration> settings = {
-      {on, tuning.with(member, true), 0, f.on_here ? f.on : f.off, f.on_here ? "" : f.on},
-      {off, tuning.with(member, false), 0, f.off, f.on}};
+  const std::vector<Configuration> settings = {expecting({on, tuning.with(member, true)}, f, true),
+                                               expecting({off, tuning.with(member, false)}, f, false)};
   int count = 0;
   expect_forms(cuda, settings, [&](const std::vector<Configuration>& logged) {
     for (const OpCase& c : cases) {

@@ -190,10 +190,10 @@ TEST(GatedDeltaRuleGpu, FirstPassAtThreeBlocksGivesTheSameBits) {
 TEST(GatedDeltaRuleGpu, WalkCopiesGiveTheSameBits) {
   constexpr auto bulk = &gpu::OpTuning::delta_rule_bulk_copies;
   expect_tunings_agree([bulk](const auto& tuning) {
-    const std::string by_bulk = "gated_delta_rule: walk operands by bulk copies", by_threads = "gated_delta_rule: walk operands by cp.async";
-    const bool here = nvidia_at_least(Device::open("cuda"), 90);
-    return std::vector<Configuration>{{"bulk copies", tuning.with(bulk, true), 0, here ? by_bulk : by_threads, here ? "" : by_bulk},
-                                      {"cp.async", tuning.with(bulk, false), 0, by_threads, by_bulk}};
+    const SwitchForms forms{"gated_delta_rule: walk operands by bulk copies", "gated_delta_rule: walk operands by cp.async",
+                            nvidia_at_least(Device::open("cuda"), 90)};
+    return std::vector<Configuration>{expecting({"bulk copies", tuning.with(bulk, true)}, forms, true),
+                                      expecting({"cp.async", tuning.with(bulk, false)}, forms, false)};
   });
 }
 

@@ -89,14 +89,13 @@ TEST(MlaGpu, EveryRingAndCopyPathGivesTheSameBits) {
   if (!registry::is_available("cuda")) GTEST_SKIP() << "no cuda device here";
   Device& cuda = Device::open("cuda");
   const ScopedGpuTuning<gpu::OpTuning> tuning(cuda);
-  const std::string by_bulk = "mla_decode: tiles by bulk copies", by_threads = "mla_decode: tiles by cp.async";
-  const bool here = nvidia_at_least(cuda, 90);
+  const SwitchForms forms{"mla_decode: tiles by bulk copies", "mla_decode: tiles by cp.async", nvidia_at_least(cuda, 90)};
   std::vector<Configuration> configurations;  // the first: 4 stages with bulk copies
   for (int stages : {4, 3, 2})
     for (bool bulk : {true, false})
-      configurations.push_back({fmt::format("{} stages, bulk copies {}", stages, bulk),
-                                [&tuning, stages, bulk] { tuning.set({.mla_stages = stages, .mla_bulk_copies = bulk}); }, 0,
-                                bulk && here ? by_bulk : by_threads, bulk && here ? "" : by_bulk});
+      configurations.push_back(expecting({fmt::format("{} stages, bulk copies {}", stages, bulk),
+                                          [&tuning, stages, bulk] { tuning.set({.mla_stages = stages, .mla_bulk_copies = bulk}); }},
+                                         forms, bulk));
   EXPECT_GT(expect_configurations_agree(cuda, mla_cases(), configurations), 20);
 }
 

@@ -408,11 +408,11 @@ TEST(MoeRouteGpu, ClusterAndTicketGiveTheSameBits) {
   std::vector<OpCase> routed;
   for (const OpCase& c : moe_cases())
     if (c.name.starts_with("moe_route/router_")) routed.push_back(c);
-  const std::string in_cluster = "moe_route: logits handed over in a cluster", by_ticket = "moe_route: logits handed over by a ticket";
-  const bool here = nvidia_at_least(cuda, 90);
+  const SwitchForms forms{"moe_route: logits handed over in a cluster", "moe_route: logits handed over by a ticket",
+                          nvidia_at_least(cuda, 90)};
   const std::vector<Configuration> handovers = {
-      {"cluster", tuning.with(&gpu::OpTuning::moe_route_cluster, true), 0, here ? in_cluster : by_ticket, here ? "" : in_cluster},
-      {"ticket", tuning.with(&gpu::OpTuning::moe_route_cluster, false), 0, by_ticket, in_cluster}};
+      expecting({"cluster", tuning.with(&gpu::OpTuning::moe_route_cluster, true)}, forms, true),
+      expecting({"ticket", tuning.with(&gpu::OpTuning::moe_route_cluster, false)}, forms, false)};
   EXPECT_GE(expect_configurations_agree(cuda, routed, handovers), 8);
 }
 
