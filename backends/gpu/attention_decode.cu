@@ -480,7 +480,7 @@ __device__ inline void store_block_state(const float* red_m, const float* red_l,
 // decode step's instruction-fetch stalls (docs/PERFORMANCE.md, issues 20 and 22).
 constexpr int kMergeFloatsPerBlock = 6 * kDecodeThreads;
 
-constexpr int kMaxMergeCluster = 8;  // a portable cluster
+[[maybe_unused]] constexpr int kMaxMergeCluster = 8;  // a portable cluster (HIP has none)
 
 #if defined(DING_GPU_NVIDIA_MMA)  // the tensor-core kernel's, which alone merges in a cluster
 // A float of the cluster's block `rank` at the address `local` has in this block (NVIDIA sm_90+).

@@ -32,7 +32,7 @@
 
 DING_GPU_BEGIN
 namespace {
-
+// Helpers of the tensor-core paths alone are [[maybe_unused]]: HIP compiles those paths out.
 
 struct DeltaShape {
   int64_t B, T, Hk, Hv;
@@ -399,7 +399,7 @@ constexpr int kMmaColumns = 32;
 // unevenly) and the first pass a partial last wave, so fewer and larger segments run faster
 // (docs/PERFORMANCE.md, issue 21); 192 MB holds 40 chunks of 64 tokens of Qwen3-Next's 32 value
 // heads, and a long prompt's workspace stays bounded all the same.
-constexpr size_t kSegmentBytes = size_t(192) << 20;
+[[maybe_unused]] constexpr size_t kSegmentBytes = size_t(192) << 20;
 
 // The chunk-wise products in one of the two forms above: kPairs false is tf32, true bf16 pairs.
 template <bool kPairs>
@@ -477,7 +477,7 @@ __device__ inline void mma_tf32_tiles_shared_a(float (&acc)[N][4], int tiles, FA
 }
 
 // x as head and tail tf32 bit patterns, stored as floats.
-__device__ inline void store_split(float* head, float* tail, float x) {
+[[maybe_unused]] __device__ inline void store_split(float* head, float* tail, float x) {
 #if defined(DING_GPU_NVIDIA_MMA)
   uint32_t h, t;
   split_tf32(x, h, t);
@@ -489,8 +489,8 @@ __device__ inline void store_split(float* head, float* tail, float x) {
 
 // Element e of a warp's accumulator of tile (mi, ni): row 16 mi + g4 + 8 (e / 2), column 8 ni +
 // 2 c4 + e % 2, (g4, c4) = (lane / 4, lane % 4).
-__device__ inline int tile_row(int mi, int e, int lane) { return 16 * mi + (lane >> 2) + 8 * (e >> 1); }
-__device__ inline int tile_col(int ni, int e, int lane) { return 8 * ni + 2 * (lane & 3) + (e & 1); }
+[[maybe_unused]] __device__ inline int tile_row(int mi, int e, int lane) { return 16 * mi + (lane >> 2) + 8 * (e >> 1); }
+[[maybe_unused]] __device__ inline int tile_col(int ni, int e, int lane) { return 8 * ni + 2 * (lane & 3) + (e & 1); }
 
 // Fragment order: how the first pass lays out an mma operand the second pass reads many times, so
 // a lane fetches its part of a k step with one 8- or 16-byte shared-memory read (two for a split
@@ -506,11 +506,11 @@ struct FragmentPlace {
 // ((r / 16) steps + κ / 8) 32 + (r % 8) 4 + κ % 4, slot (r % 16) / 8 + 2 ((κ % 8) / 4), with those
 // worked out from the tile and the lane (no division); as a B operand: group ((n / 8) steps + κ /
 // 8) 32 + (n % 8) 4 + κ % 4, slot (κ % 8) / 4.
-__device__ inline FragmentPlace a_fragment_of_tile(int mi, int ni, int e, int lane, int steps) {
+[[maybe_unused]] __device__ inline FragmentPlace a_fragment_of_tile(int mi, int ni, int e, int lane, int steps) {
   const int g = lane >> 2, col = 2 * (lane & 3) + (e & 1);  // r = 16 mi + g + 8 (e / 2), κ = 8 ni + col
   return {(mi * steps + ni) * 32 + g * 4 + (col & 3), (e >> 1) + 2 * (col >> 2)};
 }
-__device__ inline FragmentPlace b_fragment_of_tile(int mi, int ni, int e, int lane, int steps) {
+[[maybe_unused]] __device__ inline FragmentPlace b_fragment_of_tile(int mi, int ni, int e, int lane, int steps) {
   const int g = lane >> 2, col = 2 * (lane & 3) + (e & 1);  // κ = 16 mi + g + 8 (e / 2), n = 8 ni + col
   return {(ni * steps + 2 * mi + (e >> 1)) * 32 + col * 4 + (g & 3), g >> 2};
 }
@@ -525,7 +525,7 @@ __device__ inline int split_a_heads(int group) { return (group / 32) * 256 + (gr
 // split_a_heads puts a tf32 group's heads and its lo ones 128 words on.
 // Row half `half` of accumulator tile (mi, ni) (its elements 2 half, 2 half + 1) is one register of
 // the same lane's A operand: k step ni / 2, register half + 2 (ni % 2); its word in a split buffer:
-__device__ inline int a_pair_word(int mi, int ni, int half, int lane, int steps) {
+[[maybe_unused]] __device__ inline int a_pair_word(int mi, int ni, int half, int lane, int steps) {
   return split_a_heads((mi * steps + ni / 2) * 32 + lane) + half + 2 * (ni & 1);
 }
 
@@ -1116,7 +1116,7 @@ __device__ inline void mma_parts(PartSums& acc, const uint32_t (&ah)[4], const u
 
 // Accumulator tile (mi, ni), x, into a split tf32 B operand in fragment order (`steps` k steps of
 // 8 along the operand's rows; k the tile's row, n its column).
-__device__ inline void store_b_tile(float* b, int mi, int ni, int lane, int steps, const float (&x)[4]) {
+[[maybe_unused]] __device__ inline void store_b_tile(float* b, int mi, int ni, int lane, int steps, const float (&x)[4]) {
 #if defined(DING_GPU_NVIDIA_MMA)
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -1130,7 +1130,7 @@ __device__ inline void store_b_tile(float* b, int mi, int ni, int lane, int step
 
 // A lane's split A operand of row tile mi, k step ks from a fragment-order buffer of `steps` k
 // steps (heads or hi parts, then tails or lo parts; split_a_heads).
-__device__ inline void load_a_split(const float* buffer, int steps, int mi, int ks, int lane, uint32_t (&head)[4],
+[[maybe_unused]] __device__ inline void load_a_split(const float* buffer, int steps, int mi, int ks, int lane, uint32_t (&head)[4],
                                     uint32_t (&tail)[4]) {
   const float* const heads = buffer + split_a_heads((mi * steps + ks) * 32 + lane);
   const float4 x = *reinterpret_cast<const float4*>(heads), y = *reinterpret_cast<const float4*>(heads + 128);
@@ -1445,7 +1445,7 @@ constexpr int kRegisterWalkWarps = kMmaColumns / 8, kRegisterWalkThreads = kRegi
 // The widest keys the register walk takes in chunks of C: a warp holds [Dk][8] of S and a chunk's
 // C × Dk products' fragments, and at chunks of 64 and wider keys than 128 those spill (and the two
 // buffers pass 190 KB); such keys take chunks of 32.
-constexpr int register_walk_key_dim(int C) { return C >= 64 ? 128 : int(ops::kMaxDeltaRuleKeyDim); }
+[[maybe_unused]] constexpr int register_walk_key_dim(int C) { return C >= 64 ? 128 : int(ops::kMaxDeltaRuleKeyDim); }
 
 // One buffer of the register walk's shared memory, in 4-byte words: W [C·Dk] and A [C·C] as split
 // A operands in fragment order (a hi and a lo bf16 a word), Q and Kᵀ (bf16, C·Dk / 2 words each) as
@@ -1463,7 +1463,7 @@ struct RegisterWalkLayout {
 
 // A lane's A operand of one m16n8k16 k step from a fragment-order group of bf16: its four
 // registers as they are.
-__device__ inline void load_a_pairs(const ding::bf16* group, uint32_t (&a)[4]) {
+[[maybe_unused]] __device__ inline void load_a_pairs(const ding::bf16* group, uint32_t (&a)[4]) {
   const uint4 x = *reinterpret_cast<const uint4*>(group);
   a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w;
 }
@@ -1474,7 +1474,7 @@ __device__ inline void load_a_pairs(const ding::bf16* group, uint32_t (&a)[4]) {
 struct PairsB {
   uint32_t hi[2], lo[2];
 };
-__device__ inline PairsB b_pairs_of_tile(const float (&x)[4]) {
+[[maybe_unused]] __device__ inline PairsB b_pairs_of_tile(const float (&x)[4]) {
   PairsB r{};
 #if defined(DING_GPU_NVIDIA_MMA)
 #pragma unroll

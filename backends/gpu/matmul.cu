@@ -99,7 +99,7 @@ ops::MatmulArgs dequantized(GpuStream& s, const ops::MatmulArgs& a) {
 // its blocks load, add and store in a shorter chain than the tensor-core core's ring, staged x and
 // tile sums. On an H200, OLMoE's router: 2.6 µs against 3.2, Mixtral's 2.5 against 4.9; at 8 rows
 // the FMA GEMV's per-row FMAs make it the slower one (6.1 µs against 3.5).
-inline constexpr int64_t kGemvMmaMinBytes = int64_t(1) << 20;
+[[maybe_unused]] inline constexpr int64_t kGemvMmaMinBytes = int64_t(1) << 20;
 
 // The few-rows product (M ≤ kGemvMaxRows): the tensor-core GEMV where it takes x and w (16-bit x,
 // w of x's type or 8-bit) unless one row meets small weights, else the FMA GEMV.

@@ -43,6 +43,7 @@ std::string scaling_tag(const std::optional<ops::RopeScaling>& s) {
     case ops::RopeScalingKind::none: return "_table";
     case ops::RopeScalingKind::linear: return "_linear" + std::to_string(int64_t(s->factor));
     case ops::RopeScalingKind::llama3: return "_llama3";
+    case ops::RopeScalingKind::yarn: return "_yarn" + std::to_string(int64_t(s->factor));
   }
   return "";
 }
