@@ -119,7 +119,8 @@ struct DecodeShape {
   bool settled;     // seq_lens and every cache row but the newest were written two or more kernels
                     // back (ops::AttentionDecodeArgs::cache_from_earlier_op): readable before the wait
   bool cluster_merge = false;  // (tensor-core kernel) a group's splits are one cluster and merge in
-                               // shared memory (merge_in_cluster), not through L2 and a ticket
+                               // shared memory (merge_in_cluster), not through L2 and a ticket; only
+                               // where the grid is at most a block an SM (launch_decode_mma)
 };
 
 // The current token's key and value (attention_decode's k_new and v_new, rows of the QKV
@@ -1107,13 +1108,18 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
   DING_GPU_CHECK(resident_blocks(&per_sm, kernel, kDecodeThreads, shared));
   const int64_t B = a.q.dim(0);
   plan_splits(sh, B, int64_t(std::max(per_sm, 1)) * s.props().sm_count, kMmaKeys, kMmaMergeFloats);
-  // A group's splits are consecutive blocks where it has one head block: one cluster, if it fits one.
+  const int64_t blocks = B * sh.Hkv * sh.head_blocks * sh.splits;
+  // A group's splits are consecutive blocks where it has one head block: one cluster, if it fits one,
+  // and if the grid is at most a block an SM. A cluster's blocks start together on SMs of one GPC, so
+  // where more blocks than SMs queue, clusters wait for a GPC's SMs to free up where single blocks
+  // take any SM: OLMoE-1B-7B at batch 8 (128 groups) stepped 3.4 % slower with clusters, at batch 1
+  // (96 blocks) its attention 13 % faster (H100, docs/PERFORMANCE.md).
   sh.cluster_merge = s.op_tuning().decode_cluster_merge && sh.head_blocks == 1 && sh.splits > 1 &&
-                     sh.splits <= kMaxMergeCluster && cluster_merge_compiled(s.props());
+                     sh.splits <= kMaxMergeCluster && blocks <= s.props().sm_count && cluster_merge_compiled(s.props());
   if (sh.splits > 1) s.note_form("attention_decode", sh.cluster_merge ? "splits merged in a cluster" : "splits merged by a ticket");
   T* const k = static_cast<T*>(a.k_cache.data);
   T* const v = static_cast<T*>(a.v_cache.data);
-  const dim3 grid(unsigned(B * sh.Hkv * sh.head_blocks * sh.splits));
+  const dim3 grid(static_cast<unsigned>(blocks));
   DING_GPU_CHECK(launch_chained_in_clusters(s.props().has_chained_launch(), sh.cluster_merge ? unsigned(sh.splits) : 0u,
                                 kernel, grid, dim3(kDecodeThreads), shared, s.handle(),
                                 operand(a.out, strides_bhd(a.out)), static_cast<const T*>(a.q.data), strides_bhd(a.q),

@@ -77,7 +77,8 @@ struct OpTuning {
   bool decode_early_tiles = true;  // decode attention's first K/V tiles copied before the chained-launch
                                    // wait, where the op says the cache comes from earlier ops
   bool decode_cluster_merge = true;  // decode attention's splits of a group one cluster (sm_90+, at most
-                                     // 8), merged in shared memory; false: through L2 and a ticket
+                                     // 8, where the grid is at most a block an SM), merged in shared
+                                     // memory; false: through L2 and a ticket
   bool moe_route_cluster = true;  // a decode step's routing kernel as one cluster (sm_90+, at most 8
                                   // blocks): the logits handed to its first block in shared memory;
                                   // false: through L2 and a ticket, as on sm_80/sm_89
