@@ -1112,8 +1112,8 @@ bool launch_decode_mma(GpuStream& s, const ops::AttentionDecodeArgs& a, DecodeSh
   // A group's splits are consecutive blocks where it has one head block: one cluster, if it fits one,
   // and if the grid is at most a block an SM. A cluster's blocks start together on SMs of one GPC, so
   // where more blocks than SMs queue, clusters wait for a GPC's SMs to free up where single blocks
-  // take any SM: OLMoE-1B-7B at batch 8 (128 groups) stepped 3.4 % slower with clusters, at batch 1
-  // (96 blocks) its attention 13 % faster (H100, docs/PERFORMANCE.md).
+  // take any SM: OLMoE-1B-7B at batch 8 (128 groups of several splits) stepped 3.4 % slower with
+  // clusters; at batch 1 (16 groups) its attention was 13 % faster (H100, docs/PERFORMANCE.md).
   sh.cluster_merge = s.op_tuning().decode_cluster_merge && sh.head_blocks == 1 && sh.splits > 1 &&
                      sh.splits <= kMaxMergeCluster && blocks <= s.props().sm_count && cluster_merge_compiled(s.props());
   if (sh.splits > 1) s.note_form("attention_decode", sh.cluster_merge ? "splits merged in a cluster" : "splits merged by a ticket");
