@@ -35,10 +35,19 @@ void parse_mla(const ConfigFields& f, ModelConfig& c) {
   m.value_dim = f.positive_int_or("v_head_dim", kDefaults.value_dim);
   if (m.rope_dim % 2 != 0) f.fail(fmt::format("qk_rope_head_dim = {} is odd; rotary positions rotate pairs", m.rope_dim));
   // transformers' DeepseekV2Attention: (Dn + Dr)^-½, times mscale(factor, mscale_all_dim)² when
-  // the rope is scaled and mscale_all_dim is set (yarn_apply_mscale).
+  // the rope's type is not default and its parameters set mscale_all_dim, whatever that type is
+  // (dynamic too, whose frequencies ding keeps at the default base).
   double scale = 1.0 / std::sqrt(double(m.nope_dim + m.rope_dim));
-  const ops::RopeScaling& r = c.rope_scaling;
-  if (r.kind != ops::RopeScalingKind::none && r.mscale_all_dim != 0) scale *= std::pow(ops::yarn_mscale(r.factor, r.mscale_all_dim), 2);
+  if (const char* key = rope_parameters_key(f)) {
+    const ConfigFields s = f.object(key);
+    const double mscale_all_dim = s.optional_number("mscale_all_dim").value_or(0.0);
+    if (s.string_or("rope_type", s.string_or("type", "default")) != "default" && mscale_all_dim != 0) {
+      // YaRN's factor may be left out (parse_rope derives it); the other types require it.
+      const ops::RopeScaling& r = c.rope_scaling;
+      const double factor = r.kind == ops::RopeScalingKind::yarn ? r.factor : s.positive_number("factor");
+      scale *= std::pow(ops::yarn_mscale(factor, mscale_all_dim), 2);
+    }
+  }
   m.softmax_scale = float(scale);
 }
 

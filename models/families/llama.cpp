@@ -7,27 +7,37 @@
 // (rope_parameters) both load.
 #include <fmt/format.h>
 
+#include <string_view>
+
 #include "ding/models/families/llama_parts.h"
 
 namespace ding {
 
 ConfigDefaults config_defaults(const std::string& model_type) {
-  if (model_type == "mixtral") return {.rope_theta = 1e6, .rms_norm_eps = 1e-5f};
-  if (model_type == "olmoe") return {.rms_norm_eps = 1e-5f};
+  if (model_type == "mistral") return {.max_position_embeddings = 4096 * 32};
+  if (model_type == "qwen2") return {.max_position_embeddings = 32768};
+  if (model_type == "mixtral") return {.rope_theta = 1e6, .rms_norm_eps = 1e-5f, .max_position_embeddings = 4096 * 32};
+  if (model_type == "olmoe") return {.rms_norm_eps = 1e-5f, .max_position_embeddings = 4096};
   return {};
+}
+
+const char* rope_parameters_key(const ConfigFields& f) {
+  // An empty rope_scaling object is falsy to transformers 5's `or`, as null is.
+  if (f.has("rope_scaling") && !(f.at("rope_scaling").is_object() && f.at("rope_scaling").empty())) return "rope_scaling";
+  return f.has("rope_parameters") ? "rope_parameters" : nullptr;
 }
 
 // The rotary base and its scaling: transformers 5's rope_parameters, or transformers 4's
 // rope_theta beside rope_scaling. Scalings ding does not implement are refused by name.
 void parse_rope(const ConfigFields& f, ModelConfig& c) {
-  const bool v5 = f.has("rope_parameters");
+  const char* key = rope_parameters_key(f);
+  const bool v5 = key && std::string_view(key) == "rope_parameters";
   if (v5 && f.at("rope_parameters").is_object() && !f.at("rope_parameters").contains("rope_type") &&
       !f.at("rope_parameters").contains("rope_theta"))
     f.fail("rope_parameters names neither rope_type nor rope_theta (per-layer-type parameters are not supported)");
   const double theta = f.positive_number_or("rope_theta", config_defaults(c.model_type).rope_theta);
   c.rope_theta = v5 ? f.object("rope_parameters").positive_number_or("rope_theta", theta) : theta;
-  const char* key = v5 ? "rope_parameters" : "rope_scaling";
-  if (!f.has(key)) return;
+  if (!key) return;
   const ConfigFields s = f.object(key);
   const std::string type = s.string_or("rope_type", s.string_or("type", "default"));
   ops::RopeScaling& r = c.rope_scaling;
@@ -80,9 +90,10 @@ void parse_windows(const ConfigFields& f, ModelConfig& c) {
   const std::string& type = c.model_type;
   // Mistral's window applies to every layer (its config class defaults it to 4096; null turns it
   // off); Mixtral's likewise, with no window by default. Qwen2's needs use_sliding_window and
-  // covers layers from max_window_layers on. layer_types, where given, picks the windowed layers:
-  // transformers' AutoConfig loads a mistral config that has them as ministral, whose layers
-  // alternate by them (MistralConfig itself would ignore them, with a warning).
+  // covers layers from max_window_layers on. layer_types, where given, picks the windowed layers of
+  // Mistral and Qwen2: transformers' AutoConfig loads a mistral config that has them as ministral,
+  // whose layers alternate by them, and Qwen2Config has them. MixtralConfig and OlmoeConfig have
+  // no layer_types, and their models window every layer alike whatever the key says.
   int64_t window = 0;
   if (type == "mistral") window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
   if (type == "mixtral" && f.has("sliding_window") && !f.is_null("sliding_window"))
@@ -90,7 +101,8 @@ void parse_windows(const ConfigFields& f, ModelConfig& c) {
   if (type == "qwen2" && f.boolean_or("use_sliding_window", false))
     window = f.is_null("sliding_window") ? 0 : f.positive_int_or("sliding_window", 4096);
   c.layers.assign(size_t(c.n_layer), LayerSpec{});
-  const std::vector<std::string> layer_types = f.string_list("layer_types");
+  const bool typed_layers = type == "mistral" || type == "qwen2";
+  const std::vector<std::string> layer_types = typed_layers ? f.string_list("layer_types") : std::vector<std::string>{};
   if (!layer_types.empty()) {
     if (int64_t(layer_types.size()) != c.n_layer)
       f.fail(fmt::format("layer_types lists {} layers, num_hidden_layers is {}", layer_types.size(), c.n_layer));
@@ -122,7 +134,7 @@ void parse_llama_attention(const ConfigFields& f, ModelConfig& c) {
     c.d_head = c.d_model / c.n_head;
   }
   if (c.d_head % 2 != 0) f.fail(fmt::format("head_dim = {} is odd; rotary positions rotate pairs", c.d_head));
-  c.n_positions = f.positive_int_or("max_position_embeddings", 2048);
+  c.n_positions = f.positive_int_or("max_position_embeddings", config_defaults(c.model_type).max_position_embeddings);
   c.vocab_size = f.positive_int("vocab_size");
   c.norm = NormKind::rms_norm;
   c.norm_eps = f.positive_float_or("rms_norm_eps", config_defaults(c.model_type).rms_norm_eps);
@@ -139,6 +151,14 @@ void parse_llama_attention(const ConfigFields& f, ModelConfig& c) {
   const std::vector<int32_t> bos = f.token_list("bos_token_id");
   c.bos_token = bos.empty() ? -1 : bos[0];
   c.eos_tokens = f.token_list("eos_token_id");
+}
+
+int64_t expert_count(const ConfigFields& f, int64_t fallback) {
+  const int64_t local = f.positive_int_or("num_local_experts", 0), experts = f.positive_int_or("num_experts", 0);
+  if (local > 0 && experts > 0 && local != experts)
+    f.fail(fmt::format("num_local_experts = {} and num_experts = {} disagree (transformers reads each as the other's alias)",
+                       local, experts));
+  return local > 0 ? local : experts > 0 ? experts : fallback;
 }
 
 void require_silu_experts(const ConfigFields& f, const ModelConfig& c) {

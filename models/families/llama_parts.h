@@ -10,8 +10,14 @@ namespace ding {
 struct ConfigDefaults {
   double rope_theta = 10000.0;
   float rms_norm_eps = 1e-6f;
+  int64_t max_position_embeddings = 2048;
 };
 ConfigDefaults config_defaults(const std::string& model_type);
+// The key whose object holds the rope's type and parameters, or nullptr for the plain rope:
+// rope_scaling wherever a config has it, else rope_parameters. transformers 4 reads rope_scaling
+// alone, and transformers 5 takes it over rope_parameters where both are written
+// (PreTrainedConfig.convert_rope_params_to_dict: rope_scaling or rope_parameters).
+const char* rope_parameters_key(const ConfigFields& f);
 // rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5); scalings
 // ding does not implement are refused by name. Needs c.model_type and c.n_positions.
 void parse_rope(const ConfigFields& f, ModelConfig& c);
@@ -21,6 +27,11 @@ void parse_windows(const ConfigFields& f, ModelConfig& c);
 // Everything but the feed-forward: sizes, heads, RMSNorm, silu, rotary positions, attention
 // biases, tied embeddings, windows, bos/eos.
 void parse_llama_attention(const ConfigFields& f, ModelConfig& c);
+// The number of routed experts, which MixtralConfig keeps as num_local_experts and OlmoeConfig as
+// num_experts, each reading the other name as an alias (attribute_map): either key, or `fallback`
+// (the config class's default) where neither is written. Both with different values is an error,
+// as transformers versions differ in which one they keep.
+int64_t expert_count(const ConfigFields& f, int64_t fallback);
 // The mixtures' expert products fuse silu (ops::moe_matmul): any other hidden_act fails by name.
 void require_silu_experts(const ConfigFields& f, const ModelConfig& c);
 // *ForCausalLM checkpoints prefix the decoder's names with "model."; bare *Model ones do not.

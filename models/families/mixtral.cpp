@@ -25,9 +25,10 @@ class Mixtral final : public Family {
     require_silu_experts(f, c);
     c.ffn = FfnKind::gated;
     c.activation = ops::Activation::swiglu;
-    c.moe.experts = f.positive_int("num_local_experts");
+    // Absent keys take MixtralConfig's defaults: 8 experts, 2 per token.
+    c.moe.experts = expert_count(f, 8);
     c.moe.d_ff = f.positive_int("intermediate_size");
-    c.moe.route = {.k = f.positive_int("num_experts_per_tok"), .scoring = ops::MoeScoring::softmax, .renormalize = true};
+    c.moe.route = {.k = f.positive_int_or("num_experts_per_tok", 2), .scoring = ops::MoeScoring::softmax, .renormalize = true};
     if (c.moe.route.k > c.moe.experts)
       f.fail(fmt::format("num_experts_per_tok = {} exceeds num_local_experts = {}", c.moe.route.k, c.moe.experts));
     c.d_ff = c.moe.d_ff;  // every layer's feed-forward is the mixture; no dense one

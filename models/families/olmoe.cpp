@@ -33,7 +33,7 @@ class Olmoe final : public Family {
     if (f.has("clip_qkv")) c.clip_qkv = float(f.positive_number("clip_qkv"));
     c.ffn = FfnKind::gated;
     c.activation = ops::Activation::swiglu;
-    c.moe.experts = f.has("num_experts") ? f.positive_int("num_experts") : f.positive_int_or("num_local_experts", 64);
+    c.moe.experts = expert_count(f, 64);
     c.moe.d_ff = f.positive_int("intermediate_size");
     c.moe.route = {.k = f.positive_int_or("num_experts_per_tok", 8), .scoring = ops::MoeScoring::softmax,
                    .renormalize = f.boolean_or("norm_topk_prob", false)};

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "ding/models/families/llama_parts.h"
 #include "ding/ops/conv.h"
@@ -36,6 +37,9 @@ void parse_layer_types(const ConfigFields& f, ModelConfig& c) {
   if (int64_t(types.size()) != c.n_layer)
     f.fail(fmt::format("layer_types lists {} layers, num_hidden_layers is {}", types.size(), c.n_layer));
   for (size_t l = 0; l < types.size(); ++l) {
+    // transformers reads the legacy names as the current ones (remap_legacy_layer_types).
+    if (types[l] == "attention") types[l] = "full_attention";
+    if (types[l] == "mamba") types[l] = "linear_attention";
     if (types[l] == "linear_attention") c.layers[l].mixer = MixerKind::linear_attention;
     else if (types[l] != "full_attention")
       f.fail(fmt::format("layer_types[{}] = \"{}\" is not supported for qwen3_next (linear_attention, full_attention)", l,
@@ -91,7 +95,7 @@ void parse_moe(const ConfigFields& f, ModelConfig& c) {
 
 void parse_attention(const ConfigFields& f, ModelConfig& c) {
   c.n_head = f.positive_int("num_attention_heads");
-  c.n_kv_head = f.positive_int_or("num_key_value_heads", c.n_head);
+  c.n_kv_head = f.positive_int_or("num_key_value_heads", 2);  // Qwen3NextConfig's default, not H
   if (c.n_head % c.n_kv_head != 0)
     f.fail(fmt::format("num_attention_heads = {} is not a multiple of num_key_value_heads = {}", c.n_head, c.n_kv_head));
   c.d_head = f.has("head_dim") ? f.positive_int("head_dim") : 256;  // Qwen3NextConfig's default, not C / H
@@ -99,9 +103,11 @@ void parse_attention(const ConfigFields& f, ModelConfig& c) {
   c.attention_gate = true;
   c.positions = PositionKind::rope;
   parse_rope(f, c);
-  // partial_rotary_factor sits beside rope_theta (transformers 5's rope_parameters) or at the top.
+  // partial_rotary_factor sits beside rope_theta (transformers 5's rope_parameters, where they are
+  // the rope's parameters) or at the top.
   double factor = f.has("partial_rotary_factor") ? f.positive_number("partial_rotary_factor") : 0.25;
-  if (f.has("rope_parameters") && f.at("rope_parameters").is_object() && f.at("rope_parameters").contains("partial_rotary_factor"))
+  const char* rope_key = rope_parameters_key(f);
+  if (rope_key && std::string_view(rope_key) == "rope_parameters" && f.at("rope_parameters").contains("partial_rotary_factor"))
     factor = f.object("rope_parameters").positive_number("partial_rotary_factor");
   c.rotary_dim = int64_t(double(c.d_head) * factor);
   if (c.rotary_dim < 2 || c.rotary_dim > c.d_head || c.rotary_dim % 2 != 0)

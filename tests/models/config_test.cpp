@@ -115,6 +115,45 @@ TEST(LlamaConfig, UnsupportedRopeScalingIsNamed) {
   expect_error([&] { parse(j); }, ErrorCode::parse, {"longrope"});
 }
 
+// Where a config writes both, transformers 4 reads rope_scaling alone and transformers 5 takes it
+// over rope_parameters (convert_rope_params_to_dict: rope_scaling or rope_parameters); an empty
+// rope_scaling counts as none.
+TEST(LlamaConfig, RopeScalingWinsOverRopeParameters) {
+  json j = llama_json();
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 1000.0}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.kind, ops::RopeScalingKind::linear);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.0);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);  // the top-level rope_theta beside rope_scaling
+  j["rope_scaling"] = json::object();
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.kind, ops::RopeScalingKind::llama3);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1000.0);
+  j["rope_scaling"] = nullptr;
+  EXPECT_EQ(parse(j).rope_scaling.kind, ops::RopeScalingKind::llama3);
+}
+
+// max_position_embeddings left out: each config class's default, which a YaRN scaling without
+// original_max_position_embeddings takes as the original context.
+TEST(LlamaConfig, MaxPositionDefaultsPerFamily) {
+  const std::pair<const char*, int64_t> defaults[] = {
+      {"llama", 2048}, {"mistral", 131072}, {"qwen2", 32768}, {"mixtral", 131072}, {"olmoe", 4096}};
+  for (const auto& [type, positions] : defaults) {
+    SCOPED_TRACE(type);
+    json j = llama_json();
+    j["model_type"] = type;
+    j["num_local_experts"] = j["num_experts"] = 4;
+    j["num_experts_per_tok"] = 2;
+    j.erase("max_position_embeddings");
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+    const ModelConfig c = parse(j);
+    EXPECT_EQ(c.n_positions, positions);
+    EXPECT_EQ(c.rope_scaling.original_max_position, positions);
+  }
+}
+
 // Dynamic NTK keeps the default base up to max_position_embeddings; ding runs it that far.
 TEST(LlamaConfig, DynamicScalingIsTheDefaultRopeWithinTheContext) {
   json j = llama_json();
@@ -257,11 +296,43 @@ TEST(MixtralConfig, WindowWhenSetAndBadExpertCountsAreNamed) {
   j["num_experts_per_tok"] = 9;
   expect_error([&] { parse(j); }, ErrorCode::parse, {"num_experts_per_tok = 9", "num_local_experts = 8"});
   j = mixtral_json();
-  j.erase("num_local_experts");
-  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_local_experts"});
-  j = mixtral_json();
   j["num_experts_per_tok"] = 0;
   expect_error([&] { parse(j); }, ErrorCode::parse, {"num_experts_per_tok"});
+}
+
+// MixtralConfig's defaults (8 experts, 2 per token) where the keys are left out, and num_experts
+// as its alias for num_local_experts (attribute_map); the two disagreeing are refused, as
+// transformers versions differ in which one they keep.
+TEST(MixtralConfig, ExpertCountDefaultsAndAlias) {
+  json j = mixtral_json();
+  j.erase("num_local_experts");
+  j.erase("num_experts_per_tok");
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.moe.experts, 8);
+  EXPECT_EQ(c.moe.route.k, 2);
+  j["num_experts"] = 4;
+  EXPECT_EQ(parse(j).moe.experts, 4);
+  j["num_local_experts"] = 4;
+  EXPECT_EQ(parse(j).moe.experts, 4);
+  j["num_local_experts"] = 6;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_local_experts = 6", "num_experts = 4"});
+}
+
+// MixtralConfig has no layer_types: its model windows every layer by sliding_window, whatever the
+// key lists (as OLMoE's, which has no window, ignores them).
+TEST(MixtralConfig, LayerTypesAreNotMixtrals) {
+  json j = mixtral_json();
+  j["sliding_window"] = 40;
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 40);
+  j["layer_types"] = {"full_attention"};
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 40);
+  j = llama_json();
+  j["model_type"] = "olmoe";
+  j["num_experts"] = 8;
+  j["layer_types"] = {"sliding_attention", "linear_attention", "full_attention"};
+  j["sliding_window"] = 16;
+  for (const LayerSpec& l : parse(j).layers) EXPECT_EQ(l.window, 0);
 }
 
 json olmoe_json() {
@@ -293,6 +364,22 @@ TEST(OlmoeConfig, QkNormsClipAndUnnormalisedRouting) {
   j = olmoe_json();
   j["clip_qkv"] = -1.0;
   expect_error([&] { parse(j); }, ErrorCode::parse, {"clip_qkv"});
+}
+
+// OlmoeConfig reads num_local_experts as its alias for num_experts (attribute_map).
+TEST(OlmoeConfig, ExpertCountAlias) {
+  json j = olmoe_json();
+  j.erase("num_experts");
+  j["num_local_experts"] = 4;
+  EXPECT_EQ(parse(j).moe.experts, 4);
+  j.erase("num_local_experts");
+  j.erase("num_experts_per_tok");
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.moe.experts, 64);
+  EXPECT_EQ(c.moe.route.k, 8);
+  j = olmoe_json();
+  j["num_local_experts"] = 16;
+  expect_error([&] { parse(j); }, ErrorCode::parse, {"num_local_experts = 16", "num_experts = 8"});
 }
 
 json deepseek_json() {
@@ -372,6 +459,23 @@ TEST(DeepseekV2Config, AbsentKeysTakeTransformersDefaults) {
   j["n_routed_experts"] = nullptr;  // a dense model
   c = parse(j);
   for (const LayerSpec& layer : c.layers) EXPECT_FALSE(layer.moe);
+}
+
+// transformers' DeepseekV2Attention scales the scores by mscale(factor, mscale_all_dim)² under any
+// rope type but the default one; the default type, or no mscale_all_dim, leaves (Dn + Dr)^-½.
+TEST(DeepseekV2Config, SoftmaxScaleUnderEveryScaledRope) {
+  json j = deepseek_json();
+  const double mscale = 0.1 * 0.5 * std::log(4.0) + 1.0;
+  for (const char* type : {"linear", "dynamic"}) {
+    SCOPED_TRACE(type);
+    j["rope_scaling"] = {{"type", type}, {"factor", 4.0}, {"mscale_all_dim", 0.5}};
+    EXPECT_NEAR(parse(j).mla.softmax_scale, mscale * mscale / std::sqrt(24.0), 1e-6);
+  }
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  EXPECT_NEAR(parse(j).mla.softmax_scale, 1.0 / std::sqrt(24.0), 1e-6);
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"mscale_all_dim", 0.5}};
+  EXPECT_NEAR(parse(j).mla.softmax_scale, 1.0 / std::sqrt(24.0), 1e-6);
 }
 
 TEST(DeepseekV2Config, UnsupportedOrBadFieldsAreNamed) {
@@ -478,6 +582,34 @@ TEST(Qwen3NextConfig, LayerTypesRopeParametersAndDefaults) {
   j = qwen3_next_json();
   j["num_experts"] = 0;  // every layer dense
   for (const LayerSpec& l : parse(j).layers) EXPECT_FALSE(l.moe);
+}
+
+// Qwen3NextConfig's num_key_value_heads default is 2, not the query heads; layer_types' legacy
+// names read as transformers remaps them (remap_legacy_layer_types).
+TEST(Qwen3NextConfig, KvHeadsDefaultAndLegacyLayerTypes) {
+  json j = qwen3_next_json();
+  j.erase("num_key_value_heads");
+  j["num_attention_heads"] = 8;
+  EXPECT_EQ(parse(j).n_kv_head, 2);
+  j = qwen3_next_json();
+  j["layer_types"] = {"mamba", "mamba", "mamba", "attention", "linear_attention", "linear_attention", "linear_attention",
+                      "full_attention"};
+  const ModelConfig c = parse(j);
+  for (size_t l = 0; l < 8; ++l)
+    EXPECT_EQ(c.layers[l].mixer, l == 3 || l == 7 ? MixerKind::attention : MixerKind::linear_attention) << l;
+}
+
+// partial_rotary_factor in rope_parameters counts where they are the rope's parameters; a
+// rope_scaling beside them takes their place, and the factor comes from the top level.
+TEST(Qwen3NextConfig, PartialRotaryFactorFollowsTheRopeParametersInUse) {
+  json j = qwen3_next_json();
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500.0}, {"partial_rotary_factor", 0.5}};
+  EXPECT_EQ(parse(j).rotary_dim, 16);
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.rotary_dim, 8);
+  EXPECT_EQ(c.rope_scaling.kind, ops::RopeScalingKind::linear);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
 }
 
 TEST(Qwen3NextConfig, UnsupportedOrBadFieldsAreNamed) {
