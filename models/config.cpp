@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -153,21 +154,39 @@ std::optional<QuantizedCheckpoint> quantization_of(const ConfigFields& f) {
     return c;
   }
   if (method == "fp8") {
+    // As transformers' FineGrainedFP8Config reads it. ding multiplies the widened weights by
+    // activations in the compute dtype, so the activation scheme (fp8 activations scaled per token
+    // group, or by a stored activation_scale) changes nothing it computes; an unknown one is still
+    // an error, as it is there.
     c.method = QuantizedCheckpoint::Method::fp8_blocks;
     c.weights = DType::f8e4m3;
     const std::string format = q.string_or("fmt", "e4m3");
     if (format != "e4m3") q.fail(fmt::format("fmt '{}': ding loads e4m3 weights only", format));
-    if (q.has("weight_block_size")) {
+    std::string scheme = q.string_or("activation_scheme", "dynamic");
+    std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+    if (scheme != "dynamic" && scheme != "static")
+      q.fail(fmt::format("activation_scheme '{}' is not dynamic or static", scheme));
+    // ue8m0: each scale is a power of two, still stored as a float; the values mean the same.
+    const std::string scale_format = q.string_or("scale_fmt", "float");
+    if (scale_format != "float" && scale_format != "ue8m0")
+      q.fail(fmt::format("scale_fmt '{}' is not float or ue8m0", scale_format));
+    // Absent: transformers' default of 128 × 128 blocks. null: one scale per tensor.
+    c.block_rows = c.block_cols = 128;
+    if (q.is_null("weight_block_size")) {
+      c.block_rows = c.block_cols = 0;
+    } else if (q.has("weight_block_size")) {
       const json& b = q.at("weight_block_size");
       if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
           b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0)
-        q.fail(fmt::format("weight_block_size must be two positive integers, got {}", b.dump()));
+        q.fail(fmt::format("weight_block_size must be two positive integers or null, got {}", b.dump()));
       c.block_rows = b[0].get<int64_t>();
       c.block_cols = b[1].get<int64_t>();
     }
     return c;
   }
-  q.fail(fmt::format("quant_method '{}' is not one ding loads (ding: ding-quantize's folders; fp8: block-wise e4m3)", method));
+  q.fail(fmt::format("quant_method '{}' is not one ding loads (ding: ding-quantize's folders; fp8: block-wise e4m3); "
+                     "load its unquantized original",
+                     method));
 }
 
 // Sizes from a config.json are each at most 2^31, so their products can pass 2^63: every step

@@ -76,8 +76,11 @@ struct LinearAttentionSpec {
 //   ding  written by ding-quantize (format_version kDingQuantizedFormat): the matmul weights in i8 or
 //         f8e4m3, each tensor T with f32 row scales "T_scale" (per stored row; per stored column of
 //         a weight stored transposed, GPT-2's Conv1D).
-//   fp8   checkpoints quantized block-wise (transformers' "fp8" method, as DeepSeek and Qwen publish
-//         them): f8e4m3 tensors T with f32 or bf16 scales "T_scale_inv" per weight_block_size block.
+//   fp8   checkpoints quantized block-wise (transformers' "fp8" method, FineGrainedFP8Config, as
+//         DeepSeek and Qwen publish them): f8e4m3 tensors T [N, K] with f32, bf16 or f16 scales
+//         "T_scale_inv" [⌈N / block_rows⌉, ⌈K / block_cols⌉] (weight_block_size, 128 × 128 when
+//         absent; null: one scale per tensor, [] or [1]). The layers it leaves wide
+//         (modules_to_not_convert: lm_head, routers, …) are stored in a float dtype and load as such.
 struct QuantizedCheckpoint {
   enum class Method : uint8_t { ding, fp8_blocks };
   Method method = Method::ding;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <span>
 
 #include "ding/error.h"
 #include "ding/ops/kernels.h"
@@ -122,6 +123,20 @@ std::vector<Tensor*> narrow_targets(ModelWeights& weights, bool lm_head) {
   return targets;
 }
 
+// A block-wise fp8 checkpoint loaded in its own format keeps the projections it stores wide
+// (modules_to_not_convert) in the compute dtype, as transformers does: their authors left them
+// unquantized for accuracy. Asked for a format (LoadOptions::quantize), every projection takes it.
+void keep_stored_wide(std::vector<Tensor*>& narrow, std::span<const WeightPlan> plans) {
+  auto eight_bit = [](const WeightPart& part) {
+    return part.tensor->dtype == DType::i8 || part.tensor->dtype == DType::f8e4m3;
+  };
+  std::erase_if(narrow, [&](const Tensor* t) {
+    return std::none_of(plans.begin(), plans.end(), [&](const WeightPlan& p) {
+      return p.target == t && std::any_of(p.parts.begin(), p.parts.end(), eight_bit);
+    });
+  });
+}
+
 // A tied model whose LM head is quantized reads it from a copy of the embedding's plan (the
 // embedding lookup keeps the compute dtype); returns whether the head is now a weight of its own.
 bool untie_lm_head(const LoadOptions& options, const ModelConfig& c, std::vector<WeightPlan>& plans, ModelWeights& w) {
@@ -179,7 +194,10 @@ Model Model::load(const std::string& dir, Device& device, const LoadOptions& opt
   if (m.config_.quantization) attach_scales(plans, files, *m.config_.quantization, dir);
   // A ding folder's matmul weights come from the files as they are (quantize_weights); the others
   // are uploaded in the compute dtype first.
-  const std::vector<Tensor*> narrow = narrow_targets(m.weights_, options.quantize_lm_head);
+  std::vector<Tensor*> narrow = narrow_targets(m.weights_, options.quantize_lm_head);
+  if (!options.quantize && m.config_.quantization &&
+      m.config_.quantization->method == QuantizedCheckpoint::Method::fp8_blocks)
+    keep_stored_wide(narrow, plans);
   const auto uploaded_end = std::stable_partition(plans.begin(), plans.end(), [&](const WeightPlan& p) {
     return !(m.quantized_ && stored_narrow(p, *m.quantized_) && std::find(narrow.begin(), narrow.end(), p.target) != narrow.end());
   });

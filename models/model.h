@@ -31,7 +31,9 @@ struct LoadOptions {
   // the layers' projections and experts) are stored as 8-bit values with one f32 scale per row,
   // quantized from the compute dtype after upload (weight_quantize.h); the activations stay in
   // `dtype`. The embeddings, the LM head, routers and norms keep the compute dtype. Anything else:
-  // Error(invalid_argument) before any weight is read.
+  // Error(invalid_argument) before any weight is read. Absent: the checkpoint's own format, if it
+  // has one (a ding folder's; a block-wise fp8 checkpoint's f8e4m3, for the projections it stores
+  // in 8 bits, while those it stores wide keep the compute dtype).
   std::optional<DType> quantize;
   // With quantize: the LM head in 8 bits too (a tied model gets its own 8-bit copy of the embedding
   // as the head; the lookup keeps the compute dtype). Off by default: docs/DESIGN.md says why.

@@ -156,6 +156,21 @@ void move_or_restore(Device& device, const std::vector<Placement>& places, char*
   stream.synchronize();
 }
 
+// A block-wise checkpoint's scales hold exactly [⌈N / block_rows⌉, ⌈K / block_cols⌉], as
+// transformers' FP8Linear declares them: check_scales counts values only, and scales stored
+// transposed ([⌈K / bc⌉, ⌈N / bn⌉], the same count) would otherwise scale the wrong blocks. One
+// scale per tensor may also be [] or [1].
+void check_block_scales_shape(const WeightPart& part) {
+  const StoredTensor& t = *part.tensor;
+  const StoredTensor& sc = *part.scales;
+  const std::vector<int64_t> want = {(t.shape[0] + part.block_rows - 1) / part.block_rows,
+                                     (t.shape[1] + part.block_cols - 1) / part.block_cols};
+  if (sc.shape == want || (want[0] * want[1] == 1 && sc.shape.size() < 2)) return;
+  throw Error(ErrorCode::parse, fmt::format("{}: scales '{}' {} do not fit '{}' {} in blocks of {} × {}: expected [{}, {}]",
+                                            sc.file, sc.name, sc.shape_str(), t.name, t.shape_str(), part.block_rows,
+                                            part.block_cols, want[0], want[1]));
+}
+
 }  // namespace
 
 size_t stored_narrow_bytes(std::span<const WeightPlan> plans) {
@@ -190,8 +205,8 @@ void attach_scales(std::span<WeightPlan> plans, const WeightFiles& files, const 
       if (t.dtype != DType::i8 && t.dtype != DType::f8e4m3) continue;
       if (!files.has(t.name + suffix))
         throw Error(ErrorCode::parse,
-                    fmt::format("{}: tensor '{}' {} is 8-bit, but the folder has no scales '{}{}' ({} quantization_config)",
-                                dir, t.name, t.shape_str(), t.name, suffix, row_scales ? "ding" : "fp8"));
+                    fmt::format("{}: tensor '{}' {} is 8-bit, but the folder {} has no scales '{}{}' ({} quantization_config)",
+                                t.file, t.name, t.shape_str(), dir, t.name, suffix, row_scales ? "ding" : "fp8"));
       part.scales = &files.get(t.name + suffix);
       if (t.shape.size() != 2) continue;  // check_scales names it
       if (row_scales) {  // one scale per output row: per stored row, or per stored column when transposed
@@ -202,6 +217,7 @@ void attach_scales(std::span<WeightPlan> plans, const WeightFiles& files, const 
         part.block_cols = checkpoint.block_cols > 0 ? checkpoint.block_cols : std::max<int64_t>(t.shape[1], 1);
       }
       check_scales(part, fmt::format("{}: tensor '{}' {} (weight '{}')", t.file, t.name, t.shape_str(), plan.name));
+      if (!row_scales) check_block_scales_shape(part);
     }
 }
 

@@ -28,7 +28,8 @@ struct WeightPart {
   int64_t row_begin = 0, row_end = -1;
   // An 8-bit tensor (i8 or f8e4m3) stored with scales: value[r, c] = q[r, c] · scales[r / block_rows,
   // c / block_cols], in the stored tensor's own orientation ([⌈R / block_rows⌉, ⌈C / block_cols⌉]
-  // f32 or bf16 scales, any rank that holds that many). Row scales are blocks of one row (of one
+  // f32, bf16 or f16 scales, any rank that holds that many; attach_scales holds a block-wise
+  // checkpoint's to that exact shape). Row scales are blocks of one row (of one
   // column for a transposed part); checkpoints quantized block-wise bring 128 × 128 blocks.
   const StoredTensor* scales = nullptr;
   int64_t block_rows = 0, block_cols = 0;
@@ -94,10 +95,11 @@ UploadStats upload_weights(Device& device, std::span<WeightPlan> plans, Buffer& 
 
 // An 8-bit part's scales (WeightPart::scales), checked against its tensor: Error(parse) naming the
 // files and tensors (`where` names the part) unless the tensor is an i8 or f8e4m3 matrix and the
-// scales f32 or bf16 holding one value per block; Error(invalid_argument) for blocks not ≥ 1 × 1.
+// scales f32, bf16 or f16 holding one value per block; Error(invalid_argument) for blocks not ≥ 1 × 1.
 void check_scales(const WeightPart& part, const std::string& where);
 // The checked part's scales as f32, in the stored order: Error(parse) naming the scales and the
-// index of a value that is not finite and ≥ 0; Error(io) when the file can no longer be read.
+// index of a value that is not finite and ≥ 0, or of a zero whose block holds a code other than
+// zero (naming that element); Error(io) when the file can no longer be read.
 std::vector<float> read_scales(const WeightPart& part);
 
 }  // namespace ding

@@ -1,7 +1,8 @@
 // 8-bit model folders: ding-quantize's (write_quantized_folder) load to the logits of quantizing the
 // original at load, on every fixture and available backend; corrupt or missing scales and unknown
 // layout versions are errors naming what is wrong; block-wise fp8 checkpoints (quantization_config
-// quant_method "fp8", "T_scale_inv" per block) load within the fp8 bound of their dequantized values.
+// quant_method "fp8", "T_scale_inv" per block, in every layout transformers reads) load to their
+// dequantized values, and their damaged scales and unknown fields are errors naming what is wrong.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "ding/ding.h"
 #include "ding/models/model.h"
@@ -161,7 +163,7 @@ TEST_F(BadQuantizedFolder, ScalesOfTheWrongCountAreNamed) {
 
 TEST_F(BadQuantizedFolder, ScalesOfAnIntegerDtypeAreRefused) {
   edit_header([&](nlohmann::json& h) { h[q_proj + "_scale"]["dtype"] = "I32"; });
-  expect_error([&] { load(); }, ErrorCode::parse, {q_proj + "_scale", "must be f32 or bf16"});
+  expect_error([&] { load(); }, ErrorCode::parse, {q_proj + "_scale", "must be f32, bf16 or f16"});
 }
 
 TEST_F(BadQuantizedFolder, NonFiniteOrNegativeScalesAreNamed) {
@@ -264,41 +266,61 @@ TEST(WriteSafetensors, FilesReadBackAsWritten) {
                ErrorCode::io, {"cannot create"});
 }
 
-// A block-wise fp8 checkpoint as DeepSeek and Qwen publish them, made from the Llama GQA fixture:
-// every 2-D projection ("_proj.weight") in E4M3 with f32 scale_inv per 16 × 16 block, and beside it
-// the same model with those weights dequantized to f32 (q · scale): the values the checkpoint stands for.
-void write_fp8_block_checkpoint(const fs::path& from, const fs::path& fp8, const fs::path& dequantized) {
-  constexpr int64_t kBlock = 16;
+// How write_fp8_block_checkpoint lays a checkpoint out.
+struct Fp8Layout {
+  int64_t block_rows = 16, block_cols = 16;  // weight_block_size; 0 × 0: null, one scale per tensor, stored []
+  DType scales = DType::f32;                 // of "T_scale_inv"
+  bool power_of_two = false;                 // scales rounded up to powers of two (scale_fmt ue8m0)
+  std::set<std::string> keep_wide;           // modules_to_not_convert: their weights stay as stored
+};
+
+// A block-wise fp8 checkpoint as DeepSeek and Qwen publish them, made from a fixture: every 2-D
+// projection ("_proj.weight") in E4M3 with scale_inv per block, and beside it the same model with
+// those weights dequantized to f32 (q · scale): the values the checkpoint stands for.
+void write_fp8_block_checkpoint(const fs::path& from, const fs::path& fp8, const fs::path& dequantized,
+                                const Fp8Layout& layout = {}) {
   const WeightFiles files = WeightFiles::open_folder(from.string());
   std::vector<TensorToWrite> narrow, wide;
+  nlohmann::json not_converted = nlohmann::json::array({"lm_head"});
   for (const auto& [name, t] : files.tensors()) {
     std::vector<float> values(size_t(t->numel()));
     for (size_t i = 0; i < values.size(); ++i) values[i] = float(load_element(t->data, t->dtype, int64_t(i)));
-    const bool quantize = t->shape.size() == 2 && name.find("_proj.weight") != std::string::npos;
-    if (!quantize) {
+    const std::string module = name.substr(0, name.rfind('.'));
+    const bool kept = layout.keep_wide.count(module) > 0;
+    if (kept) not_converted.push_back(module);
+    if (t->shape.size() != 2 || name.find("_proj.weight") == std::string::npos || kept) {
       auto copy = [values](char* bytes) { std::memcpy(bytes, values.data(), values.size() * sizeof(float)); };
       narrow.push_back({name, DType::f32, t->shape, copy});
       wide.push_back({name, DType::f32, t->shape, copy});
       continue;
     }
-    const int64_t R = t->shape[0], C = t->shape[1], br = (R + kBlock - 1) / kBlock, bc = (C + kBlock - 1) / kBlock;
+    const int64_t R = t->shape[0], C = t->shape[1];
+    const int64_t block_rows = layout.block_rows ? layout.block_rows : R, block_cols = layout.block_cols ? layout.block_cols : C;
+    const int64_t br = (R + block_rows - 1) / block_rows, bc = (C + block_cols - 1) / block_cols;
     std::vector<float> scale_inv(size_t(br * bc), 0.0f), dequant(values.size());
     std::vector<uint8_t> q(values.size());
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c) {
-        float& s = scale_inv[size_t(r / kBlock * bc + c / kBlock)];
+        float& s = scale_inv[size_t(r / block_rows * bc + c / block_cols)];
         s = std::max(s, std::fabs(values[size_t(r * C + c)]) / 448.0f);
       }
+    std::vector<char> scale_bytes(scale_inv.size() * dtype_size(layout.scales));
+    for (size_t i = 0; i < scale_inv.size(); ++i) {
+      if (layout.power_of_two && scale_inv[i] > 0) scale_inv[i] = std::exp2(std::ceil(std::log2(scale_inv[i])));
+      store_element(scale_bytes.data(), layout.scales, int64_t(i), scale_inv[i]);
+      scale_inv[i] = float(load_element(scale_bytes.data(), layout.scales, int64_t(i)));  // as stored
+    }
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c) {
-        const float s = scale_inv[size_t(r / kBlock * bc + c / kBlock)];
+        const float s = scale_inv[size_t(r / block_rows * bc + c / block_cols)];
         const f8e4m3 v = f32_to_f8e4m3(s > 0 ? values[size_t(r * C + c)] / s : 0.0f);
         q[size_t(r * C + c)] = v.bits;
         dequant[size_t(r * C + c)] = f8e4m3_to_f32(v) * s;
       }
     narrow.push_back({name, DType::f8e4m3, t->shape, [q](char* bytes) { std::memcpy(bytes, q.data(), q.size()); }});
-    narrow.push_back({name + "_scale_inv", DType::f32, {br, bc}, [scale_inv](char* bytes) {
-                        std::memcpy(bytes, scale_inv.data(), scale_inv.size() * sizeof(float));
+    const std::vector<int64_t> scale_shape = layout.block_rows ? std::vector<int64_t>{br, bc} : std::vector<int64_t>{};
+    narrow.push_back({module + ".weight_scale_inv", layout.scales, scale_shape, [scale_bytes](char* bytes) {
+                        std::memcpy(bytes, scale_bytes.data(), scale_bytes.size());
                       }});
     wide.push_back({name, DType::f32, t->shape,
                     [dequant](char* bytes) { std::memcpy(bytes, dequant.data(), dequant.size() * sizeof(float)); }});
@@ -310,8 +332,17 @@ void write_fp8_block_checkpoint(const fs::path& from, const fs::path& fp8, const
   }
   hostile::write_all(dequantized / "config.json", cfg.dump());
   cfg["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
-                                {"weight_block_size", {kBlock, kBlock}}};
+                                {"modules_to_not_convert", not_converted}};
+  cfg["quantization_config"]["weight_block_size"] =
+      layout.block_rows ? nlohmann::json::array({layout.block_rows, layout.block_cols}) : nlohmann::json();
+  if (layout.power_of_two) cfg["quantization_config"]["scale_fmt"] = "ue8m0";
   hostile::write_all(fp8 / "config.json", cfg.dump());
+}
+
+void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json cfg = nlohmann::json::parse(hostile::read_all(dir / "config.json"));
+  edit(cfg);
+  hostile::write_all(dir / "config.json", cfg.dump());
 }
 
 TEST(BlockFp8Checkpoint, LoadsWithinTheFp8BoundOfItsDequantizedValues) {
@@ -333,17 +364,193 @@ TEST(BlockFp8Checkpoint, LoadsWithinTheFp8BoundOfItsDequantizedValues) {
   std::printf("[ fp8 blocks] requantized per row: fp8 NMSE %.3g, int8 NMSE %.3g\n", fp8_err, int8_err);
 }
 
-TEST(BlockFp8Checkpoint, MissingBlockScalesAreNamed) {
+// Layouts as published and as transformers reads them. The checkpoint widens to exactly its
+// dequantized values (q · scale in f32), so it loads to the same bytes, and logits, as its
+// dequantized twin quantized at load: any scale applied to the wrong block would show.
+struct Fp8LayoutParam {
+  std::string name;
+  Fp8Layout layout;
+  bool block_size_absent = false;  // weight_block_size left out: transformers' 128 × 128
+  std::string activation_scheme = "dynamic";
+};
+
+class BlockFp8Layouts : public ::testing::TestWithParam<Fp8LayoutParam> {};
+
+TEST_P(BlockFp8Layouts, LoadToTheBytesOfTheirDequantizedValues) {
+  const Fp8LayoutParam& p = GetParam();
   TempDir fp8("fp8"), dequantized("wide");
-  write_fp8_block_checkpoint(kData / "llama-fixtures" / "llama-gqa-f32", fp8.path, dequantized.path);
-  hostile::Safetensors file(fp8.path / "model.safetensors");
-  nlohmann::json header = nlohmann::json::parse(file.header);
+  const fs::path fixture = kData / "llama-fixtures" / "llama-gqa-f32";  // q, o [64, 64]; k, v [32, 64]; up [96, 64]; down [64, 96]
+  write_fp8_block_checkpoint(fixture, fp8.path, dequantized.path, p.layout);
+  edit_config(fp8.path, [&](nlohmann::json& cfg) {
+    if (p.block_size_absent) cfg["quantization_config"].erase("weight_block_size");
+    cfg["quantization_config"]["activation_scheme"] = p.activation_scheme;
+  });
+  Device& cpu = Device::open("cpu");
+  for (DType format : {DType::f8e4m3, DType::i8}) {
+    const LoadOptions options{.dtype = DType::f32, .quantize = format};
+    const Model want = Model::load(dequantized.path.string(), cpu, options);
+    const Model got = Model::load(fp8.path.string(), cpu, format == DType::f8e4m3 ? LoadOptions{.dtype = DType::f32} : options);
+    EXPECT_EQ(got.quantized(), std::optional(format));
+    EXPECT_EQ(got.weights().layers[1].ffn.down_w.dtype, format);
+    EXPECT_EQ(got.weight_bytes(), want.weight_bytes());
+    EXPECT_EQ(prompt_logits(got), prompt_logits(want)) << dtype_name(format);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Published, BlockFp8Layouts,
+    ::testing::Values(
+        // Partial last blocks in both dims (64 = 40 + 24, 96 = 4 · 24, 32 < 40) and non-square blocks.
+        Fp8LayoutParam{"blocks_24x40_f32", {.block_rows = 24, .block_cols = 40}},
+        Fp8LayoutParam{"blocks_40x24_bf16_ue8m0", {.block_rows = 40, .block_cols = 24, .scales = DType::bf16, .power_of_two = true}},
+        Fp8LayoutParam{"blocks_24x40_f16_ue8m0", {.block_rows = 24, .block_cols = 40, .scales = DType::f16, .power_of_two = true}},
+        // [64, 128]: whole rows of blocks; every matrix here is narrower than 128.
+        Fp8LayoutParam{"blocks_64x128_f32", {.block_rows = 64, .block_cols = 128}},
+        // Absent, transformers' default of 128 × 128: one block for each of these matrices.
+        Fp8LayoutParam{"block_size_absent_128", {.block_rows = 128, .block_cols = 128}, true},
+        // null: one scale per tensor, stored as a 0-d tensor (FP8Linear's torch.tensor(1.0)).
+        Fp8LayoutParam{"per_tensor_null", {.block_rows = 0, .block_cols = 0}},
+        // A stored activation scale is unused: ding's activations stay in the compute dtype.
+        Fp8LayoutParam{"activation_static", {}, false, "static"},
+        Fp8LayoutParam{"activation_upper_case", {}, false, "DYNAMIC"}),
+    [](const ::testing::TestParamInfo<Fp8LayoutParam>& info) { return info.param.name; });
+
+// modules_to_not_convert: transformers leaves those layers nn.Linear, so their weights are stored
+// wide; ding keeps them in the compute dtype too, unless asked for a format for every projection.
+TEST(BlockFp8Checkpoint, ModulesNotConvertedKeepTheComputeDtype) {
+  TempDir fp8("fp8"), dequantized("wide");
+  Fp8Layout layout;
+  for (const char* proj : {"q_proj", "k_proj", "v_proj"}) layout.keep_wide.insert(fmt::format("model.layers.1.self_attn.{}", proj));
+  layout.keep_wide.insert("model.layers.0.mlp.down_proj");
+  write_fp8_block_checkpoint(kData / "llama-fixtures" / "llama-gqa-f32", fp8.path, dequantized.path, layout);
+  Device& cpu = Device::open("cpu");
+  const Model model = Model::load(fp8.path.string(), cpu, {.dtype = DType::f32});
+  EXPECT_EQ(model.quantized(), std::optional(DType::f8e4m3));
+  const auto& layers = model.weights().layers;
+  EXPECT_EQ(layers[0].attention.qkv_w.dtype, DType::f8e4m3);
+  EXPECT_EQ(layers[1].attention.qkv_w.dtype, DType::f32);
+  EXPECT_EQ(layers[0].ffn.down_w.dtype, DType::f32);
+  EXPECT_EQ(layers[1].ffn.down_w.dtype, DType::f8e4m3);
+  EXPECT_EQ(model.weights().lm_head.dtype, DType::f32);
+  // The wide weights hold their stored values, exactly.
+  const WeightFiles files = WeightFiles::open_folder(fp8.path.string());
+  const StoredTensor& down = files.get("model.layers.0.mlp.down_proj.weight");
+  std::vector<float> got(size_t(down.numel()));
+  cpu.copy_to_host(cpu.default_stream(), got.data(), layers[0].ffn.down_w.data, got.size() * sizeof(float));
+  cpu.default_stream().synchronize();
+  EXPECT_EQ(std::memcmp(got.data(), down.data, down.bytes), 0);
+  const std::vector<float> want = prompt_logits(Model::load(dequantized.path.string(), cpu, {.dtype = DType::f32}));
+  EXPECT_LE(nmse(prompt_logits(model), want), 2e-2);
+  const Model all_i8 = Model::load(fp8.path.string(), cpu, {.dtype = DType::f32, .quantize = DType::i8});
+  EXPECT_EQ(all_i8.weights().layers[1].attention.qkv_w.dtype, DType::i8);
+  EXPECT_EQ(all_i8.weights().layers[0].ffn.down_w.dtype, DType::i8);
+}
+
+// A block-wise fp8 copy of the Llama GQA fixture in 16 × 32 blocks (q_proj [64, 64]: scales [4, 2]),
+// edited by each test.
+class BadBlockFp8Checkpoint : public ::testing::Test {
+ protected:
+  TempDir fp8{"fp8"}, dequantized{"wide"};
+  const std::string q_proj = "model.layers.0.self_attn.q_proj.weight";
+  const std::string q_scales = "model.layers.0.self_attn.q_proj.weight_scale_inv";
+  void SetUp() override {
+    write_fp8_block_checkpoint(kData / "llama-fixtures" / "llama-gqa-f32", fp8.path, dequantized.path,
+                               {.block_rows = 16, .block_cols = 32});
+  }
+  void load() const { Model::load(fp8.path.string(), Device::open("cpu"), {.dtype = DType::f32}); }
+  void edit_header(const std::function<void(nlohmann::json&)>& edit) const {
+    hostile::Safetensors file(fp8.path / "model.safetensors");
+    nlohmann::json header = nlohmann::json::parse(file.header);
+    edit(header);
+    file.header = header.dump();
+    file.write(fp8.path / "model.safetensors");
+  }
+  void set_scale(int64_t index, float value) const {
+    hostile::Safetensors file(fp8.path / "model.safetensors");
+    const nlohmann::json header = nlohmann::json::parse(file.header);
+    std::memcpy(file.data.data() + header[q_scales]["data_offsets"][0].get<size_t>() + 4 * size_t(index), &value, 4);
+    file.write(fp8.path / "model.safetensors");
+  }
+  std::string file() const { return (fp8.path / "model.safetensors").string(); }
+};
+
+TEST_F(BadBlockFp8Checkpoint, MissingScalesNameTheTensorAndFile) {
   const std::string name = "model.layers.1.mlp.down_proj.weight";
-  header.erase(name + "_scale_inv");
-  file.header = header.dump();
+  edit_header([&](nlohmann::json& h) { h.erase("model.layers.1.mlp.down_proj.weight_scale_inv"); });
+  expect_error([&] { load(); }, ErrorCode::parse, {file(), name, "no scales", name + "_scale_inv", "fp8"});
+}
+
+TEST_F(BadBlockFp8Checkpoint, ScalesStoredTransposedAreRefused) {
+  edit_header([&](nlohmann::json& h) { h[q_scales]["shape"] = {2, 4}; });  // the same 8 values
+  expect_error([&] { load(); }, ErrorCode::parse, {file(), q_scales, "[2, 4]", "blocks of 16 × 32", "expected [4, 2]"});
+}
+
+TEST_F(BadBlockFp8Checkpoint, ScalesOfAnotherBlockSizeAreRefused) {
+  edit_config(fp8.path, [](nlohmann::json& cfg) { cfg["quantization_config"]["weight_block_size"] = {16, 16}; });
+  expect_error([&] { load(); }, ErrorCode::parse, {"weight_scale_inv", "values", "in blocks of 16 × 16 needs"});
+}
+
+TEST_F(BadBlockFp8Checkpoint, NonFiniteNegativeOrLosingZeroScalesAreNamed) {
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -0.25f}) {
+    set_scale(5, bad);
+    expect_error([&] { load(); }, ErrorCode::parse, {file(), q_scales, "at index 5", "finite and ≥ 0"});
+  }
+  // Index 5 of [4, 2] is the block of rows 32…47, columns 32…63.
+  set_scale(5, 0.0f);
+  expect_error([&] { load(); }, ErrorCode::parse, {file(), q_scales, "hold 0 at index 5", q_proj, "a zero scale would lose it"});
+}
+
+TEST_F(BadBlockFp8Checkpoint, AZeroScaleOverABlockOfZerosLoads) {
+  hostile::Safetensors file(fp8.path / "model.safetensors");
+  const nlohmann::json header = nlohmann::json::parse(file.header);
+  char* q = file.data.data() + header[q_proj]["data_offsets"][0].get<size_t>();
+  for (int64_t r = 32; r < 48; ++r) std::memset(q + r * 64 + 32, r % 2 ? 0x80 : 0x00, 32);  // +0 and E4M3's −0
+  const float zero = 0.0f;
+  std::memcpy(file.data.data() + header[q_scales]["data_offsets"][0].get<size_t>() + 4 * 5, &zero, 4);
   file.write(fp8.path / "model.safetensors");
-  expect_error([&] { Model::load(fp8.path.string(), Device::open("cpu")); }, ErrorCode::parse,
-               {name, "no scales", name + "_scale_inv", "fp8"});
+  load();
+}
+
+TEST_F(BadBlockFp8Checkpoint, ScalesOfAnIntegerDtypeAreRefused) {
+  edit_header([&](nlohmann::json& h) { h[q_scales]["dtype"] = "I32"; });
+  expect_error([&] { load(); }, ErrorCode::parse, {q_scales, "must be f32, bf16 or f16"});
+}
+
+TEST_F(BadBlockFp8Checkpoint, Fp8TensorsWithoutAQuantizationConfigAreRefused) {
+  edit_config(fp8.path, [](nlohmann::json& cfg) { cfg.erase("quantization_config"); });
+  expect_error([&] { load(); }, ErrorCode::parse, {file(), q_proj, "8-bit weights need their scales"});
+}
+
+TEST_F(BadBlockFp8Checkpoint, FieldsTransformersRefusesAreRefused) {
+  const std::pair<nlohmann::json, std::vector<std::string>> cases[] = {
+      {{{"activation_scheme", "tensor"}}, {"activation_scheme 'tensor'", "dynamic or static"}},
+      {{{"weight_block_size", {128}}}, {"weight_block_size", "two positive integers", "[128]"}},
+      {{{"weight_block_size", {0, 128}}}, {"weight_block_size", "two positive integers", "[0,128]"}},
+      {{{"scale_fmt", "e8m0"}}, {"scale_fmt 'e8m0'", "float or ue8m0"}},
+      {{{"fmt", "e5m2"}}, {"fmt 'e5m2'", "e4m3"}},
+  };
+  for (const auto& [fields, parts] : cases) {
+    const std::string before = hostile::read_all(fp8.path / "config.json");
+    edit_config(fp8.path, [&](nlohmann::json& cfg) { cfg["quantization_config"].update(fields); });
+    try {
+      load();
+      ADD_FAILURE() << fields.dump() << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::parse) << e.what();
+      EXPECT_NE(std::string(e.what()).find("quantization_config"), std::string::npos) << e.what();
+      for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what() << " lacks " << part;
+    }
+    hostile::write_all(fp8.path / "config.json", before);
+  }
+}
+
+// Other methods' tensors (packed 4-bit integers, per-channel scales, zero points) are not block-wise
+// fp8: each is refused by name before any weight is read.
+TEST_F(BadBlockFp8Checkpoint, OtherQuantizationMethodsAreRefusedByName) {
+  for (const char* method : {"compressed-tensors", "gptq", "awq", "bitsandbytes", "fbgemm_fp8", "torchao", "mxfp4"}) {
+    edit_config(fp8.path, [&](nlohmann::json& cfg) { cfg["quantization_config"]["quant_method"] = method; });
+    expect_error([&] { load(); }, ErrorCode::parse, {fmt::format("quant_method '{}'", method), "not one ding loads"});
+  }
 }
 
 }  // namespace
