@@ -552,31 +552,6 @@ std::vector<float> read_scales(const WeightPart& part) {
     if (!(std::isfinite(scales[i]) && scales[i] >= 0.0f))
       throw Error(ErrorCode::parse, fmt::format("{}: scales '{}' {} hold {} at index {}; a scale is finite and ≥ 0", sc.file,
                                                 sc.name, sc.shape_str(), scales[i], i));
-  // A zero scale is a block of zeros (ding-quantize writes one for a row of zeros); beside codes
-  // that are not zero it has lost the block's values, as zeroed bytes in a damaged file would.
-  const StoredTensor& t = *part.tensor;
-  const int64_t R = t.shape[0], C = t.shape[1], block_cols = (C + part.block_cols - 1) / part.block_cols;
-  const auto* q = static_cast<const uint8_t*>(t.data);
-  const uint8_t magnitude = t.dtype == DType::f8e4m3 ? 0x7F : 0xFF;  // E4M3's −0 is 0x80
-  for (size_t i = 0; i < scales.size(); ++i) {
-    if (scales[i] != 0.0f) continue;
-    const int64_t r0 = int64_t(i) / block_cols * part.block_rows, c0 = int64_t(i) % block_cols * part.block_cols;
-    int64_t nonzero = -1;
-    const bool ok = mapped_read(t.data, t.bytes, [&] {
-      for (int64_t r = r0; r < std::min(R, r0 + part.block_rows) && nonzero < 0; ++r)
-        for (int64_t c = c0; c < std::min(C, c0 + part.block_cols); ++c)
-          if (q[r * C + c] & magnitude) {
-            nonzero = r * C + c;
-            break;
-          }
-    });
-    if (!ok) throw_mapped_read_failed(t);
-    if (nonzero >= 0)
-      throw Error(ErrorCode::parse, fmt::format("{}: scales '{}' {} hold 0 at index {}, but '{}' {} holds a value other than "
-                                                "0 at [{}, {}] in that block; a zero scale would lose it",
-                                                sc.file, sc.name, sc.shape_str(), i, t.name, t.shape_str(), nonzero / C,
-                                                nonzero % C));
-  }
   return scales;
 }
 

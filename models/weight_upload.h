@@ -98,8 +98,8 @@ UploadStats upload_weights(Device& device, std::span<WeightPlan> plans, Buffer& 
 // scales f32, bf16 or f16 holding one value per block; Error(invalid_argument) for blocks not ≥ 1 × 1.
 void check_scales(const WeightPart& part, const std::string& where);
 // The checked part's scales as f32, in the stored order: Error(parse) naming the scales and the
-// index of a value that is not finite and ≥ 0, or of a zero whose block holds a code other than
-// zero (naming that element); Error(io) when the file can no longer be read.
+// index of a value that is not finite and ≥ 0; Error(io) when the file can no longer be read. A zero
+// scale makes its block zeros, as transformers' dequantization does, whatever its codes.
 std::vector<float> read_scales(const WeightPart& part);
 
 }  // namespace ding

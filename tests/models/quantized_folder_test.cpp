@@ -490,24 +490,17 @@ TEST_F(BadBlockFp8Checkpoint, ScalesOfAnotherBlockSizeAreRefused) {
   expect_error([&] { load(); }, ErrorCode::parse, {"weight_scale_inv", "values", "in blocks of 16 × 16 needs"});
 }
 
-TEST_F(BadBlockFp8Checkpoint, NonFiniteNegativeOrLosingZeroScalesAreNamed) {
+TEST_F(BadBlockFp8Checkpoint, NonFiniteOrNegativeScalesAreNamed) {
   for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -0.25f}) {
     set_scale(5, bad);
     expect_error([&] { load(); }, ErrorCode::parse, {file(), q_scales, "at index 5", "finite and ≥ 0"});
   }
-  // Index 5 of [4, 2] is the block of rows 32…47, columns 32…63.
-  set_scale(5, 0.0f);
-  expect_error([&] { load(); }, ErrorCode::parse, {file(), q_scales, "hold 0 at index 5", q_proj, "a zero scale would lose it"});
 }
 
-TEST_F(BadBlockFp8Checkpoint, AZeroScaleOverABlockOfZerosLoads) {
-  hostile::Safetensors file(fp8.path / "model.safetensors");
-  const nlohmann::json header = nlohmann::json::parse(file.header);
-  char* q = file.data.data() + header[q_proj]["data_offsets"][0].get<size_t>();
-  for (int64_t r = 32; r < 48; ++r) std::memset(q + r * 64 + 32, r % 2 ? 0x80 : 0x00, 32);  // +0 and E4M3's −0
-  const float zero = 0.0f;
-  std::memcpy(file.data.data() + header[q_scales]["data_offsets"][0].get<size_t>() + 4 * 5, &zero, 4);
-  file.write(fp8.path / "model.safetensors");
+// transformers multiplies a block's codes by its scale, so a zero scale makes the block zeros
+// whatever the codes (index 5 of [4, 2]: rows 32…47, columns 32…63); ding loads it as it does.
+TEST_F(BadBlockFp8Checkpoint, AZeroScaleLoadsItsBlockAsZeros) {
+  set_scale(5, 0.0f);
   load();
 }
 
