@@ -522,7 +522,8 @@ TEST_F(BadBlockFp8Checkpoint, FieldsTransformersRefusesAreRefused) {
       {{{"scale_fmt", "e8m0"}}, {"scale_fmt 'e8m0'", "float or ue8m0"}},
       {{{"fmt", "e5m2"}}, {"fmt 'e5m2'", "e4m3"}},
   };
-  for (const auto& [fields, parts] : cases) {
+  for (const auto& [field_set, parts] : cases) {
+    const nlohmann::json& fields = field_set;  // a lambda below takes it; clang before 16 cannot capture a binding
     const std::string before = hostile::read_all(fp8.path / "config.json");
     edit_config(fp8.path, [&](nlohmann::json& cfg) { cfg["quantization_config"].update(fields); });
     try {
