@@ -48,7 +48,9 @@ for run in ${DING_FLOOR_RUNS:-olmoe-b1 llama-int8 gdn-1k mla-op}; do
       # 128 × 512 bf16), the attend (the latent cache, 32768 × 576 bf16), the merge and projection
       # (W_uv, 16 × 512 × 128 bf16): three launches, or the same bytes in one.
       echo "== mla-op [$((SECONDS - start)) s]: ding-bench ops --backend cuda --op mla_decode --filter bench_B1_S32768"
-      timeout 120 "$bench" ops --backend cuda --op mla_decode --filter bench_B1_S32768 2>&1 | grep -E "bench_|error" | head -4
+      output=$(timeout 120 "$bench" ops --backend cuda --op mla_decode --filter bench_B1_S32768 2>&1)
+      printf '== mla-op: ding-bench ops --backend cuda --op mla_decode --filter bench_B1_S32768\n%s\n' "$output" >>"$log"
+      grep -E "bench_|error" <<<"$output" | head -4
       timeout 120 "$floor" mla-3-launches:0::2.097152,37.748736,2.097152 mla-1-launch:0::41.94304 | with_share "" ;;
     *) echo "step_floor.sh: error: no run '$run' (olmoe-b1 llama-int8 llama-bf16 gdn-1k dsv2-32k mla-op)" >&2; exit 1 ;;
   esac
