@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The floor under each open target's decode step (issues 20–22): the step's reads, as ding's own
 # per-op profile of the step gives them (every op call's bytes), replayed by bare read kernels
-# (tools/bench/chain_floor.cu) as a chain of kernels that each wait for the one before (what any
-# design with a kernel an op cannot beat) and as one persistent kernel (what the bytes alone
-# cost), printed beside the step's graph-replayed time and its roofline line:
+# (tools/bench/chain_floor.cu): as kernels that each wait for the one before before loading, as
+# kernels that load part of their bytes before that wait the way ding's GEMVs do (the estimate of
+# what a kernel an op can reach), and as one persistent kernel (what the bytes alone cost), printed
+# beside the step's graph-replayed time and its roofline line. An op call counts as one kernel:
+# mla_decode's three launches are spelled out only in the mla-op run, so dsv2-32k's floor is
+# optimistic by two launches a layer.
 #   tools/bench/step_floor.sh DING_BENCH CHAIN_FLOOR [LOG]   (LOG: the whole outputs, default $OUT/floor.txt)
 # Environment: DING_FLOOR_RUNS (default "olmoe-b1 llama-int8 gdn-1k mla-op"): the runs to measure.
 set -uo pipefail
