@@ -28,21 +28,23 @@ measure() {
   echo "== $tag [$((SECONDS - start)) s, exit $rc]: ding-bench $*"
   grep -E "decode|roofline|bench_|ceiling|error" <<<"$output" | head -12
 }
-model() { measure "$1" model --backend cuda --dtype bf16 "${@:2}"; }
+source "$(dirname "$0")/target_runs.sh"
+# shellcheck disable=SC2046  # the run's arguments are words by design
+model() { measure "$1" model --backend cuda --dtype bf16 $(target_run_args "$1"); }
 for issue in ${DING_TARGETS:-20 21 22}; do
   case $issue in
     20)
-      model olmoe-b1 --shape olmoe-1b-7b --prompt 256 --new 64
-      model olmoe-b8 --shape olmoe-1b-7b --prompt 256 --new 64 --batch 8
+      model olmoe-b1
+      model olmoe-b8
       measure mla-op ops --backend cuda --op mla_decode --filter bench_B1_
-      model dsv2-32k --shape deepseek-v2-lite --prompt 32768 --new 16 ;;
+      model dsv2-32k ;;
     21)
       measure delta-rule ops --backend cuda --op gated_delta_rule --filter bench_B1_T4096_
-      model gdn-1k --shape qwen3-next-80b-a3b-gdn-12l --prompt 1024 --new 32 ;;
+      model gdn-1k ;;
     22)
-      model llama-bf16 --shape llama-3.1-8b --prompt 256 --new 32
-      model llama-int8 --shape llama-3.1-8b --prompt 256 --new 32 --quantize int8 --quantize-lm-head
-      model llama-fp8 --shape llama-3.1-8b --prompt 256 --new 32 --quantize fp8 --quantize-lm-head ;;
+      model llama-bf16
+      model llama-int8
+      model llama-fp8 ;;
     *) echo "issue_targets.sh: error: no targets for issue '$issue' (20, 21, 22)" >&2; exit 1 ;;
   esac
 done

@@ -14,6 +14,7 @@ bench=${1:?usage: step_floor.sh DING_BENCH CHAIN_FLOOR [LOG]}
 floor=${2:?usage: step_floor.sh DING_BENCH CHAIN_FLOOR [LOG]}
 log=${3:-${OUT:-/tmp}/floor.txt}
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/target_runs.sh"
 for program in "$bench" "$floor"; do
   [[ -x $program ]] || { echo "step_floor.sh: error: '$program' is not an executable" >&2; exit 1; }
 done
@@ -26,10 +27,11 @@ with_share() {
     if (roof != "") printf "%s  [roofline %.0f%%]\n", $0, 100 * roof / ms;
     else if (gbs != "") printf "%s  [%.0f%% of %s GB/s]\n", $0, 100 * bw / gbs, gbs; else print }'
 }
-# One model run: its tag, its layers, then ding-bench's arguments.
+# One model run (target_runs.sh): its name and its layers.
 model() {
-  local tag=$1 layers=$2 output step
-  shift 2
+  local tag=$1 layers=$2 output step args
+  args=$(target_run_args "$tag")
+  set -- $args
   output=$(timeout 300 "$bench" model --backend cuda --dtype bf16 "$@" --profile --profile-by-bytes 2>&1)
   printf '== %s: ding-bench model %s\n%s\n' "$tag" "$*" "$output" >>"$log"
   echo "== $tag [$((SECONDS - start)) s]: ding-bench model --backend cuda --dtype bf16 $*"
@@ -41,11 +43,11 @@ model() {
 }
 for run in ${DING_FLOOR_RUNS:-olmoe-b1 llama-int8 gdn-1k mla-op}; do
   case $run in
-    olmoe-b1) model olmoe-b1 16 --shape olmoe-1b-7b --prompt 256 --new 64 ;;
-    llama-int8) model llama-int8 32 --shape llama-3.1-8b --prompt 256 --new 32 --quantize int8 --quantize-lm-head ;;
-    llama-bf16) model llama-bf16 32 --shape llama-3.1-8b --prompt 256 --new 32 ;;
-    gdn-1k) model gdn-1k 12 --shape qwen3-next-80b-a3b-gdn-12l --prompt 1024 --new 32 ;;
-    dsv2-32k) model dsv2-32k 27 --shape deepseek-v2-lite --prompt 32768 --new 16 ;;
+    olmoe-b1) model olmoe-b1 16 ;;
+    llama-int8) model llama-int8 32 ;;
+    llama-bf16) model llama-bf16 32 ;;
+    gdn-1k) model gdn-1k 12 ;;
+    dsv2-32k) model dsv2-32k 27 ;;
     mla-op)
       # mla_decode at DeepSeek-V2-Lite's heads, one sequence of 32768 keys: the absorb (W_uk, 16 ×
       # 128 × 512 bf16), the attend (the latent cache, 32768 × 576 bf16), the merge and projection
